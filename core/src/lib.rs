@@ -1,0 +1,1 @@
+//! Verity core: domain types, the Postgres job queue, object storage and configuration.

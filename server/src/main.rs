@@ -1,0 +1,2 @@
+//! The `verity` binary.
+fn main() {}

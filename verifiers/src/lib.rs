@@ -1,0 +1,1 @@
+//! Verity graders: the reward spec, verifiable graders and the code sandbox (no DB, no network).

@@ -1,0 +1,1 @@
+//! Verity worker: models, sampler, trainable forward, GRPO-family losses, optimizer, claim loop.
