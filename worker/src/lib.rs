@@ -1,1 +1,3 @@
 //! Verity worker: models, sampler, trainable forward, GRPO-family losses, optimizer, claim loop.
+
+pub mod grpo;

@@ -1,0 +1,15 @@
+//! GRPO-family algorithmic core: advantages, policy losses, DAPO extras and training metrics.
+//!
+//! Everything here is model-agnostic: the trainer feeds per-token log-probabilities, masks and
+//! rewards in and gets advantages, a differentiable scalar loss and statistics out.
+
+pub mod advantages;
+pub mod dapo;
+pub mod error;
+pub mod loss;
+pub mod mismatch;
+mod tensor_ops;
+#[cfg(test)]
+mod test_vectors;
+
+pub use error::{GrpoError, Result};
