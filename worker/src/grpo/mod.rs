@@ -7,6 +7,7 @@ pub mod advantages;
 pub mod dapo;
 pub mod error;
 pub mod loss;
+pub mod metrics;
 pub mod mismatch;
 mod tensor_ops;
 #[cfg(test)]

@@ -45,7 +45,7 @@ pub(crate) fn to_rows(tensor: &Tensor) -> Result<Vec<Vec<f64>>> {
 }
 
 /// Mean of `values` over positions where `mask` is non-zero (0 when the mask is empty).
-pub(crate) fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
+pub fn masked_mean(values: &Tensor, mask: &Tensor) -> Result<f64> {
     let values = to_rows(values)?;
     let mask = to_rows(mask)?;
     let mut sum = 0.0;
