@@ -6,6 +6,8 @@
 pub mod advantages;
 pub mod dapo;
 pub mod error;
+#[cfg(test)]
+mod learning_tests;
 pub mod loss;
 pub mod metrics;
 pub mod mismatch;
