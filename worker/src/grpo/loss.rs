@@ -8,7 +8,8 @@
 //!
 //! Aggregation (the normaliser is global to the optimisation step, see [`StepNormalizer`], so the
 //! micro-batch losses of a step sum to the full-batch loss and their gradients to its gradient):
-//! - `grpo`: per-response token mean, summed, divided by the step's number of responses;
+//! - `grpo`: per-response token mean, summed, divided by the step's number of responses (a fully
+//!   masked response, e.g. a masked truncated one, contributes 0 but still counts, as in TRL);
 //! - `dapo`, `gspo`, `cispo`: token sum divided by the step's number of unmasked tokens;
 //! - `dr_grpo`: token sum divided by `N × max_completion_tokens` (N = the step's responses).
 
@@ -377,7 +378,7 @@ fn clipped_surrogate(ratio: &Tensor, advantages: &Tensor, config: &LossConfig) -
 /// Per-response unmasked token counts `[N, 1]`, at least 1 so empty responses divide safely.
 fn response_lengths(mask: &Tensor) -> Result<Tensor> {
     mask.sum_keepdim(1)
-        .and_then(|lengths| lengths.clamp(1.0, f64::MAX))
+        .and_then(|lengths| lengths.maximum(1.0))
         .ctx("counting response lengths")
 }
 
@@ -609,6 +610,17 @@ mod tests {
                 case.expected_loss
             );
             assert_rows_close(&grad, &case.expected_grad_logp, 1e-6, &case.name);
+            let grad_error = grad
+                .iter()
+                .flatten()
+                .zip(case.expected_grad_logp.iter().flatten())
+                .map(|(a, e)| (a - e).abs())
+                .fold(0.0, f64::max);
+            eprintln!(
+                "{}: |loss error| {:.1e}, max |grad error| {grad_error:.1e}",
+                case.name,
+                (loss - case.expected_loss).abs()
+            );
         }
     }
 
