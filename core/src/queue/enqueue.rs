@@ -1,0 +1,121 @@
+//! Putting jobs on the queue.
+
+use super::{Queue, QueueError};
+use crate::JobState;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A job to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// `ftjob-…`; see [`crate::ids::job_id`].
+    pub id: String,
+    /// Owning org.
+    pub org_id: Uuid,
+    /// User who created it, if any.
+    pub created_by: Option<Uuid>,
+    /// Base model id.
+    pub model: String,
+    /// Training file id.
+    pub training_file: Option<String>,
+    /// Validation file id.
+    pub validation_file: Option<String>,
+    /// Suffix for the fine-tuned model's name.
+    pub suffix: Option<String>,
+    /// Seed for everything random in the job.
+    pub seed: i64,
+    /// Method, grader and hyperparameters as submitted.
+    pub spec: Value,
+    /// User metadata.
+    pub metadata: Option<Value>,
+    /// Higher runs first.
+    pub priority: i16,
+    /// `any`, `cpu` or `cuda`.
+    pub required_device: String,
+    /// Least memory a worker must advertise.
+    pub required_memory_mb: i64,
+    /// Attempts before the job fails for good.
+    pub max_attempts: i32,
+    /// `Queued`, or `ValidatingFiles` when files still need checking.
+    pub initial_state: JobState,
+}
+
+impl NewJob {
+    /// A queued job with default priority, any device and three attempts.
+    pub fn new(org_id: Uuid, model: impl Into<String>, spec: Value) -> NewJob {
+        NewJob {
+            id: crate::ids::job_id(),
+            org_id,
+            created_by: None,
+            model: model.into(),
+            training_file: None,
+            validation_file: None,
+            suffix: None,
+            seed: 0,
+            spec,
+            metadata: None,
+            priority: 0,
+            required_device: "any".to_string(),
+            required_memory_mb: 0,
+            max_attempts: 3,
+            initial_state: JobState::Queued,
+        }
+    }
+}
+
+impl Queue {
+    /// Inserts the job; a queued job wakes listening workers through NOTIFY (a trigger sends it).
+    pub async fn enqueue(&self, job: &NewJob) -> Result<String, QueueError> {
+        if !matches!(job.initial_state, JobState::Queued | JobState::ValidatingFiles) {
+            return Err(QueueError::InvalidState {
+                job_id: job.id.clone(),
+                state: job.initial_state.to_string(),
+                action: "enqueue in this state",
+            });
+        }
+        sqlx::query!(
+            r#"INSERT INTO jobs (id, org_id, created_by, model, training_file, validation_file, suffix,
+                                 seed, spec, metadata, priority, required_device, required_memory_mb,
+                                 max_attempts, state)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"#,
+            job.id,
+            job.org_id,
+            job.created_by,
+            job.model,
+            job.training_file,
+            job.validation_file,
+            job.suffix,
+            job.seed,
+            job.spec,
+            job.metadata,
+            job.priority,
+            job.required_device,
+            job.required_memory_mb,
+            job.max_attempts,
+            job.initial_state.as_str(),
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(job.id.clone())
+    }
+
+    /// Moves a job whose files passed validation to the queue.
+    pub async fn mark_validated(&self, job_id: &str) -> Result<(), QueueError> {
+        let moved = sqlx::query!(
+            "UPDATE jobs SET state = 'queued', run_after = now() WHERE id = $1 AND state = 'validating_files'",
+            job_id
+        )
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            let state = self.state(job_id).await?;
+            return Err(QueueError::InvalidState {
+                job_id: job_id.to_string(),
+                state: state.to_string(),
+                action: "mark validated",
+            });
+        }
+        Ok(())
+    }
+}

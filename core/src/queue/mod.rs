@@ -1,0 +1,92 @@
+//! The Postgres-backed job queue: enqueue, claim with fenced leases, heartbeats, retries with
+//! backoff, rescue of expired leases, cancel / pause / resume, and NOTIFY wake-ups.
+//!
+//! Every state change is validated and recorded as a job event by triggers in the schema; every
+//! write a worker makes names its attempt and is rejected by the database once that attempt no
+//! longer holds the job (see `fence_worker_write` in the migrations).
+
+mod claim;
+mod control;
+mod enqueue;
+mod error;
+mod heartbeat;
+mod lease;
+mod rescue;
+mod runner;
+mod waker;
+
+pub use claim::{ClaimedJob, DeviceKind, WorkerInfo};
+pub use control::ControlOutcome;
+pub use enqueue::NewJob;
+pub use error::QueueError;
+pub use heartbeat::{Heartbeat, HeartbeatState};
+pub use lease::{EventLevel, FailOutcome, Lease, SampleIndexRow};
+pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions};
+pub use waker::{JobWaker, Wake};
+
+use sqlx::PgPool;
+use std::time::Duration;
+
+/// Name of the Postgres channel that announces queued jobs.
+pub const CHANNEL: &str = "verity_jobs";
+
+/// Timing of leases and retries.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// How long a claim lasts without a heartbeat.
+    pub lease: Duration,
+    /// Delay before the first retry; doubled by each further failure.
+    pub retry_base: Duration,
+    /// Upper bound on the retry delay.
+    pub retry_max: Duration,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            lease: Duration::from_secs(60),
+            retry_base: Duration::from_secs(10),
+            retry_max: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Handle on the queue; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pool: PgPool,
+    settings: QueueSettings,
+}
+
+impl Queue {
+    /// A queue over `pool` with the given timings.
+    pub fn new(pool: PgPool, settings: QueueSettings) -> Queue {
+        Queue { pool, settings }
+    }
+
+    /// The underlying pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The lease and retry timings.
+    pub fn settings(&self) -> QueueSettings {
+        self.settings
+    }
+
+    /// The current state of a job.
+    pub async fn state(&self, job_id: &str) -> Result<crate::JobState, QueueError> {
+        let state = sqlx::query_scalar!("SELECT state FROM jobs WHERE id = $1", job_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| QueueError::NotFound(job_id.to_string()))?;
+        state
+            .parse()
+            .map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))
+    }
+}
+
+/// Seconds as the `double precision` Postgres' `make_interval(secs => …)` takes.
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}

@@ -1,0 +1,166 @@
+//! The local-directory backend: objects are files under a root; writes go to a temporary file
+//! that is renamed into place, so readers never see a partial object.
+
+use super::{validate_key, ByteReader, ObjectMeta, ObjectStore, StorageError, UrlSigner};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Folder under the root that holds in-flight writes; never listed.
+const TMP_DIR: &str = ".tmp";
+
+/// Objects in a local directory.
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    root: PathBuf,
+    signer: Option<UrlSigner>,
+}
+
+impl LocalStore {
+    /// Opens (creating if needed) a store rooted at `root`. With a `signer`, presigned URLs are
+    /// signed server URLs; without, they are `file://` paths.
+    pub async fn open(root: impl AsRef<Path>, signer: Option<UrlSigner>) -> Result<LocalStore, StorageError> {
+        let root = root.as_ref();
+        tokio::fs::create_dir_all(root.join(TMP_DIR))
+            .await
+            .map_err(|e| StorageError::io(root.display().to_string(), e))?;
+        let root = tokio::fs::canonicalize(root)
+            .await
+            .map_err(|e| StorageError::io(root.display().to_string(), e))?;
+        Ok(LocalStore { root, signer })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file that holds `key`.
+    pub fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
+        validate_key(key)?;
+        if key == TMP_DIR || key.starts_with(&format!("{TMP_DIR}/")) {
+            return Err(StorageError::InvalidKey { key: key.to_string(), reason: "reserved prefix" });
+        }
+        Ok(self.root.join(key))
+    }
+
+    /// Collects files under `dir` whose keys start with `prefix`.
+    fn walk(&self, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let path = entry.path();
+            let Ok(relative) = path.strip_prefix(&self.root) else { continue };
+            let key = relative.to_string_lossy().replace('\\', "/");
+            if key == TMP_DIR {
+                continue;
+            }
+            let file_type = entry.file_type()?;
+            if file_type.is_dir() {
+                // Descend only where keys below could still match the prefix.
+                let dir_key = format!("{key}/");
+                if dir_key.starts_with(prefix) || prefix.starts_with(&dir_key) {
+                    self.walk(&path, prefix, out)?;
+                }
+            } else if file_type.is_file() && key.starts_with(prefix) {
+                let meta = entry.metadata()?;
+                out.push(ObjectMeta {
+                    key,
+                    size: meta.len(),
+                    last_modified: meta.modified().ok().map(DateTime::<Utc>::from),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ObjectStore for LocalStore {
+    async fn put_reader(&self, key: &str, mut reader: ByteReader) -> Result<u64, StorageError> {
+        let path = self.path_of(key)?;
+        let tmp = self.root.join(TMP_DIR).join(uuid::Uuid::new_v4().simple().to_string());
+        let mut file = tokio::fs::File::create(&tmp).await.map_err(|e| StorageError::io(key, e))?;
+        let written = async {
+            let n = tokio::io::copy(&mut reader, &mut file).await?;
+            file.flush().await?;
+            file.sync_all().await?;
+            if let Some(parent) = path.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            tokio::fs::rename(&tmp, &path).await?;
+            Ok::<u64, std::io::Error>(n)
+        }
+        .await;
+        if written.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        written.map_err(|e| StorageError::io(key, e))
+    }
+
+    async fn get_reader(&self, key: &str) -> Result<ByteReader, StorageError> {
+        let path = self.path_of(key)?;
+        match tokio::fs::File::open(&path).await {
+            Ok(file) => Ok(Box::pin(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StorageError::NotFound(key.to_string())),
+            Err(e) => Err(StorageError::io(key, e)),
+        }
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, StorageError> {
+        let path = self.path_of(key)?;
+        match tokio::fs::metadata(&path).await {
+            Ok(meta) if meta.is_file() => Ok(Some(ObjectMeta {
+                key: key.to_string(),
+                size: meta.len(),
+                last_modified: meta.modified().ok().map(DateTime::<Utc>::from),
+            })),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StorageError::io(key, e)),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        let store = self.clone();
+        let wanted = prefix.to_string();
+        let mut objects = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            store.walk(&store.root, &wanted, &mut out).map(|_| out)
+        })
+        .await
+        .map_err(|e| StorageError::io(prefix, std::io::Error::other(e)))?
+        .map_err(|e| StorageError::io(prefix, e))?;
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        let path = self.path_of(key)?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StorageError::io(key, e)),
+        }
+    }
+
+    async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, StorageError> {
+        let path = self.path_of(key)?;
+        if self.head(key).await?.is_none() {
+            return Err(StorageError::NotFound(key.to_string()));
+        }
+        Ok(match &self.signer {
+            Some(signer) => {
+                let expires = Utc::now().timestamp() + i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX / 2);
+                signer.sign(key, expires)
+            }
+            None => format!("file://{}", path.display()),
+        })
+    }
+}

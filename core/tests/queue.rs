@@ -1,0 +1,342 @@
+//! Queue behaviour against a real Postgres (a fresh database per test).
+
+use serde_json::json;
+use sqlx::PgPool;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use verity_core::queue::{
+    DeviceKind, EventLevel, FailOutcome, JobWaker, NewJob, Queue, QueueError, QueueSettings, SampleIndexRow, Wake,
+    WorkerInfo,
+};
+use verity_core::{ControlSignal, JobState};
+
+async fn org(pool: &PgPool) -> uuid::Uuid {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)")
+        .bind(id)
+        .bind(format!("org-{id}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    id
+}
+
+fn settings(retry_base_ms: u64) -> QueueSettings {
+    QueueSettings {
+        lease: Duration::from_secs(30),
+        retry_base: Duration::from_millis(retry_base_ms),
+        retry_max: Duration::from_secs(60),
+    }
+}
+
+fn cpu_worker() -> WorkerInfo {
+    WorkerInfo::new(DeviceKind::Cpu, 16_000)
+}
+
+async fn event_kinds(pool: &PgPool, job: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT kind || ':' || message FROM job_events WHERE job_id = $1 ORDER BY id")
+        .bind(job)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn eight_workers_claim_each_of_200_jobs_exactly_once(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let mut ids = HashSet::new();
+    for i in 0..200 {
+        let mut job = NewJob::new(org, "m", json!({ "i": i }));
+        job.priority = (i % 5) as i16;
+        ids.insert(queue.enqueue(&job).await.unwrap());
+    }
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                let worker = cpu_worker();
+                queue.register_worker(&worker).await.unwrap();
+                let mut claimed = Vec::new();
+                while let Some(lease) = queue.claim(&worker).await.unwrap() {
+                    assert_eq!(lease.job().attempt, 1);
+                    claimed.push(lease.job().id.clone());
+                    lease.complete(&json!({}), None).await.unwrap();
+                }
+                claimed
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.unwrap());
+    }
+    assert_eq!(all.len(), 200, "every job claimed exactly once");
+    assert_eq!(all.iter().cloned().collect::<HashSet<_>>(), ids);
+    let succeeded: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'succeeded' AND attempt = 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(succeeded, 200);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn claims_follow_priority_and_worker_capabilities(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let mut gpu_job = NewJob::new(org, "m", json!({}));
+    gpu_job.required_device = "cuda".into();
+    gpu_job.priority = 50;
+    let gpu_job = queue.enqueue(&gpu_job).await.unwrap();
+    let mut big_job = NewJob::new(org, "m", json!({}));
+    big_job.required_memory_mb = 64_000;
+    big_job.priority = 40;
+    queue.enqueue(&big_job).await.unwrap();
+    let low = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let mut high = NewJob::new(org, "m", json!({}));
+    high.priority = 10;
+    let high = queue.enqueue(&high).await.unwrap();
+
+    let cpu = cpu_worker();
+    assert_eq!(queue.claim(&cpu).await.unwrap().unwrap().job().id, high);
+    assert_eq!(queue.claim(&cpu).await.unwrap().unwrap().job().id, low);
+    assert!(queue.claim(&cpu).await.unwrap().is_none(), "cpu worker must not take the cuda or 64 GB job");
+    let gpu = WorkerInfo::new(DeviceKind::Cuda, 80_000);
+    assert_eq!(queue.claim(&gpu).await.unwrap().unwrap().job().id, gpu_job);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_stale_attempt_can_write_nothing(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let (old_worker, new_worker) = (cpu_worker(), cpu_worker());
+    queue.register_worker(&old_worker).await.unwrap();
+    let old = queue.claim(&old_worker).await.unwrap().unwrap();
+    old.metric(0, &json!({"loss": 1.0})).await.unwrap();
+
+    // The old worker stalls: its lease runs out and the job is rescued and reclaimed.
+    sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(&job)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queue.rescue_expired().await.unwrap(), vec![job.clone()]);
+    assert!(matches!(old.heartbeat(None).await, Err(QueueError::LeaseLost { .. })), "no heartbeat while queued");
+    let new = queue.claim(&new_worker).await.unwrap().unwrap();
+    assert_eq!(new.job().attempt, 2);
+
+    let lost = |r: Result<(), QueueError>| matches!(r, Err(QueueError::LeaseLost { attempt: 1, .. }));
+    assert!(lost(old.heartbeat(None).await.map(|_| ())));
+    assert!(lost(old.event(EventLevel::Info, "step", "stale", None).await));
+    assert!(lost(old.metric(1, &json!({"loss": 9.0})).await));
+    assert!(lost(old.metric(0, &json!({"loss": 9.0})).await), "cannot overwrite its own old row either");
+    assert!(lost(old.checkpoint(1, "jobs/x/step-1", 1, None).await.map(|_| ())));
+    let row = SampleIndexRow { idx: 0, prompt_idx: 0, score: Some(1.0), advantage: None, finish_reason: None, storage_key: "k".into(), line_no: 0 };
+    assert!(lost(old.samples(1, &[row.clone()]).await));
+    assert!(lost(old.complete(&json!({}), None).await));
+    assert!(lost(old.fail("stale", true).await.map(|_| ())));
+    assert!(lost(old.ack_cancel().await));
+    assert!(lost(old.ack_pause().await));
+
+    // The database itself refuses the stale attempt, whatever client writes.
+    let raw = sqlx::query("INSERT INTO job_metrics (job_id, step, attempt, data) VALUES ($1, 5, 1, '{}')")
+        .bind(&job)
+        .execute(&pool)
+        .await;
+    assert!(raw.unwrap_err().to_string().contains("no longer holds"));
+
+    // The new attempt writes normally and its rows replace the old attempt's.
+    new.metric(0, &json!({"loss": 0.5})).await.unwrap();
+    new.samples(0, &[row]).await.unwrap();
+    new.checkpoint(0, "jobs/x/step-0", 10, None).await.unwrap();
+    new.complete(&json!({"ok": true}), None).await.unwrap();
+    let (attempt, data): (i32, serde_json::Value) =
+        sqlx::query_as("SELECT attempt, data FROM job_metrics WHERE job_id = $1 AND step = 0")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((attempt, data), (2, json!({"loss": 0.5})));
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Succeeded);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn state_rules_are_enforced_by_the_database(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    // Running without a lease violates a CHECK constraint.
+    let no_lease = sqlx::query("UPDATE jobs SET state = 'running', attempt = attempt + 1 WHERE id = $1")
+        .bind(&job)
+        .execute(&pool)
+        .await;
+    assert!(no_lease.unwrap_err().to_string().contains("running_has_lease"));
+    queue.cancel(&job).await.unwrap();
+    // A terminal job cannot move again.
+    let revive = sqlx::query("UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = $1")
+        .bind(&job)
+        .execute(&pool)
+        .await;
+    assert!(revive.unwrap_err().to_string().contains("invalid job state transition cancelled -> queued"));
+    assert!(matches!(queue.cancel(&job).await, Err(QueueError::InvalidState { .. })));
+    assert!(matches!(queue.resume(&job).await, Err(QueueError::InvalidState { .. })));
+    assert!(matches!(queue.cancel("ftjob-missing").await, Err(QueueError::NotFound(_))));
+    assert_eq!(event_kinds(&pool, &job).await, vec!["created:job created in state queued", "state:queued -> cancelled"]);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cancel_queued_at_once_and_running_through_the_worker(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let queued = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let outcome = queue.cancel(&queued).await.unwrap();
+    assert_eq!((outcome.state, outcome.pending), (JobState::Cancelled, false));
+
+    let running = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let worker = cpu_worker();
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.heartbeat(None).await.unwrap(), ControlSignal::Continue);
+    let outcome = queue.cancel(&running).await.unwrap();
+    assert_eq!((outcome.state, outcome.pending), (JobState::Running, true));
+    assert_eq!(lease.heartbeat(None).await.unwrap(), ControlSignal::Cancel);
+    lease.ack_cancel().await.unwrap();
+    assert_eq!(queue.state(&running).await.unwrap(), JobState::Cancelled);
+    let events = event_kinds(&pool, &running).await;
+    assert!(events.contains(&"cancel:cancel requested".to_string()), "{events:?}");
+    assert_eq!(events.last().unwrap(), "state:running -> cancelled");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn pause_and_resume(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let worker = cpu_worker();
+    let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    assert_eq!(queue.pause(&job).await.unwrap().state, JobState::Paused);
+    assert!(queue.claim(&worker).await.unwrap().is_none(), "paused jobs are not claimable");
+    assert_eq!(queue.resume(&job).await.unwrap().state, JobState::Queued);
+
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert!(queue.pause(&job).await.unwrap().pending);
+    assert_eq!(lease.heartbeat(None).await.unwrap(), ControlSignal::Pause);
+    // Resume before the worker acts withdraws the request.
+    assert_eq!(queue.resume(&job).await.unwrap().state, JobState::Running);
+    assert_eq!(lease.heartbeat(None).await.unwrap(), ControlSignal::Continue);
+    queue.pause(&job).await.unwrap();
+    assert_eq!(lease.heartbeat(None).await.unwrap(), ControlSignal::Pause);
+    lease.ack_pause().await.unwrap();
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Paused);
+    queue.resume(&job).await.unwrap();
+    let next = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!((next.job().attempt, next.job().failures), (2, 0), "pausing costs no retry");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn retries_back_off_exponentially_then_fail(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(400));
+    let org = org(&pool).await;
+    let worker = cpu_worker();
+    let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let mut delays = Vec::new();
+    for attempt in 1..=3 {
+        let lease = loop {
+            if let Some(lease) = queue.claim(&worker).await.unwrap() {
+                break lease;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(lease.job().attempt, attempt);
+        let before = chrono::Utc::now();
+        match lease.fail("boom", true).await.unwrap() {
+            FailOutcome::Retrying { at } => {
+                delays.push((at - before).num_milliseconds());
+                assert!(queue.claim(&worker).await.unwrap().is_none(), "not claimable during backoff");
+            }
+            FailOutcome::Failed => assert_eq!(attempt, 3, "fails only when attempts are spent"),
+            FailOutcome::Cancelled => panic!("not cancelled"),
+        }
+    }
+    assert_eq!(delays.len(), 2);
+    assert!((350..2000).contains(&delays[0]), "first delay ~400 ms: {delays:?}");
+    assert!((750..4000).contains(&delays[1]), "second delay ~800 ms: {delays:?}");
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
+    let (failures, error): (i32, serde_json::Value) = sqlx::query_as("SELECT failures, error FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(failures, 3);
+    assert_eq!(error["message"], "boom");
+
+    // A non-retryable error fails at once.
+    let fatal = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.fail("bad config", false).await.unwrap(), FailOutcome::Failed);
+    assert_eq!(queue.state(&fatal).await.unwrap(), JobState::Failed);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn expired_leases_are_rescued_until_attempts_run_out(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let mut job = NewJob::new(org, "m", json!({}));
+    job.max_attempts = 2;
+    let job = queue.enqueue(&job).await.unwrap();
+    let expire = || sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1").bind(&job);
+    let worker = cpu_worker();
+    queue.claim(&worker).await.unwrap().unwrap();
+    assert!(queue.rescue_expired().await.unwrap().is_empty(), "a live lease is left alone");
+    expire().execute(&pool).await.unwrap();
+    assert_eq!(queue.rescue_expired().await.unwrap().len(), 1);
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Queued);
+    queue.claim(&worker).await.unwrap().unwrap();
+    expire().execute(&pool).await.unwrap();
+    queue.rescue_expired().await.unwrap();
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
+    let events = event_kinds(&pool, &job).await;
+    assert_eq!(events.iter().filter(|e| e.starts_with("state:running -> ")).count(), 2, "{events:?}");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn notify_wakes_an_idle_worker_within_a_second(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let waker = JobWaker::start(&pool).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let wake = waker.wait(Duration::from_secs(30)).await;
+        (wake, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    let (wake, waited) = waiting.await.unwrap();
+    assert_eq!(wake, Wake::Notified);
+    assert!(waited < Duration::from_secs(1) + Duration::from_millis(200), "woke after {waited:?}");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn polling_still_finds_jobs_when_the_listener_is_dead(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let org = org(&pool).await;
+    let waker = JobWaker::start(&pool).await.unwrap();
+    // Kill the listener for good: terminate its server connection, then stop its task so it
+    // cannot reconnect.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "the listener's connection was found and terminated");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waker.stop_listener();
+    // A lost connection wakes waiters once (notifications may have been missed): take that.
+    waker.wait(Duration::from_millis(50)).await;
+    let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
+    assert_eq!(waker.wait(Duration::from_millis(300)).await, Wake::Poll, "no notification can arrive");
+    let lease = queue.claim(&cpu_worker()).await.unwrap().expect("the poll finds the job");
+    assert_eq!(lease.job().id, job);
+}

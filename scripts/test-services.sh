@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Makes sure every service the test suite needs is up, installing what is missing.
+# Source it (it exports the variables the tests read):  . scripts/test-services.sh
+# Idempotent: a running service is left alone.
+
+VERITY_CACHE=${VERITY_CACHE:-/var/cache/verity-ci}
+mkdir -p "$VERITY_CACHE"
+
+_apt_updated=
+_apt_install() {
+  if [ -z "$_apt_updated" ]; then apt-get update -qq >/dev/null; _apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- PostgreSQL on 127.0.0.1:5432 (trust auth) ---
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  echo "test-services: starting PostgreSQL" >&2
+  if ! command -v pg_ctlcluster >/dev/null; then _apt_install postgresql; fi
+  cluster_version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+  pg_ctlcluster --skip-systemctl-redirect "$cluster_version" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 -q || { echo "test-services: PostgreSQL is not reachable" >&2; return 1 2>/dev/null || exit 1; }
+
+# --- bubblewrap (the grader sandbox) ---
+command -v bwrap >/dev/null || { echo "test-services: installing bubblewrap" >&2; _apt_install bubblewrap; }
+
+# --- An S3-protocol server on loopback (moto) ---
+S3_PORT=${VERITY_TEST_S3_PORT:-9000}
+export VERITY_TEST_S3_ENDPOINT="http://127.0.0.1:${S3_PORT}"
+export VERITY_REQUIRE_S3=1
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test} AWS_REGION=${AWS_REGION:-us-east-1}
+if ! curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null 2>&1; then
+  venv="$VERITY_CACHE/moto-venv"
+  if [ ! -x "$venv/bin/moto_server" ]; then
+    echo "test-services: installing moto[server]" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q 'moto[server]==5.1.*'
+  fi
+  echo "test-services: starting moto S3 on port $S3_PORT" >&2
+  setsid "$venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$VERITY_CACHE/moto.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null || { echo "test-services: S3 server did not start; see $VERITY_CACHE/moto.log" >&2; return 1 2>/dev/null || exit 1; }

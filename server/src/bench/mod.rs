@@ -1,0 +1,3 @@
+//! Benchmarks behind `verity bench …`: they print JSON lines and assert nothing.
+
+pub mod queue;

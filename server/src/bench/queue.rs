@@ -1,0 +1,96 @@
+//! `verity bench queue`: claims per second and claim latency with N concurrent workers.
+
+use anyhow::Context;
+use clap::Args;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Executor};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
+
+/// Options of the queue benchmark.
+#[derive(Debug, Args)]
+pub struct QueueBenchArgs {
+    /// Postgres server to create the scratch database on.
+    #[arg(long = "database-url", env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Concurrent worker counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    pub workers: Vec<usize>,
+    /// Jobs claimed and completed per measurement.
+    #[arg(long, default_value_t = 2000)]
+    pub jobs: usize,
+}
+
+/// Runs the benchmark and prints one JSON line per worker count.
+pub async fn run(args: &QueueBenchArgs) -> anyhow::Result<()> {
+    let admin_options = PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
+    let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
+    admin.execute(format!("CREATE DATABASE \"{scratch}\"").as_str()).await.context("creating the scratch database")?;
+    let result = measure_all(args, admin_options.clone().database(&scratch)).await;
+    admin
+        .execute(format!("DROP DATABASE IF EXISTS \"{scratch}\" WITH (FORCE)").as_str())
+        .await
+        .context("dropping the scratch database")?;
+    result
+}
+
+async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow::Result<()> {
+    let max_workers = args.workers.iter().copied().max().unwrap_or(1);
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(max_workers + 2).unwrap_or(64))
+        .connect_with(options)
+        .await?;
+    verity_core::db::migrate(&pool).await?;
+    let org: uuid::Uuid = sqlx::query_scalar("INSERT INTO orgs (id, name) VALUES ($1, 'bench') RETURNING id")
+        .bind(uuid::Uuid::new_v4())
+        .fetch_one(&pool)
+        .await?;
+    let queue = Queue::new(pool.clone(), QueueSettings { lease: Duration::from_secs(300), ..QueueSettings::default() });
+    for &workers in &args.workers {
+        for _ in 0..args.jobs {
+            queue.enqueue(&NewJob::new(org, "bench-model", serde_json::json!({}))).await?;
+        }
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..workers.max(1))
+            .map(|_| {
+                let queue = queue.clone();
+                tokio::spawn(async move { drain(queue).await })
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity(args.jobs);
+        for task in tasks {
+            latencies.extend(task.await??);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        latencies.sort_by(f64::total_cmp);
+        let pct = |p: f64| latencies.get(((latencies.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+        let line = serde_json::json!({
+            "bench": "queue",
+            "workers": workers,
+            "jobs": latencies.len(),
+            "claims_per_s": latencies.len() as f64 / elapsed,
+            "claim_p50_ms": pct(0.50),
+            "claim_p99_ms": pct(0.99),
+            "seconds": elapsed,
+        });
+        println!("{line}");
+    }
+    pool.close().await;
+    Ok(())
+}
+
+/// Claims and completes jobs until none is left; returns each claim's latency in ms.
+async fn drain(queue: Queue) -> anyhow::Result<Vec<f64>> {
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1 << 20);
+    queue.register_worker(&worker).await?;
+    let mut latencies = Vec::new();
+    loop {
+        let started = Instant::now();
+        let Some(lease) = queue.claim(&worker).await? else { break };
+        latencies.push(started.elapsed().as_secs_f64() * 1e3);
+        lease.complete(&serde_json::json!({}), None).await?;
+    }
+    Ok(latencies)
+}
