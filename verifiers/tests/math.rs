@@ -1,0 +1,84 @@
+//! The math grader against a table of equivalence / non-equivalence cases and hacking attempts.
+
+use verity_verifiers::math;
+use verity_verifiers::spec::MathExtract;
+
+/// (expected, reference, response) rows of `tests/data/math_cases.tsv`.
+pub fn cases() -> Vec<(bool, String, String)> {
+    include_str!("data/math_cases.tsv")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut parts = l.splitn(3, '\t');
+            let expected = parts.next().expect("expected column") == "1";
+            let reference = parts.next().expect("reference column").to_string();
+            let response = parts.next().expect("response column").to_string();
+            (expected, reference, response)
+        })
+        .collect()
+}
+
+fn as_completion(response: &str) -> String {
+    let full = response.contains("\\boxed") || response.contains("\\fbox") || response.contains("<answer>") || response.contains("answer") || response.contains(' ') && response.chars().filter(|c| c.is_alphabetic()).count() > 12;
+    if full {
+        response.to_string()
+    } else {
+        format!("\\boxed{{{response}}}")
+    }
+}
+
+#[test]
+fn table_of_at_least_200_cases() {
+    let cases = cases();
+    assert!(cases.len() >= 200, "only {} cases", cases.len());
+    let mut failures = Vec::new();
+    for (expected, reference, response) in &cases {
+        let result = math::grade(&as_completion(response), reference, MathExtract::Auto);
+        assert!(result.error.is_none());
+        if (result.score == 1.0) != *expected {
+            failures.push(format!("expected {expected}: ref {reference:?} resp {response:?} -> {} ({})", result.score, result.reason));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases wrong:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+#[test]
+fn chapter_example() {
+    let resp = "<think>1/2 + 1/4 = 3/4</think> The answer is \\boxed{\\frac{3}{4}}";
+    assert_eq!(math::grade(resp, "0.75", MathExtract::Auto).score, 1.0);
+    assert_eq!(math::grade(resp, "0.75", MathExtract::Boxed).score, 1.0);
+}
+
+#[test]
+fn several_different_answers_score_zero() {
+    for resp in ["\\boxed{3} \\boxed{4}", "\\boxed{4} then \\boxed{3}", "<answer>3</answer> <answer>4</answer>"] {
+        let r = math::grade(resp, "3", MathExtract::Auto);
+        assert_eq!(r.score, 0.0, "{resp}");
+        assert!(r.reason.contains("different"), "{}", r.reason);
+    }
+    // the same answer twice is fine
+    assert_eq!(math::grade("\\boxed{3} so \\boxed{3.0}", "3", MathExtract::Auto).score, 1.0);
+}
+
+#[test]
+fn only_the_extraction_mode_counts() {
+    // a number in the text does not count when a box is required
+    assert_eq!(math::grade("it is 3", "3", MathExtract::Boxed).score, 0.0);
+    assert_eq!(math::grade("\\boxed{3}", "3", MathExtract::AnswerTag).score, 0.0);
+    assert_eq!(math::grade("3 apples then 4", "4", MathExtract::LastNumber).score, 1.0);
+    assert_eq!(math::grade("4 apples then 3", "4", MathExtract::LastNumber).score, 0.0);
+}
+
+#[test]
+fn hostile_answers_are_bounded() {
+    let long = format!("\\boxed{{{}}}", "1+".repeat(5000) + "1");
+    assert_eq!(math::grade(&long, "1", MathExtract::Auto).score, 0.0);
+    let tower = "\\boxed{2^{2^{2^{2^{2^{2^{2^{2}}}}}}}}";
+    assert_eq!(math::grade(tower, "1", MathExtract::Auto).score, 0.0);
+    let nested = format!("\\boxed{{{}x{}}}", "\\sqrt{".repeat(300), "}".repeat(300));
+    assert_eq!(math::grade(&nested, "1", MathExtract::Auto).score, 0.0);
+    let many_vars = "\\boxed{a+b+c+d+f+g+h+k+m+n+p+q}";
+    assert_eq!(math::grade(many_vars, "1", MathExtract::Auto).score, 0.0);
+    let big_fact = "\\boxed{(10^{6})!}";
+    assert_eq!(math::grade(big_fact, "1", MathExtract::Auto).score, 0.0);
+}
