@@ -1,0 +1,304 @@
+# Verity sandbox harness: runs inside bubblewrap. Reads its request from fd 4 before any untrusted
+# code runs, writes nonce-tagged JSON lines to fd 3. The verdict is never the exit status, never
+# stdout, and never a file the program can reach.
+import ast
+import builtins
+import json
+import os
+import sys
+
+
+def main():
+    _write, _read, _close = os.write, os.read, os.close
+    _type, _len, _repr, _str, _isinstance = type, len, repr, str, isinstance
+    _int, _float, _bool, _all, _range = int, float, bool, all, range
+    chunks = []
+    while True:
+        chunk = _read(4, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _close(4)
+    request = json.loads(b"".join(chunks))
+    nonce = request.pop("nonce")
+    if len(sys.argv) > 1 and os.getuid() == 0:
+        # privileged bwrap (Verity runs as root): become this run's own unprivileged uid
+        uid = int(sys.argv[1])
+        os.chown("/work", uid, uid)
+        os.chown("/tmp", uid, uid)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+    def quote(s):
+        out = ['"']
+        for ch in _str(s):
+            o = ord(ch)
+            if ch == '"' or ch == "\\":
+                out.append("\\" + ch)
+            elif o < 0x20 or o > 0x7E:
+                out.append("\\u%04x" % o if o <= 0xFFFF else "\\u%04x\\u%04x" % (0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)))
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+
+    def encode(v):
+        t = _type(v)
+        if v is None:
+            return "null"
+        if t is _bool:
+            return "true" if v else "false"
+        if t is _int:
+            return _str(v)
+        if t is _float:
+            return _repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
+        if t is list:
+            return "[" + ",".join([encode(x) for x in v]) + "]"
+        if t is dict:
+            return "{" + ",".join([quote(k) + ":" + encode(x) for k, x in v.items()]) + "}"
+        return quote(v)
+
+    def emit(event, **fields):
+        fields["event"] = event
+        fields["nonce"] = nonce
+        data = (encode(fields) + "\n").encode("utf-8", "replace")
+        while data:
+            try:
+                n = _write(3, data)
+            except OSError:
+                return
+            data = data[n:]
+
+    emit("ready")
+    mode = request["mode"]
+    if mode == "cases":
+        run_cases(request, emit)
+    else:
+        harden(request)
+        if mode == "tests":
+            run_tests(request, emit, _type, _isinstance, _bool, _all, _len)
+        else:
+            run_grade(request, emit, _type, _float, _int, _bool)
+    emit("done")
+    os._exit(0)
+
+
+BLOCKED_EVENTS = frozenset({
+    "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+})
+TRUSTED_FILES = frozenset({"<tests>", "<string>"})
+FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_globals", "f_locals"})
+
+
+def harden(request):
+    """Untrusted code may not inspect the harness's frames, objects or memory, nor rewrite code."""
+
+    def hook(event, args, _events=BLOCKED_EVENTS, _frames=FRAME_ATTRS, _trusted=TRUSTED_FILES, _err=RuntimeError,
+             _isinstance=isinstance, _str=str, _bytes=bytes, _len=len, _startswith=str.startswith,
+             _bstartswith=bytes.startswith):
+        if event in _events or _startswith(event, "ctypes."):
+            raise _err("blocked by the sandbox: " + event)
+        if event == "sys._getframe" and args and args[0].f_code.co_filename in _trusted:
+            raise _err("blocked by the sandbox: harness frame")
+        if event == "object.__getattr__" and _len(args) > 1 and args[1] in _frames:
+            raise _err("blocked by the sandbox: frame access")
+        if (event == "object.__setattr__" or event == "object.__delattr__") and _len(args) > 1 and args[1] == "__code__":
+            raise _err("blocked by the sandbox: code replacement")
+        if event == "open" and args:
+            path = args[0]
+            if (_isinstance(path, _str) and _startswith(path, "/proc")) or (_isinstance(path, _bytes) and _bstartswith(path, b"/proc")):
+                raise _err("blocked by the sandbox: /proc")
+
+    sys.addaudithook(hook)
+
+
+def plain_checker(_type, _isinstance, _all, _len):
+    atoms = frozenset([int, float, complex, str, bytes, bool, type(None)])
+    seqs = frozenset([list, tuple, set, frozenset])
+
+    def plain(x, depth=0):
+        t = _type(x)
+        if t in atoms:
+            return True
+        if depth > 64:
+            return False
+        if t in seqs:
+            return _all([plain(i, depth + 1) for i in x])
+        if t is dict:
+            return _all([plain(k, depth + 1) and plain(v, depth + 1) for k, v in x.items()])
+        return False
+
+    return plain
+
+
+def make_compare(plain, _bool):
+    import operator as op
+    table = {
+        "Eq": op.eq, "NotEq": op.ne, "Lt": op.lt, "LtE": op.le, "Gt": op.gt, "GtE": op.ge,
+        "Is": op.is_, "IsNot": op.is_not, "In": lambda a, b: op.contains(b, a),
+        "NotIn": lambda a, b: not op.contains(b, a),
+    }
+
+    def compare(ops, values):
+        # Only plain data (exact builtin types, recursively) is compared: objects whose __eq__
+        # or __lt__ always answer True cannot pass a test.
+        for v in values:
+            if not plain(v):
+                return False
+        for i, name in enumerate(ops):
+            if not _bool(table[name](values[i], values[i + 1])):
+                return False
+        return True
+
+    def truth(value):
+        if not plain(value):
+            raise AssertionError("assert on a value that is not plain data")
+        return _bool(value)
+
+    return compare, truth
+
+
+def make_call_check(plain, program_ns, _type):
+    import types
+    functions = (types.FunctionType, types.MethodType)
+    generator = types.GeneratorType
+
+    def call(fn, *args, **kwargs):
+        # Values returned by the program's functions must be plain data (or a generator): objects
+        # that answer every comparison or arithmetic with what the test wants cannot pass.
+        result = fn(*args, **kwargs)
+        t = _type(fn)
+        if t in functions:
+            owner = fn.__func__ if t is types.MethodType else fn
+            if owner.__globals__ is program_ns and _type(result) is not generator and not plain(result):
+                raise AssertionError("the program returned a " + _type(result).__name__ + ", not plain data")
+        return result
+
+    return call
+
+
+class Rewriter(ast.NodeTransformer):
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        call = ast.Call(ast.Name("__verity_call__", ast.Load()), [node.func] + list(node.args), list(node.keywords))
+        return ast.copy_location(call, node)
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        ops = ast.Tuple([ast.Constant(type(o).__name__) for o in node.ops], ast.Load())
+        values = ast.List([node.left] + list(node.comparators), ast.Load())
+        return ast.copy_location(ast.Call(ast.Name("__verity_cmp__", ast.Load()), [ops, values], []), node)
+
+    def visit_Assert(self, node):
+        self.generic_visit(node)
+        node.test = ast.copy_location(ast.Call(ast.Name("__verity_truth__", ast.Load()), [node.test], []), node.test)
+        return node
+
+
+def is_test_statement(stmt):
+    return not isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Pass))
+
+
+def describe(e):
+    return (type(e).__name__ + ": " + str(e))[:300]
+
+
+def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
+    clean_builtins = dict(builtins.__dict__)
+    try:
+        tree = ast.parse(request["tests"], "<tests>")
+    except SyntaxError as e:
+        emit("tests_invalid", message=describe(e))
+        return
+    statements = [Rewriter().visit(s) for s in tree.body]
+    tests = [i for i, s in enumerate(statements) if is_test_statement(s)]
+    emit("plan", total=len(tests))
+    plain = plain_checker(_type, _isinstance, _all, _len)
+    compare, truth = make_compare(plain, _bool)
+    compiled = []
+    for s in statements:
+        module = ast.fix_missing_locations(ast.Module([s], []))
+        compiled.append(compile(module, "<tests>", "exec"))
+    program_ns = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(compile(request["program"], "solution.py", "exec"), program_ns)
+        loaded = None
+    except BaseException as e:  # noqa: B036 - SystemExit and friends are failures too
+        loaded = describe(e)
+    if loaded is not None:
+        emit("program_error", message=loaded)
+    test_ns = dict(program_ns)
+    test_ns["__builtins__"] = clean_builtins
+    test_ns["__name__"] = "__tests__"
+    test_ns["__verity_cmp__"] = compare
+    test_ns["__verity_truth__"] = truth
+    call_check = make_call_check(plain, program_ns, _type)
+    test_ns["__verity_call__"] = call_check
+    for index, code in enumerate(compiled):
+        counted = index in tests
+        if loaded is not None:
+            if counted:
+                emit("test", index=index, passed=False, message="program failed to load")
+            continue
+        try:
+            exec(code, test_ns)
+            ok, message = True, ""
+        except BaseException as e:  # noqa: B036
+            ok, message = False, describe(e)
+        test_ns["__verity_cmp__"] = compare
+        test_ns["__verity_truth__"] = truth
+        test_ns["__verity_call__"] = call_check
+        if counted:
+            emit("test", index=index, passed=ok, message=message)
+
+
+def run_grade(request, emit, _type, _float, _int, _bool):
+    namespace = {"__name__": "grader", "__builtins__": builtins}
+    try:
+        exec(compile(request["program"], "grader.py", "exec"), namespace)
+        grade = namespace["grade"]
+        value = grade(request["sample"], request["item"])
+    except BaseException as e:  # noqa: B036
+        emit("grade_error", message=describe(e))
+        return
+    if _type(value) not in (_float, _int, _bool):
+        emit("grade_error", message="grade() returned " + _type(value).__name__ + ", not a number")
+        return
+    emit("grade", score=_float(value))
+
+
+def run_cases(request, emit):
+    import signal
+    import subprocess
+    with open("/work/main.py", "w") as f:
+        f.write(request["program"])
+    cap = request["max_case_output"]
+    deadline = request["case_timeout_s"]
+    for index, stdin_text in enumerate(request["inputs"]):
+        with open("/work/in.txt", "w") as f:
+            f.write(stdin_text)
+        out_path = "/work/out_%d.txt" % index
+        timed_out = False
+        with open("/work/in.txt", "rb") as fin, open(out_path, "wb") as fout:
+            proc = subprocess.Popen([sys.executable, "-I", "/work/main.py"], stdin=fin, stdout=fout,
+                                    stderr=subprocess.DEVNULL, cwd="/work", start_new_session=True)
+            try:
+                proc.wait(timeout=deadline)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+        with open(out_path, "rb") as f:
+            out = f.read(cap + 1)
+        os.unlink(out_path)
+        emit("case", index=index, stdout=out[:cap].decode("utf-8", "replace"), truncated=len(out) > cap,
+             returncode=proc.returncode, timed_out=timed_out)
+
+
+main()
