@@ -3,11 +3,13 @@
 //! Entry points: [`Grader::from_json`] then [`Grader::grade`]; [`GraderPool`] grades batches in
 //! parallel; [`cli`] holds what `verity graders run|validate` and `verity bench graders` call.
 
+pub mod cli;
 pub mod code;
 pub mod formula;
 pub mod grader;
 pub mod graders;
 pub mod math;
+pub mod pool;
 pub mod python;
 pub mod result;
 pub mod sample;
@@ -16,6 +18,7 @@ pub mod spec;
 pub mod template;
 
 pub use grader::{Grader, InvalidGrader, SpecError};
+pub use pool::GraderPool;
 pub use result::{ErrorKind, GradeError, GradeResult};
 pub use sample::Sample;
 pub use sandbox::SandboxConfig;

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Why a grading could not be done (never a wrong answer; counted and reported upstream).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// A template named a field the item or sample lacks.
@@ -21,6 +21,8 @@ pub enum ErrorKind {
     BadItem,
     /// A formula could not be evaluated (division by zero, NaN).
     Formula,
+    /// A bug in Verity itself (a grading panicked); never expected.
+    Internal,
 }
 
 /// An infrastructure error attached to a grading.

@@ -3,40 +3,16 @@
 use verity_verifiers::math;
 use verity_verifiers::spec::MathExtract;
 
-/// (expected, reference, response) rows of `tests/data/math_cases.tsv`.
-pub fn cases() -> Vec<(bool, String, String)> {
-    include_str!("data/math_cases.tsv")
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let mut parts = l.splitn(3, '\t');
-            let expected = parts.next().expect("expected column") == "1";
-            let reference = parts.next().expect("reference column").to_string();
-            let response = parts.next().expect("response column").to_string();
-            (expected, reference, response)
-        })
-        .collect()
-}
-
-fn as_completion(response: &str) -> String {
-    let full = response.contains("\\boxed") || response.contains("\\fbox") || response.contains("<answer>") || response.contains("answer") || response.contains(' ') && response.chars().filter(|c| c.is_alphabetic()).count() > 12;
-    if full {
-        response.to_string()
-    } else {
-        format!("\\boxed{{{response}}}")
-    }
-}
-
 #[test]
 fn table_of_at_least_200_cases() {
-    let cases = cases();
+    let cases = math::cases::table();
     assert!(cases.len() >= 200, "only {} cases", cases.len());
     let mut failures = Vec::new();
-    for (expected, reference, response) in &cases {
-        let result = math::grade(&as_completion(response), reference, MathExtract::Auto);
+    for case in &cases {
+        let result = math::grade(&case.completion(), &case.reference, MathExtract::Auto);
         assert!(result.error.is_none());
-        if (result.score == 1.0) != *expected {
-            failures.push(format!("expected {expected}: ref {reference:?} resp {response:?} -> {} ({})", result.score, result.reason));
+        if (result.score == 1.0) != case.expected {
+            failures.push(format!("{case:?} -> {} ({})", result.score, result.reason));
         }
     }
     assert!(failures.is_empty(), "{} of {} cases wrong:\n{}", failures.len(), cases.len(), failures.join("\n"));

@@ -4,6 +4,7 @@
 //! comparison is safe on any thread without signals or timeouts; nothing is ever `eval`ed.
 
 pub mod answer;
+pub mod cases;
 pub mod expr;
 pub mod extract;
 pub mod normalize;
