@@ -50,7 +50,7 @@ enum Compiled {
     Math { input: Template, reference: Template, extract: MathExtract },
     Code { input: Template, tests: Option<Template>, cases: Option<Template>, scoring: CodeScoring, limits: code::Limits },
     Format { input: Template, preset: FormatPreset, regex: Option<Regex> },
-    Constraints { input: Template, checks: Vec<ConstraintCheck>, scoring: CodeScoring },
+    Constraints { input: Template, checks: Vec<ConstraintCheck>, checks_from: Option<Template>, scoring: CodeScoring },
 }
 
 impl Grader {
@@ -104,7 +104,8 @@ impl Grader {
             Compiled::Code { input, tests, cases, .. } => {
                 std::iter::once(input).chain(tests.iter()).chain(cases.iter()).collect()
             }
-            Compiled::Format { input, .. } | Compiled::Constraints { input, .. } => vec![input],
+            Compiled::Format { input, .. } => vec![input],
+            Compiled::Constraints { input, checks_from, .. } => std::iter::once(input).chain(checks_from.iter()).collect(),
             Compiled::Python { .. } => vec![],
             Compiled::Multi { graders, .. } => {
                 graders.values().for_each(|g| g.collect_item_fields(out));
@@ -165,8 +166,24 @@ impl Grader {
                     (FormatPreset::Regex, None) => GradeResult::failed(ErrorKind::BadItem, "regex preset without pattern"),
                 }
             }
-            Compiled::Constraints { input, checks, scoring } => {
-                constraints::grade(&input.render(item, sample)?, checks, *scoring)
+            Compiled::Constraints { input, checks, checks_from, scoring } => {
+                let text = input.render(item, sample)?;
+                match checks_from {
+                    None => constraints::grade(&text, checks, *scoring),
+                    Some(template) => {
+                        let value = match template.resolve_single(item, sample) {
+                            Some(value) => value?,
+                            None => Value::String(template.render(item, sample)?),
+                        };
+                        match row_checks(value) {
+                            Ok(extra) => {
+                                let all: Vec<ConstraintCheck> = checks.iter().cloned().chain(extra).collect();
+                                constraints::grade(&text, &all, *scoring)
+                            }
+                            Err(message) => GradeResult::failed(ErrorKind::BadItem, message),
+                        }
+                    }
+                }
             }
             Compiled::Code { input, tests, cases, scoring, limits } => {
                 let completion = input.render(item, sample)?;
@@ -184,6 +201,16 @@ impl Grader {
             Compiled::Multi { graders, formula, range } => grade_multi(graders, formula, *range, item, sample),
         })
     }
+}
+
+/// Per-row constraint checks: a JSON array of checks or its JSON text.
+fn row_checks(value: Value) -> Result<Vec<ConstraintCheck>, String> {
+    let value = match value {
+        Value::String(text) => serde_json::from_str(&text).map_err(|e| format!("checks_from is not JSON: {e}"))?,
+        other => other,
+    };
+    serde_path_to_error::deserialize::<_, Vec<ConstraintCheck>>(value)
+        .map_err(|e| format!("checks_from: invalid check at '{}': {}", e.path(), e.inner()))
 }
 
 fn grade_multi(
@@ -406,7 +433,15 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
                     }
                 }
             }
-            Compiled::Constraints { input: template(&s.input, p("input"), errors), checks: s.checks.clone(), scoring: s.scoring }
+            if s.checks.is_empty() && s.checks_from.is_none() {
+                errors.push(SpecError { path: p("checks"), message: "give 'checks', 'checks_from' or both".into() });
+            }
+            Compiled::Constraints {
+                input: template(&s.input, p("input"), errors),
+                checks: s.checks.clone(),
+                checks_from: s.checks_from.as_ref().map(|t| template(t, p("checks_from"), errors)),
+                scoring: s.scoring,
+            }
         }
     })
 }

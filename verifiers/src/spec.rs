@@ -261,8 +261,12 @@ pub struct ConstraintsSpec {
     /// Template of the checked text (default `{{sample.output_text}}`).
     #[serde(default = "default_output_template")]
     pub input: String,
-    /// The checks.
+    /// The checks (fixed for every row).
+    #[serde(default)]
     pub checks: Vec<ConstraintCheck>,
+    /// Template of per-row checks (e.g. `{{item.constraints}}`): a JSON array of checks, added to `checks`.
+    #[serde(default)]
+    pub checks_from: Option<String>,
     /// all_pass (default: 1 only when every check holds) or fraction.
     #[serde(default)]
     pub scoring: CodeScoring,

@@ -85,3 +85,14 @@ fn text_similarity_threshold() {
     assert_eq!(grade(spec.clone(), json!({"r":"hello world"}), "hello world").score, 1.0);
     assert_eq!(grade(spec, json!({"r":"hello world"}), "goodbye").score, 0.0);
 }
+
+#[test]
+fn constraints_can_come_from_the_row() {
+    let spec = json!({"type": "constraints", "checks": [{"check": "lowercase"}], "checks_from": "{{item.constraints}}", "scoring": "fraction"});
+    let item = json!({"constraints": [{"check": "word_count", "max": 3}, {"check": "include_keywords", "keywords": ["cat"]}]});
+    let r = grade(spec.clone(), item, "the cat sat down");
+    assert!((r.score - 2.0 / 3.0).abs() < 1e-9, "{r:?}");
+    let r = grade(spec, json!({"constraints": [{"check": "nonsense"}]}), "x");
+    assert_eq!(r.error.unwrap().kind, ErrorKind::BadItem);
+    assert!(Grader::from_json(r#"{"type":"constraints"}"#).is_err());
+}
