@@ -8,6 +8,8 @@ use thiserror::Error;
 const MAX_FORMULA_LEN: usize = 4096;
 /// Deepest nesting accepted.
 const MAX_DEPTH: usize = 64;
+/// Most operations accepted (bounds the tree depth, hence evaluation recursion).
+const MAX_NODES: usize = 512;
 
 /// A formula that could not be parsed or evaluated.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -49,7 +51,7 @@ impl Formula {
         if text.len() > MAX_FORMULA_LEN {
             return Err(FormulaError::Syntax { at: 0, message: "formula too long".into() });
         }
-        let mut parser = Parser { bytes: text.as_bytes(), pos: 0 };
+        let mut parser = Parser { bytes: text.as_bytes(), pos: 0, nodes: 0 };
         let formula = parser.sum(0)?;
         parser.skip_spaces();
         if parser.pos != parser.bytes.len() {
@@ -122,11 +124,20 @@ impl Formula {
 struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
+    nodes: usize,
 }
 
 impl Parser<'_> {
     fn error(&self, message: &str) -> FormulaError {
         FormulaError::Syntax { at: self.pos, message: message.to_string() }
+    }
+
+    fn node(&mut self) -> Result<(), FormulaError> {
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            return Err(self.error("formula too large"));
+        }
+        Ok(())
     }
 
     fn skip_spaces(&mut self) {
@@ -144,6 +155,7 @@ impl Parser<'_> {
         let mut left = self.product(depth)?;
         while let Some(op @ (b'+' | b'-')) = self.peek() {
             self.pos += 1;
+            self.node()?;
             let right = self.product(depth)?;
             left = Formula::Binary(op as char, Box::new(left), Box::new(right));
         }
@@ -154,6 +166,7 @@ impl Parser<'_> {
         let mut left = self.unary(depth)?;
         while let Some(op @ (b'*' | b'/')) = self.peek() {
             self.pos += 1;
+            self.node()?;
             let right = self.unary(depth)?;
             left = Formula::Binary(op as char, Box::new(left), Box::new(right));
         }
@@ -167,6 +180,7 @@ impl Parser<'_> {
         match self.peek() {
             Some(b'-') => {
                 self.pos += 1;
+                self.node()?;
                 Ok(Formula::Neg(Box::new(self.unary(depth + 1)?)))
             }
             Some(b'+') => {
@@ -269,6 +283,8 @@ mod tests {
         }
         let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
         assert!(Formula::parse(&deep).is_err());
+        let long = "1+".repeat(1000) + "1";
+        assert!(Formula::parse(&long).is_err());
     }
 
     #[test]

@@ -58,3 +58,24 @@ fn hostile_answers_are_bounded() {
     let big_fact = "\\boxed{(10^{6})!}";
     assert_eq!(math::grade(big_fact, "1", MathExtract::Auto).score, 0.0);
 }
+
+#[test]
+fn longest_accepted_answers_fit_a_small_stack() {
+    let long_sum = format!("\\boxed{{{}1}}", "1+".repeat(495));
+    let long_product = format!("\\boxed{{{}}}", "x".repeat(990));
+    let nested = format!("\\boxed{{{}1{}}}", "(".repeat(95), ")".repeat(95));
+    let shallow = format!("\\boxed{{{}1{}}}", "(".repeat(20), ")".repeat(20));
+    let handle = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            for text in [long_sum, long_product, nested] {
+                let r = math::grade(&text, "496", MathExtract::Auto);
+                assert!(r.error.is_none());
+            }
+            let moderate = format!("\\boxed{{{}1}}", "1+".repeat(99));
+            assert_eq!(math::grade(&shallow, "1", MathExtract::Auto).score, 1.0);
+            math::grade(&moderate, "100", MathExtract::Auto).score
+        })
+        .unwrap();
+    assert_eq!(handle.join().expect("no stack overflow"), 1.0);
+}

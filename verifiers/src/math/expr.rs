@@ -5,8 +5,10 @@ use num_bigint::BigInt;
 use num_rational::BigRational;
 use num_traits::{One, Signed, ToPrimitive, Zero};
 
-/// Deepest nesting the parser accepts.
-const MAX_DEPTH: usize = 100;
+/// Deepest nesting the parser accepts (keeps recursion far from any thread's stack limit).
+const MAX_DEPTH: usize = 50;
+/// Most operator nodes in one expression (bounds the tree depth, hence evaluation recursion).
+const MAX_NODES: usize = 256;
 /// Longest number literal accepted (digits).
 const MAX_DIGITS: usize = 400;
 /// Largest result, in bits, of an exact power.
@@ -248,6 +250,7 @@ impl Expr {
 pub struct Parser {
     toks: Vec<Tok>,
     pos: usize,
+    nodes: usize,
 }
 
 fn b(e: Expr) -> Box<Expr> {
@@ -257,7 +260,7 @@ fn b(e: Expr) -> Box<Expr> {
 impl Parser {
     /// A parser over `toks`.
     pub fn new(toks: Vec<Tok>) -> Self {
-        Self { toks, pos: 0 }
+        Self { toks, pos: 0, nodes: 0 }
     }
 
     /// Whether every token was consumed.
@@ -277,6 +280,12 @@ impl Parser {
         t
     }
 
+    /// Counts one operator node; `None` past the limit.
+    fn node(&mut self) -> Option<()> {
+        self.nodes += 1;
+        (self.nodes <= MAX_NODES).then_some(())
+    }
+
     fn eat(&mut self, c: char) -> bool {
         if self.peek() == Some(&Tok::Sym(c)) {
             self.pos += 1;
@@ -294,8 +303,10 @@ impl Parser {
         let mut left = self.product(depth + 1)?;
         loop {
             if self.eat('+') {
+                self.node()?;
                 left = Expr::Add(b(left), b(self.product(depth + 1)?));
             } else if self.eat('-') {
+                self.node()?;
                 left = Expr::Sub(b(left), b(self.product(depth + 1)?));
             } else {
                 return Some(left);
@@ -316,10 +327,13 @@ impl Parser {
         let mut left = self.unary(depth)?;
         loop {
             if self.eat('*') {
+                self.node()?;
                 left = Expr::Mul(b(left), b(self.unary(depth)?));
             } else if self.eat('/') {
+                self.node()?;
                 left = Expr::Div(b(left), b(self.unary(depth)?));
             } else if self.starts_atom() {
+                self.node()?;
                 left = Expr::Mul(b(left), b(self.power(depth)?));
             } else {
                 return Some(left);
@@ -332,6 +346,7 @@ impl Parser {
             return None;
         }
         if self.eat('-') {
+            self.node()?;
             return Some(Expr::Neg(b(self.unary(depth + 1)?)));
         }
         if self.eat('+') {
@@ -343,6 +358,7 @@ impl Parser {
     fn power(&mut self, depth: usize) -> Option<Expr> {
         let base = self.postfix(depth)?;
         if self.eat('^') {
+            self.node()?;
             let exponent = self.script(depth + 1)?;
             let e = Expr::Pow(b(base), b(exponent));
             return self.postfix_ops(e);
@@ -383,8 +399,10 @@ impl Parser {
     fn postfix_ops(&mut self, mut e: Expr) -> Option<Expr> {
         loop {
             if self.eat('!') {
+                self.node()?;
                 e = Expr::Factorial(b(e));
             } else if self.eat('%') {
+                self.node()?;
                 e = Expr::Percent(b(e));
             } else {
                 return Some(e);
@@ -401,6 +419,7 @@ impl Parser {
         if depth > MAX_DEPTH {
             return None;
         }
+        self.node()?;
         match self.bump()? {
             Tok::Num(n) => {
                 let value = Expr::Num(parse_number(&n)?);
@@ -773,7 +792,7 @@ mod tests {
         assert!(v.f().is_infinite());
         let mut p = Parser::new(tokenize("(((((((((((1)))))))))))").unwrap());
         assert!(p.sum(0).is_some());
-        let deep = format!("{}1{}", "(".repeat(500), ")".repeat(500));
+        let deep = format!("{}1{}", "(".repeat(60), ")".repeat(60));
         assert!(Parser::new(tokenize(&deep).unwrap()).sum(0).is_none());
     }
 }
