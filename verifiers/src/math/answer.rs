@@ -34,12 +34,17 @@ pub enum Answer {
     Set(Vec<Answer>),
     /// A union of intervals.
     Union(Vec<Answer>),
+    /// A matrix or vector (`\begin{pmatrix}…\end{pmatrix}`), rows of cells.
+    Matrix(Vec<Vec<Answer>>),
     /// Anything else, compared as normalised text.
     Text(String),
 }
 
 /// Parses a raw answer (LaTeX or plain).
 pub fn parse_answer(raw: &str) -> Answer {
+    if let Some(matrix) = parse_matrix(raw) {
+        return matrix;
+    }
     let normalized = normalize(raw);
     if is_prose(&normalized) {
         return Answer::Text(canonical_text(&normalized));
@@ -48,6 +53,25 @@ pub fn parse_answer(raw: &str) -> Answer {
         Some(toks) if !toks.is_empty() => structure(&toks, 0).unwrap_or_else(|| Answer::Text(canonical_text(&normalized))),
         _ => Answer::Text(canonical_text(&normalized)),
     }
+}
+
+/// `\begin{pmatrix} a & b \\ c & d \end{pmatrix}` (and bmatrix, matrix, …) as rows of cells.
+fn parse_matrix(raw: &str) -> Option<Answer> {
+    static MATRIX: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?s)^[\s$]*\\begin\{[pbBvV]?matrix\}(.*)\\end\{[pbBvV]?matrix\}[\s$.]*$")
+            .unwrap_or_else(|e| panic!("static regex: {e}"))
+    });
+    let body = MATRIX.captures(raw.trim())?.get(1)?.as_str();
+    if body.contains("\\begin") {
+        return None;
+    }
+    let rows: Vec<Vec<Answer>> = body
+        .split("\\\\")
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|row| row.split('&').map(parse_answer).collect())
+        .collect();
+    (!rows.is_empty() && rows.len() <= MAX_ITEMS).then_some(Answer::Matrix(rows))
 }
 
 /// Letters and spaces only, with a word of two or more letters: a word answer, not a product.
@@ -111,6 +135,21 @@ fn structure(toks: &[Tok], depth: usize) -> Option<Answer> {
     if depth > 8 || toks.is_empty() {
         return None;
     }
+    // a \pm b: both signs
+    let pm: Vec<usize> = toks.iter().enumerate().filter(|(_, t)| **t == Tok::Sym('±')).map(|(i, _)| i).collect();
+    if pm.len() == 1 && split_top(toks, |t| *t == Tok::Sym('±')).len() == 2 {
+        let with = |sign: char| {
+            let mut v = toks.to_vec();
+            v[pm[0]] = Tok::Sym(sign);
+            v
+        };
+        let plus = structure(&with('+'), depth + 1)?;
+        let minus = structure(&with('-'), depth + 1)?;
+        return Some(Answer::Set(vec![plus, minus]));
+    }
+    if let Some(interval) = inequality(toks) {
+        return Some(interval);
+    }
     // a or b, a and b, a; b
     let alternatives = split_top(toks, |t| matches!(t, Tok::Word(_) | Tok::Sym(';')));
     if alternatives.len() > 1 {
@@ -157,6 +196,51 @@ fn structure(toks: &[Tok], depth: usize) -> Option<Answer> {
     expression(toks).map(Answer::Expr)
 }
 
+fn is_relation(t: &Tok) -> bool {
+    matches!(t, Tok::Sym('<' | '>' | '≤' | '≥'))
+}
+
+/// `x > 3`, `3 \le x`, `1 < x \le 5` as the interval they describe.
+fn inequality(toks: &[Tok]) -> Option<Answer> {
+    let ops: Vec<&Tok> = toks.iter().filter(|t| is_relation(t)).collect();
+    if ops.is_empty() || ops.len() > 2 {
+        return None;
+    }
+    let parts = split_top(toks, is_relation);
+    if parts.len() != ops.len() + 1 {
+        return None;
+    }
+    let is_var = |p: &[Tok]| matches!(p, [Tok::Ident(_)]);
+    let inf = || Expr::Inf;
+    let neg_inf = || Expr::Neg(Box::new(Expr::Inf));
+    let strict = |t: &Tok| matches!(t, Tok::Sym('<' | '>'));
+    let less = |t: &Tok| matches!(t, Tok::Sym('<' | '≤'));
+    let interval = |lo: Expr, lo_open: bool, hi: Expr, hi_open: bool| Answer::Bracketed {
+        open: if lo_open { '(' } else { '[' },
+        close: if hi_open { ')' } else { ']' },
+        items: vec![Answer::Expr(lo), Answer::Expr(hi)],
+    };
+    match (parts.as_slice(), ops.as_slice()) {
+        ([x, bound], [op]) if is_var(x) => {
+            let b = expression(bound)?;
+            Some(if less(op) { interval(neg_inf(), true, b, strict(op)) } else { interval(b, strict(op), inf(), true) })
+        }
+        ([bound, x], [op]) if is_var(x) => {
+            let b = expression(bound)?;
+            Some(if less(op) { interval(b, strict(op), inf(), true) } else { interval(neg_inf(), true, b, strict(op)) })
+        }
+        ([a, x, c], [op1, op2]) if is_var(x) && less(op1) == less(op2) => {
+            let (a, c) = (expression(a)?, expression(c)?);
+            Some(if less(op1) {
+                interval(a, strict(op1), c, strict(op2))
+            } else {
+                interval(c, strict(op2), a, strict(op1))
+            })
+        }
+        _ => None,
+    }
+}
+
 fn list(parts: Vec<&[Tok]>, depth: usize, make: fn(Vec<Answer>) -> Answer) -> Option<Answer> {
     if parts.len() > MAX_ITEMS {
         return None;
@@ -186,8 +270,7 @@ fn equiv(a: &Answer, b: &Answer, budget: &mut u32) -> bool {
     match (a, b) {
         (Expr(x), Expr(y)) => expr_equiv(x, y, budget),
         (Equation(l, r), Expr(e)) | (Expr(e), Equation(l, r)) => {
-            (matches!(l, super::expr::Expr::Var(_)) && expr_equiv(r, e, budget))
-                || (matches!(r, super::expr::Expr::Var(_)) && expr_equiv(l, e, budget))
+            (is_name(l) && expr_equiv(r, e, budget)) || (is_name(r) && expr_equiv(l, e, budget))
         }
         (Equation(l1, r1), Equation(l2, r2)) => {
             if l1 == l2 && expr_equiv(r1, r2, budget) {
@@ -207,7 +290,20 @@ fn equiv(a: &Answer, b: &Answer, budget: &mut u32) -> bool {
         (Set(i1), Set(i2)) | (Union(i1), Union(i2)) => unordered_equiv(i1, i2, budget),
         (Set(items), other) | (other, Set(items)) if items.len() == 1 => equiv(&items[0], other, budget),
         (Union(items), other) | (other, Union(items)) if items.len() == 1 => equiv(&items[0], other, budget),
+        (Matrix(r1), Matrix(r2)) => {
+            r1.len() == r2.len()
+                && r1.iter().zip(r2).all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| equiv(x, y, budget)))
+        }
         (Text(x), Text(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// A name on the left of `=`: `x`, or function notation `f(x)`.
+fn is_name(e: &Expr) -> bool {
+    match e {
+        Expr::Var(_) => true,
+        Expr::Mul(f, x) => matches!((&**f, &**x), (Expr::Var(_), Expr::Var(_))),
         _ => false,
     }
 }

@@ -119,6 +119,8 @@ pub fn tokenize(s: &str) -> Option<Vec<Tok>> {
                 | '<' | '>' | ';' => c,
                 '≤' => '≤',
                 '≥' => '≥',
+                '±' => '±',
+                '&' => '&',
                 '·' | '⋅' => '*',
                 '∪' => '∪',
                 '√' => {
@@ -145,6 +147,7 @@ fn command_token(name: &str) -> Option<Tok> {
         "cdot" | "times" | "ast" => Tok::Sym('*'),
         "div" => Tok::Sym('/'),
         "cup" => Tok::Sym('∪'),
+        "pm" => Tok::Sym('±'),
         "le" | "leq" | "leqslant" => Tok::Sym('≤'),
         "ge" | "geq" | "geqslant" => Tok::Sym('≥'),
         "lt" => Tok::Sym('<'),
@@ -525,11 +528,20 @@ impl Parser {
         })
     }
 
+    /// A function argument: a parenthesised group, or a bare implicit product (`\sin 2x` is
+    /// sin(2x)) that stops at the next function (`\sin x \cos x` is sin(x)·cos(x)).
     fn func_arg(&mut self, depth: usize) -> Option<Expr> {
-        match self.peek()? {
-            Tok::Sym('(') | Tok::Sym('{') => self.power(depth + 1),
-            _ => self.power(depth + 1),
+        if matches!(self.peek()?, Tok::Sym('(') | Tok::Sym('{')) {
+            return self.power(depth + 1);
         }
+        let mut arg = self.power(depth + 1)?;
+        while matches!(self.peek(), Some(Tok::Num(_) | Tok::Ident(_)))
+            || matches!(self.peek(), Some(Tok::Cmd(c)) if matches!(c.as_str(), "pi" | "frac" | "sqrt"))
+        {
+            self.node()?;
+            arg = Expr::Mul(b(arg), b(self.power(depth + 1)?));
+        }
+        Some(arg)
     }
 }
 

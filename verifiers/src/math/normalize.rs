@@ -12,14 +12,17 @@ fn re(pattern: &str) -> Regex {
 
 /// Unit and currency words dropped after a number.
 const UNITS: &[&str] = &[
-    "units", "unit", "square", "sq", "cubic", "cm", "mm", "km", "m", "meters", "meter", "metres", "metre",
-    "centimeters", "centimeter", "kilometers", "kilometer", "inches", "inch", "in", "feet", "foot", "ft", "yards",
-    "yard", "yd", "miles", "mile", "mi", "mph", "kg", "g", "grams", "gram", "kilograms", "pounds", "pound", "lbs",
-    "lb", "ounces", "ounce", "oz", "liters", "liter", "litres", "l", "ml", "gallons", "gallon", "seconds", "second",
-    "sec", "s", "minutes", "minute", "min", "hours", "hour", "hrs", "hr", "h", "days", "day", "weeks", "week",
+    "units", "unit", "square", "sq", "cubic", "cm", "mm", "km", "meters", "meter", "metres", "metre",
+    "centimeters", "centimeter", "kilometers", "kilometer", "inches", "inch", "feet", "foot", "yards",
+    "yard", "yd", "miles", "mile", "mi", "mph", "kg", "grams", "gram", "kilograms", "pounds", "pound", "lbs",
+    "lb", "ounces", "ounce", "oz", "liters", "liter", "litres", "ml", "gallons", "gallon", "seconds", "second",
+    "sec", "minutes", "minute", "min", "hours", "hour", "hrs", "hr", "days", "day", "weeks", "week",
     "months", "month", "years", "year", "dollars", "dollar", "cents", "cent", "euros", "euro", "degrees", "degree",
     "deg", "people", "students", "apples", "marbles", "times", "ways", "points", "percent",
 ];
+
+/// One-letter units, dropped only after a bare number (`5 m`), never after an expression (`r^2 h`).
+const SHORT_UNITS: &[&str] = &["m", "g", "s", "h", "l", "in", "ft"];
 
 /// Applies every normalisation; the result is what the parser sees.
 pub fn normalize(raw: &str) -> String {
@@ -104,6 +107,12 @@ fn strip_units(s: &str) -> String {
         }
         current = head;
     }
+    static SHORT: LazyLock<Regex> = LazyLock::new(|| {
+        re(&format!(r"^\s*(-?[\d.]+)\s+(?:{})(?:\s*\^\s*\{{?[23]\}}?)?\s*\.?\s*$", SHORT_UNITS.join("|")))
+    });
+    if let Some(c) = SHORT.captures(&current) {
+        return c[1].to_string();
+    }
     current
 }
 
@@ -121,5 +130,7 @@ mod tests {
         assert_eq!(normalize(r"\dfrac{1}{2}"), r"\frac{1}{2}");
         assert_eq!(normalize(r"\text{(A)}"), "(A)");
         assert_eq!(normalize(r"1{,}000"), "1000");
+        assert_eq!(normalize(r"5 m"), "5");
+        assert_eq!(normalize(r"\pi r^2 h"), r"\pi r^2 h");
     }
 }
