@@ -294,3 +294,17 @@ fn python_grader_scores_and_reports_its_own_failures() {
     let slow = python_grader("def grade(sample, item):\n    while True:\n        pass");
     assert_eq!(slow.grade(&item, &sample).error.map(|e| e.kind), Some(ErrorKind::Timeout));
 }
+
+#[test]
+fn walking_frames_from_program_code_finds_no_test_namespace() {
+    // the program's frames lead back to thread start-up only, never to the tests
+    let program = "import sys\ndef f(x):\n    frame = sys._getframe(0)\n    while frame is not None:\n        g = frame.f_globals\n        if '__verity_cmp__' in g:\n            g['__verity_cmp__'] = lambda *a: True\n            g['__verity_truth__'] = lambda v: True\n        frame = frame.f_back\n    return 0";
+    assert_wrong(&run(program, TESTS, 10_000).0);
+    let program = "import sys\nclass S:\n    def __init__(self):\n        frame = sys._getframe(0)\n        while frame is not None:\n            frame.f_globals['__verity_cmp__'] = lambda *a: True\n            frame = frame.f_back\n    def f(self, x):\n        return 0";
+    assert_wrong(&run(program, "assert S().f(1) == 2", 10_000).0);
+    let program = "import sys\ndef f(x):\n    frame = sys._getframe(0)\n    while frame is not None:\n        frame.f_globals['__verity_cmp__'] = lambda *a: True\n        frame = frame.f_back\n    yield 0";
+    assert_wrong(&run(program, "assert list(f(1)) == [2]", 10_000).0);
+    // a correct generator and a correct class still pass
+    assert_passes(&run("def f(x):\n    yield 2 * x", "assert list(f(1)) == [2]", 10_000).0);
+    assert_passes(&run("class S:\n    def f(self, x):\n        return 2 * x", "assert S().f(1) == 2\nassert sorted([3, 1], key=lambda v: S().f(v)) == [1, 3]", 10_000).0);
+}
