@@ -299,6 +299,15 @@ fn equiv(a: &Answer, b: &Answer, budget: &mut u32) -> bool {
     }
 }
 
+/// `Some(±1)` for a literal `\infty` / `-\infty`.
+fn infinity_sign(e: &Expr) -> Option<i8> {
+    match e {
+        Expr::Inf => Some(1),
+        Expr::Neg(inner) => infinity_sign(inner).map(|s| -s),
+        _ => None,
+    }
+}
+
 /// A name on the left of `=`: `x`, or function notation `f(x)`.
 fn is_name(e: &Expr) -> bool {
     match e {
@@ -376,6 +385,10 @@ fn value_equiv(x: &Expr, y: &Expr, budget: &mut u32) -> bool {
     if vars.is_empty() {
         let no_vars = |_: &str| None;
         return match (eval(x, &no_vars, budget), eval(y, &no_vars, budget)) {
+            // an overflow is not infinity: 2^{10000} and 3^{10000} must not compare equal
+            (Some(a), Some(b)) if !a.f().is_finite() || !b.f().is_finite() => {
+                infinity_sign(x).is_some() && infinity_sign(x) == infinity_sign(y)
+            }
             (Some(a), Some(b)) => values_equal(&a, &b),
             _ => false,
         };
