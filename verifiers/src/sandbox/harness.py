@@ -160,20 +160,15 @@ def make_compare(plain, _bool):
     return compare, truth
 
 
-def make_call_check(plain, program_ns, _type):
+def make_isolated_runner(_type):
+    """Runs a callable on a fresh thread and returns (ok, value or exception): program code run
+    this way has stack frames that lead back to thread start-up only, never to the harness."""
     import _thread
     import types
-    functions = (types.FunctionType, types.MethodType)
     generator = types.GeneratorType
-    _start_thread, _new_lock = _thread.start_new_thread, _thread.allocate_lock
-    _list = list
-    builtin_callables = frozenset(id(v) for v in builtins.__dict__.values() if callable(v))
+    _start_thread, _new_lock, _list = _thread.start_new_thread, _thread.allocate_lock, list
 
-    def call(fn, *args, **kwargs):
-        # Calls that may run program code run on a fresh thread: the program's frames then lead
-        # back to thread start-up only, never to the tests' frames or namespace.
-        if id(fn) in builtin_callables and plain(_list(args)) and plain(kwargs):
-            return fn(*args, **kwargs)
+    def run(fn, args, kwargs):
         box = {}
         finished = _new_lock()
         finished.acquire()
@@ -192,8 +187,25 @@ def make_call_check(plain, program_ns, _type):
         _start_thread(runner, ())
         finished.acquire()
         if "error" in box:
-            raise box["error"]
-        result = box.get("result")
+            return False, box["error"]
+        return True, box.get("result")
+
+    return run
+
+
+def make_call_check(plain, program_ns, _type, isolated):
+    import types
+    functions = (types.FunctionType, types.MethodType)
+    _list = list
+    builtin_callables = frozenset(id(v) for v in builtins.__dict__.values() if callable(v))
+
+    def call(fn, *args, **kwargs):
+        # Calls that may run program code run on a fresh thread (see make_isolated_runner).
+        if id(fn) in builtin_callables and plain(_list(args)) and plain(kwargs):
+            return fn(*args, **kwargs)
+        ok, result = isolated(fn, args, kwargs)
+        if not ok:
+            raise result
         # Values returned by the program's functions must be plain data: objects that answer
         # every comparison or arithmetic with what the test wants cannot pass.
         t = _type(fn)
@@ -229,8 +241,19 @@ def is_test_statement(stmt):
                                  ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Pass))
 
 
-def describe(e):
-    return (type(e).__name__ + ": " + str(e))[:300]
+BUILTIN_EXCEPTIONS = frozenset(v for v in builtins.__dict__.values() if isinstance(v, type) and issubclass(v, BaseException))
+
+
+def describe(e, _type=type, _len=len, _repr=repr, _str=str):
+    """A message for an exception that never runs program code (no __str__/__repr__ of its own)."""
+    t = _type(e)
+    if t not in BUILTIN_EXCEPTIONS:
+        return "an exception of a class defined by the program"
+    args = BaseException.__dict__["args"].__get__(e)
+    detail = ""
+    if _len(args) == 1 and _type(args[0]) in (_str, int, float):
+        detail = ": " + _str(args[0])[:300]
+    return t.__name__ + detail
 
 
 def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
@@ -246,14 +269,16 @@ def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
     plain = plain_checker(_type, _isinstance, _all, _len)
     compare, truth = make_compare(plain, _bool)
     program_ns = {"__name__": "solution", "__builtins__": builtins}
-    call_check = make_call_check(plain, program_ns, _type)
+    isolated = make_isolated_runner(_type)
+    call_check = make_call_check(plain, program_ns, _type, isolated)
     compiled = []
     for s in statements:
         module = ast.fix_missing_locations(ast.Module([s], []))
         compiled.append(compile(module, "<tests>", "exec"))
     try:
-        exec(compile(request["program"], "solution.py", "exec"), program_ns)
-        loaded = None
+        program = compile(request["program"], "solution.py", "exec")
+        ok, error = isolated(exec, (program, program_ns), {})
+        loaded = None if ok else describe(error)
     except BaseException as e:  # noqa: B036 - SystemExit and friends are failures too
         loaded = describe(e)
     if loaded is not None:
