@@ -320,3 +320,19 @@ fn module_code_cannot_reach_the_harness() {
     assert_wrong(&r);
     assert!(r.reason.contains("defined by the program"), "{r:?}");
 }
+
+#[test]
+fn test_helpers_cannot_be_patched_through_frames_or_finalisers() {
+    // a program object's finaliser runs while check() runs; it patches every namespace it can
+    // reach, but the tests' helpers are bound into the compiled test code, not looked up by name
+    let program = "import sys, gc\nclass S:\n    def f(self, x):\n        return 0\n    def __del__(self):\n        frame = sys._getframe(0)\n        while frame is not None:\n            for k in list(frame.f_globals):\n                if 'verity' in k:\n                    frame.f_globals[k] = lambda *a, **kw: True\n            frame = frame.f_back";
+    let tests = "def check():\n    assert S().f(1) == 2\n    assert S().f(2) == 4\ncheck()";
+    assert_wrong(&run(program, tests, 10_000).0);
+    let program = "import gc\ngc.enable()\ndef f(x):\n    gc.enable()\n    return 2 * x";
+    let (r, _) = run(program, TESTS, 10_000);
+    assert_wrong(&r);
+    assert!(r.reason.contains("garbage collector"), "{r:?}");
+    // attribute and item access on program objects still work for honest class-based tasks
+    let program = "class Box:\n    def __init__(self):\n        self.items = [1, 2, 3]\n    def __getitem__(self, i):\n        return self.items[i]\n    @property\n    def size(self):\n        return len(self.items)";
+    assert_passes(&run(program, "b = Box()\nassert b.size == 3\nassert b[1] == 2\nassert b.items == [1, 2, 3]", 10_000).0);
+}

@@ -115,18 +115,20 @@ def harden(request):
 
 
 def plain_checker(_type, _isinstance, _all, _len):
-    atoms = frozenset([int, float, complex, str, bytes, bool, type(None)])
-    seqs = frozenset([list, tuple, set, frozenset])
+    # identity checks only: `t in {...}` would hash t and could run a program metaclass
+    atoms = frozenset(id(t) for t in (int, float, complex, str, bytes, bool, type(None)))
+    seqs = frozenset(id(t) for t in (list, tuple, set, frozenset))
+    _id, _dict = id, dict
 
     def plain(x, depth=0):
-        t = _type(x)
+        t = _id(_type(x))
         if t in atoms:
             return True
         if depth > 64:
             return False
         if t in seqs:
             return _all([plain(i, depth + 1) for i in x])
-        if t is dict:
+        if t == _id(_dict):
             return _all([plain(k, depth + 1) and plain(v, depth + 1) for k, v in x.items()])
         return False
 
@@ -160,13 +162,19 @@ def make_compare(plain, _bool):
     return compare, truth
 
 
-def make_isolated_runner(_type):
+def make_isolated_runner(_type, plain):
     """Runs a callable on a fresh thread and returns (ok, value or exception): program code run
-    this way has stack frames that lead back to thread start-up only, never to the harness."""
+    this way has stack frames that lead back to thread start-up only, never to the harness.
+    Objects coming back are kept alive for the whole run, so their finalisers never run on a
+    harness thread; re-enabling the garbage collector is reported as tampering."""
     import _thread
+    import gc
     import types
     generator = types.GeneratorType
-    _start_thread, _new_lock, _list = _thread.start_new_thread, _thread.allocate_lock, list
+    _start_thread, _new_lock, _list, _isenabled, _disable = (
+        _thread.start_new_thread, _thread.allocate_lock, list, gc.isenabled, gc.disable)
+    keepalive = []
+    state = {"tampered": False}
 
     def run(fn, args, kwargs):
         box = {}
@@ -186,22 +194,30 @@ def make_isolated_runner(_type):
 
         _start_thread(runner, ())
         finished.acquire()
+        if _isenabled():
+            _disable()
+            state["tampered"] = True
         if "error" in box:
-            return False, box["error"]
-        return True, box.get("result")
+            error = box["error"]
+            keepalive.append(error)
+            return False, error
+        result = box.get("result")
+        if not plain(result):
+            keepalive.append(result)
+        return True, result
 
-    return run
+    return run, state
 
 
 def make_call_check(plain, program_ns, _type, isolated):
     import types
-    functions = (types.FunctionType, types.MethodType)
-    _list = list
+    function_type, method_type = types.FunctionType, types.MethodType
+    _list, _id, _getattr = list, id, getattr
     builtin_callables = frozenset(id(v) for v in builtins.__dict__.values() if callable(v))
 
     def call(fn, *args, **kwargs):
         # Calls that may run program code run on a fresh thread (see make_isolated_runner).
-        if id(fn) in builtin_callables and plain(_list(args)) and plain(kwargs):
+        if _id(fn) in builtin_callables and plain(_list(args)) and plain(kwargs):
             return fn(*args, **kwargs)
         ok, result = isolated(fn, args, kwargs)
         if not ok:
@@ -209,31 +225,82 @@ def make_call_check(plain, program_ns, _type, isolated):
         # Values returned by the program's functions must be plain data: objects that answer
         # every comparison or arithmetic with what the test wants cannot pass.
         t = _type(fn)
-        if t in functions:
-            owner = fn.__func__ if t is types.MethodType else fn
+        if t is function_type or t is method_type:
+            owner = fn.__func__ if t is method_type else fn
             if owner.__globals__ is program_ns and not plain(result):
-                raise AssertionError("the program returned a " + _type(result).__name__ + ", not plain data")
+                raise AssertionError("the program returned a non-plain value")
         return result
 
-    return call
+    def get_attr(obj, name):
+        if plain(obj):
+            return _getattr(obj, name)
+        ok, result = isolated(_getattr, (obj, name), {})
+        if not ok:
+            raise result
+        return result
+
+    def get_item(obj, key):
+        if plain(obj) and plain(key):
+            return obj[key]
+        ok, result = isolated(lambda o, k: o[k], (obj, key), {})
+        if not ok:
+            raise result
+        return result
+
+    return call, get_attr, get_item
+
+
+# Placeholders the rewriter calls; after compilation they are swapped for the harness's
+# functions inside the code objects' constants, so no namespace entry can be patched.
+CMP, TRUTH, CALL, GETATTR, GETITEM = ("\0verity:" + n for n in ("cmp", "truth", "call", "getattr", "getitem"))
+
+
+def placeholder_call(name, args, node):
+    return ast.copy_location(ast.Call(ast.Constant(name), args, []), node)
 
 
 class Rewriter(ast.NodeTransformer):
     def visit_Call(self, node):
         self.generic_visit(node)
-        call = ast.Call(ast.Name("__verity_call__", ast.Load()), [node.func] + list(node.args), list(node.keywords))
+        call = ast.Call(ast.Constant(CALL), [node.func] + list(node.args), list(node.keywords))
         return ast.copy_location(call, node)
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return placeholder_call(GETATTR, [node.value, ast.Constant(node.attr)], node)
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return placeholder_call(GETITEM, [node.value, node.slice], node)
 
     def visit_Compare(self, node):
         self.generic_visit(node)
         ops = ast.Tuple([ast.Constant(type(o).__name__) for o in node.ops], ast.Load())
         values = ast.List([node.left] + list(node.comparators), ast.Load())
-        return ast.copy_location(ast.Call(ast.Name("__verity_cmp__", ast.Load()), [ops, values], []), node)
+        return placeholder_call(CMP, [ops, values], node)
 
     def visit_Assert(self, node):
         self.generic_visit(node)
-        node.test = ast.copy_location(ast.Call(ast.Name("__verity_truth__", ast.Load()), [node.test], []), node.test)
+        node.test = placeholder_call(TRUTH, [node.test], node.test)
         return node
+
+
+def bind_placeholders(code, functions, _type=type):
+    """Replaces placeholder constants (recursively through nested code) with the functions."""
+    code_type = _type(code)
+    consts = []
+    for c in code.co_consts:
+        if _type(c) is str and c in functions:
+            consts.append(functions[c])
+        elif _type(c) is code_type:
+            consts.append(bind_placeholders(c, functions))
+        else:
+            consts.append(c)
+    return code.replace(co_consts=tuple(consts))
 
 
 def is_test_statement(stmt):
@@ -241,17 +308,18 @@ def is_test_statement(stmt):
                                  ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Pass))
 
 
-BUILTIN_EXCEPTIONS = frozenset(v for v in builtins.__dict__.values() if isinstance(v, type) and issubclass(v, BaseException))
+BUILTIN_EXCEPTIONS = frozenset(
+    id(v) for v in builtins.__dict__.values() if isinstance(v, type) and issubclass(v, BaseException))
 
 
-def describe(e, _type=type, _len=len, _repr=repr, _str=str):
+def describe(e, _type=type, _len=len, _str=str, _id=id):
     """A message for an exception that never runs program code (no __str__/__repr__ of its own)."""
     t = _type(e)
-    if t not in BUILTIN_EXCEPTIONS:
+    if _id(t) not in BUILTIN_EXCEPTIONS:
         return "an exception of a class defined by the program"
     args = BaseException.__dict__["args"].__get__(e)
     detail = ""
-    if _len(args) == 1 and _type(args[0]) in (_str, int, float):
+    if _len(args) == 1 and (_type(args[0]) is _str or _type(args[0]) is int or _type(args[0]) is float):
         detail = ": " + _str(args[0])[:300]
     return t.__name__ + detail
 
@@ -269,12 +337,18 @@ def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
     plain = plain_checker(_type, _isinstance, _all, _len)
     compare, truth = make_compare(plain, _bool)
     program_ns = {"__name__": "solution", "__builtins__": builtins}
-    isolated = make_isolated_runner(_type)
-    call_check = make_call_check(plain, program_ns, _type, isolated)
+    isolated, state = make_isolated_runner(_type, plain)
+    call_check, get_attr, get_item = make_call_check(plain, program_ns, _type, isolated)
+    functions = {CMP: compare, TRUTH: truth, CALL: call_check, GETATTR: get_attr, GETITEM: get_item}
+    import gc
+    import warnings
     compiled = []
-    for s in statements:
-        module = ast.fix_missing_locations(ast.Module([s], []))
-        compiled.append(compile(module, "<tests>", "exec"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "'str' object is not callable" on placeholders
+        for s in statements:
+            module = ast.fix_missing_locations(ast.Module([s], []))
+            compiled.append(bind_placeholders(compile(module, "<tests>", "exec"), functions))
+    gc.disable()
     try:
         program = compile(request["program"], "solution.py", "exec")
         ok, error = isolated(exec, (program, program_ns), {})
@@ -286,9 +360,6 @@ def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
     test_ns = dict(program_ns)
     test_ns["__builtins__"] = clean_builtins
     test_ns["__name__"] = "__tests__"
-    test_ns["__verity_cmp__"] = compare
-    test_ns["__verity_truth__"] = truth
-    test_ns["__verity_call__"] = call_check
     for index, code in enumerate(compiled):
         counted = index in tests
         if loaded is not None:
@@ -300,9 +371,8 @@ def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
             ok, message = True, ""
         except BaseException as e:  # noqa: B036
             ok, message = False, describe(e)
-        test_ns["__verity_cmp__"] = compare
-        test_ns["__verity_truth__"] = truth
-        test_ns["__verity_call__"] = call_check
+        if state["tampered"]:
+            ok, message = False, "the program re-enabled the garbage collector"
         if counted:
             emit("test", index=index, passed=ok, message=message)
 
