@@ -336,3 +336,24 @@ fn test_helpers_cannot_be_patched_through_frames_or_finalisers() {
     let program = "class Box:\n    def __init__(self):\n        self.items = [1, 2, 3]\n    def __getitem__(self, i):\n        return self.items[i]\n    @property\n    def size(self):\n        return len(self.items)";
     assert_passes(&run(program, "b = Box()\nassert b.size == 3\nassert b[1] == 2\nassert b.items == [1, 2, 3]", 10_000).0);
 }
+
+#[test]
+fn common_test_idioms_pass_for_a_correct_program() {
+    let program = "import math\nfrom typing import List\n\ndef double(x):\n    return 2 * x\n\ndef rev(s: str) -> str:\n    return s[::-1]\n\ndef uniq(xs: List[int]) -> List[int]:\n    return sorted(set(xs))\n\ndef root(x):\n    return math.sqrt(x)\n\ndef add(a, b=0):\n    return a + b\n\ndef pairs(n):\n    return [(i, i * i) for i in range(n)]\n\ndef count():\n    return {'a': 1, 'b': 2}\n";
+    let tests = "import math\nMETADATA = {'author': 'x', 'dataset': 'test'}\n\n\
+                 def check(candidate):\n    for x in range(20):\n        assert candidate(x) == x * 2, f'failed on {x}'\n    assert candidate(0.5) == 1.0\n\n\
+                 check(double)\n\
+                 assert rev('abc') == 'cba', 'reverse'\n\
+                 assert set(uniq([3, 1, 1, 2])) == {1, 2, 3}\n\
+                 assert abs(root(2.0) - 1.41421356) < 1e-6\n\
+                 assert math.isclose(root(9), 3.0)\n\
+                 assert add(*[1, 2]) == 3 and add(a=1) == 1\n\
+                 assert pairs(3)[2] == (2, 4)\n\
+                 assert len(pairs(5)) == 5\n\
+                 assert count()['b'] == 2\n\
+                 assert all(double(i) % 2 == 0 for i in range(5))\n\
+                 assert [double(i) for i in range(3)] == [0, 2, 4]\n\
+                 assert rev('') == '' and not rev('')\n\
+                 assert True\n";
+    assert_passes(&run(program, tests, 20_000).0);
+}
