@@ -357,3 +357,16 @@ fn common_test_idioms_pass_for_a_correct_program() {
                  assert True\n";
     assert_passes(&run(program, tests, 20_000).0);
 }
+
+#[test]
+fn site_packages_stay_importable() {
+    let site: Vec<String> =
+        SandboxConfig::default().python_site_paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let program = format!("import sys\nSITE = {site:?}\ndef visible():\n    return all(p in sys.path for p in SITE)\n");
+    assert_passes(&run(&program, "assert visible() == True", 10_000).0);
+    let spec = json!({"type": "code", "cases": "{{item.cases}}", "timeout_ms": 5000});
+    let grader = Grader::from_json(&spec.to_string()).unwrap();
+    let case_program = format!("import sys\nprint(all(p in sys.path for p in {site:?}))\nprint(__name__)");
+    let r = grader.grade(&json!({"cases": [{"input": "", "output": "True\n__main__\n"}]}), &Sample::from_text(case_program));
+    assert_passes(&r);
+}

@@ -21,6 +21,7 @@ def main():
     _close(4)
     request = json.loads(b"".join(chunks))
     nonce = request.pop("nonce")
+    sys.path.extend(request.get("site_paths", []))  # started with -S: no .pth hooks, same packages
     if len(sys.argv) > 1 and os.getuid() == 0:
         # privileged bwrap (Verity runs as root): become this run's own unprivileged uid
         uid = int(sys.argv[1])
@@ -405,7 +406,10 @@ def run_cases(request, emit):
         out_path = "/work/out_%d.txt" % index
         timed_out = False
         with open("/work/in.txt", "rb") as fin, open(out_path, "wb") as fout:
-            proc = subprocess.Popen([sys.executable, "-I", "/work/main.py"], stdin=fin, stdout=fout,
+            boot = ("import sys, runpy; sys.path.extend(sys.argv[1:]); sys.argv = ['main.py']; "
+                    "runpy.run_path('/work/main.py', run_name='__main__')")
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", boot] + request.get("site_paths", []),
+                                    stdin=fin, stdout=fout,
                                     stderr=subprocess.DEVNULL, cwd="/work", start_new_session=True)
             try:
                 proc.wait(timeout=deadline)

@@ -177,7 +177,7 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
         .map(|s| s.to_string()),
     );
     args.push(config.python.to_string_lossy().into_owned());
-    args.extend(["-I".into(), "-c".into(), HARNESS.into()]);
+    args.extend(["-I".into(), "-S".into(), "-c".into(), HARNESS.into()]);
     if let Some(uid) = run_uid {
         args.push(uid.to_string());
     }
@@ -286,6 +286,9 @@ pub fn run_harness(config: &SandboxConfig, request: &Value, limits: &RunLimits) 
     let mut payload = request.clone();
     if let Value::Object(map) = &mut payload {
         map.insert("nonce".into(), Value::String(nonce.clone()));
+        let site: Vec<Value> =
+            config.python_site_paths.iter().map(|p| Value::String(p.to_string_lossy().into_owned())).collect();
+        map.insert("site_paths".into(), Value::Array(site));
     }
     let input = serde_json::to_vec(&payload).map_err(|e| SandboxError::Io(io::Error::other(e)))?;
     let (verdict_r, verdict_w) = pipe().map_err(SandboxError::Io)?;
