@@ -147,12 +147,17 @@ impl Grader {
                     &reference.render(item, sample)?,
                     *metric,
                 );
-                let subs = BTreeMap::from([("similarity".to_string(), value)]);
-                match threshold {
-                    Some(t) => GradeResult::pass_fail(value >= *t, format!("similarity {value:.4} vs threshold {t}")),
-                    None => GradeResult::scored(value, format!("similarity {value:.4}")),
-                }
-                .with_sub_scores(subs)
+                // as in OpenAI's API the score is the metric; the threshold only decides `passed`
+                let mut subs = BTreeMap::from([("similarity".to_string(), value)]);
+                let reason = match threshold {
+                    Some(t) => {
+                        let passed = value >= *t;
+                        subs.insert("passed".into(), f64::from(u8::from(passed)));
+                        format!("similarity {value:.4} {} threshold {t}", if passed { "meets" } else { "is below" })
+                    }
+                    None => format!("similarity {value:.4}"),
+                };
+                GradeResult::scored(value, reason).with_sub_scores(subs)
             }
             Compiled::Math { input, reference, extract } => {
                 math::grade(&input.render(item, sample)?, &reference.render(item, sample)?, *extract)

@@ -69,7 +69,7 @@ pub struct TextSimilaritySpec {
     pub reference: String,
     /// The metric.
     pub evaluation_metric: SimilarityMetric,
-    /// When set, the score is 1 when the metric reaches it and 0 otherwise.
+    /// When set, `sub_scores.passed` is 1 when the metric reaches it (the score stays the metric).
     #[serde(default)]
     pub pass_threshold: Option<f64>,
 }
