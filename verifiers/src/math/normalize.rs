@@ -38,10 +38,28 @@ pub fn normalize(raw: &str) -> String {
     s = DROP.replace_all(&s, |c: &regex::Captures| if &c[0] == "{,}" { "" } else { " " }).into_owned();
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\%", "%").replace("\\le ", "\\leq ");
     s = s.replace('−', "-").replace('×', "\\times").replace('÷', "\\div").replace('π', "\\pi").replace('∞', "\\infty");
+    s = repeating_decimals(&s);
     s = strip_thousands(&s);
     s = strip_units(&s);
     let s = s.trim().trim_end_matches('.').trim();
     s.to_string()
+}
+
+/// `0.1\overline{6}` → `\frac{15}{90}` (the exact value of a repeating decimal).
+fn repeating_decimals(s: &str) -> String {
+    static REPEATING: LazyLock<Regex> = LazyLock::new(|| re(r"(\d*)\.(\d*)\\overline\{(\d{1,12})\}"));
+    REPEATING
+        .replace_all(s, |c: &regex::Captures| {
+            let (whole, fixed, period) = (&c[1], &c[2], &c[3]);
+            if fixed.len() > 12 || whole.len() > 12 {
+                return c[0].to_string();
+            }
+            let all: u128 = format!("{whole}{fixed}{period}").parse().unwrap_or(0);
+            let head: u128 = format!("{whole}{fixed}").parse().unwrap_or(0);
+            let denominator = 10u128.pow(fixed.len() as u32) * (10u128.pow(period.len() as u32) - 1);
+            format!("\\frac{{{}}}{{{denominator}}}", all - head)
+        })
+        .into_owned()
 }
 
 /// `\text{abc}` → `abc` (nested braces respected) for each named command.
@@ -131,6 +149,8 @@ mod tests {
         assert_eq!(normalize(r"\text{(A)}"), "(A)");
         assert_eq!(normalize(r"1{,}000"), "1000");
         assert_eq!(normalize(r"5 m"), "5");
+        assert_eq!(normalize(r"0.\overline{3}"), r"\frac{3}{9}");
+        assert_eq!(normalize(r"0.1\overline{6}"), r"\frac{15}{90}");
         assert_eq!(normalize(r"\pi r^2 h"), r"\pi r^2 h");
     }
 }
