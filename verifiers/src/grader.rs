@@ -63,8 +63,14 @@ impl Grader {
     }
 
     /// Checks a parsed spec (templates, patterns, formula) and compiles it.
+    /// The sandbox is discovered (once per process) only for specs that run programs.
     pub fn new(spec: GraderSpec) -> Result<Self, InvalidGrader> {
-        Self::with_sandbox(spec, Arc::new(SandboxConfig::default()))
+        let sandbox = if spec_runs_programs(&spec) {
+            SandboxConfig::default()
+        } else {
+            SandboxConfig::not_needed()
+        };
+        Self::with_sandbox(spec, Arc::new(sandbox))
     }
 
     /// Like [`Grader::new`] with an explicit sandbox configuration.
@@ -216,6 +222,14 @@ fn row_checks(value: Value) -> Result<Vec<ConstraintCheck>, String> {
     };
     serde_path_to_error::deserialize::<_, Vec<ConstraintCheck>>(value)
         .map_err(|e| format!("checks_from: invalid check at '{}': {}", e.path(), e.inner()))
+}
+
+fn spec_runs_programs(spec: &GraderSpec) -> bool {
+    match spec {
+        GraderSpec::Python(_) | GraderSpec::Code(_) => true,
+        GraderSpec::Multi(m) => m.graders.values().any(spec_runs_programs),
+        _ => false,
+    }
 }
 
 fn grade_multi(

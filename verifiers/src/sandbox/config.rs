@@ -42,9 +42,13 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxConfig {
-    /// Finds bwrap and the Python interpreter (never fails: problems land in `unavailable`).
-    pub fn discover() -> Self {
-        let mut config = Self {
+    /// A configuration for graders that never run programs (no discovery, no process spawned).
+    pub fn not_needed() -> Self {
+        Self { unavailable: Some("this grader runs no programs".into()), ..Self::limits_only() }
+    }
+
+    fn limits_only() -> Self {
+        Self {
             bwrap: PathBuf::new(),
             python: PathBuf::new(),
             python_roots: Vec::new(),
@@ -56,7 +60,12 @@ impl SandboxConfig {
             uid_base: 61_000,
             uid_count: 1_000,
             unavailable: None,
-        };
+        }
+    }
+
+    /// Finds bwrap and the Python interpreter (never fails: problems land in `unavailable`).
+    pub fn discover() -> Self {
+        let mut config = Self::limits_only();
         let bwrap = std::env::var_os("VERITY_SANDBOX_BWRAP").map(PathBuf::from).or_else(|| find_on_path("bwrap"));
         let python = std::env::var_os("VERITY_SANDBOX_PYTHON").map(PathBuf::from).or_else(|| find_on_path("python3"));
         match (bwrap, python) {
