@@ -6,6 +6,7 @@
 //! the `verity` CLI wires in.
 
 pub mod chat_template;
+pub mod checkpoint;
 pub mod config;
 pub mod convert;
 pub mod device;
@@ -14,6 +15,7 @@ pub mod gguf;
 pub mod kernels;
 pub mod loader;
 pub mod model;
+pub mod optim;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
@@ -28,3 +30,4 @@ pub use loader::{load_model, LoadedModel};
 pub use model::{CompletionLogprobs, Kernels, Transformer};
 pub use tokenizer::ChatTokenizer;
 pub use sampler::{sample, Completion, FinishReason, SamplingParams};
+pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
