@@ -26,8 +26,7 @@ pub fn save_checkpoint(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
     if model.lora_params().is_empty() {
-        let tensors: Vec<_> = model.named_weights().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
-        save_safetensors(&dir.join("model.safetensors"), &tensors, &model.weight_dtypes())?;
+        save_safetensors(&dir.join("model.safetensors"), &model.export_weights()?, &model.weight_dtypes())?;
         write_json(&dir.join("config.json"), &model.config.to_hf_json())?;
     } else {
         model.save_lora(dir, base_model)?;
@@ -48,12 +47,8 @@ pub fn restore_weights(model: &mut Transformer, dir: &Path) -> Result<()> {
         return model.load_lora(dir);
     }
     let mut map = WeightMap::load_hf_dir(dir, model.device())?;
-    for (name, var) in model.named_weights() {
-        let t = map.take(&name)?;
-        if t.dims() != var.dims() {
-            return Err(WorkerError::Model(format!("checkpoint `{name}` has shape {:?}, model {:?}", t.dims(), var.dims())));
-        }
-        var.set(&t)?;
+    for (name, _) in model.named_weights() {
+        model.import_weight(&name, &map.take(&name)?)?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! accumulation, [`checkpoint`] saves and restores everything, [`api`] hosts the entry points
 //! the `verity` CLI wires in.
 
+pub mod api;
 pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
@@ -31,3 +32,4 @@ pub use model::{CompletionLogprobs, Kernels, Transformer};
 pub use tokenizer::ChatTokenizer;
 pub use sampler::{sample, Completion, FinishReason, SamplingParams};
 pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
+pub use api::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};

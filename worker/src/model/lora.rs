@@ -45,7 +45,7 @@ impl Transformer {
             if !config.target_modules.iter().any(|t| t == module) {
                 continue;
             }
-            let (out_dim, in_dim) = lin.weight.dims2()?;
+            let (in_dim, out_dim) = lin.weight_t.dims2()?;
             let bound = 1.0 / (in_dim as f32).sqrt();
             let a: Vec<f32> = (0..config.r * in_dim).map(|_| rng.random_range(-bound..bound)).collect();
             let a = Var::from_tensor(&Tensor::from_vec(a, (config.r, in_dim), &device)?)?;

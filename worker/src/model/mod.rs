@@ -24,10 +24,12 @@ pub enum Kernels {
     Reference,
 }
 
-/// A linear layer with its HF module path.
+/// A linear layer with its HF module path. The weight is held transposed, `(in, out)`, so the
+/// forward is a plain `x @ w_t` (much faster than a transposed operand for small batches) and its
+/// gradient arrives contiguous; it is transposed back to HF's `(out, in)` on export.
 struct Linear {
     path: String,
-    weight: Var,
+    weight_t: Var,
     bias: Option<Var>,
 }
 
@@ -77,9 +79,9 @@ fn var(map: &mut WeightMap, name: &str) -> Result<Var> {
 }
 
 fn linear(map: &mut WeightMap, path: String, bias: bool) -> Result<Linear> {
-    let weight = var(map, &format!("{path}.weight"))?;
+    let weight_t = Var::from_tensor(&map.take(&format!("{path}.weight"))?.t()?.contiguous()?)?;
     let bias = if bias { Some(var(map, &format!("{path}.bias"))?) } else { None };
-    Ok(Linear { path, weight, bias })
+    Ok(Linear { path, weight_t, bias })
 }
 
 impl Transformer {
@@ -149,7 +151,38 @@ impl Transformer {
         &self.device
     }
 
-    /// All base weights by HF name (tied LM head omitted, as HF saves it).
+    /// Whether the parameter of this HF name is held transposed (see [`Transformer::named_weights`]).
+    pub fn is_held_transposed(name: &str) -> bool {
+        name.ends_with("_proj.weight")
+    }
+
+    /// Base weights in HF layout and names, ready to save (tied LM head omitted, as HF does).
+    pub fn export_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        self.named_weights()
+            .into_iter()
+            .map(|(name, v)| {
+                let t = if Self::is_held_transposed(&name) { v.as_tensor().t()?.contiguous()? } else { v.as_tensor().copy()? };
+                Ok((name, t))
+            })
+            .collect()
+    }
+
+    /// Sets the base weight `name` from a tensor in HF layout.
+    pub fn import_weight(&self, name: &str, tensor: &Tensor) -> Result<()> {
+        let (_, var) = self
+            .named_weights()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| WorkerError::Model(format!("model has no weight `{name}`")))?;
+        let t = if Self::is_held_transposed(name) { tensor.t()?.contiguous()? } else { tensor.clone() };
+        if t.dims() != var.dims() {
+            return Err(WorkerError::Model(format!("`{name}` has shape {:?}, model expects {:?}", tensor.dims(), var.dims())));
+        }
+        Ok(var.set(&t.to_dtype(DType::F32)?)?)
+    }
+
+    /// All base weights by HF name (tied LM head omitted, as HF saves it). Projection weights
+    /// (`*_proj.weight`) are held transposed, `(in, out)`; use [`Transformer::export_weights`] for HF layout.
     pub fn named_weights(&self) -> Vec<(String, Var)> {
         let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
         for (i, l) in self.layers.iter().enumerate() {
@@ -157,7 +190,7 @@ impl Transformer {
             out.push((format!("{p}.input_layernorm.weight"), l.input_norm.clone()));
             out.push((format!("{p}.post_attention_layernorm.weight"), l.post_norm.clone()));
             for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
-                out.push((format!("{}.weight", lin.path), lin.weight.clone()));
+                out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
                 if let Some(b) = &lin.bias {
                     out.push((format!("{}.bias", lin.path), b.clone()));
                 }
@@ -220,8 +253,7 @@ impl Transformer {
 
     fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
         let train_base = track && self.lora.is_empty();
-        let w = self.get(&lin.weight, train_base);
-        let mut y = x.matmul(&w.t()?)?;
+        let mut y = x.matmul(&self.get(&lin.weight_t, train_base))?;
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
