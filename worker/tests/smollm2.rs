@@ -89,3 +89,19 @@ fn logits_match_candle_llama_on_converted_folder() {
     let max_diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(max_diff < 1e-3, "max |logit diff| {max_diff}");
 }
+
+#[test]
+fn stop_strings_end_generation() {
+    let Some(dir) = smollm2_dir("stop_strings_end_generation") else { return };
+    let lm = load_model(&dir, &Device::Cpu).unwrap();
+    let text = lm
+        .tokenizer
+        .apply_chat_template(&[ChatMessage::new("user", "What is 7 + 5? Answer with just the number.")], true)
+        .unwrap();
+    let ids = lm.tokenizer.encode(&text).unwrap();
+    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, stop_strings: vec![" =".into()], ..Default::default() };
+    let out = sample(&lm.model, &[ids], &params, &lm.tokenizer.eos_token_ids, lm.tokenizer.pad_id(), Some(&lm.tokenizer)).unwrap();
+    let answer = lm.tokenizer.decode(&out[0].token_ids, true).unwrap();
+    assert_eq!(out[0].finish_reason, verity_worker::FinishReason::Stop, "{answer:?}");
+    assert!(answer.ends_with(" ="), "{answer:?}");
+}

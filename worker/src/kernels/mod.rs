@@ -5,14 +5,18 @@
 //! the CPU with f32 it runs the fused kernel, elsewhere (CUDA) a differentiable composition of
 //! candle ops, which is also the reference the tests compare against.
 
+mod attention;
 mod logprob;
 mod rms_norm;
 mod rope;
+mod skinny;
 mod softmax;
 
+pub use attention::attention_nograd;
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
+pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_nt, SKINNY_MAX_ROWS};
 pub use softmax::{masked_softmax, masked_softmax_reference};
 
 use candle_core::{bail, CpuStorage, Layout, Result, Tensor};

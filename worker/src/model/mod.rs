@@ -253,7 +253,11 @@ impl Transformer {
 
     fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
         let train_base = track && self.lora.is_empty();
-        let mut y = x.matmul(&self.get(&lin.weight_t, train_base))?;
+        let mut y = if !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x) {
+            kernels::skinny_matmul(x, lin.weight_t.as_tensor())?
+        } else {
+            x.matmul(&self.get(&lin.weight_t, train_base))?
+        };
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
@@ -315,18 +319,23 @@ impl Transformer {
                 Some(c) => c.append(li, &k, &v)?,
                 None => (k, v),
             };
-            let tk = k_all.dim(2)?;
-            let scores = q.reshape((batch, kvh, rep * t, dh))?.matmul(&k_all.t()?)?.reshape((batch, h, t, tk))?;
-            let probs = match self.kernels {
-                Kernels::Fused => kernels::masked_softmax(&scores, &mask, scale)?,
-                Kernels::Reference => kernels::masked_softmax_reference(&scores, &mask, scale)?,
+            let use_nograd_kernel = !track && self.kernels == Kernels::Fused && q.device().is_cpu();
+            let attn = if use_nograd_kernel {
+                kernels::attention_nograd(&q, &k_all, &v_all, &mask, scale)?
+            } else {
+                let tk = k_all.dim(2)?;
+                let scores = q.reshape((batch, kvh, rep * t, dh))?.matmul(&k_all.t()?)?.reshape((batch, h, t, tk))?;
+                let probs = match self.kernels {
+                    Kernels::Fused => kernels::masked_softmax(&scores, &mask, scale)?,
+                    Kernels::Reference => kernels::masked_softmax_reference(&scores, &mask, scale)?,
+                };
+                probs
+                    .reshape((batch, kvh, rep * t, tk))?
+                    .matmul(&v_all)?
+                    .reshape((batch, h, t, dh))?
+                    .transpose(1, 2)?
+                    .reshape((batch * t, h * dh))?
             };
-            let attn = probs
-                .reshape((batch, kvh, rep * t, tk))?
-                .matmul(&v_all)?
-                .reshape((batch, h, t, dh))?
-                .transpose(1, 2)?
-                .reshape((batch * t, h * dh))?;
             x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
             let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
             let gate = self.apply_linear(&hn, &layer.gate, track)?;
@@ -341,7 +350,12 @@ impl Transformer {
 
     /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(hidden.detach().matmul(&self.lm_weight(false).t()?)?)
+        let hidden = hidden.detach();
+        let w = self.lm_weight(false);
+        if self.kernels == Kernels::Fused && kernels::skinny_applies(&hidden) {
+            return Ok(kernels::skinny_matmul_nt(&hidden, &w)?);
+        }
+        Ok(hidden.matmul(&w.t()?)?)
     }
 
     /// Full-sequence logits `(batch, len, vocab)` of left-padded sequences (no gradient; tests
