@@ -167,8 +167,7 @@ pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Resul
         let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
         let t1 = Instant::now();
         let grads = loss.backward()?;
-        acc.accumulate(&grads, &params, 1.0)?;
-        drop(grads);
+        acc.accumulate(grads, &params, 1.0)?;
         let t2 = Instant::now();
         let (clip, _) = acc.clip_factor(1.0);
         opt.step(&params, &acc, 1e-5, clip)?;

@@ -14,9 +14,8 @@ use std::sync::Mutex;
 /// Elements per rayon task in the fused loops.
 const PAR_CHUNK: usize = 1 << 15;
 
-/// Runs `f` on the f32 data of a tensor (copying it to the CPU first if needed).
-fn read_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
-    let t = t.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?.contiguous()?;
+/// Runs `f` on the contiguous f32 data of a CPU tensor without copying.
+fn view_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
         candle_core::Storage::Cpu(cpu) => {
@@ -27,40 +26,74 @@ fn read_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     }
 }
 
-/// Sums gradients of the trainable parameters over micro-batches (in f32, parallel).
+/// `dst += scale * src`, in place.
+struct AddScaled<'a> {
+    src: &'a [f32],
+    scale: f32,
+}
+
+impl InplaceOp1 for AddScaled<'_> {
+    fn name(&self) -> &'static str {
+        "verity-add-scaled"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let (a, b) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("accumulator not contiguous".into()))?;
+        let CpuStorage::F32(data) = storage else { candle_core::bail!("accumulator must be f32") };
+        let dst = &mut data[a..b];
+        if dst.len() != self.src.len() {
+            candle_core::bail!("gradient size changed between micro-batches");
+        }
+        dst.par_chunks_mut(PAR_CHUNK).zip(self.src.par_chunks(PAR_CHUNK)).for_each(|(d, s)| {
+            d.iter_mut().zip(s).for_each(|(d, &s)| *d += self.scale * s);
+        });
+        Ok(())
+    }
+}
+
+/// Sums gradients of the trainable parameters over micro-batches. The first micro-batch's
+/// gradients are taken over without a copy; later ones are added in place (parallel), and
+/// [`GradAccumulator::reset`] frees the memory between optimizer steps.
 pub struct GradAccumulator {
     names: Vec<String>,
-    sums: Vec<Vec<f32>>,
+    sizes: Vec<usize>,
+    sums: Vec<Option<Tensor>>,
     micro_batches: usize,
 }
 
 impl GradAccumulator {
-    /// Zeroed buffers shaped like `params`.
+    /// An empty accumulator for `params`.
     pub fn new(params: &[(String, Var)]) -> Self {
         Self {
             names: params.iter().map(|(n, _)| n.clone()).collect(),
-            sums: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
+            sizes: params.iter().map(|(_, v)| v.elem_count()).collect(),
+            sums: params.iter().map(|_| None).collect(),
             micro_batches: 0,
         }
     }
 
-    /// Adds `scale * grad` of every parameter found in `grads` (a parameter without a gradient
-    /// contributes zero).
-    pub fn accumulate(&mut self, grads: &GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
+    /// Adds `scale * grad` of every parameter found in `grads` (consumed: its tensors are moved
+    /// or freed as they are added). A parameter without a gradient contributes zero.
+    pub fn accumulate(&mut self, mut grads: GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
         if params.len() != self.sums.len() {
             return Err(WorkerError::InvalidArgument("parameter list changed since the accumulator was made".into()));
         }
-        for ((name, var), sum) in params.iter().zip(self.sums.iter_mut()) {
-            let Some(g) = grads.get(var.as_tensor()) else { continue };
-            if g.elem_count() != sum.len() {
+        for (i, (name, var)) in params.iter().enumerate() {
+            let Some(g) = grads.remove(var.as_tensor()) else { continue };
+            if g.elem_count() != self.sizes[i] {
                 return Err(WorkerError::Model(format!("gradient of {name} has the wrong size")));
             }
-            read_f32(g, |gs| {
-                sum.par_chunks_mut(PAR_CHUNK).zip(gs.par_chunks(PAR_CHUNK)).for_each(|(s, g)| {
-                    s.iter_mut().zip(g).for_each(|(s, &g)| *s += scale * g);
-                });
-                Ok(())
-            })?;
+            let g = g.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
+            match &self.sums[i] {
+                None => {
+                    let owned = if scale == 1.0 { g.contiguous()? } else { (g * scale as f64)?.contiguous()? };
+                    self.sums[i] = Some(owned.flatten_all()?);
+                }
+                Some(sum) => {
+                    let g = g.contiguous()?;
+                    view_f32(&g, |src| Ok(sum.inplace_op1(&AddScaled { src, scale })?))?;
+                }
+            }
         }
         self.micro_batches += 1;
         Ok(())
@@ -75,7 +108,13 @@ impl GradAccumulator {
     pub fn global_norm(&self) -> f64 {
         self.sums
             .par_iter()
-            .map(|s| s.par_chunks(PAR_CHUNK).map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>()).sum::<f64>())
+            .map(|s| match s {
+                Some(t) => view_f32(t, |d| {
+                    Ok(d.par_chunks(PAR_CHUNK).map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>()).sum::<f64>())
+                })
+                .unwrap_or(f64::NAN),
+                None => 0.0,
+            })
             .sum::<f64>()
             .sqrt()
     }
@@ -91,15 +130,20 @@ impl GradAccumulator {
         }
     }
 
-    /// Zeroes the buffers for the next optimizer step.
+    /// Frees the sums for the next optimizer step.
     pub fn reset(&mut self) {
-        self.sums.par_iter_mut().for_each(|s| s.iter_mut().for_each(|x| *x = 0.0));
+        self.sums.iter_mut().for_each(|s| *s = None);
         self.micro_batches = 0;
     }
 
-    /// The accumulated gradient of one parameter, by name (tests, diagnostics).
-    pub fn get(&self, name: &str) -> Option<&[f32]> {
-        self.names.iter().position(|n| n == name).map(|i| self.sums[i].as_slice())
+    /// The accumulated gradient of one parameter, by name (tests, diagnostics); `None` when the
+    /// parameter is unknown, zeros when it got no gradient.
+    pub fn get(&self, name: &str) -> Option<Vec<f32>> {
+        let i = self.names.iter().position(|n| n == name)?;
+        match &self.sums[i] {
+            Some(t) => t.to_vec1().ok(),
+            None => Some(vec![0.0; self.sizes[i]]),
+        }
     }
 }
 
@@ -254,8 +298,17 @@ impl AdamW {
             if name != &self.names[i] {
                 return Err(WorkerError::InvalidArgument(format!("parameter {i} is {name}, optimizer has {}", self.names[i])));
             }
+            let zeros;
+            let grad_tensor = match &grads.sums[i] {
+                Some(t) => t,
+                None => {
+                    zeros = Tensor::zeros(self.exp_avg[i].len(), candle_core::DType::F32, &Device::Cpu)?;
+                    &zeros
+                }
+            };
+            view_f32(grad_tensor, |grad| {
             let op = AdamUpdate {
-                grad: &grads.sums[i],
+                grad,
                 moments: Mutex::new((&mut self.exp_avg[i], &mut self.exp_avg_sq[i])),
                 grad_scale,
                 lr: lr as f32,
@@ -273,6 +326,8 @@ impl AdamW {
                 op.apply(&mut p)?;
                 var.set(&Tensor::from_vec(p, var.shape(), var.device())?)?;
             }
+            Ok(())
+            })?;
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ mod rms_norm;
 mod rope;
 mod skinny;
 mod softmax;
+mod swiglu;
 
 pub use attention::attention_nograd;
 pub use logprob::{token_logprobs, token_logprobs_reference};
@@ -18,6 +19,7 @@ pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
 pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_nt, SKINNY_MAX_ROWS};
 pub use softmax::{masked_softmax, masked_softmax_reference};
+pub use swiglu::{swiglu, swiglu_reference};
 
 use candle_core::{bail, CpuStorage, Layout, Result, Tensor};
 

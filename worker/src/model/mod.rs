@@ -340,7 +340,11 @@ impl Transformer {
             let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
             let gate = self.apply_linear(&hn, &layer.gate, track)?;
             let up = self.apply_linear(&hn, &layer.up, track)?;
-            x = (x + self.apply_linear(&(gate.silu()? * up)?, &layer.down, track)?)?;
+            let act = match self.kernels {
+                Kernels::Fused => kernels::swiglu(&gate, &up)?,
+                Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+            };
+            x = (x + self.apply_linear(&act, &layer.down, track)?)?;
         }
         if let Some(c) = cache {
             c.advance(t);
