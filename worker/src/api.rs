@@ -90,11 +90,20 @@ pub fn generate_with(lm: &LoadedModel, prompt: &str, opts: &GenerateOptions) -> 
 
 /// Peak resident set size of this process in MiB (Linux `VmHWM`; 0 elsewhere).
 pub fn peak_rss_mib() -> f64 {
+    proc_status_mib("VmHWM:")
+}
+
+/// Current resident set size of this process in MiB (Linux `VmRSS`; 0 elsewhere).
+pub fn rss_mib() -> f64 {
+    proc_status_mib("VmRSS:")
+}
+
+fn proc_status_mib(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
@@ -159,6 +168,8 @@ pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Resul
     let mut opt = AdamW::new(AdamWConfig { weight_decay: 0.01, ..Default::default() }, &params);
     let mut acc = GradAccumulator::new(&params);
     let mut timings = Vec::new();
+    let mut rss = (0.0, 0.0);
+    let rss_loaded = rss_mib();
     for _ in 0..2 {
         acc.reset();
         let t0 = Instant::now();
@@ -166,7 +177,9 @@ pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Resul
         let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
         let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
         let t1 = Instant::now();
+        rss.0 = rss_mib();
         let grads = loss.backward()?;
+        rss.1 = rss_mib();
         acc.accumulate(grads, &params, 1.0)?;
         let t2 = Instant::now();
         let (clip, _) = acc.clip_factor(1.0);
@@ -186,6 +199,9 @@ pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Resul
         "warmup_seconds": timings[0].0 + timings[0].1 + timings[0].2,
         "trainable_params": params.iter().map(|(_, v)| v.elem_count()).sum::<usize>(),
         "threads": rayon::current_num_threads(),
+        "rss_after_load_mib": rss_loaded,
+        "rss_after_forward_mib": rss.0,
+        "rss_after_backward_mib": rss.1,
         "peak_rss_mib": peak_rss_mib(),
     }))
 }
