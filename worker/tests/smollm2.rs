@@ -34,6 +34,9 @@ fn gguf_tokenizer_matches_converted_folder() {
     let ids = from_gguf.encode(text).unwrap();
     assert_eq!(ids, from_dir.encode(text).unwrap());
     assert_eq!(ids[0], 1, "special token <|im_start|> must be one id");
+    // Golden ids from the Python `tokenizers` package loading the converted tokenizer.json.
+    let golden = [1, 4093, 198, 1780, 314, 216, 33, 34, 35, 36, 1232, 216, 37, 38, 47, 216, 312, 7366, 197, 397, 26411, 15771, 90, 271, 47526, 2, 198];
+    assert_eq!(ids, golden);
     // Digits are split one by one.
     let digits = from_gguf.encode("1234").unwrap();
     assert_eq!(digits.len(), 4);
