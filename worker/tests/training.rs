@@ -155,3 +155,32 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     let opt2 = restore_optimizer(&fresh, dir.path()).unwrap();
     assert_eq!(opt2.step_count(), 1);
 }
+
+#[test]
+fn policy_optimizer_steps_and_resumes_exactly() {
+    use verity_worker::PolicyOptimizer;
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = LrSchedule { lr: 1e-2, warmup_steps: 2, total_steps: 10, cosine: true, min_lr_ratio: 0.0 };
+    let model = tiny_model(Family::Llama, 12).unwrap();
+    let mut opt = PolicyOptimizer::new(&model, AdamWConfig::default(), schedule.clone(), 0.5);
+    let run_step = |model: &Transformer, opt: &mut PolicyOptimizer, i: u32| {
+        for mb in 0..2 {
+            opt.backward(&loss(model, i * 2 + mb), 0.5).unwrap();
+        }
+        opt.step().unwrap()
+    };
+    let s1 = run_step(&model, &mut opt, 0);
+    assert_eq!((s1.step, s1.micro_batches), (1, 2));
+    assert_eq!(s1.lr, 5e-3, "first warmup step");
+    assert!(s1.grad_norm > 0.5 && s1.clip_factor < 1.0, "{s1:?}");
+    save_checkpoint(dir.path(), &model, None, Some(&opt.adamw), "tiny").unwrap();
+    let s2 = run_step(&model, &mut opt, 1);
+    assert_eq!(s2.lr, 1e-2);
+
+    let mut resumed = tiny_model(Family::Llama, 0).unwrap();
+    restore_weights(&mut resumed, dir.path()).unwrap();
+    let mut opt2 = PolicyOptimizer::restore(&resumed, dir.path(), schedule, 0.5).unwrap();
+    let r2 = run_step(&resumed, &mut opt2, 1);
+    assert_eq!(r2, s2);
+    assert_eq!(all_weights(&resumed), all_weights(&model));
+}
