@@ -46,6 +46,19 @@ impl Family {
     }
 }
 
+/// Llama 3.x RoPE frequency scaling (`rope_type: "llama3"`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Llama3RopeScaling {
+    /// Overall context extension factor.
+    pub factor: f64,
+    /// Wavelengths longer than `original / low_freq_factor` are divided by `factor`.
+    pub low_freq_factor: f64,
+    /// Wavelengths shorter than `original / high_freq_factor` are kept.
+    pub high_freq_factor: f64,
+    /// Context length the model was pre-trained with.
+    pub original_max_position_embeddings: f64,
+}
+
 /// The architecture hyper-parameters the transformer needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -69,6 +82,8 @@ pub struct ModelConfig {
     pub rms_norm_eps: f64,
     /// RoPE base frequency.
     pub rope_theta: f64,
+    /// Llama 3.x RoPE scaling, if any.
+    pub rope_scaling: Option<Llama3RopeScaling>,
     /// Longest supported context.
     pub max_position_embeddings: usize,
     /// Whether the LM head shares the embedding matrix.
@@ -136,12 +151,15 @@ impl ModelConfig {
                 return Err(WorkerError::Model(format!("unsupported hidden_act `{act}` (silu only)")));
             }
         }
-        let scaling = raw.rope_scaling.as_ref().or(raw.rope_parameters.as_ref());
-        if let Some(kind) = scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str()) {
-            if kind != "default" {
-                return Err(WorkerError::Model(format!("unsupported rope scaling `{kind}`")));
+        let scaling = raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(raw.rope_parameters.as_ref());
+        let rope_scaling = match scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str()) {
+            None | Some("default") => None,
+            Some("llama3") => {
+                let s = scaling.cloned().unwrap_or_default();
+                Some(serde_json::from_value::<Llama3RopeScaling>(s).map_err(|e| WorkerError::Model(format!("llama3 rope scaling: {e}")))?)
             }
-        }
+            Some(kind) => return Err(WorkerError::Model(format!("unsupported rope scaling `{kind}`"))),
+        };
         let rope_theta = raw
             .rope_theta
             .or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.get("rope_theta")).and_then(|t| t.as_f64()))
@@ -164,6 +182,7 @@ impl ModelConfig {
             head_dim: raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads),
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
+            rope_scaling,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             attention_bias: raw.attention_bias.unwrap_or(family == Family::Qwen2),
@@ -192,7 +211,11 @@ impl ModelConfig {
             "hidden_act": "silu",
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
-            "rope_scaling": null,
+            "rope_scaling": self.rope_scaling.map(|s| serde_json::json!({
+                "rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
+                "high_freq_factor": s.high_freq_factor,
+                "original_max_position_embeddings": s.original_max_position_embeddings,
+            })),
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.attention_bias,

@@ -81,6 +81,8 @@ impl GgufFile {
             head_dim,
             rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6) as f64,
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
+            // llama.cpp stores Llama 3 scaling as a precomputed `rope_freqs` tensor; not supported.
+            rope_scaling: None,
             max_position_embeddings: self.meta_u32(&k("context_length")).map(|v| v as usize).unwrap_or(4096),
             tie_word_embeddings: tied,
             attention_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),

@@ -21,6 +21,7 @@ pub fn tiny_config(family: Family) -> ModelConfig {
         head_dim: 8,
         rms_norm_eps: 1e-5,
         rope_theta: 10_000.0,
+        rope_scaling: None,
         max_position_embeddings: 256,
         tie_word_embeddings: family != Family::Qwen3,
         attention_bias: family == Family::Qwen2,

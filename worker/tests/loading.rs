@@ -67,6 +67,14 @@ fn config_json_round_trips_and_bad_configs_are_errors() {
         assert_eq!(back, cfg);
     }
     assert!(ModelConfig::from_hf_json(r#"{"model_type": "gpt2"}"#).is_err());
+    let mut llama3 = tiny_config(Family::Llama);
+    llama3.rope_scaling = Some(verity_worker::config::Llama3RopeScaling {
+        factor: 32.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192.0,
+    });
+    assert_eq!(ModelConfig::from_hf_json(&llama3.to_hf_json().to_string()).unwrap(), llama3);
     let mut v = tiny_config(Family::Llama).to_hf_json();
     v["num_key_value_heads"] = 3.into();
     assert!(ModelConfig::from_hf_json(&v.to_string()).is_err());

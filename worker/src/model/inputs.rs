@@ -51,10 +51,18 @@ pub struct Rotary {
 }
 
 impl Rotary {
-    /// Frequencies `theta^(-2i/head_dim)` for `i < head_dim/2`.
-    pub fn new(head_dim: usize, theta: f64) -> Self {
+    /// Frequencies `theta^(-2i/head_dim)` for `i < head_dim/2`, with Llama 3 scaling if given.
+    pub fn new(head_dim: usize, theta: f64, scaling: Option<crate::config::Llama3RopeScaling>) -> Self {
         let half = head_dim / 2;
-        let inv_freq = (0..half).map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32).collect();
+        let inv_freq = (0..half)
+            .map(|i| {
+                let f = 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64);
+                (match scaling {
+                    Some(s) => llama3_scale(f, s),
+                    None => f,
+                }) as f32
+            })
+            .collect();
         Self { inv_freq }
     }
 
@@ -77,6 +85,21 @@ impl Rotary {
     }
 }
 
+/// Llama 3.x frequency scaling of one inverse frequency (as HF `_compute_llama3_parameters`).
+fn llama3_scale(freq: f64, s: crate::config::Llama3RopeScaling) -> f64 {
+    let low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+    let high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    let wavelen = 2.0 * std::f64::consts::PI / freq;
+    if wavelen < high_wavelen {
+        freq
+    } else if wavelen > low_wavelen {
+        freq / s.factor
+    } else {
+        let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        (1.0 - smooth) * freq / s.factor + smooth * freq
+    }
+}
+
 /// Additive attention mask `(batch, tq, past + tq)`: query `i` of row `b` sees keys
 /// `first_valid[b] ..= past + i`; a pad query (before `first_valid`) sees only itself.
 pub fn attention_mask(first_valid: &[usize], past: usize, tq: usize, device: &Device) -> Result<Tensor> {
@@ -94,4 +117,34 @@ pub fn attention_mask(first_valid: &[usize], past: usize, tq: usize, device: &De
         }
     }
     Ok(Tensor::from_vec(m, (first_valid.len(), tq, tk), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Llama3RopeScaling;
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let s = Llama3RopeScaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 };
+        let plain = Rotary::new(128, 500_000.0, None);
+        let scaled = Rotary::new(128, 500_000.0, Some(s));
+        assert_eq!(scaled.inv_freq[0], plain.inv_freq[0]);
+        let last = plain.inv_freq.len() - 1;
+        assert!((scaled.inv_freq[last] - plain.inv_freq[last] / 8.0).abs() < 1e-12);
+        assert!(scaled.inv_freq.iter().zip(&plain.inv_freq).all(|(a, b)| a <= b));
+    }
+
+    #[test]
+    fn masks_hide_pads_and_the_future() {
+        let m: Vec<Vec<Vec<f32>>> = attention_mask(&[2], 0, 4, &Device::Cpu).unwrap().to_vec3().unwrap();
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(m[0][0], [0.0, inf, inf, inf]);
+        assert_eq!(m[0][2], [inf, inf, 0.0, inf]);
+        assert_eq!(m[0][3], [inf, inf, 0.0, 0.0]);
+        let pb = PaddedBatch::new(&[&[7, 8], &[9]], 0).unwrap();
+        assert_eq!(pb.ids, [7, 8, 0, 9]);
+        assert_eq!(pb.positions(), [0, 1, 0, 0]);
+        assert!(PaddedBatch::new(&[&[]], 0).is_err());
+    }
 }

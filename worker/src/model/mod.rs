@@ -127,7 +127,7 @@ impl Transformer {
             tracing::warn!(?leftover, "ignoring weights the model does not use");
         }
         Ok(Self {
-            rotary: Rotary::new(config.head_dim, config.rope_theta),
+            rotary: Rotary::new(config.head_dim, config.rope_theta, config.rope_scaling),
             config,
             embed,
             layers,
