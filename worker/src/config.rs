@@ -164,11 +164,11 @@ impl ModelConfig {
             .rope_theta
             .or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.get("rope_theta")).and_then(|t| t.as_f64()))
             .unwrap_or(10_000.0);
-        if raw.num_attention_heads == 0 || raw.hidden_size % raw.num_attention_heads != 0 && raw.head_dim.is_none() {
+        if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) && raw.head_dim.is_none() {
             return Err(WorkerError::Model("hidden_size must divide into num_attention_heads".into()));
         }
         let kv = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
-        if kv == 0 || raw.num_attention_heads % kv != 0 {
+        if kv == 0 || !raw.num_attention_heads.is_multiple_of(kv) {
             return Err(WorkerError::Model("num_attention_heads must be a multiple of num_key_value_heads".into()));
         }
         Ok(Self {

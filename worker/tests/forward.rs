@@ -127,9 +127,9 @@ fn kv_cache_decode_equals_full_forward() {
             let p: Vec<u32> = pos.iter().map(|&x| x as u32).collect();
             let h = model.hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false).unwrap();
             let step = model.logits(&h).unwrap();
-            for b in 0..2 {
-                let want = full.get(b).unwrap().get(pos[b]).unwrap();
-                assert!(max_abs_diff(&step.get(b).unwrap(), &want) < 1e-4, "{family:?} row {b} pos {}", pos[b]);
+            for (b, &p) in pos.iter().enumerate() {
+                let want = full.get(b).unwrap().get(p).unwrap();
+                assert!(max_abs_diff(&step.get(b).unwrap(), &want) < 1e-4, "{family:?} row {b} pos {p}");
             }
             pos.iter_mut().for_each(|x| *x += 1);
         }

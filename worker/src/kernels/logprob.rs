@@ -16,7 +16,7 @@ const CHUNK_FLOATS: usize = 1 << 23;
 /// column 0 the log-probability (differentiable in `hidden` and `weight`), column 1 the entropy
 /// of the whole distribution (no gradient flows through it).
 pub fn token_logprobs(hidden: &Tensor, weight: &Tensor, targets: &[u32], temperature: f32) -> Result<Tensor> {
-    if !(temperature > 0.0) {
+    if temperature.is_nan() || temperature <= 0.0 {
         bail!("token_logprobs: temperature must be > 0, got {temperature}");
     }
     if use_cpu_kernel(hidden) {

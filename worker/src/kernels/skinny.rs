@@ -18,13 +18,29 @@ pub fn skinny_applies(x: &Tensor) -> bool {
     use_cpu_kernel(x) && x.rank() == 2 && x.dim(0).map(|m| m <= SKINNY_MAX_ROWS).unwrap_or(false)
 }
 
+/// Sizes of `x (m, k) @ wt (k, n)`.
+#[derive(Clone, Copy)]
+struct Dims {
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+/// A block of output columns `j0..j0 + w`.
+#[derive(Clone, Copy)]
+struct Cols {
+    j0: usize,
+    w: usize,
+}
+
 /// Columns of one register panel (4 AVX2 vectors).
 const PANEL: usize = 32;
 
 /// `acc[r][..PANEL] = sum_k x[r0 + r][k] * wt[k][j0..j0 + PANEL]` with the accumulators held in
 /// registers (MR x 4 vectors).
 #[inline(always)]
-fn panel<const MR: usize>(acc: &mut [f32], x: &[f32], wt: &[f32], r0: usize, k: usize, n: usize, j0: usize, w: usize, jl: usize) {
+fn panel<const MR: usize>(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols, r0: usize, jl: usize) {
+    let (k, n, w, j0) = (d.k, d.n, c.w, c.j0 + jl);
     let mut regs = [[0f32; PANEL]; MR];
     for kk in 0..k {
         let wrow: &[f32; PANEL] = match wt[kk * n + j0..kk * n + j0 + PANEL].try_into() {
@@ -45,16 +61,17 @@ fn panel<const MR: usize>(acc: &mut [f32], x: &[f32], wt: &[f32], r0: usize, k: 
 
 /// One block of output columns `j0..j0 + w` for all `m` rows.
 #[inline(always)]
-fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
+fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
+    let (m, k, n, j0, w) = (d.m, d.k, d.n, c.j0, c.w);
     let full = w / PANEL * PANEL;
     for jl in (0..full).step_by(PANEL) {
         let mut r0 = 0;
         while r0 < m {
             match m - r0 {
-                1 => panel::<1>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
-                2 => panel::<2>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
-                3 => panel::<3>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
-                _ => panel::<4>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
+                1 => panel::<1>(acc, x, wt, d, c, r0, jl),
+                2 => panel::<2>(acc, x, wt, d, c, r0, jl),
+                3 => panel::<3>(acc, x, wt, d, c, r0, jl),
+                _ => panel::<4>(acc, x, wt, d, c, r0, jl),
             }
             r0 += 4;
         }
@@ -73,17 +90,17 @@ fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usi
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
-    axpy_block(acc, x, wt, m, k, n, j0, w)
+unsafe fn axpy_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
+    axpy_block(acc, x, wt, d, c)
 }
 
-fn axpy_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
+fn axpy_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports the features the function was compiled for.
-        return unsafe { axpy_block_avx2(acc, x, wt, m, k, n, j0, w) };
+        return unsafe { axpy_block_avx2(acc, x, wt, d, c) };
     }
-    axpy_block(acc, x, wt, m, k, n, j0, w)
+    axpy_block(acc, x, wt, d, c)
 }
 
 /// `x (m, k) @ wt (k, n)` without gradient.
@@ -101,7 +118,7 @@ pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
                     let j0 = b * COLS_PER_TASK;
                     let w = COLS_PER_TASK.min(n - j0);
                     let mut acc = vec![0f32; m * w];
-                    axpy_dispatch(&mut acc, xs, ws, m, k, n, j0, w);
+                    axpy_dispatch(&mut acc, xs, ws, Dims { m, k, n }, Cols { j0, w });
                     acc
                 })
                 .collect())
