@@ -136,8 +136,16 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     model.enable_lora(lora.clone(), 1).unwrap();
     let mut opt = AdamW::new(AdamWConfig::default(), &model.trainable_params());
     let base_before = all_weights(&model);
+    let seq0 = [2u32, 7, 1, 8];
+    let base_logits: Vec<f32> = model.sequence_logits(&[&seq0], 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     train_step(&model, &mut opt, 0);
     assert_eq!(all_weights(&model), base_before, "base weights are frozen under LoRA");
+    let trained: Vec<f32> = model.sequence_logits(&[&seq0], 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert_ne!(trained, base_logits, "the adapters changed the policy");
+    model.set_adapters_enabled(false);
+    let reference: Vec<f32> = model.sequence_logits(&[&seq0], 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(reference, base_logits, "adapters off gives the reference policy");
+    model.set_adapters_enabled(true);
     save_checkpoint(dir.path(), &model, None, Some(&opt), "tiny-qwen3").unwrap();
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!(cfg["peft_type"], "LORA");

@@ -68,6 +68,7 @@ pub struct Transformer {
     lm_head: Option<Var>,
     lora: BTreeMap<String, LoraAdapter>,
     lora_config: Option<LoraConfig>,
+    adapters_enabled: bool,
     dtypes: BTreeMap<String, DType>,
     rotary: Rotary,
     kernels: Kernels,
@@ -135,10 +136,16 @@ impl Transformer {
             lm_head,
             lora: BTreeMap::new(),
             lora_config: None,
+            adapters_enabled: true,
             dtypes,
             kernels: Kernels::Fused,
             device: device.clone(),
         })
+    }
+
+    /// Switches LoRA adapters off (the frozen base model, e.g. the KL reference policy) or back on.
+    pub fn set_adapters_enabled(&mut self, enabled: bool) {
+        self.adapters_enabled = enabled;
     }
 
     /// Chooses fused kernels or the reference composition.
@@ -261,7 +268,7 @@ impl Transformer {
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
-        if let Some(ad) = self.lora.get(&lin.path) {
+        if let Some(ad) = self.lora.get(&lin.path).filter(|_| self.adapters_enabled) {
             let a = self.get(&ad.a, track);
             let b = self.get(&ad.b, track);
             y = (y + (x.matmul(&a.t()?)?.matmul(&b.t()?)? * ad.scale)?)?;
