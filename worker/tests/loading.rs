@@ -83,3 +83,20 @@ fn config_json_round_trips_and_bad_configs_are_errors() {
     assert!(ModelConfig::from_hf_json(&v.to_string()).is_err());
     assert!(verity_worker::load_model(std::path::Path::new("/nonexistent/model"), &Device::Cpu).is_err());
 }
+
+#[test]
+fn corrupt_safetensors_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    for bytes in [vec![1u8, 2, 3], vec![255u8; 16], {
+        let header = br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,64]}}"#;
+        let mut v = (header.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(header);
+        v.extend_from_slice(&[0u8; 16]);
+        v
+    }] {
+        std::fs::write(&path, bytes).unwrap();
+        let err = WeightMap::load_hf_dir(dir.path(), &Device::Cpu).unwrap_err();
+        assert!(err.to_string().contains("model.safetensors"), "{err}");
+    }
+}

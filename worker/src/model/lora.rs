@@ -93,8 +93,11 @@ impl Transformer {
         let cfg: LoraConfig = serde_json::from_value(raw)
             .map_err(|e| WorkerError::Model(format!("{}/adapter_config.json: {e}", dir.display())))?;
         let file = dir.join("adapter_model.safetensors");
-        let tensors = candle_core::safetensors::load(&file, &self.device)
-            .map_err(|e| WorkerError::Model(format!("reading {}: {e}", file.display())))?;
+        let mut tensors = HashMap::new();
+        crate::weights::read_safetensors(&file, &self.device, |n, t| {
+            tensors.insert(n, t);
+            Ok(())
+        })?;
         self.enable_lora(cfg, 0)?;
         for (name, var) in self.lora_params() {
             let t = tensors.get(&name).ok_or_else(|| WorkerError::Model(format!("adapter lacks `{name}`")))?;
