@@ -21,11 +21,19 @@ fn main() {
                 seed: arg(&args, 7, 0),
                 ..Default::default()
             };
-            verity_worker::generate(Path::new(model), args.get(3).map(String::as_str).unwrap_or("Hello"), &opts)
-                .map(|outs| serde_json::to_value(outs).unwrap_or_default())
+            verity_worker::generate(
+                Path::new(model),
+                args.get(3).map(String::as_str).unwrap_or("Hello"),
+                &opts,
+            )
+            .map(|outs| serde_json::to_value(outs).unwrap_or_default())
         }
-        Some("bench-rollout") => verity_worker::bench_rollout(Path::new(model), arg(&args, 3, 1), arg(&args, 4, 64)),
-        Some("bench-train-step") => verity_worker::bench_train_step(Path::new(model), arg(&args, 3, 8), arg(&args, 4, 128)),
+        Some("bench-rollout") => {
+            verity_worker::bench_rollout(Path::new(model), arg(&args, 3, 1), arg(&args, 4, 64))
+        }
+        Some("bench-train-step") => {
+            verity_worker::bench_train_step(Path::new(model), arg(&args, 3, 8), arg(&args, 4, 128))
+        }
         _ => {
             eprintln!("usage: verity_model generate|bench-rollout|bench-train-step MODEL ...");
             std::process::exit(2);

@@ -35,7 +35,16 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { system: None, max_tokens: 256, temperature: 0.7, top_p: 1.0, top_k: 0, n: 1, seed: 0, device: "cpu".into() }
+        Self {
+            system: None,
+            max_tokens: 256,
+            temperature: 0.7,
+            top_p: 1.0,
+            top_k: 0,
+            n: 1,
+            seed: 0,
+            device: "cpu".into(),
+        }
     }
 }
 
@@ -59,7 +68,11 @@ pub fn generate(model: &Path, prompt: &str, opts: &GenerateOptions) -> Result<Ve
 }
 
 /// Like [`generate`] with an already loaded model.
-pub fn generate_with(lm: &LoadedModel, prompt: &str, opts: &GenerateOptions) -> Result<Vec<GeneratedText>> {
+pub fn generate_with(
+    lm: &LoadedModel,
+    prompt: &str,
+    opts: &GenerateOptions,
+) -> Result<Vec<GeneratedText>> {
     let mut messages = Vec::new();
     if let Some(system) = &opts.system {
         messages.push(ChatMessage::new("system", system.as_str()));
@@ -76,7 +89,14 @@ pub fn generate_with(lm: &LoadedModel, prompt: &str, opts: &GenerateOptions) -> 
         stop_strings: vec![],
         seed: opts.seed,
     };
-    let out = sample(&lm.model, &[ids], &params, &lm.tokenizer.eos_token_ids, lm.tokenizer.pad_id(), Some(&lm.tokenizer))?;
+    let out = sample(
+        &lm.model,
+        &[ids],
+        &params,
+        &lm.tokenizer.eos_token_ids,
+        lm.tokenizer.pad_id(),
+        Some(&lm.tokenizer),
+    )?;
     out.into_iter()
         .map(|c| {
             Ok(GeneratedText {
@@ -115,7 +135,9 @@ fn bench_prompts(lm: &LoadedModel, batch: usize) -> Result<Vec<Vec<u32>>> {
     (0..batch)
         .map(|i| {
             let q = format!("What is {} + {}?", 3 + 7 * i, 11 + 5 * i);
-            let text = lm.tokenizer.apply_chat_template(&[ChatMessage::new("user", q)], true)?;
+            let text = lm
+                .tokenizer
+                .apply_chat_template(&[ChatMessage::new("user", q)], true)?;
             lm.tokenizer.encode(&text)
         })
         .collect()
@@ -124,15 +146,34 @@ fn bench_prompts(lm: &LoadedModel, batch: usize) -> Result<Vec<Vec<u32>>> {
 /// `verity bench rollout`: samples `new_tokens` tokens (EOS ignored) for `batch` different
 /// chat prompts at temperature 1 and reports throughput as JSON
 /// (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`, ...).
-pub fn bench_rollout(model_dir: &Path, batch: usize, new_tokens: usize) -> Result<serde_json::Value> {
+pub fn bench_rollout(
+    model_dir: &Path,
+    batch: usize,
+    new_tokens: usize,
+) -> Result<serde_json::Value> {
     if batch == 0 || new_tokens == 0 {
-        return Err(WorkerError::InvalidArgument("batch and new_tokens must be at least 1".into()));
+        return Err(WorkerError::InvalidArgument(
+            "batch and new_tokens must be at least 1".into(),
+        ));
     }
     let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
     let prompts = bench_prompts(&lm, batch)?;
-    let params = SamplingParams { n: 1, temperature: 1.0, max_new_tokens: new_tokens, seed: 1, ..Default::default() };
+    let params = SamplingParams {
+        n: 1,
+        temperature: 1.0,
+        max_new_tokens: new_tokens,
+        seed: 1,
+        ..Default::default()
+    };
     let start = Instant::now();
-    let out = sample(&lm.model, &prompts, &params, &[], lm.tokenizer.pad_id(), None)?;
+    let out = sample(
+        &lm.model,
+        &prompts,
+        &params,
+        &[],
+        lm.tokenizer.pad_id(),
+        None,
+    )?;
     let secs = start.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
     Ok(serde_json::json!({
@@ -152,20 +193,43 @@ pub fn bench_rollout(model_dir: &Path, batch: usize, new_tokens: usize) -> Resul
 /// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
 /// backward, gradient accumulation and an AdamW step, timed after one warm-up step. Reports
 /// `seconds` (forward + backward + optimizer) with its parts and `peak_rss_mib`.
-pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Result<serde_json::Value> {
+pub fn bench_train_step(
+    model_dir: &Path,
+    batch: usize,
+    seq_len: usize,
+) -> Result<serde_json::Value> {
     if batch == 0 || seq_len < 2 {
-        return Err(WorkerError::InvalidArgument("batch must be >= 1 and seq_len >= 2".into()));
+        return Err(WorkerError::InvalidArgument(
+            "batch must be >= 1 and seq_len >= 2".into(),
+        ));
     }
     let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
     let model = &lm.model;
     let vocab = model.config.vocab_size as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let prompt_len = (seq_len / 4).max(1);
-    let prompts: Vec<Vec<u32>> = (0..batch).map(|_| (0..prompt_len).map(|_| rng.random_range(0..vocab)).collect()).collect();
-    let completions: Vec<Vec<u32>> =
-        (0..batch).map(|_| (0..seq_len - prompt_len).map(|_| rng.random_range(0..vocab)).collect()).collect();
+    let prompts: Vec<Vec<u32>> = (0..batch)
+        .map(|_| {
+            (0..prompt_len)
+                .map(|_| rng.random_range(0..vocab))
+                .collect()
+        })
+        .collect();
+    let completions: Vec<Vec<u32>> = (0..batch)
+        .map(|_| {
+            (0..seq_len - prompt_len)
+                .map(|_| rng.random_range(0..vocab))
+                .collect()
+        })
+        .collect();
     let params = model.trainable_params();
-    let mut opt = AdamW::new(AdamWConfig { weight_decay: 0.01, ..Default::default() }, &params);
+    let mut opt = AdamW::new(
+        AdamWConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+        &params,
+    );
     let mut acc = GradAccumulator::new(&params);
     let mut timings = Vec::new();
     let mut rss = (0.0, 0.0);
@@ -185,7 +249,11 @@ pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Resul
         let (clip, _) = acc.clip_factor(1.0);
         opt.step(&params, &acc, 1e-5, clip)?;
         let t3 = Instant::now();
-        timings.push(((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t3 - t2).as_secs_f64()));
+        timings.push((
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            (t3 - t2).as_secs_f64(),
+        ));
     }
     let (f, b, o) = timings[timings.len() - 1];
     Ok(serde_json::json!({

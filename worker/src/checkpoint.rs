@@ -26,7 +26,11 @@ pub fn save_checkpoint(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
     if model.lora_params().is_empty() {
-        save_safetensors(&dir.join("model.safetensors"), &model.export_weights()?, &model.weight_dtypes())?;
+        save_safetensors(
+            &dir.join("model.safetensors"),
+            &model.export_weights()?,
+            &model.weight_dtypes(),
+        )?;
         write_json(&dir.join("config.json"), &model.config.to_hf_json())?;
     } else {
         model.save_lora(dir, base_model)?;

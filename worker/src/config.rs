@@ -41,7 +41,9 @@ impl Family {
             "llama" | "mistral" => Ok(Family::Llama),
             "qwen2" => Ok(Family::Qwen2),
             "qwen3" => Ok(Family::Qwen3),
-            other => Err(WorkerError::Model(format!("unsupported model_type `{other}` (llama, qwen2, qwen3)"))),
+            other => Err(WorkerError::Model(format!(
+                "unsupported model_type `{other}` (llama, qwen2, qwen3)"
+            ))),
         }
     }
 }
@@ -124,8 +126,14 @@ struct RawConfig {
 
 fn ids_of(v: &Option<serde_json::Value>) -> Vec<u32> {
     match v {
-        Some(serde_json::Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
         _ => vec![],
     }
 }
@@ -139,8 +147,8 @@ impl ModelConfig {
 
     /// Parses the text of an HF `config.json`.
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        let raw: RawConfig =
-            serde_json::from_str(text).map_err(|e| WorkerError::Model(format!("config.json: {e}")))?;
+        let raw: RawConfig = serde_json::from_str(text)
+            .map_err(|e| WorkerError::Model(format!("config.json: {e}")))?;
         Self::from_raw(raw)
     }
 
@@ -148,28 +156,55 @@ impl ModelConfig {
         let family = Family::from_model_type(&raw.model_type)?;
         if let Some(act) = &raw.hidden_act {
             if act != "silu" {
-                return Err(WorkerError::Model(format!("unsupported hidden_act `{act}` (silu only)")));
+                return Err(WorkerError::Model(format!(
+                    "unsupported hidden_act `{act}` (silu only)"
+                )));
             }
         }
-        let scaling = raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(raw.rope_parameters.as_ref());
-        let rope_scaling = match scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str()) {
+        let scaling = raw
+            .rope_scaling
+            .as_ref()
+            .filter(|s| !s.is_null())
+            .or(raw.rope_parameters.as_ref());
+        let rope_scaling = match scaling
+            .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+            .and_then(|t| t.as_str())
+        {
             None | Some("default") => None,
             Some("llama3") => {
                 let s = scaling.cloned().unwrap_or_default();
-                Some(serde_json::from_value::<Llama3RopeScaling>(s).map_err(|e| WorkerError::Model(format!("llama3 rope scaling: {e}")))?)
+                Some(
+                    serde_json::from_value::<Llama3RopeScaling>(s)
+                        .map_err(|e| WorkerError::Model(format!("llama3 rope scaling: {e}")))?,
+                )
             }
-            Some(kind) => return Err(WorkerError::Model(format!("unsupported rope scaling `{kind}`"))),
+            Some(kind) => {
+                return Err(WorkerError::Model(format!(
+                    "unsupported rope scaling `{kind}`"
+                )))
+            }
         };
         let rope_theta = raw
             .rope_theta
-            .or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.get("rope_theta")).and_then(|t| t.as_f64()))
+            .or_else(|| {
+                raw.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(|t| t.as_f64())
+            })
             .unwrap_or(10_000.0);
-        if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) && raw.head_dim.is_none() {
-            return Err(WorkerError::Model("hidden_size must divide into num_attention_heads".into()));
+        if raw.num_attention_heads == 0
+            || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) && raw.head_dim.is_none()
+        {
+            return Err(WorkerError::Model(
+                "hidden_size must divide into num_attention_heads".into(),
+            ));
         }
         let kv = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         if kv == 0 || !raw.num_attention_heads.is_multiple_of(kv) {
-            return Err(WorkerError::Model("num_attention_heads must be a multiple of num_key_value_heads".into()));
+            return Err(WorkerError::Model(
+                "num_attention_heads must be a multiple of num_key_value_heads".into(),
+            ));
         }
         Ok(Self {
             family,
@@ -179,7 +214,9 @@ impl ModelConfig {
             num_hidden_layers: raw.num_hidden_layers,
             num_attention_heads: raw.num_attention_heads,
             num_key_value_heads: kv,
-            head_dim: raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads),
+            head_dim: raw
+                .head_dim
+                .unwrap_or(raw.hidden_size / raw.num_attention_heads),
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
             rope_scaling,
@@ -188,7 +225,10 @@ impl ModelConfig {
             attention_bias: raw.attention_bias.unwrap_or(family == Family::Qwen2),
             bos_token_id: ids_of(&raw.bos_token_id).first().copied(),
             eos_token_ids: ids_of(&raw.eos_token_id),
-            torch_dtype: raw.torch_dtype.or(raw.dtype).unwrap_or_else(|| "float32".into()),
+            torch_dtype: raw
+                .torch_dtype
+                .or(raw.dtype)
+                .unwrap_or_else(|| "float32".into()),
         })
     }
 

@@ -14,8 +14,14 @@ pub fn parse_device(spec: &str) -> Result<Device> {
         Some(rest) => rest
             .strip_prefix(':')
             .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| WorkerError::InvalidArgument(format!("bad device `{spec}` (use cpu or cuda:N)")))?,
-        None => return Err(WorkerError::InvalidArgument(format!("unknown device `{spec}` (use cpu or cuda:N)"))),
+            .ok_or_else(|| {
+                WorkerError::InvalidArgument(format!("bad device `{spec}` (use cpu or cuda:N)"))
+            })?,
+        None => {
+            return Err(WorkerError::InvalidArgument(format!(
+                "unknown device `{spec}` (use cpu or cuda:N)"
+            )))
+        }
     };
     cuda_device(ordinal)
 }

@@ -26,7 +26,10 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let mut f = File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
         let content = Content::read(&mut f).map_err(|e| gguf_err(path, e))?;
-        Ok(Self { path: path.to_path_buf(), content })
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+        })
     }
 
     fn meta(&self, key: &str) -> Option<&Value> {
@@ -34,7 +37,9 @@ impl GgufFile {
     }
 
     fn meta_u32(&self, key: &str) -> Result<u32> {
-        let v = self.meta(key).ok_or_else(|| gguf_err(&self.path, format!("missing metadata `{key}`")))?;
+        let v = self
+            .meta(key)
+            .ok_or_else(|| gguf_err(&self.path, format!("missing metadata `{key}`")))?;
         value_u32(v).ok_or_else(|| gguf_err(&self.path, format!("`{key}` is not an integer")))
     }
 
@@ -47,7 +52,9 @@ impl GgufFile {
     }
 
     fn meta_str(&self, key: &str) -> Option<&str> {
-        self.meta(key).and_then(|v| v.to_string().ok()).map(String::as_str)
+        self.meta(key)
+            .and_then(|v| v.to_string().ok())
+            .map(String::as_str)
     }
 
     /// The GGUF `general.architecture`.
@@ -63,12 +70,22 @@ impl GgufFile {
         let k = |s: &str| format!("{arch}.{s}");
         let hidden = self.meta_u32(&k("embedding_length"))? as usize;
         let heads = self.meta_u32(&k("attention.head_count"))? as usize;
-        let kv = self.meta_u32(&k("attention.head_count_kv")).map(|v| v as usize).unwrap_or(heads);
+        let kv = self
+            .meta_u32(&k("attention.head_count_kv"))
+            .map(|v| v as usize)
+            .unwrap_or(heads);
         let vocab = match self.meta_u32(&k("vocab_size")) {
             Ok(v) => v as usize,
-            Err(_) => self.meta("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok()).map(Vec::len).unwrap_or(0),
+            Err(_) => self
+                .meta("tokenizer.ggml.tokens")
+                .and_then(|v| v.to_vec().ok())
+                .map(Vec::len)
+                .unwrap_or(0),
         };
-        let head_dim = self.meta_u32(&k("attention.key_length")).map(|v| v as usize).unwrap_or(hidden / heads.max(1));
+        let head_dim = self
+            .meta_u32(&k("attention.key_length"))
+            .map(|v| v as usize)
+            .unwrap_or(hidden / heads.max(1));
         let tied = !self.content.tensor_infos.contains_key("output.weight");
         Ok(ModelConfig {
             family,
@@ -79,15 +96,24 @@ impl GgufFile {
             num_attention_heads: heads,
             num_key_value_heads: kv,
             head_dim,
-            rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6) as f64,
+            rms_norm_eps: self
+                .meta_f32(&k("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-6) as f64,
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             // llama.cpp stores Llama 3 scaling as a precomputed `rope_freqs` tensor; not supported.
             rope_scaling: None,
-            max_position_embeddings: self.meta_u32(&k("context_length")).map(|v| v as usize).unwrap_or(4096),
+            max_position_embeddings: self
+                .meta_u32(&k("context_length"))
+                .map(|v| v as usize)
+                .unwrap_or(4096),
             tie_word_embeddings: tied,
             attention_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
             bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
-            eos_token_ids: self.meta_u32("tokenizer.ggml.eos_token_id").ok().into_iter().collect(),
+            eos_token_ids: self
+                .meta_u32("tokenizer.ggml.eos_token_id")
+                .ok()
+                .into_iter()
+                .collect(),
             torch_dtype: "float32".into(),
         })
     }
@@ -96,7 +122,8 @@ impl GgufFile {
     pub fn weights(&self, device: &Device) -> Result<WeightMap> {
         let cfg = self.config()?;
         let unpermute = cfg.family == Family::Llama;
-        let mut f = File::open(&self.path).map_err(|e| WorkerError::io("opening", &self.path, e))?;
+        let mut f =
+            File::open(&self.path).map_err(|e| WorkerError::io("opening", &self.path, e))?;
         let mut names: Vec<&String> = self.content.tensor_infos.keys().collect();
         names.sort();
         let mut map = WeightMap::default();
@@ -105,7 +132,10 @@ impl GgufFile {
                 tracing::debug!(tensor = %name, "skipping GGUF tensor without HF counterpart");
                 continue;
             };
-            let q = self.content.tensor(&mut f, name, device).map_err(|e| gguf_err(&self.path, e))?;
+            let q = self
+                .content
+                .tensor(&mut f, name, device)
+                .map_err(|e| gguf_err(&self.path, e))?;
             let mut t = q.dequantize(device)?.to_dtype(DType::F32)?;
             if unpermute && name.ends_with("attn_q.weight") {
                 t = unpermute_rows(&t, cfg.num_attention_heads)?;
@@ -120,7 +150,8 @@ impl GgufFile {
     /// The tokenizer (byte-level BPE) and chat template stored in the metadata.
     pub fn tokenizer(&self) -> Result<ChatTokenizer> {
         use candle_core::quantized::tokenizer::TokenizerFromGguf;
-        let mut tok = tokenizers::Tokenizer::from_gguf(&self.content).map_err(|e| gguf_err(&self.path, e))?;
+        let mut tok =
+            tokenizers::Tokenizer::from_gguf(&self.content).map_err(|e| gguf_err(&self.path, e))?;
         let pre = self.meta_str("tokenizer.ggml.pre").unwrap_or("gpt2");
         if !matches!(pre, "qwen2" | "llama3" | "smaug-bpe" | "lfm2") {
             // llama.cpp's `smollm`/`gpt2` pre-tokenizers: GPT-2 byte level without a prefix
@@ -133,12 +164,18 @@ impl GgufFile {
             };
             tok.with_pre_tokenizer(Some(pre_tok));
         }
-        let tokens = self.meta("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok());
+        let tokens = self
+            .meta("tokenizer.ggml.tokens")
+            .and_then(|v| v.to_vec().ok());
         let token_at = |key: &str| -> Option<String> {
             let id = self.meta_u32(key).ok()? as usize;
             tokens?.get(id)?.to_string().ok().cloned()
         };
-        let eos_ids = self.meta_u32("tokenizer.ggml.eos_token_id").ok().into_iter().collect();
+        let eos_ids = self
+            .meta_u32("tokenizer.ggml.eos_token_id")
+            .ok()
+            .into_iter()
+            .collect();
         Ok(ChatTokenizer::new(
             tok,
             self.meta_str("tokenizer.chat_template").map(str::to_owned),
@@ -201,7 +238,12 @@ pub fn unpermute_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
     let (rows, cols) = w.dims2()?;
     let half = rows / heads / 2;
     if heads == 0 || half * heads * 2 != rows {
-        return Err(WorkerError::Model(format!("cannot un-permute {rows} rows into {heads} heads")));
+        return Err(WorkerError::Model(format!(
+            "cannot un-permute {rows} rows into {heads} heads"
+        )));
     }
-    Ok(w.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))?)
+    Ok(w.reshape((heads, half, 2, cols))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((rows, cols))?)
 }

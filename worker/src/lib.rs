@@ -46,6 +46,7 @@ pub mod testing;
 pub mod tokenizer;
 pub mod weights;
 
+pub use api::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};
 pub use chat_template::ChatMessage;
 pub use config::{Family, ModelConfig};
 pub use convert::convert_gguf;
@@ -53,8 +54,7 @@ pub use device::parse_device;
 pub use error::{Result, WorkerError};
 pub use loader::{load_model, LoadedModel};
 pub use model::{CompletionLogprobs, Kernels, Transformer};
-pub use tokenizer::ChatTokenizer;
-pub use sampler::{sample, Completion, FinishReason, SamplingParams};
 pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
-pub use api::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};
 pub use policy_optimizer::{PolicyOptimizer, StepStats};
+pub use sampler::{sample, Completion, FinishReason, SamplingParams};
+pub use tokenizer::ChatTokenizer;

@@ -33,6 +33,9 @@ pub fn load_model(path: &Path, device: &Device) -> Result<LoadedModel> {
         let model = Transformer::from_weights(config, weights, device)?;
         Ok(LoadedModel { model, tokenizer })
     } else {
-        Err(WorkerError::InvalidArgument(format!("{} is neither a model folder nor a GGUF file", path.display())))
+        Err(WorkerError::InvalidArgument(format!(
+            "{} is neither a model folder nor a GGUF file",
+            path.display()
+        )))
     }
 }

@@ -19,7 +19,9 @@ fn view_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
         candle_core::Storage::Cpu(cpu) => {
-            let (a, b) = layout.contiguous_offsets().ok_or_else(|| WorkerError::Model("non-contiguous gradient".into()))?;
+            let (a, b) = layout
+                .contiguous_offsets()
+                .ok_or_else(|| WorkerError::Model("non-contiguous gradient".into()))?;
             f(&cpu.as_slice::<f32>()?[a..b])
         }
         _ => Err(WorkerError::Model("gradient is not on the CPU".into())),
@@ -38,15 +40,21 @@ impl InplaceOp1 for AddScaled<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let (a, b) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("accumulator not contiguous".into()))?;
-        let CpuStorage::F32(data) = storage else { candle_core::bail!("accumulator must be f32") };
+        let (a, b) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("accumulator not contiguous".into()))?;
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("accumulator must be f32")
+        };
         let dst = &mut data[a..b];
         if dst.len() != self.src.len() {
             candle_core::bail!("gradient size changed between micro-batches");
         }
-        dst.par_chunks_mut(PAR_CHUNK).zip(self.src.par_chunks(PAR_CHUNK)).for_each(|(d, s)| {
-            d.iter_mut().zip(s).for_each(|(d, &s)| *d += self.scale * s);
-        });
+        dst.par_chunks_mut(PAR_CHUNK)
+            .zip(self.src.par_chunks(PAR_CHUNK))
+            .for_each(|(d, s)| {
+                d.iter_mut().zip(s).for_each(|(d, &s)| *d += self.scale * s);
+            });
         Ok(())
     }
 }
@@ -74,19 +82,36 @@ impl GradAccumulator {
 
     /// Adds `scale * grad` of every parameter found in `grads` (consumed: its tensors are moved
     /// or freed as they are added). A parameter without a gradient contributes zero.
-    pub fn accumulate(&mut self, mut grads: GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
+    pub fn accumulate(
+        &mut self,
+        mut grads: GradStore,
+        params: &[(String, Var)],
+        scale: f32,
+    ) -> Result<()> {
         if params.len() != self.sums.len() {
-            return Err(WorkerError::InvalidArgument("parameter list changed since the accumulator was made".into()));
+            return Err(WorkerError::InvalidArgument(
+                "parameter list changed since the accumulator was made".into(),
+            ));
         }
         for (i, (name, var)) in params.iter().enumerate() {
-            let Some(g) = grads.remove(var.as_tensor()) else { continue };
+            let Some(g) = grads.remove(var.as_tensor()) else {
+                continue;
+            };
             if g.elem_count() != self.sizes[i] {
-                return Err(WorkerError::Model(format!("gradient of {name} has the wrong size")));
+                return Err(WorkerError::Model(format!(
+                    "gradient of {name} has the wrong size"
+                )));
             }
-            let g = g.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
+            let g = g
+                .to_device(&Device::Cpu)?
+                .to_dtype(candle_core::DType::F32)?;
             match &self.sums[i] {
                 None => {
-                    let owned = if scale == 1.0 { g.contiguous()? } else { (g * scale as f64)?.contiguous()? };
+                    let owned = if scale == 1.0 {
+                        g.contiguous()?
+                    } else {
+                        (g * scale as f64)?.contiguous()?
+                    };
                     self.sums[i] = Some(owned.flatten_all()?);
                 }
                 Some(sum) => {
@@ -110,7 +135,9 @@ impl GradAccumulator {
             .par_iter()
             .map(|s| match s {
                 Some(t) => view_f32(t, |d| {
-                    Ok(d.par_chunks(PAR_CHUNK).map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>()).sum::<f64>())
+                    Ok(d.par_chunks(PAR_CHUNK)
+                        .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
+                        .sum::<f64>())
                 })
                 .unwrap_or(f64::NAN),
                 None => 0.0,
@@ -162,7 +189,12 @@ pub struct AdamWConfig {
 
 impl Default for AdamWConfig {
     fn default() -> Self {
-        Self { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
+        Self {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
     }
 }
 
@@ -184,7 +216,13 @@ pub struct LrSchedule {
 impl LrSchedule {
     /// A constant rate with no warmup.
     pub fn constant(lr: f64) -> Self {
-        Self { lr, warmup_steps: 0, total_steps: 0, cosine: false, min_lr_ratio: 0.0 }
+        Self {
+            lr,
+            warmup_steps: 0,
+            total_steps: 0,
+            cosine: false,
+            min_lr_ratio: 0.0,
+        }
     }
 
     /// The learning rate of optimizer step `step` (0-based).
@@ -195,7 +233,9 @@ impl LrSchedule {
         if !self.cosine || self.total_steps <= self.warmup_steps {
             return self.lr;
         }
-        let progress = ((step - self.warmup_steps) as f64 / (self.total_steps - self.warmup_steps) as f64).min(1.0);
+        let progress = ((step - self.warmup_steps) as f64
+            / (self.total_steps - self.warmup_steps) as f64)
+            .min(1.0);
         let cos = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
         self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cos)
     }
@@ -230,10 +270,15 @@ struct AdamUpdate<'a> {
 
 impl AdamUpdate<'_> {
     fn apply(&self, p: &mut [f32]) -> Result<()> {
-        let mut guard = self.moments.lock().map_err(|_| WorkerError::Model("optimizer state poisoned".into()))?;
+        let mut guard = self
+            .moments
+            .lock()
+            .map_err(|_| WorkerError::Model("optimizer state poisoned".into()))?;
         let (m, v) = &mut *guard;
         if p.len() != self.grad.len() || m.len() != p.len() {
-            return Err(WorkerError::Model("optimizer state does not match the parameter".into()));
+            return Err(WorkerError::Model(
+                "optimizer state does not match the parameter".into(),
+            ));
         }
         let step_size = self.lr / self.bias1;
         p.par_chunks_mut(PAR_CHUNK)
@@ -258,12 +303,15 @@ impl InplaceOp1 for AdamUpdate<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let (a, b) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("parameter not contiguous".into()))?;
+        let (a, b) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("parameter not contiguous".into()))?;
         let data = match storage {
             CpuStorage::F32(d) => d,
             _ => candle_core::bail!("AdamW expects f32 parameters"),
         };
-        self.apply(&mut data[a..b]).map_err(|e| candle_core::Error::Msg(e.to_string()))
+        self.apply(&mut data[a..b])
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 }
 
@@ -274,8 +322,14 @@ impl AdamW {
             config,
             step: 0,
             names: params.iter().map(|(n, _)| n.clone()).collect(),
-            exp_avg: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
-            exp_avg_sq: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
+            exp_avg: params
+                .iter()
+                .map(|(_, v)| vec![0f32; v.elem_count()])
+                .collect(),
+            exp_avg_sq: params
+                .iter()
+                .map(|(_, v)| vec![0f32; v.elem_count()])
+                .collect(),
         }
     }
 
@@ -286,9 +340,17 @@ impl AdamW {
 
     /// One update of every parameter from the accumulated gradients times `grad_scale`
     /// (e.g. the clip factor divided by the number of micro-batches) at learning rate `lr`.
-    pub fn step(&mut self, params: &[(String, Var)], grads: &GradAccumulator, lr: f64, grad_scale: f32) -> Result<()> {
+    pub fn step(
+        &mut self,
+        params: &[(String, Var)],
+        grads: &GradAccumulator,
+        lr: f64,
+        grad_scale: f32,
+    ) -> Result<()> {
         if params.len() != self.names.len() || grads.sums.len() != params.len() {
-            return Err(WorkerError::InvalidArgument("parameter list does not match the optimizer".into()));
+            return Err(WorkerError::InvalidArgument(
+                "parameter list does not match the optimizer".into(),
+            ));
         }
         self.step += 1;
         let c = &self.config;
@@ -296,37 +358,48 @@ impl AdamW {
         let bias2 = 1.0 - c.beta2.powi(self.step as i32);
         for (i, (name, var)) in params.iter().enumerate() {
             if name != &self.names[i] {
-                return Err(WorkerError::InvalidArgument(format!("parameter {i} is {name}, optimizer has {}", self.names[i])));
+                return Err(WorkerError::InvalidArgument(format!(
+                    "parameter {i} is {name}, optimizer has {}",
+                    self.names[i]
+                )));
             }
             let zeros;
             let grad_tensor = match &grads.sums[i] {
                 Some(t) => t,
                 None => {
-                    zeros = Tensor::zeros(self.exp_avg[i].len(), candle_core::DType::F32, &Device::Cpu)?;
+                    zeros = Tensor::zeros(
+                        self.exp_avg[i].len(),
+                        candle_core::DType::F32,
+                        &Device::Cpu,
+                    )?;
                     &zeros
                 }
             };
             view_f32(grad_tensor, |grad| {
-            let op = AdamUpdate {
-                grad,
-                moments: Mutex::new((&mut self.exp_avg[i], &mut self.exp_avg_sq[i])),
-                grad_scale,
-                lr: lr as f32,
-                decay: if decays(name) { c.weight_decay as f32 } else { 0.0 },
-                b1: c.beta1 as f32,
-                b2: c.beta2 as f32,
-                eps: c.eps as f32,
-                bias1: bias1 as f32,
-                bias2_sqrt: bias2.sqrt() as f32,
-            };
-            if var.device().is_cpu() {
-                var.as_tensor().inplace_op1(&op)?;
-            } else {
-                let mut p: Vec<f32> = var.as_tensor().flatten_all()?.to_vec1()?;
-                op.apply(&mut p)?;
-                var.set(&Tensor::from_vec(p, var.shape(), var.device())?)?;
-            }
-            Ok(())
+                let op = AdamUpdate {
+                    grad,
+                    moments: Mutex::new((&mut self.exp_avg[i], &mut self.exp_avg_sq[i])),
+                    grad_scale,
+                    lr: lr as f32,
+                    decay: if decays(name) {
+                        c.weight_decay as f32
+                    } else {
+                        0.0
+                    },
+                    b1: c.beta1 as f32,
+                    b2: c.beta2 as f32,
+                    eps: c.eps as f32,
+                    bias1: bias1 as f32,
+                    bias2_sqrt: bias2.sqrt() as f32,
+                };
+                if var.device().is_cpu() {
+                    var.as_tensor().inplace_op1(&op)?;
+                } else {
+                    let mut p: Vec<f32> = var.as_tensor().flatten_all()?.to_vec1()?;
+                    op.apply(&mut p)?;
+                    var.set(&Tensor::from_vec(p, var.shape(), var.device())?)?;
+                }
+                Ok(())
             })?;
         }
         Ok(())
@@ -337,16 +410,29 @@ impl AdamW {
         let mut tensors = Vec::with_capacity(self.names.len() * 2);
         for (i, name) in self.names.iter().enumerate() {
             let n = self.exp_avg[i].len();
-            tensors.push((format!("exp_avg/{name}"), Tensor::from_slice(&self.exp_avg[i], n, &Device::Cpu)?));
-            tensors.push((format!("exp_avg_sq/{name}"), Tensor::from_slice(&self.exp_avg_sq[i], n, &Device::Cpu)?));
+            tensors.push((
+                format!("exp_avg/{name}"),
+                Tensor::from_slice(&self.exp_avg[i], n, &Device::Cpu)?,
+            ));
+            tensors.push((
+                format!("exp_avg_sq/{name}"),
+                Tensor::from_slice(&self.exp_avg_sq[i], n, &Device::Cpu)?,
+            ));
         }
         let mut meta = HashMap::from([
             ("step".to_string(), self.step.to_string()),
-            ("adamw".to_string(), serde_json::to_string(&self.config).unwrap_or_default()),
+            (
+                "adamw".to_string(),
+                serde_json::to_string(&self.config).unwrap_or_default(),
+            ),
         ]);
         meta.insert("format".into(), "pt".into());
-        safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta), path)
-            .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+        safetensors::serialize_to_file(
+            tensors.iter().map(|(n, t)| (n.as_str(), t)),
+            Some(meta),
+            path,
+        )
+        .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
     }
 
     /// Restores a state written by [`AdamW::save`] for the same parameter list.
@@ -357,7 +443,10 @@ impl AdamW {
         let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
             .map_err(|e| WorkerError::Model(format!("{}: {e}", path.display())))?;
         let meta = meta.metadata().clone().unwrap_or_default();
-        let step = meta.get("step").and_then(|s| s.parse().ok()).ok_or_else(|| WorkerError::Model("optimizer state lacks step".into()))?;
+        let step = meta
+            .get("step")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| WorkerError::Model("optimizer state lacks step".into()))?;
         let config: AdamWConfig = meta
             .get("adamw")
             .and_then(|s| serde_json::from_str(s).ok())
@@ -365,10 +454,19 @@ impl AdamW {
         let mut opt = Self::new(config, params);
         opt.step = step;
         let read = |key: String, n: usize| -> Result<Vec<f32>> {
-            let view = st.tensor(&key).map_err(|e| WorkerError::Model(format!("optimizer state `{key}`: {e}")))?;
-            let data: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let view = st
+                .tensor(&key)
+                .map_err(|e| WorkerError::Model(format!("optimizer state `{key}`: {e}")))?;
+            let data: Vec<f32> = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
             if data.len() != n {
-                return Err(WorkerError::Model(format!("optimizer state `{key}` has {} values, expected {n}", data.len())));
+                return Err(WorkerError::Model(format!(
+                    "optimizer state `{key}` has {} values, expected {n}",
+                    data.len()
+                )));
             }
             Ok(data)
         };

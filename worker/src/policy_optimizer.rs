@@ -39,7 +39,12 @@ pub struct PolicyOptimizer {
 
 impl PolicyOptimizer {
     /// A fresh optimizer over `model.trainable_params()`.
-    pub fn new(model: &Transformer, config: AdamWConfig, schedule: LrSchedule, max_grad_norm: f64) -> Self {
+    pub fn new(
+        model: &Transformer,
+        config: AdamWConfig,
+        schedule: LrSchedule,
+        max_grad_norm: f64,
+    ) -> Self {
         let params = model.trainable_params();
         Self {
             adamw: AdamW::new(config, &params),
@@ -52,10 +57,21 @@ impl PolicyOptimizer {
 
     /// Restores the optimizer state saved in checkpoint folder `dir` (the model's weights are
     /// restored separately with [`crate::checkpoint::restore_weights`]).
-    pub fn restore(model: &Transformer, dir: &Path, schedule: LrSchedule, max_grad_norm: f64) -> Result<Self> {
+    pub fn restore(
+        model: &Transformer,
+        dir: &Path,
+        schedule: LrSchedule,
+        max_grad_norm: f64,
+    ) -> Result<Self> {
         let params = model.trainable_params();
         let adamw = AdamW::load(&dir.join(TRAINER_STATE), &params)?;
-        Ok(Self { grads: GradAccumulator::new(&params), adamw, params, schedule, max_grad_norm })
+        Ok(Self {
+            grads: GradAccumulator::new(&params),
+            adamw,
+            params,
+            schedule,
+            max_grad_norm,
+        })
     }
 
     /// Back-propagates `loss` (a scalar built from [`Transformer::completion_logprobs`] with
@@ -72,9 +88,16 @@ impl PolicyOptimizer {
         let (clip_factor, grad_norm) = self.grads.clip_factor(self.max_grad_norm);
         let lr = self.schedule.lr_at(self.adamw.step_count());
         let micro_batches = self.grads.micro_batches();
-        self.adamw.step(&self.params, &self.grads, lr, clip_factor)?;
+        self.adamw
+            .step(&self.params, &self.grads, lr, clip_factor)?;
         self.grads.reset();
-        Ok(StepStats { step: self.adamw.step_count(), lr, grad_norm, clip_factor, micro_batches })
+        Ok(StepStats {
+            step: self.adamw.step_count(),
+            lr,
+            grad_norm,
+            clip_factor,
+            micro_batches,
+        })
     }
 
     /// Drops gradients accumulated since the last step (e.g. after a cancelled step).

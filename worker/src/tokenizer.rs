@@ -38,7 +38,9 @@ fn tok_err(e: impl std::fmt::Display) -> WorkerError {
 fn token_text(v: Option<&serde_json::Value>) -> Option<String> {
     match v? {
         serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_owned),
+        serde_json::Value::Object(o) => {
+            o.get("content").and_then(|c| c.as_str()).map(str::to_owned)
+        }
         _ => None,
     }
 }
@@ -51,7 +53,11 @@ impl ChatTokenizer {
         special: SpecialTokens,
         mut eos_token_ids: Vec<u32>,
     ) -> Self {
-        if let Some(id) = special.eos.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
+        if let Some(id) = special
+            .eos
+            .as_deref()
+            .and_then(|t| tokenizer.token_to_id(t))
+        {
             if !eos_token_ids.contains(&id) {
                 eos_token_ids.push(id);
             }
@@ -63,7 +69,13 @@ impl ChatTokenizer {
                 None
             }
         });
-        Self { tokenizer, chat_template_source, template, special, eos_token_ids }
+        Self {
+            tokenizer,
+            chat_template_source,
+            template,
+            special,
+            eos_token_ids,
+        }
     }
 
     /// Loads `tokenizer.json`, `tokenizer_config.json` (or `chat_template.jinja`) and the EOS ids
@@ -73,7 +85,11 @@ impl ChatTokenizer {
         let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
             .map_err(|e| WorkerError::Tokenizer(format!("{}: {e}", tok_path.display())))?;
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: serde_json::Value = if cfg_path.is_file() { read_json(&cfg_path)? } else { serde_json::json!({}) };
+        let cfg: serde_json::Value = if cfg_path.is_file() {
+            read_json(&cfg_path)?
+        } else {
+            serde_json::json!({})
+        };
         let mut template = match cfg.get("chat_template") {
             Some(serde_json::Value::String(s)) => Some(s.clone()),
             Some(serde_json::Value::Array(named)) => named
@@ -92,7 +108,9 @@ impl ChatTokenizer {
             let gen: serde_json::Value = read_json(&gen_path)?;
             match gen.get("eos_token_id") {
                 Some(serde_json::Value::Number(n)) => eos.extend(n.as_u64().map(|x| x as u32)),
-                Some(serde_json::Value::Array(a)) => eos.extend(a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32)),
+                Some(serde_json::Value::Array(a)) => {
+                    eos.extend(a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32))
+                }
                 _ => {}
             }
         }
@@ -109,21 +127,36 @@ impl ChatTokenizer {
 
     /// Token ids of `text`, without adding special tokens (the chat template already has them).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.tokenizer.encode(text, false).map_err(tok_err)?.get_ids().to_vec())
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
     }
 
     /// Text of `ids`, optionally dropping special tokens.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.tokenizer.decode(ids, skip_special_tokens).map_err(tok_err)
+        self.tokenizer
+            .decode(ids, skip_special_tokens)
+            .map_err(tok_err)
     }
 
     /// Renders messages with the chat template as HF `apply_chat_template(tokenize=False)` does.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let t = self
-            .template
-            .as_ref()
-            .ok_or_else(|| WorkerError::Template("this model has no (usable) chat template".into()))?;
-        t.render(messages, add_generation_prompt, self.special.bos.as_deref(), self.special.eos.as_deref())
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let t = self.template.as_ref().ok_or_else(|| {
+            WorkerError::Template("this model has no (usable) chat template".into())
+        })?;
+        t.render(
+            messages,
+            add_generation_prompt,
+            self.special.bos.as_deref(),
+            self.special.eos.as_deref(),
+        )
     }
 
     /// The id used to pad batches (pad, else EOS, else 0); padded positions are masked anyway.
@@ -139,7 +172,11 @@ impl ChatTokenizer {
     /// An HF `tokenizer_config.json` document describing this tokenizer.
     pub fn tokenizer_config_json(&self, model_max_length: usize) -> serde_json::Value {
         let mut added = serde_json::Map::new();
-        let mut decoder: Vec<_> = self.tokenizer.get_added_tokens_decoder().into_iter().collect();
+        let mut decoder: Vec<_> = self
+            .tokenizer
+            .get_added_tokens_decoder()
+            .into_iter()
+            .collect();
         decoder.sort_by_key(|(id, _)| *id);
         for (id, t) in decoder {
             added.insert(
@@ -167,7 +204,12 @@ impl ChatTokenizer {
     /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir`.
     pub fn save_hf(&self, dir: &Path, model_max_length: usize) -> Result<()> {
         let path = dir.join("tokenizer.json");
-        self.tokenizer.save(&path, true).map_err(|e| WorkerError::Tokenizer(format!("{}: {e}", path.display())))?;
-        crate::error::write_json(&dir.join("tokenizer_config.json"), &self.tokenizer_config_json(model_max_length))
+        self.tokenizer
+            .save(&path, true)
+            .map_err(|e| WorkerError::Tokenizer(format!("{}: {e}", path.display())))?;
+        crate::error::write_json(
+            &dir.join("tokenizer_config.json"),
+            &self.tokenizer_config_json(model_max_length),
+        )
     }
 }

@@ -42,19 +42,28 @@ impl WeightMap {
 
 /// Streams the tensors of a safetensors file one at a time (so loading never holds the file
 /// and the converted weights in memory together), calling `each(name, tensor)`.
-pub fn read_safetensors(path: &Path, device: &Device, mut each: impl FnMut(String, Tensor) -> Result<()>) -> Result<()> {
+pub fn read_safetensors(
+    path: &Path,
+    device: &Device,
+    mut each: impl FnMut(String, Tensor) -> Result<()>,
+) -> Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     let bad = |msg: String| WorkerError::Model(format!("{}: {msg}", path.display()));
     let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
-    let file_len = f.metadata().map_err(|e| WorkerError::io("reading", path, e))?.len();
+    let file_len = f
+        .metadata()
+        .map_err(|e| WorkerError::io("reading", path, e))?
+        .len();
     let mut len8 = [0u8; 8];
-    f.read_exact(&mut len8).map_err(|e| WorkerError::io("reading", path, e))?;
+    f.read_exact(&mut len8)
+        .map_err(|e| WorkerError::io("reading", path, e))?;
     let header_len = u64::from_le_bytes(len8);
     if header_len > file_len.saturating_sub(8) || header_len > 100 << 20 {
         return Err(bad(format!("header length {header_len} is invalid")));
     }
     let mut header = vec![0u8; header_len as usize];
-    f.read_exact(&mut header).map_err(|e| WorkerError::io("reading", path, e))?;
+    f.read_exact(&mut header)
+        .map_err(|e| WorkerError::io("reading", path, e))?;
     let header: BTreeMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| bad(format!("header is not JSON: {e}")))?;
     let data_start = 8 + header_len;
@@ -63,18 +72,27 @@ pub fn read_safetensors(path: &Path, device: &Device, mut each: impl FnMut(Strin
         if name == "__metadata__" {
             continue;
         }
-        let dtype = info.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad(format!("`{name}` has no dtype")))?;
+        let dtype = info
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| bad(format!("`{name}` has no dtype")))?;
         let shape: Vec<usize> = info
             .get("shape")
             .and_then(|s| s.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as usize)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_u64().map(|x| x as usize))
+                    .collect()
+            })
             .ok_or_else(|| bad(format!("`{name}` has no shape")))?;
         let offsets: Vec<u64> = info
             .get("data_offsets")
             .and_then(|s| s.as_array())
             .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
             .unwrap_or_default();
-        let [a, b] = offsets[..] else { return Err(bad(format!("`{name}` has bad data_offsets"))) };
+        let [a, b] = offsets[..] else {
+            return Err(bad(format!("`{name}` has bad data_offsets")));
+        };
         if a > b || data_start + b > file_len {
             return Err(bad(format!("`{name}` lies outside the file")));
         }
@@ -90,8 +108,10 @@ pub fn read_safetensors(path: &Path, device: &Device, mut each: impl FnMut(Strin
             other => return Err(bad(format!("`{name}` has unsupported dtype {other}"))),
         };
         let mut bytes = vec![0u8; (b - a) as usize];
-        f.seek(SeekFrom::Start(data_start + a)).map_err(|e| WorkerError::io("reading", path, e))?;
-        f.read_exact(&mut bytes).map_err(|e| WorkerError::io("reading", path, e))?;
+        f.seek(SeekFrom::Start(data_start + a))
+            .map_err(|e| WorkerError::io("reading", path, e))?;
+        f.read_exact(&mut bytes)
+            .map_err(|e| WorkerError::io("reading", path, e))?;
         if bytes.len() != shape.iter().product::<usize>() * dtype.size_in_bytes() {
             return Err(bad(format!("`{name}` size does not match its shape")));
         }
@@ -127,7 +147,11 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 
 /// Writes tensors to one safetensors file (with `format: pt` metadata, as transformers expects),
 /// each converted to the dtype given for it (f32 when absent).
-pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)], dtypes: &HashMap<String, DType>) -> Result<()> {
+pub fn save_safetensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    dtypes: &HashMap<String, DType>,
+) -> Result<()> {
     let mut converted = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
         let dtype = dtypes.get(name).copied().unwrap_or(DType::F32);
@@ -135,6 +159,10 @@ pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)], dtypes: &Hash
         converted.push((name.clone(), t));
     }
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    safetensors::serialize_to_file(converted.iter().map(|(n, t)| (n.as_str(), t)), Some(metadata), path)
-        .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+    safetensors::serialize_to_file(
+        converted.iter().map(|(n, t)| (n.as_str(), t)),
+        Some(metadata),
+        path,
+    )
+    .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
 }

@@ -16,7 +16,16 @@ fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar()
+        .unwrap()
 }
 
 /// A loss that weights every completion token differently, so all gradients are exercised.
@@ -26,7 +35,12 @@ fn loss(model: &Transformer, track: bool) -> Tensor {
     let (b, l) = lp.logprobs.dims2().unwrap();
     let w: Vec<f32> = (0..b * l).map(|i| 1.0 + (i % 5) as f32 * 0.3).collect();
     let w = Tensor::from_vec(w, (b, l), &Device::Cpu).unwrap();
-    (lp.logprobs * lp.mask).unwrap().mul(&w).unwrap().sum_all().unwrap()
+    (lp.logprobs * lp.mask)
+        .unwrap()
+        .mul(&w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
 }
 
 #[test]
@@ -38,15 +52,31 @@ fn every_trainable_tensor_gets_a_gradient_matching_the_reference() {
         model.set_kernels(Kernels::Reference);
         let reference = loss(&model, true);
         let ref_grads = reference.backward().unwrap();
-        assert!(max_abs_diff(&fused, &reference) < 1e-4, "{family:?} loss differs");
+        assert!(
+            max_abs_diff(&fused, &reference) < 1e-4,
+            "{family:?} loss differs"
+        );
         for (name, var) in model.trainable_params() {
-            let g = fused_grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{family:?}: no gradient for {name}"));
+            let g = fused_grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{family:?}: no gradient for {name}"));
             let norm: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
             assert!(norm > 0.0, "{family:?}: zero gradient for {name}");
             let r = ref_grads.get(var.as_tensor()).unwrap();
             let diff = max_abs_diff(g, r);
-            let scale: f32 = r.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
-            assert!(diff <= 1e-3 * scale.max(1.0), "{family:?}: gradient of {name} differs by {diff} (scale {scale})");
+            let scale: f32 = r
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(
+                diff <= 1e-3 * scale.max(1.0),
+                "{family:?}: gradient of {name} differs by {diff} (scale {scale})"
+            );
         }
     }
 }
@@ -57,13 +87,28 @@ fn gradients_match_finite_differences() {
         let model = tiny_model(family, 3).unwrap();
         let grads = loss(&model, true).backward().unwrap();
         for (name, var) in model.trainable_params() {
-            let g: Vec<f32> = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let g: Vec<f32> = grads
+                .get(var.as_tensor())
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
             // Probe the coordinate with the largest gradient and one fixed coordinate.
-            let big = g.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap().0;
+            let big = g
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+                .unwrap()
+                .0;
             for idx in [big, g.len() / 3] {
                 let fd = finite_difference(&model, &var, idx, 1e-2);
                 let tol = 2e-2 * g[idx].abs().max(fd.abs()) + 2e-3;
-                assert!((fd - g[idx]).abs() <= tol, "{family:?} {name}[{idx}]: analytic {} vs numeric {fd}", g[idx]);
+                assert!(
+                    (fd - g[idx]).abs() <= tol,
+                    "{family:?} {name}[{idx}]: analytic {} vs numeric {fd}",
+                    g[idx]
+                );
             }
         }
     }
@@ -76,9 +121,14 @@ fn finite_difference(model: &Transformer, var: &Var, idx: usize, eps: f32) -> f3
     let mut eval = |delta: f32| -> f64 {
         let base = data[idx];
         data[idx] = base + delta;
-        var.set(&Tensor::from_vec(data.clone(), &shape, &Device::Cpu).unwrap()).unwrap();
+        var.set(&Tensor::from_vec(data.clone(), &shape, &Device::Cpu).unwrap())
+            .unwrap();
         data[idx] = base;
-        loss(model, false).to_dtype(candle_core::DType::F64).unwrap().to_scalar::<f64>().unwrap()
+        loss(model, false)
+            .to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
     };
     let fd = (eval(eps) - eval(-eps)) / (2.0 * eps as f64);
     var.set(&orig).unwrap();
@@ -92,7 +142,9 @@ fn logprobs_do_not_depend_on_padding_or_batch_composition() {
         let (p, c) = prompts();
         let together = model.completion_logprobs(&p, &c, 1.0, 0, false).unwrap();
         for i in 0..p.len() {
-            let alone = model.completion_logprobs(&p[i..=i], &c[i..=i], 1.0, 0, false).unwrap();
+            let alone = model
+                .completion_logprobs(&p[i..=i], &c[i..=i], 1.0, 0, false)
+                .unwrap();
             let n = c[i].len();
             let a = together.logprobs.get(i).unwrap().narrow(0, 0, n).unwrap();
             let b = alone.logprobs.get(0).unwrap();
@@ -108,14 +160,26 @@ fn logprobs_do_not_depend_on_padding_or_batch_composition() {
 fn kv_cache_decode_equals_full_forward() {
     for family in FAMILIES {
         let model = tiny_model(family, 5).unwrap();
-        let seqs: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6, 7, 8], vec![9, 10, 11, 12, 13, 14, 15, 16]];
+        let seqs: Vec<Vec<u32>> = vec![
+            vec![1, 2, 3, 4, 5, 6, 7, 8],
+            vec![9, 10, 11, 12, 13, 14, 15, 16],
+        ];
         let prompt_lens = [3usize, 5];
         let full = model.sequence_logits(&[&seqs[0], &seqs[1]], 0).unwrap();
         // Prefill the (left-padded) prompts, then feed the rest one token at a time.
         let prompts: Vec<&[u32]> = seqs.iter().zip(prompt_lens).map(|(s, l)| &s[..l]).collect();
         let pb = verity_worker::model::inputs::PaddedBatch::new(&prompts, 0).unwrap();
         let mut cache = model.new_cache(2, 4).unwrap();
-        let h = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false).unwrap();
+        let h = model
+            .hidden_states(
+                &pb.ids,
+                &pb.positions(),
+                2,
+                &pb.pads,
+                Some(&mut cache),
+                false,
+            )
+            .unwrap();
         let logits = model.logits(&h).unwrap().reshape((2, pb.len, 64)).unwrap();
         for (b, &l) in prompt_lens.iter().enumerate() {
             let got = logits.get(b).unwrap().get(pb.len - 1).unwrap();
@@ -125,11 +189,16 @@ fn kv_cache_decode_equals_full_forward() {
         for _ in 0..3 {
             let ids: Vec<u32> = (0..2).map(|b| seqs[b][pos[b]]).collect();
             let p: Vec<u32> = pos.iter().map(|&x| x as u32).collect();
-            let h = model.hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false).unwrap();
+            let h = model
+                .hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false)
+                .unwrap();
             let step = model.logits(&h).unwrap();
             for (b, &p) in pos.iter().enumerate() {
                 let want = full.get(b).unwrap().get(p).unwrap();
-                assert!(max_abs_diff(&step.get(b).unwrap(), &want) < 1e-4, "{family:?} row {b} pos {p}");
+                assert!(
+                    max_abs_diff(&step.get(b).unwrap(), &want) < 1e-4,
+                    "{family:?} row {b} pos {p}"
+                );
             }
             pos.iter_mut().for_each(|x| *x += 1);
         }
@@ -142,22 +211,40 @@ fn lora_with_zero_b_leaves_logits_unchanged_and_trains_only_adapters() {
     let seq = [4u32, 8, 15, 16, 23, 42];
     let before = model.sequence_logits(&[&seq], 0).unwrap();
     let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
-    model.enable_lora(LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets }, 9).unwrap();
+    model
+        .enable_lora(
+            LoraConfig {
+                r: 4,
+                lora_alpha: 8.0,
+                target_modules: targets,
+            },
+            9,
+        )
+        .unwrap();
     let after = model.sequence_logits(&[&seq], 0).unwrap();
     assert_eq!(max_abs_diff(&before, &after), 0.0);
     let params = model.trainable_params();
-    assert_eq!(params.len(), 2 * 3 * 2, "A and B for 3 projections in 2 layers");
+    assert_eq!(
+        params.len(),
+        2 * 3 * 2,
+        "A and B for 3 projections in 2 layers"
+    );
     let grads = loss(&model, true).backward().unwrap();
     for (name, var) in &params {
         assert!(name.starts_with("base_model.model.model.layers."), "{name}");
-        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no grad for {name}"));
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("no grad for {name}"));
         if name.contains("lora_B") {
             let n: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
             assert!(n > 0.0, "{name}");
         }
     }
     for (name, var) in model.named_weights() {
-        assert!(grads.get(var.as_tensor()).is_none(), "base weight {name} must not train under LoRA");
+        assert!(
+            grads.get(var.as_tensor()).is_none(),
+            "base weight {name} must not train under LoRA"
+        );
     }
 }
 

@@ -34,7 +34,13 @@ impl CustomOp2 for RmsNorm {
         "verity-rms-norm"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let x = f32_slice(s1, l1)?;
         let w = f32_slice(s2, l2)?;
         let d = w.len();
@@ -42,16 +48,24 @@ impl CustomOp2 for RmsNorm {
             candle_core::bail!("rms_norm: weight length {d} does not match {:?}", l1.dims());
         }
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, row)| {
-            let r = inv_rms(row, self.eps);
-            for ((o, &v), &wv) in o.iter_mut().zip(row).zip(w) {
-                *o = v * r * wv;
-            }
-        });
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .for_each(|(o, row)| {
+                let r = inv_rms(row, self.eps);
+                for ((o, &v), &wv) in o.iter_mut().zip(row).zip(w) {
+                    *o = v * r * wv;
+                }
+            });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, g: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let g = g.contiguous()?;
         let dx = x.apply_op3_no_bwd(w, &g, &RmsNormGradX { eps: self.eps })?;
         let dw = x.apply_op2_no_bwd(&g, &RmsNormGradW { eps: self.eps })?;
@@ -80,14 +94,16 @@ impl CustomOp3 for RmsNormGradX {
         let (x, w, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
         let d = w.len();
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d).zip(x.par_chunks(d).zip(g.par_chunks(d))).for_each(|(o, (xr, gr))| {
-            let r = inv_rms(xr, self.eps);
-            let dot: f32 = xr.iter().zip(gr).zip(w).map(|((a, b), c)| a * b * c).sum();
-            let k = r * r * r * dot / d as f32;
-            for i in 0..d {
-                o[i] = r * w[i] * gr[i] - xr[i] * k;
-            }
-        });
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d).zip(g.par_chunks(d)))
+            .for_each(|(o, (xr, gr))| {
+                let r = inv_rms(xr, self.eps);
+                let dot: f32 = xr.iter().zip(gr).zip(w).map(|((a, b), c)| a * b * c).sum();
+                let k = r * r * r * dot / d as f32;
+                for i in 0..d {
+                    o[i] = r * w[i] * gr[i] - xr[i] * k;
+                }
+            });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
@@ -101,7 +117,13 @@ impl CustomOp2 for RmsNormGradW {
         "verity-rms-norm-grad-w"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let (x, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         let d = *l1.dims().last().unwrap_or(&1);
         let rows = x.len() / d.max(1);

@@ -39,7 +39,15 @@ const PANEL: usize = 32;
 /// `acc[r][..PANEL] = sum_k x[r0 + r][k] * wt[k][j0..j0 + PANEL]` with the accumulators held in
 /// registers (MR x 4 vectors).
 #[inline(always)]
-fn panel<const MR: usize>(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols, r0: usize, jl: usize) {
+fn panel<const MR: usize>(
+    acc: &mut [f32],
+    x: &[f32],
+    wt: &[f32],
+    d: Dims,
+    c: Cols,
+    r0: usize,
+    jl: usize,
+) {
     let (k, n, w, j0) = (d.k, d.n, c.w, c.j0 + jl);
     let mut regs = [[0f32; PANEL]; MR];
     for kk in 0..k {
@@ -161,7 +169,15 @@ fn dot_rows(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, v0: usize
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_rows_avx2(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, v0: usize, nv: usize) {
+unsafe fn dot_rows_avx2(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    k: usize,
+    v0: usize,
+    nv: usize,
+) {
     dot_rows(out, x, w, m, k, v0, nv)
 }
 
@@ -215,12 +231,30 @@ mod tests {
             let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
             let want = x.matmul(&wt).unwrap();
             let got = skinny_matmul(&x, &wt).unwrap();
-            let d: f32 = (want - got).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            let d: f32 = (want - got)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
             assert!(d < 1e-4, "m={m}: {d}");
             let w = wt.t().unwrap().contiguous().unwrap();
             let got = skinny_matmul_nt(&x, &w).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap();
-            let d: f32 = (want - got).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            let d: f32 = (want - got)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
             assert!(d < 1e-4, "nt m={m}: {d}");
         }
     }

@@ -10,7 +10,9 @@ use rayon::prelude::*;
 /// heads. Rows whose keys are all masked yield zeros. Differentiable in `scores` only.
 pub fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f32) -> Result<Tensor> {
     if use_cpu_kernel(scores) {
-        scores.contiguous()?.apply_op2(&mask.contiguous()?, MaskedSoftmax { scale })
+        scores
+            .contiguous()?
+            .apply_op2(&mask.contiguous()?, MaskedSoftmax { scale })
     } else {
         masked_softmax_reference(scores, mask, scale)
     }
@@ -51,22 +53,43 @@ impl CustomOp2 for MaskedSoftmax {
         "verity-masked-softmax"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let (s, m) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        let &[b, h, tq, tk] = l1.dims() else { bail!("masked_softmax: scores must be 4-d, got {:?}", l1.dims()) };
+        let &[b, h, tq, tk] = l1.dims() else {
+            bail!("masked_softmax: scores must be 4-d, got {:?}", l1.dims())
+        };
         if l2.dims() != [b, tq, tk] {
-            bail!("masked_softmax: mask {:?} does not match scores {:?}", l2.dims(), l1.dims());
+            bail!(
+                "masked_softmax: mask {:?} does not match scores {:?}",
+                l2.dims(),
+                l1.dims()
+            );
         }
         let mut out = vec![0f32; s.len()];
-        out.par_chunks_mut(tk).zip(s.par_chunks(tk)).enumerate().for_each(|(row, (o, sr))| {
-            let (bi, qi) = (row / (h * tq), row % tq);
-            let mrow = &m[(bi * tq + qi) * tk..(bi * tq + qi + 1) * tk];
-            softmax_row(o, sr, mrow, self.scale);
-        });
+        out.par_chunks_mut(tk)
+            .zip(s.par_chunks(tk))
+            .enumerate()
+            .for_each(|(row, (o, sr))| {
+                let (bi, qi) = (row / (h * tq), row % tq);
+                let mrow = &m[(bi * tq + qi) * tk..(bi * tq + qi + 1) * tk];
+                softmax_row(o, sr, mrow, self.scale);
+            });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    fn bwd(&self, _s: &Tensor, _m: &Tensor, y: &Tensor, g: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        _s: &Tensor,
+        _m: &Tensor,
+        y: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let ds = y.apply_op2_no_bwd(&g.contiguous()?, &SoftmaxGrad { scale: self.scale })?;
         Ok((Some(ds), None))
     }
@@ -81,16 +104,24 @@ impl CustomOp2 for SoftmaxGrad {
         "verity-softmax-grad"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let (y, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         let tk = *l1.dims().last().unwrap_or(&1);
         let mut out = vec![0f32; y.len()];
-        out.par_chunks_mut(tk).zip(y.par_chunks(tk).zip(g.par_chunks(tk))).for_each(|(o, (yr, gr))| {
-            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
-            for ((o, &yv), &gv) in o.iter_mut().zip(yr).zip(gr) {
-                *o = self.scale * yv * (gv - dot);
-            }
-        });
+        out.par_chunks_mut(tk)
+            .zip(y.par_chunks(tk).zip(g.par_chunks(tk)))
+            .for_each(|(o, (yr, gr))| {
+                let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+                for ((o, &yv), &gv) in o.iter_mut().zip(yr).zip(gr) {
+                    *o = self.scale * yv * (gv - dot);
+                }
+            });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }

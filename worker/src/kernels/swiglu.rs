@@ -33,21 +33,35 @@ impl CustomOp2 for SwiGlu {
         "verity-swiglu"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let (g, u) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
         if g.len() != u.len() {
             bail!("swiglu: shapes {:?} and {:?}", l1.dims(), l2.dims());
         }
         let mut out = vec![0f32; g.len()];
-        out.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK))).for_each(|(o, (g, u))| {
-            for i in 0..o.len() {
-                o[i] = g[i] * sigmoid(g[i]) * u[i];
-            }
-        });
+        out.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+            .for_each(|(o, (g, u))| {
+                for i in 0..o.len() {
+                    o[i] = g[i] * sigmoid(g[i]) * u[i];
+                }
+            });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    fn bwd(&self, gate: &Tensor, up: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let both = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
         Ok((Some(both.get(0)?), Some(both.get(1)?)))
     }
@@ -76,7 +90,11 @@ impl CustomOp3 for SwiGluGrad {
         let (dg, du) = out.split_at_mut(n);
         dg.par_chunks_mut(CHUNK)
             .zip(du.par_chunks_mut(CHUNK))
-            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)).zip(dy.par_chunks(CHUNK)))
+            .zip(
+                g.par_chunks(CHUNK)
+                    .zip(u.par_chunks(CHUNK))
+                    .zip(dy.par_chunks(CHUNK)),
+            )
             .for_each(|((dg, du), ((g, u), dy))| {
                 for i in 0..dg.len() {
                     let s = sigmoid(g[i]);

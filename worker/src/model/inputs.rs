@@ -20,7 +20,9 @@ impl PaddedBatch {
     /// Left-pads `seqs` with `pad_id`; every sequence must be non-empty.
     pub fn new(seqs: &[&[u32]], pad_id: u32) -> Result<Self> {
         if seqs.is_empty() || seqs.iter().any(|s| s.is_empty()) {
-            return Err(WorkerError::InvalidArgument("batch must contain non-empty sequences".into()));
+            return Err(WorkerError::InvalidArgument(
+                "batch must contain non-empty sequences".into(),
+            ));
         }
         let len = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(seqs.len() * len);
@@ -31,7 +33,12 @@ impl PaddedBatch {
             ids.extend_from_slice(s);
             pads.push(pad);
         }
-        Ok(Self { ids, batch: seqs.len(), len, pads })
+        Ok(Self {
+            ids,
+            batch: seqs.len(),
+            len,
+            pads,
+        })
     }
 
     /// Position ids `(batch * len)`: 0 at each row's first real token (pads get 0).
@@ -52,7 +59,11 @@ pub struct Rotary {
 
 impl Rotary {
     /// Frequencies `theta^(-2i/head_dim)` for `i < head_dim/2`, with Llama 3 scaling if given.
-    pub fn new(head_dim: usize, theta: f64, scaling: Option<crate::config::Llama3RopeScaling>) -> Self {
+    pub fn new(
+        head_dim: usize,
+        theta: f64,
+        scaling: Option<crate::config::Llama3RopeScaling>,
+    ) -> Self {
         let half = head_dim / 2;
         let inv_freq = (0..half)
             .map(|i| {
@@ -67,7 +78,13 @@ impl Rotary {
     }
 
     /// `(cos, sin)` tables `(batch, t, head_dim/2)` for the given positions `(batch * t)`.
-    pub fn tables(&self, positions: &[u32], batch: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+    pub fn tables(
+        &self,
+        positions: &[u32],
+        batch: usize,
+        t: usize,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
@@ -95,14 +112,20 @@ fn llama3_scale(freq: f64, s: crate::config::Llama3RopeScaling) -> f64 {
     } else if wavelen > low_wavelen {
         freq / s.factor
     } else {
-        let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        let smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor)
+            / (s.high_freq_factor - s.low_freq_factor);
         (1.0 - smooth) * freq / s.factor + smooth * freq
     }
 }
 
 /// Additive attention mask `(batch, tq, past + tq)`: query `i` of row `b` sees keys
 /// `first_valid[b] ..= past + i`; a pad query (before `first_valid`) sees only itself.
-pub fn attention_mask(first_valid: &[usize], past: usize, tq: usize, device: &Device) -> Result<Tensor> {
+pub fn attention_mask(
+    first_valid: &[usize],
+    past: usize,
+    tq: usize,
+    device: &Device,
+) -> Result<Tensor> {
     let tk = past + tq;
     let mut m = vec![f32::NEG_INFINITY; first_valid.len() * tq * tk];
     for (b, &fv) in first_valid.iter().enumerate() {
@@ -126,18 +149,30 @@ mod tests {
 
     #[test]
     fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
-        let s = Llama3RopeScaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 };
+        let s = Llama3RopeScaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
         let plain = Rotary::new(128, 500_000.0, None);
         let scaled = Rotary::new(128, 500_000.0, Some(s));
         assert_eq!(scaled.inv_freq[0], plain.inv_freq[0]);
         let last = plain.inv_freq.len() - 1;
         assert!((scaled.inv_freq[last] - plain.inv_freq[last] / 8.0).abs() < 1e-12);
-        assert!(scaled.inv_freq.iter().zip(&plain.inv_freq).all(|(a, b)| a <= b));
+        assert!(scaled
+            .inv_freq
+            .iter()
+            .zip(&plain.inv_freq)
+            .all(|(a, b)| a <= b));
     }
 
     #[test]
     fn masks_hide_pads_and_the_future() {
-        let m: Vec<Vec<Vec<f32>>> = attention_mask(&[2], 0, 4, &Device::Cpu).unwrap().to_vec3().unwrap();
+        let m: Vec<Vec<Vec<f32>>> = attention_mask(&[2], 0, 4, &Device::Cpu)
+            .unwrap()
+            .to_vec3()
+            .unwrap();
         let inf = f32::NEG_INFINITY;
         assert_eq!(m[0][0], [0.0, inf, inf, inf]);
         assert_eq!(m[0][2], [inf, inf, 0.0, inf]);

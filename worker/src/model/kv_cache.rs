@@ -14,12 +14,34 @@ pub struct KvCache {
 
 impl KvCache {
     /// An empty cache for `layers` layers able to hold `capacity` positions before growing.
-    pub fn new(layers: usize, batch: usize, kv_heads: usize, head_dim: usize, capacity: usize, device: &Device) -> Result<Self> {
+    pub fn new(
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        device: &Device,
+    ) -> Result<Self> {
         let capacity = capacity.max(1);
-        let zeros = || Tensor::zeros((batch, kv_heads, capacity, head_dim), candle_core::DType::F32, device);
-        let keys = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
-        let values = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Self { keys, values, len: 0, capacity })
+        let zeros = || {
+            Tensor::zeros(
+                (batch, kv_heads, capacity, head_dim),
+                candle_core::DType::F32,
+                device,
+            )
+        };
+        let keys = (0..layers)
+            .map(|_| zeros())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let values = (0..layers)
+            .map(|_| zeros())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self {
+            keys,
+            values,
+            len: 0,
+            capacity,
+        })
     }
 
     /// Positions filled so far.
@@ -41,7 +63,10 @@ impl KvCache {
         }
         self.keys[layer].slice_set(&k.contiguous()?, 2, self.len)?;
         self.values[layer].slice_set(&v.contiguous()?, 2, self.len)?;
-        Ok((self.keys[layer].narrow(2, 0, self.len + t)?, self.values[layer].narrow(2, 0, self.len + t)?))
+        Ok((
+            self.keys[layer].narrow(2, 0, self.len + t)?,
+            self.values[layer].narrow(2, 0, self.len + t)?,
+        ))
     }
 
     /// Marks `t` more positions as filled.
@@ -52,7 +77,11 @@ impl KvCache {
     fn grow(&mut self, capacity: usize) -> Result<()> {
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let (b, h, _, d) = cache.dims4()?;
-            let extra = Tensor::zeros((b, h, capacity - self.capacity, d), cache.dtype(), cache.device())?;
+            let extra = Tensor::zeros(
+                (b, h, capacity - self.capacity, d),
+                cache.dtype(),
+                cache.device(),
+            )?;
             *cache = Tensor::cat(&[&*cache, &extra], 2)?;
         }
         self.capacity = capacity;
@@ -61,7 +90,11 @@ impl KvCache {
 
     /// Keeps (and repeats) the given batch rows, in order.
     pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
-        let device = self.keys.first().map(|k| k.device().clone()).unwrap_or(Device::Cpu);
+        let device = self
+            .keys
+            .first()
+            .map(|k| k.device().clone())
+            .unwrap_or(Device::Cpu);
         let idx = Tensor::new(rows, &device)?;
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             *cache = cache.index_select(&idx, 0)?;

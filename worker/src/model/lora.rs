@@ -34,7 +34,9 @@ impl Transformer {
     /// projection; from now on only adapters train.
     pub fn enable_lora(&mut self, config: LoraConfig, seed: u64) -> Result<()> {
         if config.r == 0 || config.target_modules.is_empty() {
-            return Err(WorkerError::InvalidArgument("LoRA needs r > 0 and at least one target module".into()));
+            return Err(WorkerError::InvalidArgument(
+                "LoRA needs r > 0 and at least one target module".into(),
+            ));
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let device = self.device.clone();
@@ -47,13 +49,18 @@ impl Transformer {
             }
             let (in_dim, out_dim) = lin.weight_t.dims2()?;
             let bound = 1.0 / (in_dim as f32).sqrt();
-            let a: Vec<f32> = (0..config.r * in_dim).map(|_| rng.random_range(-bound..bound)).collect();
+            let a: Vec<f32> = (0..config.r * in_dim)
+                .map(|_| rng.random_range(-bound..bound))
+                .collect();
             let a = Var::from_tensor(&Tensor::from_vec(a, (config.r, in_dim), &device)?)?;
             let b = Var::zeros((out_dim, config.r), DType::F32, &device)?;
             adapters.insert(lin.path.clone(), LoraAdapter { a, b, scale });
         }
         if adapters.is_empty() {
-            return Err(WorkerError::InvalidArgument(format!("no projection matches {:?}", config.target_modules)));
+            return Err(WorkerError::InvalidArgument(format!(
+                "no projection matches {:?}",
+                config.target_modules
+            )));
         }
         self.lora = adapters;
         self.lora_config = Some(config);
@@ -72,7 +79,10 @@ impl Transformer {
 
     /// Writes `adapter_config.json` and `adapter_model.safetensors` (PEFT format) into `dir`.
     pub fn save_lora(&self, dir: &Path, base_model: &str) -> Result<()> {
-        let cfg = self.lora_config.as_ref().ok_or_else(|| WorkerError::InvalidArgument("LoRA is not enabled".into()))?;
+        let cfg = self
+            .lora_config
+            .as_ref()
+            .ok_or_else(|| WorkerError::InvalidArgument("LoRA is not enabled".into()))?;
         std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
         write_json(
             &dir.join("adapter_config.json"),
@@ -83,15 +93,24 @@ impl Transformer {
                 "init_lora_weights": true, "modules_to_save": null, "use_rslora": false, "use_dora": false,
             }),
         )?;
-        let tensors: Vec<(String, Tensor)> = self.lora_params().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
-        crate::weights::save_safetensors(&dir.join("adapter_model.safetensors"), &tensors, &HashMap::new())
+        let tensors: Vec<(String, Tensor)> = self
+            .lora_params()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
+        crate::weights::save_safetensors(
+            &dir.join("adapter_model.safetensors"),
+            &tensors,
+            &HashMap::new(),
+        )
     }
 
     /// Loads a PEFT LoRA adapter folder written by [`Transformer::save_lora`] (or PEFT).
     pub fn load_lora(&mut self, dir: &Path) -> Result<()> {
         let raw: serde_json::Value = read_json(&dir.join("adapter_config.json"))?;
-        let cfg: LoraConfig = serde_json::from_value(raw)
-            .map_err(|e| WorkerError::Model(format!("{}/adapter_config.json: {e}", dir.display())))?;
+        let cfg: LoraConfig = serde_json::from_value(raw).map_err(|e| {
+            WorkerError::Model(format!("{}/adapter_config.json: {e}", dir.display()))
+        })?;
         let file = dir.join("adapter_model.safetensors");
         let mut tensors = HashMap::new();
         crate::weights::read_safetensors(&file, &self.device, |n, t| {
@@ -100,9 +119,15 @@ impl Transformer {
         })?;
         self.enable_lora(cfg, 0)?;
         for (name, var) in self.lora_params() {
-            let t = tensors.get(&name).ok_or_else(|| WorkerError::Model(format!("adapter lacks `{name}`")))?;
+            let t = tensors
+                .get(&name)
+                .ok_or_else(|| WorkerError::Model(format!("adapter lacks `{name}`")))?;
             if t.dims() != var.dims() {
-                return Err(WorkerError::Model(format!("adapter `{name}` has shape {:?}, expected {:?}", t.dims(), var.dims())));
+                return Err(WorkerError::Model(format!(
+                    "adapter `{name}` has shape {:?}, expected {:?}",
+                    t.dims(),
+                    var.dims()
+                )));
             }
             var.set(&t.to_dtype(DType::F32)?)?;
         }

@@ -81,8 +81,16 @@ fn var(map: &mut WeightMap, name: &str) -> Result<Var> {
 
 fn linear(map: &mut WeightMap, path: String, bias: bool) -> Result<Linear> {
     let weight_t = Var::from_tensor(&map.take(&format!("{path}.weight"))?.t()?.contiguous()?)?;
-    let bias = if bias { Some(var(map, &format!("{path}.bias"))?) } else { None };
-    Ok(Linear { path, weight_t, bias })
+    let bias = if bias {
+        Some(var(map, &format!("{path}.bias"))?)
+    } else {
+        None
+    };
+    Ok(Linear {
+        path,
+        weight_t,
+        bias,
+    })
 }
 
 impl Transformer {
@@ -112,8 +120,16 @@ impl Transformer {
                 gate: linear(&mut map, format!("{p}.mlp.gate_proj"), false)?,
                 up: linear(&mut map, format!("{p}.mlp.up_proj"), false)?,
                 down: linear(&mut map, format!("{p}.mlp.down_proj"), false)?,
-                q_norm: if qk_norm { Some(var(&mut map, &format!("{p}.self_attn.q_norm.weight"))?) } else { None },
-                k_norm: if qk_norm { Some(var(&mut map, &format!("{p}.self_attn.k_norm.weight"))?) } else { None },
+                q_norm: if qk_norm {
+                    Some(var(&mut map, &format!("{p}.self_attn.q_norm.weight"))?)
+                } else {
+                    None
+                },
+                k_norm: if qk_norm {
+                    Some(var(&mut map, &format!("{p}.self_attn.k_norm.weight"))?)
+                } else {
+                    None
+                },
             });
         }
         let norm = var(&mut map, "model.norm.weight")?;
@@ -123,7 +139,12 @@ impl Transformer {
         } else {
             Some(var(&mut map, "lm_head.weight")?)
         };
-        let leftover: Vec<_> = map.tensors.keys().filter(|k| !k.contains("rotary_emb")).cloned().collect();
+        let leftover: Vec<_> = map
+            .tensors
+            .keys()
+            .filter(|k| !k.contains("rotary_emb"))
+            .cloned()
+            .collect();
         if !leftover.is_empty() {
             tracing::warn!(?leftover, "ignoring weights the model does not use");
         }
@@ -168,7 +189,11 @@ impl Transformer {
         self.named_weights()
             .into_iter()
             .map(|(name, v)| {
-                let t = if Self::is_held_transposed(&name) { v.as_tensor().t()?.contiguous()? } else { v.as_tensor().copy()? };
+                let t = if Self::is_held_transposed(&name) {
+                    v.as_tensor().t()?.contiguous()?
+                } else {
+                    v.as_tensor().copy()?
+                };
                 Ok((name, t))
             })
             .collect()
@@ -181,9 +206,17 @@ impl Transformer {
             .into_iter()
             .find(|(n, _)| n == name)
             .ok_or_else(|| WorkerError::Model(format!("model has no weight `{name}`")))?;
-        let t = if Self::is_held_transposed(name) { tensor.t()?.contiguous()? } else { tensor.clone() };
+        let t = if Self::is_held_transposed(name) {
+            tensor.t()?.contiguous()?
+        } else {
+            tensor.clone()
+        };
         if t.dims() != var.dims() {
-            return Err(WorkerError::Model(format!("`{name}` has shape {:?}, model expects {:?}", tensor.dims(), var.dims())));
+            return Err(WorkerError::Model(format!(
+                "`{name}` has shape {:?}, model expects {:?}",
+                tensor.dims(),
+                var.dims()
+            )));
         }
         Ok(var.set(&t.to_dtype(DType::F32)?)?)
     }
@@ -195,7 +228,10 @@ impl Transformer {
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             out.push((format!("{p}.input_layernorm.weight"), l.input_norm.clone()));
-            out.push((format!("{p}.post_attention_layernorm.weight"), l.post_norm.clone()));
+            out.push((
+                format!("{p}.post_attention_layernorm.weight"),
+                l.post_norm.clone(),
+            ));
             for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
                 out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
                 if let Some(b) = &lin.bias {
@@ -232,9 +268,17 @@ impl Transformer {
     }
 
     fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
-        self.layers
-            .iter_mut()
-            .flat_map(|l| [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down])
+        self.layers.iter_mut().flat_map(|l| {
+            [
+                &mut l.q,
+                &mut l.k,
+                &mut l.v,
+                &mut l.o,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
+            ]
+        })
     }
 
     fn get(&self, v: &Var, track: bool) -> Tensor {
@@ -289,14 +333,26 @@ impl Transformer {
         track: bool,
     ) -> Result<Tensor> {
         let t = ids.len() / batch.max(1);
-        if t == 0 || t * batch != ids.len() || positions.len() != ids.len() || first_valid.len() != batch {
-            return Err(WorkerError::InvalidArgument("inconsistent batch shapes".into()));
+        if t == 0
+            || t * batch != ids.len()
+            || positions.len() != ids.len()
+            || first_valid.len() != batch
+        {
+            return Err(WorkerError::InvalidArgument(
+                "inconsistent batch shapes".into(),
+            ));
         }
         if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
-            return Err(WorkerError::InvalidArgument(format!("token id {bad} outside vocabulary")));
+            return Err(WorkerError::InvalidArgument(format!(
+                "token id {bad} outside vocabulary"
+            )));
         }
         let cfg = &self.config;
-        let (h, kvh, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let (h, kvh, dh) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
         let rep = h / kvh;
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         let dev = &self.device;
@@ -309,7 +365,9 @@ impl Transformer {
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
             let heads = |y: Tensor, n: usize| -> Result<Tensor> {
-                Ok(y.reshape((batch, t, n, dh))?.transpose(1, 2)?.contiguous()?)
+                Ok(y.reshape((batch, t, n, dh))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
             };
             let mut q = heads(self.apply_linear(&hn, &layer.q, track)?, h)?;
             let mut k = heads(self.apply_linear(&hn, &layer.k, track)?, kvh)?;
@@ -319,8 +377,14 @@ impl Transformer {
                 k = self.rms_norm(&k, kn, train_base)?;
             }
             let (q, k) = match self.kernels {
-                Kernels::Fused => (kernels::rope(&q, &cos, &sin)?, kernels::rope(&k, &cos, &sin)?),
-                Kernels::Reference => (kernels::rope_reference(&q, &cos, &sin)?, kernels::rope_reference(&k, &cos, &sin)?),
+                Kernels::Fused => (
+                    kernels::rope(&q, &cos, &sin)?,
+                    kernels::rope(&k, &cos, &sin)?,
+                ),
+                Kernels::Reference => (
+                    kernels::rope_reference(&q, &cos, &sin)?,
+                    kernels::rope_reference(&k, &cos, &sin)?,
+                ),
             };
             let (k_all, v_all) = match cache.as_deref_mut() {
                 Some(c) => c.append(li, &k, &v)?,
@@ -331,7 +395,10 @@ impl Transformer {
                 kernels::attention_nograd(&q, &k_all, &v_all, &mask, scale)?
             } else {
                 let tk = k_all.dim(2)?;
-                let scores = q.reshape((batch, kvh, rep * t, dh))?.matmul(&k_all.t()?)?.reshape((batch, h, t, tk))?;
+                let scores = q
+                    .reshape((batch, kvh, rep * t, dh))?
+                    .matmul(&k_all.t()?)?
+                    .reshape((batch, h, t, tk))?;
                 let probs = match self.kernels {
                     Kernels::Fused => kernels::masked_softmax(&scores, &mask, scale)?,
                     Kernels::Reference => kernels::masked_softmax_reference(&scores, &mask, scale)?,
@@ -373,8 +440,11 @@ impl Transformer {
     /// and small batches).
     pub fn sequence_logits(&self, seqs: &[&[u32]], pad_id: u32) -> Result<Tensor> {
         let pb = PaddedBatch::new(seqs, pad_id)?;
-        let hidden = self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, false)?;
-        Ok(self.logits(&hidden)?.reshape((pb.batch, pb.len, self.config.vocab_size))?)
+        let hidden =
+            self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, false)?;
+        Ok(self
+            .logits(&hidden)?
+            .reshape((pb.batch, pb.len, self.config.vocab_size))?)
     }
 
     /// Log-probabilities (and entropies) of each completion token given its prompt, under
@@ -389,20 +459,33 @@ impl Transformer {
         track: bool,
     ) -> Result<CompletionLogprobs> {
         if prompts.len() != completions.len() || prompts.is_empty() {
-            return Err(WorkerError::InvalidArgument("need as many prompts as completions (at least one)".into()));
+            return Err(WorkerError::InvalidArgument(
+                "need as many prompts as completions (at least one)".into(),
+            ));
         }
         if prompts.iter().any(|p| p.is_empty()) {
-            return Err(WorkerError::InvalidArgument("prompts must not be empty".into()));
+            return Err(WorkerError::InvalidArgument(
+                "prompts must not be empty".into(),
+            ));
         }
-        let seqs: Vec<Vec<u32>> = prompts.iter().zip(completions).map(|(p, c)| [p.as_slice(), c.as_slice()].concat()).collect();
+        let seqs: Vec<Vec<u32>> = prompts
+            .iter()
+            .zip(completions)
+            .map(|(p, c)| [p.as_slice(), c.as_slice()].concat())
+            .collect();
         let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
         let pb = PaddedBatch::new(&refs, pad_id)?;
-        let hidden = self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, track)?;
+        let hidden =
+            self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, track)?;
         let max_c = completions.iter().map(Vec::len).max().unwrap_or(0);
         let b = prompts.len();
         if max_c == 0 {
             let z = Tensor::zeros((b, 0), DType::F32, &self.device)?;
-            return Ok(CompletionLogprobs { logprobs: z.clone(), entropy: z.clone(), mask: z });
+            return Ok(CompletionLogprobs {
+                logprobs: z.clone(),
+                entropy: z.clone(),
+                mask: z,
+            });
         }
         // Rows of `hidden` that predict each completion token, and the tokens themselves.
         let mut rows = Vec::new();
@@ -422,10 +505,15 @@ impl Transformer {
         let lm = self.lm_weight(track && self.lora.is_empty());
         let out = match self.kernels {
             Kernels::Fused => kernels::token_logprobs(&picked, &lm, &targets, temperature)?,
-            Kernels::Reference => kernels::token_logprobs_reference(&picked, &lm, &targets, temperature)?,
+            Kernels::Reference => {
+                kernels::token_logprobs_reference(&picked, &lm, &targets, temperature)?
+            }
         };
         // Scatter the flat per-token values into (b, max_c), slot 0 being a zero pad.
-        let padded = Tensor::cat(&[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out], 0)?;
+        let padded = Tensor::cat(
+            &[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out],
+            0,
+        )?;
         let grid = padded.index_select(&Tensor::new(slot.as_slice(), &self.device)?, 0)?;
         Ok(CompletionLogprobs {
             logprobs: grid.narrow(1, 0, 1)?.reshape((b, max_c))?,
@@ -437,6 +525,13 @@ impl Transformer {
     /// Keys/values cache sized for this model.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         let c = &self.config;
-        KvCache::new(c.num_hidden_layers, batch, c.num_key_value_heads, c.head_dim, capacity, &self.device)
+        KvCache::new(
+            c.num_hidden_layers,
+            batch,
+            c.num_key_value_heads,
+            c.head_dim,
+            capacity,
+            &self.device,
+        )
     }
 }
