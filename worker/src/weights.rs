@@ -1,0 +1,168 @@
+//! Named weight maps: loading HF safetensors folders (single or sharded) and saving them back
+//! with their original names and dtypes.
+
+use crate::error::{read_json, Result, WorkerError};
+use candle_core::{DType, Device, Tensor};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+/// Tensors by HF name, converted to f32 for compute, with the dtype each had on disk.
+#[derive(Debug, Default)]
+pub struct WeightMap {
+    /// Tensors (f32) by name.
+    pub tensors: BTreeMap<String, Tensor>,
+    /// On-disk dtype of each tensor, restored when saving.
+    pub dtypes: BTreeMap<String, DType>,
+}
+
+impl WeightMap {
+    /// Inserts a tensor (converted to f32) remembering its original dtype.
+    pub fn insert(&mut self, name: String, tensor: Tensor) -> Result<()> {
+        self.dtypes.insert(name.clone(), tensor.dtype());
+        self.tensors.insert(name, tensor.to_dtype(DType::F32)?);
+        Ok(())
+    }
+
+    /// Removes and returns a tensor, with a clear error if it is missing.
+    pub fn take(&mut self, name: &str) -> Result<Tensor> {
+        self.tensors
+            .remove(name)
+            .ok_or_else(|| WorkerError::Model(format!("missing weight `{name}`")))
+    }
+
+    /// Loads `model.safetensors` or the shards listed in `model.safetensors.index.json`.
+    pub fn load_hf_dir(dir: &Path, device: &Device) -> Result<Self> {
+        let mut map = WeightMap::default();
+        for file in safetensors_files(dir)? {
+            read_safetensors(&file, device, |name, t| map.insert(name, t))?;
+        }
+        Ok(map)
+    }
+}
+
+/// Streams the tensors of a safetensors file one at a time (so loading never holds the file
+/// and the converted weights in memory together), calling `each(name, tensor)`.
+pub fn read_safetensors(
+    path: &Path,
+    device: &Device,
+    mut each: impl FnMut(String, Tensor) -> Result<()>,
+) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let bad = |msg: String| WorkerError::Model(format!("{}: {msg}", path.display()));
+    let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
+    let file_len = f
+        .metadata()
+        .map_err(|e| WorkerError::io("reading", path, e))?
+        .len();
+    let mut len8 = [0u8; 8];
+    f.read_exact(&mut len8)
+        .map_err(|e| WorkerError::io("reading", path, e))?;
+    let header_len = u64::from_le_bytes(len8);
+    if header_len > file_len.saturating_sub(8) || header_len > 100 << 20 {
+        return Err(bad(format!("header length {header_len} is invalid")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    f.read_exact(&mut header)
+        .map_err(|e| WorkerError::io("reading", path, e))?;
+    let header: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header is not JSON: {e}")))?;
+    let data_start = 8 + header_len;
+    let mut entries: Vec<(String, String, Vec<usize>, u64, u64)> = Vec::new();
+    for (name, info) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = info
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| bad(format!("`{name}` has no dtype")))?;
+        let shape: Vec<usize> = info
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_u64().map(|x| x as usize))
+                    .collect()
+            })
+            .ok_or_else(|| bad(format!("`{name}` has no shape")))?;
+        let offsets: Vec<u64> = info
+            .get("data_offsets")
+            .and_then(|s| s.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        let [a, b] = offsets[..] else {
+            return Err(bad(format!("`{name}` has bad data_offsets")));
+        };
+        if a > b || data_start + b > file_len {
+            return Err(bad(format!("`{name}` lies outside the file")));
+        }
+        entries.push((name, dtype.to_string(), shape, a, b));
+    }
+    entries.sort_by_key(|e| e.3);
+    for (name, dtype, shape, a, b) in entries {
+        let dtype = match dtype.as_str() {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "F64" => DType::F64,
+            other => return Err(bad(format!("`{name}` has unsupported dtype {other}"))),
+        };
+        let mut bytes = vec![0u8; (b - a) as usize];
+        f.seek(SeekFrom::Start(data_start + a))
+            .map_err(|e| WorkerError::io("reading", path, e))?;
+        f.read_exact(&mut bytes)
+            .map_err(|e| WorkerError::io("reading", path, e))?;
+        if bytes.len() != shape.iter().product::<usize>() * dtype.size_in_bytes() {
+            return Err(bad(format!("`{name}` size does not match its shape")));
+        }
+        let t = Tensor::from_raw_buffer(&bytes, dtype, &shape, device)?;
+        each(name, t)?;
+    }
+    Ok(())
+}
+
+/// The safetensors files of an HF folder (single file or shards from the index).
+pub fn safetensors_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if !index.is_file() {
+        return Err(WorkerError::Model(format!(
+            "{} has neither model.safetensors nor model.safetensors.index.json",
+            dir.display()
+        )));
+    }
+    let v: serde_json::Value = read_json(&index)?;
+    let files: BTreeSet<String> = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| WorkerError::Model(format!("{}: no weight_map", index.display())))?
+        .values()
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect();
+    Ok(files.into_iter().map(|f| dir.join(f)).collect())
+}
+
+/// Writes tensors to one safetensors file (with `format: pt` metadata, as transformers expects),
+/// each converted to the dtype given for it (f32 when absent).
+pub fn save_safetensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    dtypes: &HashMap<String, DType>,
+) -> Result<()> {
+    let mut converted = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        let dtype = dtypes.get(name).copied().unwrap_or(DType::F32);
+        let t = t.to_dtype(dtype)?.to_device(&Device::Cpu)?.contiguous()?;
+        converted.push((name.clone(), t));
+    }
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(
+        converted.iter().map(|(n, t)| (n.as_str(), t)),
+        Some(metadata),
+        path,
+    )
+    .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+}
