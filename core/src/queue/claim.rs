@@ -132,7 +132,7 @@ impl Queue {
                 seed: r.seed,
                 spec: r.spec,
             };
-            tracing::info!(job_id = %job.id, attempt = job.attempt, worker_id = %worker.id, "claimed job");
+            tracing::debug!(job_id = %job.id, attempt = job.attempt, worker_id = %worker.id, "claimed job");
             Lease::new(self.clone(), job, worker.id.clone())
         }))
     }

@@ -1,0 +1,77 @@
+//! `verity bench rollout|train-step|graders`: model and grader throughput (JSON lines).
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Options of `verity bench rollout`.
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// HF folder or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompts decoded together.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Tokens generated per prompt (EOS ignored).
+    #[arg(long = "new-tokens", default_value_t = 64)]
+    pub new_tokens: usize,
+}
+
+/// Options of `verity bench train-step`.
+#[derive(Debug, Args)]
+pub struct TrainStepArgs {
+    /// HF folder or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Tokens per sequence.
+    #[arg(long = "seq-len", default_value_t = 128)]
+    pub seq_len: usize,
+}
+
+/// Options of `verity bench graders`.
+#[derive(Debug, Args)]
+pub struct GradersBenchArgs {
+    /// Parallel gradings (0 = number of cores).
+    #[arg(long, default_value_t = 0)]
+    pub jobs: usize,
+    /// Passes over the math case table.
+    #[arg(long = "math-rounds", default_value_t = 20)]
+    pub math_rounds: usize,
+    /// Sandboxed gradings per code workload.
+    #[arg(long = "code-gradings", default_value_t = 40)]
+    pub code_gradings: usize,
+}
+
+async fn print_blocking<F>(work: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> anyhow::Result<serde_json::Value> + Send + 'static,
+{
+    let line = tokio::task::spawn_blocking(work).await??;
+    println!("{line}");
+    Ok(())
+}
+
+/// Decode throughput with a KV cache.
+pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
+    let (model, batch, tokens) = (args.model.clone(), args.batch, args.new_tokens);
+    print_blocking(move || Ok(verity_worker::bench_rollout(&model, batch, tokens)?)).await
+}
+
+/// One forward + backward + AdamW step.
+pub async fn train_step(args: &TrainStepArgs) -> anyhow::Result<()> {
+    let (model, batch, seq_len) = (args.model.clone(), args.batch, args.seq_len);
+    print_blocking(move || Ok(verity_worker::bench_train_step(&model, batch, seq_len)?)).await
+}
+
+/// Math and sandboxed-code gradings per second.
+pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
+    let options = verity_verifiers::cli::BenchOptions {
+        jobs: args.jobs,
+        math_rounds: args.math_rounds,
+        code_gradings: args.code_gradings,
+    };
+    print_blocking(move || Ok(verity_verifiers::cli::bench(&options))).await
+}

@@ -1,0 +1,76 @@
+//! `verity graders run|validate`: try a grader on local files before paying for a job.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use std::io::BufReader;
+use std::path::PathBuf;
+use verity_verifiers::cli::{run_jsonl, validate};
+use verity_verifiers::Grader;
+
+/// Grader commands.
+#[derive(Debug, Subcommand)]
+pub enum GradersCommand {
+    /// Grade every line of a JSONL file (`{"item": {...}, "sample": {"output_text": "..."}}`);
+    /// prints one JSON result per line, in input order, and a summary on stderr.
+    Run(RunArgs),
+    /// Check a grader (and optionally a dataset against it); errors carry JSON paths and lines.
+    Validate(ValidateArgs),
+}
+
+/// Options of `verity graders run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The grader spec (JSON file).
+    #[arg(long)]
+    pub grader: PathBuf,
+    /// Input rows (JSONL); `-` reads standard input.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Parallel gradings (0 = number of cores).
+    #[arg(long, default_value_t = 0)]
+    pub jobs: usize,
+}
+
+/// Options of `verity graders validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The grader spec (JSON file).
+    #[arg(long)]
+    pub grader: PathBuf,
+    /// A dataset (JSONL) whose rows the grader's templates must resolve against.
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+}
+
+fn read_grader(path: &PathBuf) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading grader {}", path.display()))
+}
+
+/// Runs a grader subcommand; `validate` exits non-zero when the grader or dataset is invalid.
+pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
+    match command {
+        GradersCommand::Run(args) => {
+            let spec = read_grader(&args.grader)?;
+            let grader = Grader::from_json(&spec).map_err(|e| anyhow::anyhow!("invalid grader {}: {e}", args.grader.display()))?;
+            let stdout = std::io::stdout().lock();
+            let summary = if args.input.as_os_str() == "-" {
+                run_jsonl(&grader, std::io::stdin().lock(), stdout, args.jobs)
+            } else {
+                let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+                run_jsonl(&grader, BufReader::new(file), stdout, args.jobs)
+            }
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
+            eprintln!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        GradersCommand::Validate(args) => {
+            let spec = read_grader(&args.grader)?;
+            let report = validate(&spec, args.dataset.as_deref());
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            if !report.valid {
+                anyhow::bail!("{} problem(s) found", report.errors.len());
+            }
+            Ok(())
+        }
+    }
+}
