@@ -43,3 +43,15 @@ if ! curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null 2>&1; then
   for _ in $(seq 1 60); do curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null 2>&1 && break; sleep 0.5; done
 fi
 curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null || { echo "test-services: S3 server did not start; see $VERITY_CACHE/moto.log" >&2; return 1 2>/dev/null || exit 1; }
+
+# --- Python clients the API tests drive: the official openai SDK and schemathesis ---
+api_venv="$VERITY_CACHE/api-tools-venv"
+api_tools_stamp="$api_venv/.verity-api-tools-1"  # bump when the pins below change
+if [ ! -f "$api_tools_stamp" ]; then
+  echo "test-services: installing openai and schemathesis" >&2
+  python3 -m venv "$api_venv"
+  "$api_venv/bin/pip" install -q 'openai>=1.99,<3' 'schemathesis==3.39.*' 'hypothesis==6.131.*' \
+    && touch "$api_tools_stamp"
+fi
+export VERITY_TEST_PYTHON="$api_venv/bin/python"
+export VERITY_TEST_SCHEMATHESIS="$api_venv/bin/st"

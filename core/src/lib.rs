@@ -2,10 +2,14 @@
 
 pub mod config;
 pub mod db;
+pub mod files;
 pub mod ids;
 pub mod job;
+pub mod jobs;
+pub mod models;
 pub mod queue;
 pub mod spec;
 pub mod storage;
+pub mod tenancy;
 
 pub use job::{ControlSignal, JobState};

@@ -20,6 +20,11 @@ pub struct Cli {
 pub enum Command {
     /// Apply database migrations.
     Migrate(DatabaseConfig),
+    /// Serve the REST API.
+    Serve(crate::api::state::ServeConfig),
+    /// Manage users and API keys.
+    #[command(subcommand)]
+    Admin(crate::commands::admin::AdminCommand),
     /// Run a benchmark and print JSON lines.
     #[command(subcommand)]
     Bench(BenchCommand),

@@ -1,11 +1,7 @@
 //! The `verity` binary: one executable for the server, workers, administration and benchmarks.
 
-mod bench;
-mod cli;
-mod commands;
-mod logging;
-
 use clap::Parser;
+use verity_server::{cli, commands, logging};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

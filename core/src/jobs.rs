@@ -1,0 +1,309 @@
+//! Read models of jobs and everything a job writes (events, checkpoints, metrics, samples),
+//! always scoped by org, plus the aggregate counts the server exports as metrics.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A job row as the API shows it.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// `ftjob-…`.
+    pub id: String,
+    /// Owning org.
+    pub org_id: Uuid,
+    /// Base model.
+    pub model: String,
+    /// Training file id.
+    pub training_file: Option<String>,
+    /// Validation file id.
+    pub validation_file: Option<String>,
+    /// Suffix of the fine-tuned model's name.
+    pub suffix: Option<String>,
+    /// Seed.
+    pub seed: i64,
+    /// Method, grader and hyperparameters as submitted.
+    pub spec: Value,
+    /// User metadata.
+    pub metadata: Option<Value>,
+    /// Queue state.
+    pub state: String,
+    /// Pending request to the worker (`none`, `cancel`, `pause`).
+    pub control: String,
+    /// Last error.
+    pub error: Option<Value>,
+    /// Progress the worker reported.
+    pub progress: Option<Value>,
+    /// Final model name.
+    pub fine_tuned_model: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// End time, for terminal states.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The org's job `id`.
+pub async fn get_job(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<JobRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        JobRecord,
+        r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
+                  control, error, progress, fine_tuned_model, created_at, finished_at
+           FROM jobs WHERE org_id = $1 AND id = $2"#,
+        org_id,
+        id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// The org's jobs, newest first, after job `after` (exclusive); at most `limit`.
+pub async fn list_jobs(pool: &PgPool, org_id: Uuid, after: Option<&str>, limit: i64) -> Result<Vec<JobRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        JobRecord,
+        r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
+                  control, error, progress, fine_tuned_model, created_at, finished_at
+           FROM jobs
+           WHERE org_id = $1
+             AND ($2::text IS NULL OR (created_at, id) <
+                  (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $2))
+           ORDER BY created_at DESC, id DESC
+           LIMIT $3"#,
+        org_id,
+        after,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A job event row.
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    /// Sequence number (increasing).
+    pub id: i64,
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// What happened (`created`, `state`, `metrics`, …).
+    pub kind: String,
+    /// Human-readable text.
+    pub message: String,
+    /// Structured details.
+    pub data: Option<Value>,
+    /// When.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Events of a job, newest first, older than event `before_id` when given; at most `limit`.
+pub async fn list_events(pool: &PgPool, job_id: &str, before_id: Option<i64>, limit: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        EventRecord,
+        r#"SELECT id, level, kind, message, data, created_at FROM job_events
+           WHERE job_id = $1 AND ($2::bigint IS NULL OR id < $2)
+           ORDER BY id DESC LIMIT $3"#,
+        job_id,
+        before_id,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A checkpoint row.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    /// `ftckpt-…`.
+    pub id: String,
+    /// Owning job.
+    pub job_id: String,
+    /// Training step.
+    pub step: i32,
+    /// Published folder.
+    pub storage_prefix: String,
+    /// Total size.
+    pub bytes: i64,
+    /// Metrics at that step.
+    pub metrics: Option<Value>,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Checkpoints of a job, latest step first, with steps below `before_step` when given.
+pub async fn list_checkpoints(
+    pool: &PgPool,
+    job_id: &str,
+    before_step: Option<i32>,
+    limit: i64,
+) -> Result<Vec<CheckpointRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        CheckpointRecord,
+        r#"SELECT id, job_id, step, storage_prefix, bytes, metrics, created_at FROM checkpoints
+           WHERE job_id = $1 AND ($2::int4 IS NULL OR step < $2)
+           ORDER BY step DESC LIMIT $3"#,
+        job_id,
+        before_step,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The checkpoint `id` of a job.
+pub async fn get_checkpoint(pool: &PgPool, job_id: &str, id: &str) -> Result<Option<CheckpointRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        CheckpointRecord,
+        r#"SELECT id, job_id, step, storage_prefix, bytes, metrics, created_at FROM checkpoints
+           WHERE job_id = $1 AND id = $2"#,
+        job_id,
+        id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// Every checkpoint of the org's jobs (for the model list), newest first.
+pub async fn org_checkpoints(pool: &PgPool, org_id: Uuid) -> Result<Vec<(CheckpointRecord, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT c.id, c.job_id, c.step, c.storage_prefix, c.bytes, c.metrics, c.created_at, j.model
+           FROM checkpoints c JOIN jobs j ON j.id = c.job_id
+           WHERE j.org_id = $1 ORDER BY c.created_at DESC, c.id DESC"#,
+        org_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let record = CheckpointRecord {
+                id: r.id,
+                job_id: r.job_id,
+                step: r.step,
+                storage_prefix: r.storage_prefix,
+                bytes: r.bytes,
+                metrics: r.metrics,
+                created_at: r.created_at,
+            };
+            (record, r.model)
+        })
+        .collect())
+}
+
+/// Deletes a checkpoint row; returns whether it existed.
+pub async fn delete_checkpoint(pool: &PgPool, job_id: &str, id: &str) -> Result<bool, sqlx::Error> {
+    let deleted = sqlx::query!("DELETE FROM checkpoints WHERE job_id = $1 AND id = $2", job_id, id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(deleted > 0)
+}
+
+/// The per-step metrics of a job as one JSON array text (`[{"step": n, …}, …]`, by step),
+/// built by Postgres so that large jobs cost one round trip and no re-encoding.
+pub async fn metrics_json(pool: &PgPool, job_id: &str) -> Result<String, sqlx::Error> {
+    let text = sqlx::query_scalar!(
+        r#"SELECT coalesce(jsonb_agg(jsonb_build_object('step', step) || data ORDER BY step), '[]'::jsonb)::text
+               AS "rows!"
+           FROM job_metrics WHERE job_id = $1"#,
+        job_id
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(text)
+}
+
+/// The per-step metrics of a job, by step.
+pub async fn metrics_rows(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, Value)>, sqlx::Error> {
+    let rows = sqlx::query!("SELECT step, data FROM job_metrics WHERE job_id = $1 ORDER BY step", job_id)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.step, r.data)).collect())
+}
+
+/// A sample index row.
+#[derive(Debug, Clone)]
+pub struct SampleRecord {
+    /// Training step.
+    pub step: i32,
+    /// Index within the step.
+    pub idx: i32,
+    /// Index of the prompt it answers.
+    pub prompt_idx: i32,
+    /// Total reward.
+    pub score: Option<f64>,
+    /// Advantage.
+    pub advantage: Option<f64>,
+    /// Why sampling stopped.
+    pub finish_reason: Option<String>,
+    /// Object holding the full sample.
+    pub storage_key: String,
+    /// Line in that object (0-based).
+    pub line_no: i32,
+}
+
+/// Filters on a job's samples.
+#[derive(Debug, Clone, Default)]
+pub struct SampleFilter {
+    /// Only this step.
+    pub step: Option<i32>,
+    /// Score at least this.
+    pub min_score: Option<f64>,
+    /// Score at most this.
+    pub max_score: Option<f64>,
+    /// Start after this (step, idx).
+    pub after: Option<(i32, i32)>,
+}
+
+/// A job's samples by (step, idx), filtered; at most `limit`.
+pub async fn list_samples(pool: &PgPool, job_id: &str, filter: &SampleFilter, limit: i64) -> Result<Vec<SampleRecord>, sqlx::Error> {
+    let (after_step, after_idx) = filter.after.map_or((None, None), |(s, i)| (Some(s), Some(i)));
+    sqlx::query_as!(
+        SampleRecord,
+        r#"SELECT step, idx, prompt_idx, score, advantage, finish_reason, storage_key, line_no FROM samples
+           WHERE job_id = $1
+             AND ($2::int4 IS NULL OR step = $2)
+             AND ($3::float8 IS NULL OR score >= $3)
+             AND ($4::float8 IS NULL OR score <= $4)
+             AND ($5::int4 IS NULL OR (step, idx) > ($5, $6::int4))
+           ORDER BY step, idx LIMIT $7"#,
+        job_id,
+        filter.step,
+        filter.min_score,
+        filter.max_score,
+        after_step,
+        after_idx,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Counts for monitoring.
+#[derive(Debug, Clone, Default)]
+pub struct QueueStats {
+    /// Jobs per state.
+    pub by_state: Vec<(String, i64)>,
+    /// Queued jobs that may run now.
+    pub queue_depth: i64,
+    /// Workers that sent a heartbeat within the window.
+    pub workers_seen: i64,
+}
+
+/// Job counts by state, runnable queue depth, and workers seen in the last `window_secs`.
+pub async fn queue_stats(pool: &PgPool, window_secs: f64) -> Result<QueueStats, sqlx::Error> {
+    let by_state = sqlx::query!(r#"SELECT state, count(*) AS "n!" FROM jobs GROUP BY state ORDER BY state"#)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|r| (r.state, r.n))
+        .collect();
+    let queue_depth = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM jobs WHERE state = 'queued' AND run_after <= now()"#)
+        .fetch_one(pool)
+        .await?;
+    let workers_seen = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM workers WHERE last_seen_at > now() - make_interval(secs => $1)"#,
+        window_secs
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(QueueStats { by_state, queue_depth, workers_seen })
+}

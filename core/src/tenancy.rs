@@ -1,0 +1,192 @@
+//! Orgs, users and API keys: the rows behind authentication and tenancy.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use std::fmt;
+use std::str::FromStr;
+use uuid::Uuid;
+
+/// What a user may do inside their org.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Manages the org (and shared base models).
+    Admin,
+    /// Uses the org's resources.
+    Member,
+}
+
+impl Role {
+    /// The name stored in `users.role`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A role name other than `admin` or `member`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown role {0:?} (expected admin or member)")]
+pub struct UnknownRole(pub String);
+
+impl FromStr for Role {
+    type Err = UnknownRole;
+    fn from_str(s: &str) -> Result<Role, UnknownRole> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "member" => Ok(Role::Member),
+            other => Err(UnknownRole(other.to_string())),
+        }
+    }
+}
+
+/// A user row.
+#[derive(Debug, Clone)]
+pub struct User {
+    /// User id.
+    pub id: Uuid,
+    /// Owning org.
+    pub org_id: Uuid,
+    /// Login e-mail (unique).
+    pub email: String,
+    /// Argon2 PHC string, when the user may log in with a password.
+    pub password_hash: Option<String>,
+    /// `admin` or `member`.
+    pub role: String,
+}
+
+/// An API key row, joined with its user's role.
+#[derive(Debug, Clone)]
+pub struct ApiKeyRecord {
+    /// Key id.
+    pub id: Uuid,
+    /// Owning org.
+    pub org_id: Uuid,
+    /// Owning user.
+    pub user_id: Uuid,
+    /// Argon2 PHC string of the whole key.
+    pub key_hash: String,
+    /// The user's role.
+    pub role: String,
+    /// Set once the key is revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Failures of tenancy writes.
+#[derive(Debug, thiserror::Error)]
+pub enum TenancyError {
+    /// A user with this e-mail already exists.
+    #[error("a user with e-mail {0} already exists")]
+    EmailTaken(String),
+    /// No user with this e-mail.
+    #[error("no user with e-mail {0}")]
+    NoSuchUser(String),
+    /// A database error.
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The id of the org called `name`, created if missing.
+pub async fn ensure_org(pool: &PgPool, name: &str) -> Result<Uuid, TenancyError> {
+    let id = sqlx::query_scalar!(
+        r#"INSERT INTO orgs (id, name) VALUES ($1, $2)
+           ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+           RETURNING id"#,
+        Uuid::new_v4(),
+        name
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(id)
+}
+
+/// Creates a user; fails with [`TenancyError::EmailTaken`] when the e-mail is in use.
+pub async fn create_user(
+    pool: &PgPool,
+    org_id: Uuid,
+    email: &str,
+    role: Role,
+    password_hash: Option<&str>,
+) -> Result<User, TenancyError> {
+    let id = Uuid::new_v4();
+    let inserted = sqlx::query!(
+        r#"INSERT INTO users (id, org_id, email, password_hash, role) VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (email) DO NOTHING"#,
+        id,
+        org_id,
+        email,
+        password_hash,
+        role.as_str()
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Err(TenancyError::EmailTaken(email.to_string()));
+    }
+    Ok(User {
+        id,
+        org_id,
+        email: email.to_string(),
+        password_hash: password_hash.map(str::to_string),
+        role: role.as_str().to_string(),
+    })
+}
+
+/// The user with this e-mail, if any.
+pub async fn find_user_by_email(pool: &PgPool, email: &str) -> Result<Option<User>, TenancyError> {
+    let user = sqlx::query_as!(
+        User,
+        "SELECT id, org_id, email, password_hash, role FROM users WHERE email = $1",
+        email
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(user)
+}
+
+/// Stores a new API key (already hashed) for `user`; returns its id.
+pub async fn insert_api_key(
+    pool: &PgPool,
+    user: &User,
+    name: &str,
+    prefix: &str,
+    key_hash: &str,
+) -> Result<Uuid, TenancyError> {
+    let id = Uuid::new_v4();
+    sqlx::query!(
+        "INSERT INTO api_keys (id, org_id, user_id, name, prefix, key_hash) VALUES ($1, $2, $3, $4, $5, $6)",
+        id,
+        user.org_id,
+        user.id,
+        name,
+        prefix,
+        key_hash
+    )
+    .execute(pool)
+    .await?;
+    Ok(id)
+}
+
+/// The API key whose stored prefix is `prefix`, with its user's role.
+pub async fn find_api_key(pool: &PgPool, prefix: &str) -> Result<Option<ApiKeyRecord>, TenancyError> {
+    let key = sqlx::query_as!(
+        ApiKeyRecord,
+        r#"SELECT k.id, k.org_id, k.user_id, k.key_hash, u.role, k.revoked_at
+           FROM api_keys k JOIN users u ON u.id = k.user_id
+           WHERE k.prefix = $1"#,
+        prefix
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(key)
+}

@@ -1,0 +1,75 @@
+//! `POST /v1/auth/token`: trade a password or an API key for a JWT.
+
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::ApiJson;
+use crate::api::state::AppState;
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use verity_core::tenancy::Role;
+
+/// Credentials: `email` + `password`, or `api_key`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// Login e-mail.
+    pub email: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+    /// An API key (`vt-…`).
+    pub api_key: Option<String>,
+}
+
+/// A minted access token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenResponse {
+    /// The JWT.
+    pub access_token: String,
+    /// Always `Bearer`.
+    pub token_type: &'static str,
+    /// Lifetime in seconds.
+    pub expires_in: u64,
+}
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/auth/token", post(create_token))
+}
+
+/// Mints an access token.
+#[utoipa::path(post, path = "/v1/auth/token", request_body = TokenRequest, tag = "auth",
+    responses((status = 200, body = TokenResponse), (status = 400), (status = 401)))]
+pub async fn create_token(State(state): State<AppState>, ApiJson(request): ApiJson<TokenRequest>) -> ApiResult<Json<TokenResponse>> {
+    for (param, value) in [("email", &request.email), ("password", &request.password), ("api_key", &request.api_key)] {
+        if let Some(value) = value {
+            crate::api::extract::reject_nul(param, value)?;
+        }
+    }
+    let (user_id, org_id, role) = match (request.email, request.password, request.api_key) {
+        (None, None, Some(key)) => {
+            let principal = super::authenticate_key(&state, &key).await?;
+            (principal.user_id, principal.org_id, principal.role)
+        }
+        (Some(email), Some(password), None) => {
+            let denied = || ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials");
+            let user = verity_core::tenancy::find_user_by_email(&state.pool, &email)
+                .await
+                .map_err(|e| ApiError::internal("user lookup", e))?;
+            let Some(user) = user else { return Err(denied()) };
+            let Some(hash) = user.password_hash.clone() else { return Err(denied()) };
+            let ok = tokio::task::spawn_blocking(move || super::keys::verify_secret(&password, &hash))
+                .await
+                .map_err(|e| ApiError::internal("password verification", e))?;
+            if !ok {
+                return Err(denied());
+            }
+            let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
+            (user.id, user.org_id, role)
+        }
+        _ => return Err(ApiError::invalid("body", "send either email and password, or api_key")),
+    };
+    let access_token = state.tokens.mint(user_id, org_id, role).map_err(|e| ApiError::internal("minting token", e))?;
+    Ok(Json(TokenResponse { access_token, token_type: "Bearer", expires_in: state.tokens.ttl().as_secs() }))
+}

@@ -1,0 +1,146 @@
+//! `/v1/files`: upload (streamed to the object store and validated on the way), list, read,
+//! download, delete.
+
+pub mod jsonl;
+pub mod upload;
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::ApiQuery;
+use super::pagination::{page_limit, Page, MAX_LIMIT};
+use super::state::AppState;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio_util::io::ReaderStream;
+use utoipa::{IntoParams, ToSchema};
+use verity_core::files::FileRecord;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/files", get(list_files).post(upload::upload_file).layer(DefaultBodyLimit::disable()))
+        .route("/v1/files/{file_id}", get(get_file).delete(delete_file))
+        .route("/v1/files/{file_id}/content", get(file_content))
+}
+
+/// OpenAI's `file` object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileObject {
+    /// `file-…`.
+    pub id: String,
+    /// Always `file`.
+    pub object: &'static str,
+    /// Size in bytes.
+    pub bytes: i64,
+    /// Upload time (Unix seconds).
+    pub created_at: i64,
+    /// Name given at upload.
+    pub filename: String,
+    /// `fine-tune`.
+    pub purpose: String,
+    /// `processed` or `error`.
+    pub status: String,
+    /// Why validation failed (`line N: field `f`: reason`).
+    pub status_details: Option<String>,
+    /// Number of records (Verity extension).
+    pub records: Option<i64>,
+}
+
+impl From<FileRecord> for FileObject {
+    fn from(file: FileRecord) -> FileObject {
+        let status_details = file.status_details.as_ref().map(|details| match details.get("message") {
+            Some(serde_json::Value::String(message)) => message.clone(),
+            _ => details.to_string(),
+        });
+        FileObject {
+            id: file.id,
+            object: "file",
+            bytes: file.bytes,
+            created_at: file.created_at.timestamp(),
+            filename: file.filename,
+            purpose: file.purpose,
+            status: file.status,
+            status_details,
+            records: file.line_count,
+        }
+    }
+}
+
+/// Answer to a delete.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Deleted {
+    /// The id.
+    pub id: String,
+    /// The object type.
+    pub object: &'static str,
+    /// Always true.
+    pub deleted: bool,
+}
+
+/// Query of the file list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FileListQuery {
+    /// Only files with this purpose.
+    pub purpose: Option<String>,
+    /// Id of the last file of the previous page.
+    pub after: Option<String>,
+    /// Page size (1–100, default 20).
+    pub limit: Option<i64>,
+}
+
+/// The org's file `id`, or 404.
+pub async fn find_file(state: &AppState, principal: &Principal, id: &str) -> ApiResult<FileRecord> {
+    verity_core::files::get_file(&state.pool, principal.org_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("file", id))
+}
+
+/// Lists files, newest first.
+#[utoipa::path(get, path = "/v1/files", tag = "files", params(FileListQuery),
+    responses((status = 200, body = Page<FileObject>), (status = 400), (status = 401)))]
+pub async fn list_files(State(state): State<AppState>, principal: Principal, ApiQuery(query): ApiQuery<FileListQuery>) -> ApiResult<Json<Page<FileObject>>> {
+    let limit = page_limit(query.limit, MAX_LIMIT)?;
+    let rows = verity_core::files::list_files(&state.pool, principal.org_id, query.purpose.as_deref(), query.after.as_deref(), limit + 1).await?;
+    let files = rows.into_iter().map(FileObject::from).collect();
+    Ok(Json(Page::from_fetched(files, limit, |f: &FileObject| f.id.clone())))
+}
+
+/// One file.
+#[utoipa::path(get, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
+    responses((status = 200, body = FileObject), (status = 401), (status = 404)))]
+pub async fn get_file(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<FileObject>> {
+    Ok(Json(find_file(&state, &principal, &id).await?.into()))
+}
+
+/// The file's content, streamed.
+#[utoipa::path(get, path = "/v1/files/{file_id}/content", tag = "files", params(("file_id" = String, Path)),
+    responses((status = 200, content_type = "application/jsonl"), (status = 401), (status = 404)))]
+pub async fn file_content(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Response> {
+    let file = find_file(&state, &principal, &id).await?;
+    let reader = state.store.get_reader(&file.storage_key).await?;
+    let disposition = format!("attachment; filename=\"{}\"", file.filename.replace(['"', '\\', '\r', '\n'], "_"));
+    Ok((
+        [(CONTENT_TYPE, "application/jsonl".to_string()), (CONTENT_DISPOSITION, disposition)],
+        Body::from_stream(ReaderStream::new(reader)),
+    )
+        .into_response())
+}
+
+/// Deletes a file and its content.
+#[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
+    responses((status = 200, body = Deleted), (status = 401), (status = 404)))]
+pub async fn delete_file(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<Deleted>> {
+    let key = verity_core::files::delete_file(&state.pool, principal.org_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("file", &id))?;
+    if let Err(error) = state.store.delete(&key).await {
+        tracing::warn!(%error, key = %key, "file row deleted but its object was not");
+    }
+    Ok(Json(Deleted { id, object: "file", deleted: true }))
+}

@@ -1,0 +1,209 @@
+//! Checkpoints of a job: list, delete, and download as a tar archive built on the fly from the
+//! published folder's manifest (or a redirect to a presigned URL of one of its files).
+
+use super::find_job;
+use super::view::{checkpoint_object, CheckpointObject};
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::ApiQuery;
+use crate::api::files::Deleted;
+use crate::api::pagination::{Page, PageQuery};
+use crate::api::state::AppState;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
+use utoipa::IntoParams;
+use verity_core::storage::{read_manifest, validate_key, Manifest, ObjectStore, MANIFEST};
+
+/// Tar block size.
+const BLOCK: u64 = 512;
+/// Lifetime of presigned download URLs.
+const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/fine_tuning/jobs/{job_id}/checkpoints", get(list_checkpoints))
+        .route("/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}", get(get_checkpoint).delete(delete_checkpoint))
+        .route("/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}/content", get(checkpoint_content))
+}
+
+/// Checkpoints of a job, latest step first.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/checkpoints", tag = "fine_tuning", params(("job_id" = String, Path), PageQuery),
+    responses((status = 200, body = Page<CheckpointObject>), (status = 400), (status = 401), (status = 404)))]
+pub async fn list_checkpoints(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(job_id): Path<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Json<Page<CheckpointObject>>> {
+    let limit = query.limit()?;
+    let job = find_job(&state, &principal, &job_id).await?;
+    let before_step = match query.after.as_deref() {
+        None => None,
+        Some(after) => Some(
+            verity_core::jobs::get_checkpoint(&state.pool, &job_id, after)
+                .await?
+                .ok_or_else(|| ApiError::invalid("after", format!("no checkpoint {after:?} in this job")))?
+                .step,
+        ),
+    };
+    let rows = verity_core::jobs::list_checkpoints(&state.pool, &job_id, before_step, limit + 1).await?;
+    let items = rows.into_iter().map(|c| checkpoint_object(c, &job.model)).collect();
+    Ok(Json(Page::from_fetched(items, limit, |c: &CheckpointObject| c.id.clone())))
+}
+
+async fn find_checkpoint(
+    state: &AppState,
+    principal: &Principal,
+    job_id: &str,
+    checkpoint_id: &str,
+) -> ApiResult<(verity_core::jobs::CheckpointRecord, String)> {
+    let job = find_job(state, principal, job_id).await?;
+    let checkpoint = verity_core::jobs::get_checkpoint(&state.pool, job_id, checkpoint_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("checkpoint", checkpoint_id))?;
+    Ok((checkpoint, job.model))
+}
+
+/// One checkpoint.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}", tag = "fine_tuning",
+    params(("job_id" = String, Path), ("checkpoint_id" = String, Path)),
+    responses((status = 200, body = CheckpointObject), (status = 401), (status = 404)))]
+pub async fn get_checkpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((job_id, checkpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<CheckpointObject>> {
+    let (checkpoint, model) = find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
+    Ok(Json(checkpoint_object(checkpoint, &model)))
+}
+
+/// Deletes a checkpoint and its files.
+#[utoipa::path(delete, path = "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}", tag = "fine_tuning",
+    params(("job_id" = String, Path), ("checkpoint_id" = String, Path)),
+    responses((status = 200, body = Deleted), (status = 401), (status = 404)))]
+pub async fn delete_checkpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((job_id, checkpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<Deleted>> {
+    let (checkpoint, _) = find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
+    if !verity_core::jobs::delete_checkpoint(&state.pool, &job_id, &checkpoint_id).await? {
+        return Err(ApiError::not_found("checkpoint", &checkpoint_id));
+    }
+    let prefix = format!("{}/", checkpoint.storage_prefix.trim_end_matches('/'));
+    // The manifest goes first so that a half-deleted folder is never seen as complete.
+    state.store.delete(&format!("{prefix}{MANIFEST}")).await?;
+    state.store.delete_prefix(&prefix).await?;
+    Ok(Json(Deleted { id: checkpoint_id, object: "fine_tuning.job.checkpoint", deleted: true }))
+}
+
+/// Query of the download.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ContentQuery {
+    /// `1` or `true`: answer 302 to a presigned URL of one file instead of streaming a tar.
+    pub redirect: Option<String>,
+    /// With `redirect`, the file inside the checkpoint (default `manifest.json`).
+    pub path: Option<String>,
+}
+
+/// The checkpoint's folder as a tar archive, or a redirect to one of its files.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}/content", tag = "fine_tuning",
+    params(("job_id" = String, Path), ("checkpoint_id" = String, Path), ContentQuery),
+    responses((status = 200, content_type = "application/x-tar"), (status = 302), (status = 400), (status = 401), (status = 404), (status = 409)))]
+pub async fn checkpoint_content(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((job_id, checkpoint_id)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<ContentQuery>,
+) -> ApiResult<Response> {
+    let redirect = match query.redirect.as_deref() {
+        None | Some("0") | Some("false") => false,
+        Some("1") | Some("true") => true,
+        Some(_) => return Err(ApiError::invalid("redirect", "use 1 or true")),
+    };
+    let (checkpoint, _) = find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
+    let prefix = checkpoint.storage_prefix.trim_end_matches('/').to_string();
+    let manifest = read_manifest(state.store.as_ref(), &prefix)
+        .await?
+        .ok_or_else(|| ApiError::conflict("checkpoint_incomplete", "the checkpoint's folder is not completely published"))?;
+    if redirect {
+        let path = query.path.unwrap_or_else(|| MANIFEST.to_string());
+        if path != MANIFEST && !manifest.files.iter().any(|f| f.path == path) {
+            return Err(ApiError::invalid("path", format!("no file {path:?} in this checkpoint")));
+        }
+        let url = state.store.presign_get(&format!("{prefix}/{path}"), PRESIGN_TTL).await?;
+        return Ok((StatusCode::FOUND, [(LOCATION, url)]).into_response());
+    }
+    if query.path.is_some() {
+        return Err(ApiError::invalid("path", "path is only used with redirect=1"));
+    }
+    for entry in &manifest.files {
+        validate_key(&entry.path).map_err(|e| ApiError::internal("checkpoint manifest", e))?;
+    }
+    let length = archive_length(&manifest);
+    let (mut writer, reader) = tokio::io::duplex(256 * 1024);
+    let store = state.store.clone();
+    let root = checkpoint_id.clone();
+    tokio::spawn(async move {
+        if let Err(error) = write_archive(store.as_ref(), &prefix, &root, &manifest, &mut writer).await {
+            tracing::warn!(%error, prefix = %prefix, "checkpoint archive aborted");
+        }
+    });
+    let disposition = format!("attachment; filename=\"{checkpoint_id}.tar\"");
+    Ok((
+        [(CONTENT_TYPE, "application/x-tar".to_string()), (CONTENT_DISPOSITION, disposition), (CONTENT_LENGTH, length.to_string())],
+        Body::from_stream(ReaderStream::new(reader)),
+    )
+        .into_response())
+}
+
+fn padded(size: u64) -> u64 {
+    size.div_ceil(BLOCK) * BLOCK
+}
+
+/// Exact size of the archive: a header and padded data per file, then two zero blocks.
+fn archive_length(manifest: &Manifest) -> u64 {
+    manifest.files.iter().map(|f| BLOCK + padded(f.size)).sum::<u64>() + 2 * BLOCK
+}
+
+/// Writes every file of the manifest as a tar entry under `root/`, checking sizes.
+async fn write_archive(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    root: &str,
+    manifest: &Manifest,
+    out: &mut (impl AsyncWrite + Unpin),
+) -> std::io::Result<()> {
+    let mtime = chrono::DateTime::parse_from_rfc3339(&manifest.created_at).map_or(0, |t| t.timestamp().max(0) as u64);
+    for entry in &manifest.files {
+        let mut header = tar::Header::new_gnu();
+        header.set_path(format!("{root}/{}", entry.path))?;
+        header.set_size(entry.size);
+        header.set_mode(0o644);
+        header.set_mtime(mtime);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        out.write_all(header.as_bytes()).await?;
+        let key = format!("{prefix}/{}", entry.path);
+        let reader = store.get_reader(&key).await.map_err(std::io::Error::other)?;
+        let copied = tokio::io::copy(&mut reader.take(entry.size), out).await?;
+        if copied != entry.size {
+            return Err(std::io::Error::other(format!("{key}: {copied} bytes, manifest says {}", entry.size)));
+        }
+        let padding = padded(entry.size) - entry.size;
+        out.write_all(&vec![0u8; padding as usize]).await?;
+    }
+    out.write_all(&[0u8; 2 * BLOCK as usize]).await?;
+    out.shutdown().await
+}

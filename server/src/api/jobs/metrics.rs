@@ -1,0 +1,105 @@
+//! Per-step training metrics of a job, as JSON or CSV.
+
+use super::find_job;
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::ApiQuery;
+use crate::api::state::AppState;
+use axum::extract::{Path, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use utoipa::IntoParams;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/fine_tuning/jobs/{job_id}/metrics", get(job_metrics))
+}
+
+/// Query of the metrics endpoint.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MetricsQuery {
+    /// `json` (default) or `csv`.
+    pub format: Option<String>,
+}
+
+/// One row per step: `{"object": "list", "data": [{"step": n, …}]}` or CSV with a header.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/metrics", tag = "fine_tuning", params(("job_id" = String, Path), MetricsQuery),
+    responses((status = 200, content_type = "application/json"), (status = 400), (status = 401), (status = 404)))]
+pub async fn job_metrics(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(job_id): Path<String>,
+    ApiQuery(query): ApiQuery<MetricsQuery>,
+) -> ApiResult<Response> {
+    let csv = match query.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(other) => return Err(ApiError::invalid("format", format!("unknown format {other:?}; use json or csv"))),
+    };
+    find_job(&state, &principal, &job_id).await?;
+    if csv {
+        let rows = verity_core::jobs::metrics_rows(&state.pool, &job_id).await?;
+        return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8")], to_csv(&rows)).into_response());
+    }
+    let data = verity_core::jobs::metrics_json(&state.pool, &job_id).await?;
+    let job = serde_json::to_string(&job_id).map_err(|e| ApiError::internal("metrics", e))?;
+    let body = format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data}}}");
+    Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// CSV with `step` then every metric name (sorted) as columns; absent values are empty.
+pub fn to_csv(rows: &[(i32, Value)]) -> String {
+    let mut columns = BTreeSet::new();
+    for (_, data) in rows {
+        if let Value::Object(map) = data {
+            columns.extend(map.keys().filter(|k| k.as_str() != "step").cloned());
+        }
+    }
+    let mut out = String::from("step");
+    for column in &columns {
+        out.push(',');
+        out.push_str(&csv_field(column));
+    }
+    out.push('\n');
+    for (step, data) in rows {
+        out.push_str(&step.to_string());
+        for column in &columns {
+            out.push(',');
+            match data.get(column) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) => out.push_str(&csv_field(s)),
+                Some(Value::Number(n)) => out.push_str(&n.to_string()),
+                Some(Value::Bool(b)) => out.push_str(if *b { "true" } else { "false" }),
+                Some(other) => out.push_str(&csv_field(&other.to_string())),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn csv_has_union_of_columns_and_escapes() {
+        let rows = vec![(1, json!({"reward": 0.5, "note": "a,b"})), (2, json!({"kl": 0.1}))];
+        assert_eq!(to_csv(&rows), "step,kl,note,reward\n1,,\"a,b\",0.5\n2,0.1,,\n");
+    }
+}

@@ -1,0 +1,187 @@
+//! `/v1/fine_tuning/jobs`: create (validated, then enqueued), list, read, cancel / pause /
+//! resume, and what a job writes: events, checkpoints, metrics, samples.
+
+pub mod checkpoints;
+pub mod metrics;
+pub mod samples;
+pub mod validate;
+pub mod view;
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::{reject_nul, reject_nul_json, ApiJson, ApiQuery};
+use super::pagination::{page_limit, Page, PageQuery};
+use super::state::AppState;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use verity_core::jobs::JobRecord;
+use verity_core::queue::NewJob;
+use verity_core::JobState;
+pub use validate::validate_grader;
+use view::{EventObject, JobObject, EVENT_PREFIX};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/fine_tuning/jobs", get(list_jobs).post(create_job))
+        .route("/v1/fine_tuning/jobs/{job_id}", get(get_job))
+        .route("/v1/fine_tuning/jobs/{job_id}/cancel", post(cancel_job))
+        .route("/v1/fine_tuning/jobs/{job_id}/pause", post(pause_job))
+        .route("/v1/fine_tuning/jobs/{job_id}/resume", post(resume_job))
+        .route("/v1/fine_tuning/jobs/{job_id}/events", get(list_events))
+        .merge(checkpoints::router())
+        .merge(metrics::router())
+        .merge(samples::router())
+}
+
+/// Body of `POST /v1/fine_tuning/jobs`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CreateJobRequest {
+    /// Base model name.
+    pub model: Option<String>,
+    /// Training file id (`file-…`, processed).
+    pub training_file: Option<String>,
+    /// Validation file id.
+    pub validation_file: Option<String>,
+    /// Suffix of the fine-tuned model's name.
+    pub suffix: Option<String>,
+    /// Seed (random when absent).
+    pub seed: Option<i64>,
+    /// `{type: "reinforcement", reinforcement: {grader, hyperparameters}}`.
+    #[schema(value_type = Object)]
+    pub method: Option<Value>,
+    /// Up to 16 string pairs.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+}
+
+/// The org's job `id`, or 404.
+pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiResult<JobRecord> {
+    verity_core::jobs::get_job(&state.pool, principal.org_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("fine-tuning job", id))
+}
+
+/// Creates a job and queues it.
+#[utoipa::path(post, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", request_body = CreateJobRequest,
+    responses((status = 200, body = JobObject), (status = 400), (status = 401)))]
+pub async fn create_job(State(state): State<AppState>, principal: Principal, ApiJson(request): ApiJson<CreateJobRequest>) -> ApiResult<Json<JobObject>> {
+    let model = request.model.ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
+    let training_file = request.training_file.ok_or_else(|| ApiError::invalid("training_file", "missing `training_file`"))?;
+    for (param, value) in [("model", Some(&model)), ("training_file", Some(&training_file)), ("validation_file", request.validation_file.as_ref()), ("suffix", request.suffix.as_ref())] {
+        if let Some(value) = value {
+            reject_nul(param, value)?;
+        }
+    }
+    if let Some(method) = &request.method {
+        reject_nul_json("method", method)?;
+    }
+    if let Some(metadata) = &request.metadata {
+        reject_nul_json("metadata", metadata)?;
+    }
+    let method = validate::validate_method(request.method.as_ref())?;
+    validate::validate_suffix(request.suffix.as_deref())?;
+    validate::validate_metadata(request.metadata.as_ref())?;
+    validate::validate_model(&state, &principal, &model).await?;
+    validate::validate_file(&state, &principal, "training_file", &training_file).await?;
+    if let Some(validation_file) = &request.validation_file {
+        validate::validate_file(&state, &principal, "validation_file", validation_file).await?;
+    }
+    let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
+    let mut job = NewJob::new(principal.org_id, model, json!({ "method": method }));
+    job.created_by = Some(principal.user_id);
+    job.training_file = Some(training_file);
+    job.validation_file = request.validation_file;
+    job.suffix = request.suffix;
+    job.seed = seed;
+    job.metadata = request.metadata.filter(|m| !m.is_null());
+    job.initial_state = JobState::Queued;
+    let id = state.queue.enqueue(&job).await?;
+    tracing::info!(job_id = %id, org_id = %principal.org_id, "job created");
+    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+}
+
+/// Lists jobs, newest first.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", params(PageQuery),
+    responses((status = 200, body = Page<JobObject>), (status = 400), (status = 401)))]
+pub async fn list_jobs(State(state): State<AppState>, principal: Principal, ApiQuery(query): ApiQuery<PageQuery>) -> ApiResult<Json<Page<JobObject>>> {
+    let limit = query.limit()?;
+    let rows = verity_core::jobs::list_jobs(&state.pool, principal.org_id, query.after.as_deref(), limit + 1).await?;
+    let jobs = rows.into_iter().map(JobObject::from).collect();
+    Ok(Json(Page::from_fetched(jobs, limit, |j: &JobObject| j.id.clone())))
+}
+
+/// One job.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}", tag = "fine_tuning", params(("job_id" = String, Path)),
+    responses((status = 200, body = JobObject), (status = 401), (status = 404)))]
+pub async fn get_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+}
+
+/// A control request on a job.
+#[derive(Debug, Clone, Copy)]
+enum Control {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+async fn control(state: AppState, principal: Principal, id: String, action: Control) -> ApiResult<Json<JobObject>> {
+    find_job(&state, &principal, &id).await?;
+    match action {
+        Control::Cancel => state.queue.cancel(&id).await?,
+        Control::Pause => state.queue.pause(&id).await?,
+        Control::Resume => state.queue.resume(&id).await?,
+    };
+    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+}
+
+/// Cancels a job (a running one once its worker sees the request).
+#[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/cancel", tag = "fine_tuning", params(("job_id" = String, Path)),
+    responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
+pub async fn cancel_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+    control(state, principal, id, Control::Cancel).await
+}
+
+/// Pauses a job (a running one after its worker checkpoints).
+#[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/pause", tag = "fine_tuning", params(("job_id" = String, Path)),
+    responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
+pub async fn pause_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+    control(state, principal, id, Control::Pause).await
+}
+
+/// Resumes a paused job.
+#[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/resume", tag = "fine_tuning", params(("job_id" = String, Path)),
+    responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
+pub async fn resume_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+    control(state, principal, id, Control::Resume).await
+}
+
+/// Events of a job, newest first; `after` is the last event id of the previous page.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/events", tag = "fine_tuning", params(("job_id" = String, Path), PageQuery),
+    responses((status = 200, body = Page<EventObject>), (status = 400), (status = 401), (status = 404)))]
+pub async fn list_events(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Json<Page<EventObject>>> {
+    let limit = page_limit(query.limit, 1000)?;
+    let before = match query.after.as_deref() {
+        None => None,
+        Some(after) => Some(
+            after
+                .strip_prefix(EVENT_PREFIX)
+                .and_then(|n| n.parse::<i64>().ok())
+                .ok_or_else(|| ApiError::invalid("after", format!("expected an event id like {EVENT_PREFIX}42")))?,
+        ),
+    };
+    find_job(&state, &principal, &id).await?;
+    let rows = verity_core::jobs::list_events(&state.pool, &id, before, limit + 1).await?;
+    let events = rows.into_iter().map(EventObject::from).collect();
+    Ok(Json(Page::from_fetched(events, limit, |e: &EventObject| e.id.clone())))
+}

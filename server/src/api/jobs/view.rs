@@ -1,0 +1,198 @@
+//! OpenAI-shaped JSON objects of jobs, events and checkpoints.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+use verity_core::jobs::{CheckpointRecord, EventRecord, JobRecord};
+
+/// A job's error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobError {
+    /// Machine-readable code.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// The parameter at fault, if any.
+    pub param: Option<String>,
+}
+
+/// OpenAI's `fine_tuning.job` object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobObject {
+    /// `ftjob-…`.
+    pub id: String,
+    /// Always `fine_tuning.job`.
+    pub object: &'static str,
+    /// Creation time (Unix seconds).
+    pub created_at: i64,
+    /// Why the job failed.
+    pub error: Option<JobError>,
+    /// The resulting model, once succeeded.
+    pub fine_tuned_model: Option<String>,
+    /// End time (Unix seconds).
+    pub finished_at: Option<i64>,
+    /// Hyperparameters of the method.
+    #[schema(value_type = Object)]
+    pub hyperparameters: Value,
+    /// Base model.
+    pub model: String,
+    /// Owning org.
+    pub organization_id: String,
+    /// Result files (none; see checkpoints).
+    pub result_files: Vec<String>,
+    /// Seed.
+    pub seed: i64,
+    /// validating_files | queued | running | succeeded | failed | cancelled | paused.
+    pub status: String,
+    /// Not tracked.
+    pub trained_tokens: Option<i64>,
+    /// Training file id.
+    pub training_file: String,
+    /// Validation file id.
+    pub validation_file: Option<String>,
+    /// The method as submitted.
+    #[schema(value_type = Object)]
+    pub method: Value,
+    /// User metadata.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// Suffix of the model name.
+    pub suffix: Option<String>,
+    /// Not estimated.
+    pub estimated_finish: Option<i64>,
+    /// A cancel or pause the worker has yet to act on (Verity extension).
+    pub pending_control: Option<String>,
+    /// Last progress report of the worker (Verity extension).
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Value>,
+}
+
+impl From<JobRecord> for JobObject {
+    fn from(job: JobRecord) -> JobObject {
+        let method = job.spec.get("method").cloned().unwrap_or(Value::Null);
+        let hyperparameters = method
+            .pointer("/reinforcement/hyperparameters")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
+            code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
+            message: e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string(),
+            param: e.get("param").and_then(Value::as_str).map(str::to_string),
+        });
+        JobObject {
+            object: "fine_tuning.job",
+            created_at: job.created_at.timestamp(),
+            error,
+            fine_tuned_model: job.fine_tuned_model,
+            finished_at: job.finished_at.map(|t| t.timestamp()),
+            hyperparameters,
+            model: job.model,
+            organization_id: job.org_id.to_string(),
+            result_files: Vec::new(),
+            seed: job.seed,
+            status: job.state,
+            trained_tokens: None,
+            training_file: job.training_file.unwrap_or_default(),
+            validation_file: job.validation_file,
+            method,
+            metadata: job.metadata,
+            suffix: job.suffix,
+            estimated_finish: None,
+            pending_control: (job.control != "none").then_some(job.control),
+            progress: job.progress,
+            id: job.id,
+        }
+    }
+}
+
+/// OpenAI's `fine_tuning.job.event` object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventObject {
+    /// `ftevent-<n>`.
+    pub id: String,
+    /// Always `fine_tuning.job.event`.
+    pub object: &'static str,
+    /// When (Unix seconds).
+    pub created_at: i64,
+    /// info | warn | error.
+    pub level: String,
+    /// Text.
+    pub message: String,
+    /// `message` or `metrics`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Structured details, including Verity's event kind.
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+/// Prefix of event ids.
+pub const EVENT_PREFIX: &str = "ftevent-";
+
+impl From<EventRecord> for EventObject {
+    fn from(event: EventRecord) -> EventObject {
+        let level = if event.level == "debug" { "info".to_string() } else { event.level };
+        let kind = if event.kind == "metrics" { "metrics" } else { "message" };
+        let mut data = match event.data {
+            Some(Value::Object(map)) => map,
+            Some(other) => Map::from_iter([("value".to_string(), other)]),
+            None => Map::new(),
+        };
+        data.insert("kind".to_string(), Value::String(event.kind));
+        EventObject {
+            id: format!("{EVENT_PREFIX}{}", event.id),
+            object: "fine_tuning.job.event",
+            created_at: event.created_at.timestamp(),
+            level,
+            message: event.message,
+            kind,
+            data: Value::Object(data),
+        }
+    }
+}
+
+/// OpenAI's `fine_tuning.job.checkpoint` object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckpointObject {
+    /// `ftckpt-…`.
+    pub id: String,
+    /// Always `fine_tuning.job.checkpoint`.
+    pub object: &'static str,
+    /// When (Unix seconds).
+    pub created_at: i64,
+    /// Name usable as a model.
+    pub fine_tuned_model_checkpoint: String,
+    /// The job.
+    pub fine_tuning_job_id: String,
+    /// Metrics at that step (with `step`).
+    #[schema(value_type = Object)]
+    pub metrics: Value,
+    /// Training step.
+    pub step_number: i32,
+    /// Size in bytes (Verity extension).
+    pub bytes: i64,
+}
+
+/// The model name of a checkpoint.
+pub fn checkpoint_model_name(base_model: &str, job_id: &str, step: i32) -> String {
+    format!("ft:{base_model}:{job_id}:ckpt-step-{step}")
+}
+
+/// Builds the checkpoint object of `checkpoint`, a checkpoint of a job on `base_model`.
+pub fn checkpoint_object(checkpoint: CheckpointRecord, base_model: &str) -> CheckpointObject {
+    let mut metrics = match checkpoint.metrics {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    metrics.insert("step".to_string(), json!(checkpoint.step));
+    CheckpointObject {
+        object: "fine_tuning.job.checkpoint",
+        created_at: checkpoint.created_at.timestamp(),
+        fine_tuned_model_checkpoint: checkpoint_model_name(base_model, &checkpoint.job_id, checkpoint.step),
+        fine_tuning_job_id: checkpoint.job_id,
+        metrics: Value::Object(metrics),
+        step_number: checkpoint.step,
+        bytes: checkpoint.bytes,
+        id: checkpoint.id,
+    }
+}

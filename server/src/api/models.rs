@@ -1,0 +1,140 @@
+//! `/v1/models`: base models (shared or the org's) and fine-tuned checkpoints; registering a
+//! base model folder that is already in the store.
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::ApiJson;
+use super::jobs::view::checkpoint_model_name;
+use super::state::AppState;
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use verity_core::models::ModelRecord;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/models", get(list_models).post(register_model))
+}
+
+/// OpenAI's `model` object, with Verity's extra facts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelObject {
+    /// Name to use as `model`.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Registration time (Unix seconds).
+    pub created: i64,
+    /// `verity` for shared models, else the org id.
+    pub owned_by: String,
+    /// `base`, `fine_tuned` or `checkpoint`.
+    pub kind: String,
+    /// `hf`, `gguf` or `peft`.
+    pub format: Option<String>,
+    /// The job that produced it.
+    pub job_id: Option<String>,
+}
+
+/// The model list.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The models.
+    pub data: Vec<ModelObject>,
+}
+
+impl From<ModelRecord> for ModelObject {
+    fn from(model: ModelRecord) -> ModelObject {
+        ModelObject {
+            id: model.id,
+            object: "model",
+            created: model.created_at.timestamp(),
+            owned_by: model.org_id.map_or_else(|| "verity".to_string(), |o| o.to_string()),
+            kind: model.kind,
+            format: Some(model.format),
+            job_id: model.job_id,
+        }
+    }
+}
+
+/// Models the caller can use, then checkpoints of the org's jobs.
+#[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList), (status = 401)))]
+pub async fn list_models(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<ModelList>> {
+    let mut data: Vec<ModelObject> = verity_core::models::list_models(&state.pool, principal.org_id)
+        .await?
+        .into_iter()
+        .map(ModelObject::from)
+        .collect();
+    for (checkpoint, base) in verity_core::jobs::org_checkpoints(&state.pool, principal.org_id).await? {
+        data.push(ModelObject {
+            id: checkpoint_model_name(&base, &checkpoint.job_id, checkpoint.step),
+            object: "model",
+            created: checkpoint.created_at.timestamp(),
+            owned_by: principal.org_id.to_string(),
+            kind: "checkpoint".to_string(),
+            format: None,
+            job_id: Some(checkpoint.job_id),
+        });
+    }
+    Ok(Json(ModelList { object: "list", data }))
+}
+
+/// Body of `POST /v1/models`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterModelRequest {
+    /// Name (1–200 characters, no whitespace).
+    pub id: String,
+    /// Folder (or GGUF file) already in the object store.
+    pub storage_prefix: String,
+    /// `hf` (default), `gguf` or `peft`.
+    pub format: Option<String>,
+    /// Visible to every org (admins only).
+    #[serde(default)]
+    pub shared: bool,
+    /// Extra facts.
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<Value>,
+}
+
+/// Registers a base model.
+#[utoipa::path(post, path = "/v1/models", tag = "models", request_body = RegisterModelRequest,
+    responses((status = 200, body = ModelObject), (status = 400), (status = 401), (status = 403), (status = 409)))]
+pub async fn register_model(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(request): ApiJson<RegisterModelRequest>,
+) -> ApiResult<Json<ModelObject>> {
+    if request.id.is_empty() || request.id.len() > 200 || request.id.chars().any(|c| c.is_whitespace() || c.is_control()) || request.id.starts_with("ft:") {
+        return Err(ApiError::invalid("id", "1 to 200 characters without whitespace, not starting with ft:"));
+    }
+    let format = request.format.unwrap_or_else(|| "hf".to_string());
+    if !matches!(format.as_str(), "hf" | "gguf" | "peft") {
+        return Err(ApiError::invalid("format", "use hf, gguf or peft"));
+    }
+    let config = request.config.unwrap_or_else(|| Value::Object(Default::default()));
+    crate::api::extract::reject_nul_json("config", &config)?;
+    if !config.is_object() {
+        return Err(ApiError::invalid("config", "must be an object"));
+    }
+    if request.shared {
+        principal.require_admin()?;
+    }
+    let prefix = request.storage_prefix.trim_end_matches('/');
+    verity_core::storage::validate_key(prefix).map_err(|e| ApiError::invalid("storage_prefix", e.to_string()))?;
+    if state.store.list(prefix).await?.is_empty() {
+        return Err(ApiError::invalid("storage_prefix", format!("nothing stored under {prefix:?}")));
+    }
+    let org = (!request.shared).then_some(principal.org_id);
+    if !verity_core::models::insert_base_model(&state.pool, org, &request.id, prefix, &format, &config).await? {
+        return Err(ApiError::conflict("model_exists", format!("a model named {:?} already exists", request.id)));
+    }
+    let model = verity_core::models::get_model(&state.pool, principal.org_id, &request.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("register model", "row vanished"))?;
+    Ok(Json(model.into()))
+}

@@ -1,0 +1,161 @@
+//! The server's configuration and the state every handler shares.
+
+use super::auth::ratelimit::RateLimiter;
+use super::auth::tokens::{TokenService, TokenSettings};
+use super::auth::KeyCache;
+use super::telemetry::HttpMetrics;
+use axum::extract::FromRef;
+use clap::Args;
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::time::Duration;
+use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
+use verity_core::queue::{Queue, QueueSettings};
+use verity_core::storage::{ObjectStore, UrlSigner};
+
+/// Flags and environment of `verity serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    #[arg(long, env = "VERITY_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: String,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
+    /// Object storage.
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    /// Queue timings.
+    #[command(flatten)]
+    pub queue: QueueConfig,
+    /// API settings.
+    #[command(flatten)]
+    pub api: ApiConfig,
+}
+
+/// Settings of the API itself.
+#[derive(Debug, Clone, Args)]
+pub struct ApiConfig {
+    /// Secret that signs access tokens (HS256; at least 32 bytes).
+    #[arg(long = "jwt-secret", env = "VERITY_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: String,
+    /// `iss` of access tokens.
+    #[arg(long = "jwt-issuer", env = "VERITY_JWT_ISSUER", default_value = "verity")]
+    pub jwt_issuer: String,
+    /// `aud` of access tokens.
+    #[arg(long = "jwt-audience", env = "VERITY_JWT_AUDIENCE", default_value = "verity-api")]
+    pub jwt_audience: String,
+    /// Lifetime of access tokens (seconds).
+    #[arg(long = "token-ttl-seconds", env = "VERITY_TOKEN_TTL_SECONDS", default_value_t = 3600)]
+    pub token_ttl_seconds: u64,
+    /// Largest accepted upload (MiB).
+    #[arg(long = "max-upload-mib", env = "VERITY_MAX_UPLOAD_MIB", default_value_t = 512)]
+    pub max_upload_mib: u64,
+    /// Requests per second allowed per API key or user (0: unlimited).
+    #[arg(long = "rate-limit-rps", env = "VERITY_RATE_LIMIT_RPS", default_value_t = 50.0)]
+    pub rate_limit_rps: f64,
+    /// Burst size of the per-key rate limit.
+    #[arg(long = "rate-limit-burst", env = "VERITY_RATE_LIMIT_BURST", default_value_t = 100.0)]
+    pub rate_limit_burst: f64,
+}
+
+/// Limits applied by handlers.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest upload in bytes.
+    pub max_upload_bytes: u64,
+}
+
+/// Everything handlers share; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Postgres.
+    pub pool: PgPool,
+    /// The job queue.
+    pub queue: Queue,
+    /// Object storage.
+    pub store: Arc<dyn ObjectStore>,
+    /// JWT minting and checking.
+    pub tokens: Arc<TokenService>,
+    /// Recently verified API keys.
+    pub key_cache: Arc<KeyCache>,
+    /// Per-key rate limit.
+    pub limiter: Arc<RateLimiter>,
+    /// Verifies signed object URLs of the local store (`None`: signed URLs disabled).
+    pub signer: Option<UrlSigner>,
+    /// Request counters and latencies.
+    pub http_metrics: Arc<HttpMetrics>,
+    /// Limits.
+    pub limits: Limits,
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl AppState {
+    /// Builds the state from its parts and the API configuration.
+    pub fn new(
+        pool: PgPool,
+        store: Arc<dyn ObjectStore>,
+        queue_settings: QueueSettings,
+        storage: &StorageConfig,
+        api: &ApiConfig,
+    ) -> Result<AppState, ConfigError> {
+        if api.jwt_secret.len() < 32 {
+            return Err(ConfigError("VERITY_JWT_SECRET must be at least 32 bytes".into()));
+        }
+        if !api.rate_limit_rps.is_finite() || api.rate_limit_rps < 0.0 {
+            return Err(ConfigError("VERITY_RATE_LIMIT_RPS must be a non-negative number".into()));
+        }
+        let tokens = TokenService::new(TokenSettings {
+            secret: api.jwt_secret.as_bytes().to_vec(),
+            issuer: api.jwt_issuer.clone(),
+            audience: api.jwt_audience.clone(),
+            ttl: Duration::from_secs(api.token_ttl_seconds.max(1)),
+        });
+        let signer = match (&storage.public_url, storage.signing_secret.is_empty()) {
+            (Some(base), false) => Some(UrlSigner::new(base, storage.signing_secret.as_bytes())),
+            _ => None,
+        };
+        Ok(AppState {
+            queue: Queue::new(pool.clone(), queue_settings),
+            pool,
+            store,
+            tokens: Arc::new(tokens),
+            key_cache: Arc::new(KeyCache::default()),
+            limiter: Arc::new(RateLimiter::new(api.rate_limit_rps, api.rate_limit_burst)),
+            signer,
+            http_metrics: Arc::new(HttpMetrics::default()),
+            limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
+        })
+    }
+}
+
+impl FromRef<AppState> for PgPool {
+    fn from_ref(state: &AppState) -> PgPool {
+        state.pool.clone()
+    }
+}
+
+impl FromRef<AppState> for Queue {
+    fn from_ref(state: &AppState) -> Queue {
+        state.queue.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<dyn ObjectStore> {
+    fn from_ref(state: &AppState) -> Arc<dyn ObjectStore> {
+        state.store.clone()
+    }
+}
+
+/// Queue settings from the queue configuration.
+pub fn queue_settings(config: &QueueConfig) -> QueueSettings {
+    QueueSettings {
+        lease: config.lease(),
+        retry_base: Duration::from_millis(config.retry_base_ms),
+        ..QueueSettings::default()
+    }
+}

@@ -1,0 +1,25 @@
+//! `verity serve`: the REST API.
+
+use crate::api::state::{queue_settings, AppState, ServeConfig};
+use anyhow::Context;
+
+/// Connects, migrates, and serves until ctrl-c or SIGTERM.
+pub async fn run(config: &ServeConfig) -> anyhow::Result<()> {
+    let state = build_state(config).await?;
+    let listener = tokio::net::TcpListener::bind(&config.bind)
+        .await
+        .with_context(|| format!("binding {}", config.bind))?;
+    let address = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%address, "verity API listening");
+    println!("{{\"listening\": \"http://{address}\"}}");
+    crate::api::serve(listener, crate::api::app(state)).await.context("serving HTTP")
+}
+
+/// Opens the database (running migrations) and the object store, and builds the state.
+pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
+    let pool = verity_core::db::connect(&config.db.database_url, config.db.max_connections).await?;
+    verity_core::db::migrate(&pool).await.context("migrating the database")?;
+    let store = verity_core::storage::open_store(&config.storage).await.context("opening the object store")?;
+    let state = AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
+    Ok(state)
+}

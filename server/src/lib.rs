@@ -1,0 +1,7 @@
+//! Verity server: the REST API (`api`), the command line (`cli`, `commands`) and benchmarks.
+
+pub mod api;
+pub mod bench;
+pub mod cli;
+pub mod commands;
+pub mod logging;

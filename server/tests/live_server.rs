@@ -1,0 +1,173 @@
+//! Drives a real `verity serve` process over HTTP: the official `openai` Python SDK against the
+//! fine-tuning endpoints, and schemathesis against `/openapi.json` (zero 5xx, responses match
+//! the schema). The Python tools come from `scripts/test-services.sh` (VERITY_TEST_PYTHON,
+//! VERITY_TEST_SCHEMATHESIS); without them the tests say so and skip.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use verity_core::storage::{LocalStore, ObjectStore};
+
+const JWT_SECRET: &str = "live-test-secret-live-test-secret-0123";
+
+/// A running server, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn database_url(pool: &sqlx::PgPool) -> String {
+    let options = pool.connect_options();
+    format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("postgres")
+    )
+}
+
+/// Starts `verity serve` on a free port over the test database, with a base model `tiny` and a
+/// user; returns the server and an API key.
+async fn start(pool: &sqlx::PgPool) -> (Server, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), None).await.unwrap());
+    store.put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
+    verity_core::db::migrate(pool).await.unwrap();
+    verity_core::models::insert_base_model(pool, None, "tiny", "models/tiny", "hf", &serde_json::json!({})).await.unwrap();
+    verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None).await.unwrap();
+    let key = verity_server::commands::admin::create_key(pool, "sdk@x.io", "sdk").await.unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .arg("serve")
+        .env("DATABASE_URL", database_url(pool))
+        .env("VERITY_BIND", "127.0.0.1:0")
+        .env("VERITY_STORAGE", dir.path())
+        .env("VERITY_JWT_SECRET", JWT_SECRET)
+        .env("VERITY_RATE_LIMIT_RPS", "0")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawning verity serve");
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let listening: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
+    let base = listening["listening"].as_str().unwrap().to_string();
+    (Server { child, base, _dir: dir }, key)
+}
+
+fn tool(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(path) => Some(path),
+        Err(_) => {
+            eprintln!("SKIPPED: {var} is not set (source scripts/test-services.sh)");
+            None
+        }
+    }
+}
+
+const SDK_SCRIPT: &str = r#"
+import io, os, openai
+from openai import OpenAI
+
+client = OpenAI()
+data = b'{"prompt": "2+2?", "reference_answer": "4"}\n{"messages": [{"role": "user", "content": "3+3?"}], "reference_answer": "6"}\n'
+f = client.files.create(file=("train.jsonl", io.BytesIO(data)), purpose="fine-tune")
+assert f.id.startswith("file-") and f.status == "processed" and f.bytes == len(data), f
+bad = client.files.create(file=("bad.jsonl", io.BytesIO(b'{"prompt": 3}\n')), purpose="fine-tune")
+assert bad.status == "error" and "prompt" in bad.status_details, bad
+
+method = {"type": "reinforcement", "reinforcement": {
+    "grader": {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+               "reference": "{{item.reference_answer}}", "operation": "eq"},
+    "hyperparameters": {"n_epochs": 1}}}
+job = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, method=method, seed=3, suffix="sdk")
+assert job.id.startswith("ftjob-") and job.status == "queued" and job.seed == 3, job
+assert job.method.type == "reinforcement", job.method
+
+listed = client.fine_tuning.jobs.list(limit=10)
+assert [j.id for j in listed.data] == [job.id], listed
+got = client.fine_tuning.jobs.retrieve(job.id)
+assert got.id == job.id and got.model == "tiny" and got.training_file == f.id, got
+
+assert client.fine_tuning.jobs.pause(job.id).status == "paused"
+assert client.fine_tuning.jobs.resume(job.id).status == "queued"
+assert client.fine_tuning.jobs.cancel(job.id).status == "cancelled"
+
+events = client.fine_tuning.jobs.list_events(job.id, limit=2)
+assert len(events.data) == 2 and events.has_more, events
+every = [e.message for e in client.fine_tuning.jobs.list_events(job.id, limit=2)]
+assert every[0] == "paused -> queued" or "cancelled" in every[0], every
+assert every[-1] == "job created in state queued", every
+
+checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id)
+assert checkpoints.data == [], checkpoints
+
+try:
+    client.fine_tuning.jobs.retrieve("ftjob-doesnotexist")
+    raise SystemExit("expected 404")
+except openai.NotFoundError:
+    pass
+try:
+    client.fine_tuning.jobs.create(model="nope", training_file=f.id, method=method)
+    raise SystemExit("expected 400")
+except openai.BadRequestError as e:
+    assert e.param == "model", e
+try:
+    client.fine_tuning.jobs.cancel(job.id)
+    raise SystemExit("expected 409")
+except openai.ConflictError:
+    pass
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_drives_the_api(pool: sqlx::PgPool) {
+    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
+    let (server, key) = start(&pool).await;
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), SDK_SCRIPT).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(script.path())
+        .env("OPENAI_API_KEY", &key)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
+        .env("OPENAI_MAX_RETRIES", "0")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && stdout.contains("SDK OK"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
+    let Some(st) = tool("VERITY_TEST_SCHEMATHESIS") else { return };
+    let (server, key) = start(&pool).await;
+    let output = tokio::process::Command::new(st)
+        .args(["run", &format!("{}/openapi.json", server.base)])
+        .args(["--checks", "not_a_server_error,response_schema_conformance", "--experimental", "openapi-3.1"])
+        .args(["--hypothesis-max-examples", "8", "--hypothesis-derandomize", "--workers", "2"])
+        .args(["--request-timeout", "10000"])
+        .args(["-H", &format!("Authorization: Bearer {key}")])
+        .env("SCHEMATHESIS_HOOKS", "")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "schemathesis failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+}

@@ -1,0 +1,365 @@
+//! Router tests of the REST API (tower `oneshot`, a fresh Postgres database per test, a local
+//! object store): files, jobs, control, events, checkpoints, metrics, samples, models, objects.
+
+mod api_support;
+
+use api_support::*;
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::io::Read;
+use verity_core::queue::{DeviceKind, SampleIndexRow, WorkerInfo};
+use verity_core::storage::publish_folder;
+
+fn assert_error(reply: &Reply, status: StatusCode, param: Option<&str>) {
+    assert_eq!(reply.status, status, "{}", String::from_utf8_lossy(&reply.bytes));
+    let body = reply.json();
+    let error = &body["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(error["type"].is_string(), "{body}");
+    if let Some(param) = param {
+        assert_eq!(error["param"], param, "{body}");
+    }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn health_auth_and_error_shape(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    assert_eq!(call(&app.router, Method::GET, "/healthz", None, None).await.status, StatusCode::OK);
+    assert_eq!(call(&app.router, Method::GET, "/readyz", None, None).await.status, StatusCode::OK);
+    assert_error(&call(&app.router, Method::GET, "/v1/files", None, None).await, StatusCode::UNAUTHORIZED, None);
+    assert_error(&call(&app.router, Method::GET, "/v1/files", Some("vt-nonsense"), None).await, StatusCode::UNAUTHORIZED, None);
+    let fake = format!("vt-{}", "a".repeat(40));
+    assert_error(&call(&app.router, Method::GET, "/v1/files", Some(&fake), None).await, StatusCode::UNAUTHORIZED, None);
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    assert_eq!(get(&app.router, "/v1/files", &key).await.status, StatusCode::OK);
+    assert_error(&get(&app.router, "/v1/nothing-here", &key).await, StatusCode::NOT_FOUND, None);
+    assert_error(&get(&app.router, "/v1/files?limit=0", &key).await, StatusCode::BAD_REQUEST, Some("limit"));
+    assert_error(&get(&app.router, "/v1/files?limit=abc", &key).await, StatusCode::BAD_REQUEST, Some("query"));
+    let bad_json = axum::http::Request::builder()
+        .method(Method::POST)
+        .uri("/v1/fine_tuning/jobs")
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from("{not json"))
+        .unwrap();
+    assert_error(&send(&app.router, bad_json).await, StatusCode::BAD_REQUEST, Some("body"));
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn files_upload_validate_list_read_delete(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+
+    let good = upload(&app.router, &key, "train.jsonl", DATASET).await;
+    assert_eq!(good.status, StatusCode::OK);
+    let file = good.json();
+    assert!(file["id"].as_str().unwrap().starts_with("file-"));
+    assert_eq!(file["object"], "file");
+    assert_eq!(file["status"], "processed");
+    assert_eq!(file["bytes"], DATASET.len());
+    assert_eq!(file["records"], 2);
+    assert_eq!(file["filename"], "train.jsonl");
+    assert_eq!(file["purpose"], "fine-tune");
+
+    let bad = upload(&app.router, &key, "bad.jsonl", b"{\"prompt\":\"a\"}\n{\"messages\":[{\"role\":\"user\"}]}\n").await;
+    assert_eq!(bad.status, StatusCode::OK);
+    assert_eq!(bad.json()["status"], "error");
+    let details = bad.json()["status_details"].as_str().unwrap().to_string();
+    assert!(details.contains("line 2") && details.contains("messages[0].content") && details.contains("missing"), "{details}");
+
+    let (content_type, body) = multipart("x.jsonl", "assistants", DATASET);
+    let request = axum::http::Request::builder()
+        .method(Method::POST)
+        .uri("/v1/files")
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", content_type)
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    assert_error(&send(&app.router, request).await, StatusCode::BAD_REQUEST, Some("purpose"));
+    assert_error(&post(&app.router, "/v1/files", &key, json!({})).await, StatusCode::BAD_REQUEST, Some("file"));
+
+    // Pagination: newest first.
+    let third = upload(&app.router, &key, "c.jsonl", DATASET).await.json();
+    let page = get(&app.router, "/v1/files?limit=2", &key).await.json();
+    assert_eq!(page["object"], "list");
+    assert_eq!(page["data"].as_array().unwrap().len(), 2);
+    assert_eq!(page["has_more"], true);
+    assert_eq!(page["data"][0]["id"], third["id"]);
+    let after = page["last_id"].as_str().unwrap();
+    let rest = get(&app.router, &format!("/v1/files?limit=2&after={after}"), &key).await.json();
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["has_more"], false);
+    assert_eq!(rest["data"][0]["id"], file["id"]);
+
+    let id = file["id"].as_str().unwrap();
+    assert_eq!(get(&app.router, &format!("/v1/files/{id}"), &key).await.json()["id"], id);
+    let content = get(&app.router, &format!("/v1/files/{id}/content"), &key).await;
+    assert_eq!(content.status, StatusCode::OK);
+    assert_eq!(&content.bytes[..], DATASET);
+    let deleted = call(&app.router, Method::DELETE, &format!("/v1/files/{id}"), Some(&key), None).await;
+    assert_eq!(deleted.json(), json!({"id": id, "object": "file", "deleted": true}));
+    assert_error(&get(&app.router, &format!("/v1/files/{id}"), &key).await, StatusCode::NOT_FOUND, None);
+    assert!(app.state.store.head(&format!("files/{id}.jsonl")).await.unwrap().is_none());
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn uploads_beyond_the_limit_are_413_and_leave_nothing(pool: sqlx::PgPool) {
+    let app = app_with(pool.clone(), api_config(), |state| state.limits.max_upload_bytes = 1000).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let line = b"{\"prompt\": \"0123456789012345678901234567890123456789\"}\n";
+    let big: Vec<u8> = line.iter().copied().cycle().take(line.len() * 40).collect();
+    let reply = upload(&app.router, &key, "big.jsonl", &big).await;
+    assert_error(&reply, StatusCode::PAYLOAD_TOO_LARGE, Some("file"));
+    assert_eq!(get(&app.router, "/v1/files", &key).await.json()["data"], json!([]));
+    assert!(app.state.store.list("files/").await.unwrap().is_empty());
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let file_id = upload(&app.router, &key, "t.jsonl", DATASET).await.json()["id"].as_str().unwrap().to_string();
+    let bad_file = upload(&app.router, &key, "b.jsonl", b"[1]\n").await.json()["id"].as_str().unwrap().to_string();
+    let ok = json!({"model": "tiny", "training_file": file_id, "method": method()});
+    let with = |field: &str, value: Value| {
+        let mut body = ok.clone();
+        body[field] = value;
+        body
+    };
+    let cases = [
+        (with("model", json!("nope")), "model"),
+        (with("training_file", json!("file-missing")), "training_file"),
+        (with("training_file", json!(bad_file)), "training_file"),
+        (with("validation_file", json!("file-missing")), "validation_file"),
+        (with("method", json!({"type": "supervised"})), "method.type"),
+        (with("method", json!({"type": "reinforcement"})), "method.reinforcement"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": []}})), "method.reinforcement.grader"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"name": "x"}}})), "method.reinforcement.grader.type"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}, "hyperparameters": 3}})), "method.reinforcement.hyperparameters"),
+        (with("suffix", json!("has space")), "suffix"),
+        (with("metadata", json!({"k": 1})), "metadata.k"),
+        (json!({"training_file": file_id, "method": method()}), "model"),
+        (json!({"model": "tiny", "method": method()}), "training_file"),
+        (json!({"model": "tiny", "training_file": file_id}), "method"),
+    ];
+    for (body, param) in cases {
+        assert_error(&post(&app.router, "/v1/fine_tuning/jobs", &key, body).await, StatusCode::BAD_REQUEST, Some(param));
+    }
+    assert_eq!(get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"], json!([]), "bad input changed nothing");
+
+    let mut body = with("suffix", json!("mine"));
+    body["seed"] = json!(7);
+    body["metadata"] = json!({"team": "rl"});
+    let job = post(&app.router, "/v1/fine_tuning/jobs", &key, body).await;
+    assert_eq!(job.status, StatusCode::OK, "{:?}", job.json());
+    let job = job.json();
+    assert!(job["id"].as_str().unwrap().starts_with("ftjob-"));
+    assert_eq!(job["object"], "fine_tuning.job");
+    assert_eq!(job["status"], "queued");
+    assert_eq!(job["model"], "tiny");
+    assert_eq!(job["seed"], 7);
+    assert_eq!(job["suffix"], "mine");
+    assert_eq!(job["metadata"], json!({"team": "rl"}));
+    assert_eq!(job["method"], method());
+    assert_eq!(job["hyperparameters"], json!({"n_epochs": 1, "batch_size": 2}));
+    assert_eq!(job["training_file"], file_id);
+    for null_field in ["error", "fine_tuned_model", "finished_at", "trained_tokens", "estimated_finish"] {
+        assert!(job[null_field].is_null(), "{null_field}");
+    }
+    assert!(job["created_at"].is_i64());
+    let id = job["id"].as_str().unwrap();
+    assert_eq!(get(&app.router, &format!("/v1/fine_tuning/jobs/{id}"), &key).await.json(), job);
+    let list = get(&app.router, "/v1/fine_tuning/jobs?limit=1", &key).await.json();
+    assert_eq!(list["data"][0]["id"], id);
+    assert_eq!(list["has_more"], false);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cancel_pause_resume_follow_the_queue(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let (_, job) = file_and_job(&app, &key).await;
+    let action = |name: &str| format!("/v1/fine_tuning/jobs/{job}/{name}");
+
+    assert_eq!(post(&app.router, &action("pause"), &key, json!({})).await.json()["status"], "paused");
+    assert_error(&post(&app.router, &action("pause"), &key, json!({})).await, StatusCode::CONFLICT, None);
+    assert_eq!(post(&app.router, &action("resume"), &key, json!({})).await.json()["status"], "queued");
+
+    // A running job gets a pending request that its worker sees.
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    app.state.queue.register_worker(&worker).await.unwrap();
+    let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
+    let paused = post(&app.router, &action("pause"), &key, json!({})).await.json();
+    assert_eq!((paused["status"].as_str(), paused["pending_control"].as_str()), (Some("running"), Some("pause")));
+    let cancelled = post(&app.router, &action("cancel"), &key, json!({})).await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{:?}", cancelled.json());
+    lease.ack_cancel().await.unwrap();
+    assert_eq!(get(&app.router, &format!("/v1/fine_tuning/jobs/{job}"), &key).await.json()["status"], "cancelled");
+    let again = post(&app.router, &action("cancel"), &key, json!({})).await;
+    assert_error(&again, StatusCode::CONFLICT, None);
+    assert!(again.json()["error"]["message"].as_str().unwrap().contains("cancelled"));
+    assert_error(&post(&app.router, &action("resume"), &key, json!({})).await, StatusCode::CONFLICT, None);
+
+    // Events: newest first, paginated with `after`.
+    let events = get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?limit=2"), &key).await.json();
+    assert_eq!(events["data"].as_array().unwrap().len(), 2);
+    assert_eq!(events["has_more"], true);
+    assert_eq!(events["data"][0]["object"], "fine_tuning.job.event");
+    assert!(events["data"][0]["message"].as_str().unwrap().contains("cancelled"));
+    let after = events["last_id"].as_str().unwrap();
+    let older = get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?limit=100&after={after}"), &key).await.json();
+    let all: Vec<&str> = older["data"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(all.last(), Some(&"job created in state queued"), "{all:?}");
+    assert_error(&get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?after=x"), &key).await, StatusCode::BAD_REQUEST, Some("after"));
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let (_, job) = file_and_job(&app, &key).await;
+
+    // Play the worker: metrics, a published checkpoint, samples.
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    app.state.queue.register_worker(&worker).await.unwrap();
+    let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
+    for step in 1..=3 {
+        let reward = [0.1, 0.2, 0.3][step as usize - 1];
+        lease.metric(step, &json!({"reward_mean": reward, "kl": 0.01})).await.unwrap();
+    }
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(folder.path().join("model.safetensors"), vec![7u8; 1000]).unwrap();
+    std::fs::write(folder.path().join("config.json"), b"{\"layers\": 2}").unwrap();
+    let prefix = format!("jobs/{job}/checkpoints/step-2");
+    publish_folder(app.state.store.as_ref(), folder.path(), &prefix).await.unwrap();
+    let ckpt = lease.checkpoint(2, &prefix, 1013, Some(&json!({"reward_mean": 0.2}))).await.unwrap();
+    let samples_key = format!("jobs/{job}/samples/step-1.jsonl");
+    let lines = "{\"completion\": \"4\", \"scores\": {\"exact\": 1.0}}\n{\"completion\": \"5\", \"scores\": {\"exact\": 0.0}}\n{\"completion\": \"6\"}\n";
+    app.state.store.put_bytes(&samples_key, bytes::Bytes::from(lines)).await.unwrap();
+    let rows: Vec<SampleIndexRow> = (0..3)
+        .map(|i| SampleIndexRow {
+            idx: i,
+            prompt_idx: i / 2,
+            score: Some([1.0, 0.0, 0.5][i as usize]),
+            advantage: Some(0.0),
+            finish_reason: Some("stop".into()),
+            storage_key: samples_key.clone(),
+            line_no: i,
+        })
+        .collect();
+    lease.samples(1, &rows).await.unwrap();
+    let base = format!("/v1/fine_tuning/jobs/{job}");
+
+    let metrics = get(&app.router, &format!("{base}/metrics"), &key).await.json();
+    assert_eq!(metrics["data"].as_array().unwrap().len(), 3);
+    assert_eq!(metrics["data"][1], json!({"step": 2, "reward_mean": 0.2, "kl": 0.01}));
+    let csv = get(&app.router, &format!("{base}/metrics?format=csv"), &key).await;
+    assert_eq!(csv.headers["content-type"], "text/csv; charset=utf-8");
+    assert_eq!(std::str::from_utf8(&csv.bytes).unwrap(), "step,kl,reward_mean\n1,0.01,0.1\n2,0.01,0.2\n3,0.01,0.3\n");
+    assert_error(&get(&app.router, &format!("{base}/metrics?format=xml"), &key).await, StatusCode::BAD_REQUEST, Some("format"));
+
+    let list = get(&app.router, &format!("{base}/checkpoints"), &key).await.json();
+    let c = &list["data"][0];
+    assert_eq!(c["id"], ckpt.as_str());
+    assert_eq!(c["object"], "fine_tuning.job.checkpoint");
+    assert_eq!(c["step_number"], 2);
+    assert_eq!(c["metrics"]["step"], 2);
+    assert_eq!(c["fine_tuning_job_id"], job.as_str());
+    assert_eq!(c["fine_tuned_model_checkpoint"], format!("ft:tiny:{job}:ckpt-step-2"));
+
+    // The archive holds every file of the manifest, byte for byte.
+    let archive = get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await;
+    assert_eq!(archive.status, StatusCode::OK);
+    assert_eq!(archive.headers["content-length"], archive.bytes.len().to_string());
+    let mut tar = tar::Archive::new(&archive.bytes[..]);
+    let mut names = Vec::new();
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().display().to_string();
+        let mut content = Vec::new();
+        entry.read_to_end(&mut content).unwrap();
+        if name.ends_with("model.safetensors") {
+            assert_eq!(content, vec![7u8; 1000]);
+        }
+        names.push(name);
+    }
+    assert_eq!(names, vec![format!("{ckpt}/config.json"), format!("{ckpt}/model.safetensors")]);
+
+    // Redirect to a signed URL, which the server itself serves.
+    let redirect = get(&app.router, &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=config.json"), &key).await;
+    assert_eq!(redirect.status, StatusCode::FOUND);
+    let location = redirect.headers["location"].to_str().unwrap().to_string();
+    let local = location.strip_prefix(PUBLIC_URL).unwrap();
+    let object = call(&app.router, Method::GET, local, None, None).await;
+    assert_eq!(object.status, StatusCode::OK);
+    assert_eq!(&object.bytes[..], b"{\"layers\": 2}");
+    let forged = local.replace("signature=", "signature=00");
+    assert_error(&call(&app.router, Method::GET, &forged, None, None).await, StatusCode::FORBIDDEN, None);
+    assert_error(&get(&app.router, &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=nope"), &key).await, StatusCode::BAD_REQUEST, Some("path"));
+
+    // Samples: filters and pagination, with the stored line attached.
+    let all = get(&app.router, &format!("{base}/samples?step=1"), &key).await.json();
+    assert_eq!(all["data"].as_array().unwrap().len(), 3);
+    assert_eq!(all["data"][1]["sample"]["completion"], "5");
+    let good = get(&app.router, &format!("{base}/samples?min_score=0.5"), &key).await.json();
+    let ids: Vec<&str> = good["data"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec!["sample-1-0", "sample-1-2"]);
+    let page = get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5"), &key).await.json();
+    assert_eq!((page["data"][0]["id"].as_str(), page["has_more"].as_bool()), (Some("sample-1-1"), Some(true)));
+    let next = get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5&after=sample-1-1"), &key).await.json();
+    assert_eq!(next["data"][0]["score"], 0.5);
+    assert!(get(&app.router, &format!("{base}/samples?step=9"), &key).await.json()["data"].as_array().unwrap().is_empty());
+
+    // Models list the checkpoint; deleting it removes row and files.
+    let models = get(&app.router, "/v1/models", &key).await.json();
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"tiny") && ids.contains(&format!("ft:tiny:{job}:ckpt-step-2").as_str()), "{ids:?}");
+    let deleted = call(&app.router, Method::DELETE, &format!("{base}/checkpoints/{ckpt}"), Some(&key), None).await;
+    assert_eq!(deleted.json()["deleted"], true);
+    assert!(app.state.store.list(&format!("{prefix}/")).await.unwrap().is_empty());
+    assert_error(&get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await, StatusCode::NOT_FOUND, None);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn models_register_and_roles(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let member = user(&pool, "m@x.io", "acme", "member").await;
+    let admin = user(&pool, "a@x.io", "acme", "admin").await;
+    app.state.store.put_bytes("models/small/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
+    let body = json!({"id": "small", "storage_prefix": "models/small"});
+    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "models/none"})).await, StatusCode::BAD_REQUEST, Some("storage_prefix"));
+    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "../etc"})).await, StatusCode::BAD_REQUEST, Some("storage_prefix"));
+    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "small", "storage_prefix": "models/small", "shared": true})).await, StatusCode::FORBIDDEN, None);
+    let registered = post(&app.router, "/v1/models", &member, body.clone()).await;
+    assert_eq!(registered.status, StatusCode::OK, "{:?}", registered.json());
+    assert_eq!(registered.json()["kind"], "base");
+    assert_error(&post(&app.router, "/v1/models", &admin, body).await, StatusCode::CONFLICT, None);
+    let shared = post(&app.router, "/v1/models", &admin, json!({"id": "shared-small", "storage_prefix": "models/small", "shared": true})).await;
+    assert_eq!(shared.json()["owned_by"], "verity");
+    let other = user(&pool, "o@y.io", "other", "member").await;
+    let ids: Vec<String> = get(&app.router, "/v1/models", &other).await.json()["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, vec!["shared-small"], "the org's private model is not visible elsewhere");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn prometheus_and_openapi(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    file_and_job(&app, &key).await;
+    let text = call(&app.router, Method::GET, "/metrics", None, None).await;
+    let text = String::from_utf8(text.bytes.to_vec()).unwrap();
+    assert!(text.contains("verity_jobs{state=\"queued\"} 1"), "{text}");
+    assert!(text.contains("verity_queue_depth 1"));
+    assert!(text.contains("verity_workers_seen 0"));
+    assert!(text.contains("verity_http_requests_total{method=\"POST\",route=\"/v1/fine_tuning/jobs\",status=\"200\"} 1"), "{text}");
+    assert!(text.contains("verity_http_request_duration_seconds_bucket{route=\"/v1/files\",le=\"+Inf\"} 1"), "{text}");
+    let doc = call(&app.router, Method::GET, "/openapi.json", None, None).await.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/v1/files", "/v1/fine_tuning/jobs/{job_id}/checkpoints", "/v1/auth/token", "/v1/models"] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+}
