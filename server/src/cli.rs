@@ -25,6 +25,14 @@ pub enum Command {
     /// Manage users and API keys.
     #[command(subcommand)]
     Admin(crate::commands::admin::AdminCommand),
+    /// Try graders on local files.
+    #[command(subcommand)]
+    Graders(crate::commands::graders::GradersCommand),
+    /// Convert and manage model files.
+    #[command(subcommand)]
+    Models(crate::commands::models::ModelsCommand),
+    /// Sample completions from a local model (chat template applied).
+    Generate(crate::commands::generate::GenerateArgs),
     /// Run a benchmark and print JSON lines.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -36,4 +44,10 @@ pub enum BenchCommand {
     /// Queue throughput: claims per second and claim latency at several worker counts, in a
     /// scratch database created (and dropped) on the server of DATABASE_URL.
     Queue(crate::bench::queue::QueueBenchArgs),
+    /// Math and sandboxed-code gradings per second.
+    Graders(crate::bench::model::GradersBenchArgs),
+    /// Decode throughput (tokens/s) and peak RSS of batched sampling with a KV cache.
+    Rollout(crate::bench::model::RolloutArgs),
+    /// Seconds and peak RSS of one forward + backward + AdamW step.
+    TrainStep(crate::bench::model::TrainStepArgs),
 }

@@ -1,12 +1,10 @@
 //! The REST API: one router per module, merged here with tracing and request metrics.
-//!
-//! Grader endpoints (`/v1/fine_tuning/alpha/graders/run|validate`) belong to the verifiers
-//! crate: merge their router into [`app_with`]'s `extra` argument.
 
 pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod files;
+pub mod graders;
 pub mod health;
 pub mod jobs;
 pub mod models;
@@ -33,6 +31,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(health::router())
         .merge(auth::routes::router())
         .merge(files::router())
+        .merge(graders::router())
         .merge(jobs::router())
         .merge(models::router())
         .merge(objects::router())

@@ -19,6 +19,7 @@ use utoipa::{Modify, OpenApi};
         jobs::checkpoints::list_checkpoints, jobs::checkpoints::get_checkpoint, jobs::checkpoints::delete_checkpoint,
         jobs::checkpoints::checkpoint_content, jobs::metrics::job_metrics, jobs::samples::list_samples,
         models::list_models, models::register_model, objects::get_object, prometheus_doc,
+        graders::run_grader, graders::validate_grader_endpoint,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -1,6 +1,9 @@
 //! Subcommand implementations.
 
 pub mod admin;
+pub mod generate;
+pub mod graders;
+pub mod models;
 mod migrate;
 pub mod serve;
 
@@ -12,6 +15,12 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Migrate(db) => migrate::run(&db).await,
         Command::Serve(config) => serve::run(&config).await,
         Command::Admin(admin) => admin::run(&admin).await,
+        Command::Graders(graders) => tokio::task::spawn_blocking(move || graders::run(&graders)).await?,
+        Command::Models(models) => models::run(&models).await,
+        Command::Generate(args) => generate::run(&args).await,
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
+        Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
+        Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,
+        Command::Bench(BenchCommand::TrainStep(args)) => crate::bench::model::train_step(&args).await,
     }
 }

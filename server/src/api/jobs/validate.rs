@@ -5,19 +5,9 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::state::AppState;
 use serde_json::{Map, Value};
 
-/// Checks a grader. Today: a JSON object with a string `type`. The full check (kinds, templates,
-/// formulas, sandbox settings) comes from the verity-verifiers crate: replace this body with a
-/// call to it, mapping its error to `ApiError::invalid("method.reinforcement.grader…", …)`.
+/// Checks a grader with the verity-verifiers crate (kinds, templates, formulas, sandbox limits).
 pub fn validate_grader(grader: &Value) -> Result<(), ApiError> {
-    let param = "method.reinforcement.grader";
-    let Value::Object(grader) = grader else {
-        return Err(ApiError::invalid(param, "the grader must be a JSON object"));
-    };
-    match grader.get("type") {
-        Some(Value::String(kind)) if !kind.is_empty() => Ok(()),
-        Some(_) => Err(ApiError::invalid(format!("{param}.type"), "the grader type must be a non-empty string")),
-        None => Err(ApiError::invalid(format!("{param}.type"), "the grader needs a `type`")),
-    }
+    crate::api::graders::parse_grader("method.reinforcement.grader", grader).map(|_| ())
 }
 
 /// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`.
@@ -45,6 +35,9 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
         None | Some(Value::Object(_)) => {}
         Some(_) => return Err(ApiError::invalid("method.reinforcement.hyperparameters", "must be an object")),
     }
+    let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
+        .map_err(|e| ApiError::invalid("method.reinforcement.hyperparameters", e.to_string()))?;
+    parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
     Ok(method.clone())
 }
 

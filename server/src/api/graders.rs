@@ -1,0 +1,111 @@
+//! `/v1/fine_tuning/alpha/graders/run|validate`: try a grader on one sample before paying for a
+//! job (OpenAI's grader endpoints, backed by the verity-verifiers crate).
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::ApiJson;
+use super::state::AppState;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use utoipa::ToSchema;
+use verity_verifiers::{Grader, Sample};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/fine_tuning/alpha/graders/run", post(run_grader))
+        .route("/v1/fine_tuning/alpha/graders/validate", post(validate_grader_endpoint))
+}
+
+/// Parses a grader, mapping the first problem to a 400 naming its JSON path under `param`.
+pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
+    let text = serde_json::to_string(grader).map_err(|e| ApiError::invalid(param, e.to_string()))?;
+    Grader::from_json(&text).map_err(|invalid| {
+        let mut problems = invalid.0.into_iter();
+        match problems.next() {
+            Some(first) => {
+                let path = first.path.trim_start_matches('.');
+                let param = if path.is_empty() { param.to_string() } else { format!("{param}.{path}") };
+                let more = problems.count();
+                let suffix = if more > 0 { format!(" (and {more} more problem(s))") } else { String::new() };
+                ApiError::invalid(param, format!("{}{suffix}", first.message))
+            }
+            None => ApiError::invalid(param, "invalid grader"),
+        }
+    })
+}
+
+/// Body of `POST /v1/fine_tuning/alpha/graders/run`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunGraderRequest {
+    /// The grader spec.
+    #[schema(value_type = Object)]
+    pub grader: Value,
+    /// The completion to grade (its text).
+    pub model_sample: String,
+    /// The dataset row the grader's `{{item.…}}` templates read.
+    #[schema(value_type = Option<Object>)]
+    pub item: Option<Value>,
+}
+
+/// Result of a grader run, in OpenAI's shape with Verity's reason and error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunGraderResponse {
+    /// The score in [0, 1].
+    pub reward: f64,
+    /// Named component scores.
+    pub sub_rewards: BTreeMap<String, f64>,
+    /// Details: type, reason, errors, execution time.
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+}
+
+/// Grades one sample.
+#[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/run", tag = "graders", request_body = RunGraderRequest,
+    responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401)))]
+pub async fn run_grader(_principal: Principal, ApiJson(request): ApiJson<RunGraderRequest>) -> ApiResult<Json<RunGraderResponse>> {
+    let grader = parse_grader("grader", &request.grader)?;
+    let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
+    let item = request.item.unwrap_or_else(|| json!({}));
+    if !item.is_object() {
+        return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"));
+    }
+    let sample = Sample::from_text(request.model_sample);
+    let started = Instant::now();
+    // Python and code graders run a sandboxed process: keep them off the async threads.
+    let result = tokio::task::spawn_blocking(move || grader.grade(&item, &sample))
+        .await
+        .map_err(|e| ApiError::internal("grader task", e))?;
+    Ok(Json(RunGraderResponse {
+        reward: result.score,
+        sub_rewards: result.sub_scores.clone(),
+        metadata: json!({
+            "type": kind,
+            "reason": result.reason,
+            "errors": result.error,
+            "execution_time": started.elapsed().as_secs_f64(),
+        }),
+    }))
+}
+
+/// Body of `POST /v1/fine_tuning/alpha/graders/validate`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateGraderRequest {
+    /// The grader spec.
+    #[schema(value_type = Object)]
+    pub grader: Value,
+}
+
+/// Checks a grader; answers it back when valid, else a 400 naming the JSON path.
+#[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/validate", tag = "graders", request_body = ValidateGraderRequest,
+    responses((status = 200, body = Object), (status = 400), (status = 401)))]
+pub async fn validate_grader_endpoint(_principal: Principal, ApiJson(request): ApiJson<ValidateGraderRequest>) -> ApiResult<Json<Value>> {
+    parse_grader("grader", &request.grader)?;
+    Ok(Json(json!({ "grader": request.grader })))
+}
