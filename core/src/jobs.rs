@@ -307,3 +307,14 @@ pub async fn queue_stats(pool: &PgPool, window_secs: f64) -> Result<QueueStats, 
     .await?;
     Ok(QueueStats { by_state, queue_depth, workers_seen })
 }
+
+/// A fingerprint of a job's metrics (row count and latest write) that changes with every write.
+pub async fn metrics_version(pool: &PgPool, job_id: &str) -> Result<(i64, Option<DateTime<Utc>>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "rows!", max(created_at) AS latest FROM job_metrics WHERE job_id = $1"#,
+        job_id
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.rows, row.latest))
+}

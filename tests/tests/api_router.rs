@@ -256,9 +256,15 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     let metrics = get(&app.router, &format!("{base}/metrics"), &key).await.json();
     assert_eq!(metrics["data"].as_array().unwrap().len(), 3);
     assert_eq!(metrics["data"][1], json!({"step": 2, "reward_mean": 0.2, "kl": 0.01}));
+    assert_eq!(get(&app.router, &format!("{base}/metrics"), &key).await.json(), metrics, "served again from the cache");
+    lease.metric(2, &json!({"reward_mean": 0.25})).await.unwrap();
+    lease.metric(4, &json!({"reward_mean": 0.4})).await.unwrap();
+    let updated = get(&app.router, &format!("{base}/metrics"), &key).await.json();
+    assert_eq!(updated["data"].as_array().unwrap().len(), 4, "a new step invalidates the cache");
+    assert_eq!(updated["data"][1], json!({"step": 2, "reward_mean": 0.25}), "a rewritten step invalidates the cache");
     let csv = get(&app.router, &format!("{base}/metrics?format=csv"), &key).await;
     assert_eq!(csv.headers["content-type"], "text/csv; charset=utf-8");
-    assert_eq!(std::str::from_utf8(&csv.bytes).unwrap(), "step,kl,reward_mean\n1,0.01,0.1\n2,0.01,0.2\n3,0.01,0.3\n");
+    assert_eq!(std::str::from_utf8(&csv.bytes).unwrap(), "step,kl,reward_mean\n1,0.01,0.1\n2,,0.25\n3,0.01,0.3\n4,,0.4\n");
     assert_error(&get(&app.router, &format!("{base}/metrics?format=xml"), &key).await, StatusCode::BAD_REQUEST, Some("format"));
 
     let list = get(&app.router, &format!("{base}/checkpoints"), &key).await.json();

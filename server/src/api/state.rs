@@ -85,6 +85,8 @@ pub struct AppState {
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
     pub http_metrics: Arc<HttpMetrics>,
+    /// Rendered metrics documents of recently read jobs.
+    pub metrics_cache: Arc<super::jobs::metrics::MetricsCache>,
     /// Limits.
     pub limits: Limits,
 }
@@ -128,6 +130,7 @@ impl AppState {
             limiter: Arc::new(RateLimiter::new(api.rate_limit_rps, api.rate_limit_burst)),
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
+            metrics_cache: Arc::default(),
             limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
         })
     }

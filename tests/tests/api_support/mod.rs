@@ -65,6 +65,14 @@ pub async fn app_with(pool: PgPool, api: ApiConfig, tweak: impl FnOnce(&mut AppS
     TestApp { router: verity_server::api::app(state.clone()), state, dir }
 }
 
+/// An app over `pool` and a given store (signed local URLs off).
+pub async fn app_on(pool: PgPool, store: Arc<dyn ObjectStore>) -> AppState {
+    let dir = std::env::temp_dir();
+    let mut storage = storage_config(&dir);
+    storage.public_url = None;
+    AppState::new(pool, store, QueueSettings::default(), &storage, &api_config()).unwrap()
+}
+
 /// An app with the default test settings.
 pub async fn app(pool: PgPool) -> TestApp {
     app_with(pool, api_config(), |_| {}).await

@@ -12,7 +12,9 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use utoipa::IntoParams;
 
 /// Routes of this module.
@@ -47,10 +49,44 @@ pub async fn job_metrics(
         let rows = verity_core::jobs::metrics_rows(&state.pool, &job_id).await?;
         return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8")], to_csv(&rows)).into_response());
     }
+    let version = verity_core::jobs::metrics_version(&state.pool, &job_id).await?;
+    if let Some(body) = state.metrics_cache.get(&job_id, version) {
+        return Ok(([(CONTENT_TYPE, "application/json")], body).into_response());
+    }
     let data = verity_core::jobs::metrics_json(&state.pool, &job_id).await?;
     let job = serde_json::to_string(&job_id).map_err(|e| ApiError::internal("metrics", e))?;
-    let body = format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data}}}");
+    let body = Bytes::from(format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data}}}"));
+    state.metrics_cache.put(&job_id, version, body.clone());
     Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The fingerprint of a job's metrics rows.
+pub type MetricsVersion = (i64, Option<chrono::DateTime<chrono::Utc>>);
+
+/// Recently rendered metrics documents, reused while the job's rows are unchanged.
+#[derive(Debug, Default)]
+pub struct MetricsCache {
+    entries: Mutex<HashMap<String, (MetricsVersion, Bytes)>>,
+}
+
+/// Jobs whose rendered metrics are kept.
+const CACHED_JOBS: usize = 64;
+
+impl MetricsCache {
+    fn get(&self, job_id: &str, version: MetricsVersion) -> Option<Bytes> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(job_id).filter(|(v, _)| *v == version).map(|(_, body)| body.clone())
+    }
+
+    fn put(&self, job_id: &str, version: MetricsVersion, body: Bytes) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHED_JOBS && !entries.contains_key(job_id) {
+            if let Some(evicted) = entries.keys().next().cloned() {
+                entries.remove(&evicted);
+            }
+        }
+        entries.insert(job_id.to_string(), (version, body));
+    }
 }
 
 /// CSV with `step` then every metric name (sorted) as columns; absent values are empty.
