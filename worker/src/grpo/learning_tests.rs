@@ -80,7 +80,7 @@ fn sample_group(prompt: usize, probabilities: &[Vec<Vec<f64>>], rng: &mut StdRng
             (0..POSITIONS)
                 .map(|position| {
                     let row = &probabilities[prompt][position];
-                    let mut draw: f64 = rng.gen();
+                    let mut draw: f64 = rng.random();
                     row.iter()
                         .position(|&p| {
                             draw -= p;
@@ -192,7 +192,7 @@ struct TrainingRun {
 fn noisy_sampler_log_probs(logp_old: &Tensor, noise: f64, rng: &mut StdRng) -> Tensor {
     let (rows, columns) = logp_old.dims2().unwrap();
     let offsets: Vec<f64> = (0..rows * columns)
-        .map(|_| rng.gen_range(-noise..=noise))
+        .map(|_| rng.random_range(-noise..=noise))
         .collect();
     let offsets = Tensor::from_vec(offsets, (rows, columns), logp_old.device()).unwrap();
     (logp_old + offsets).unwrap()

@@ -1,0 +1,207 @@
+//! Entry points the `verity` CLI wires in: `generate`, `bench rollout`, `bench train-step`
+//! (and [`crate::convert_gguf`] for `models convert`).
+
+use crate::chat_template::ChatMessage;
+use crate::device::parse_device;
+use crate::error::{Result, WorkerError};
+use crate::loader::{load_model, LoadedModel};
+use crate::optim::{AdamW, AdamWConfig, GradAccumulator};
+use crate::sampler::{sample, FinishReason, SamplingParams};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+
+/// Options of `verity generate`.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    /// System message placed before the prompt (else the template's default).
+    pub system: Option<String>,
+    /// Longest completion in tokens.
+    pub max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f32,
+    /// Nucleus mass kept.
+    pub top_p: f32,
+    /// Most likely tokens kept (0 = all).
+    pub top_k: usize,
+    /// Completions to sample.
+    pub n: usize,
+    /// RNG seed.
+    pub seed: u64,
+    /// Device spec (`cpu`, `cuda:N`).
+    pub device: String,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self { system: None, max_tokens: 256, temperature: 0.7, top_p: 1.0, top_k: 0, n: 1, seed: 0, device: "cpu".into() }
+    }
+}
+
+/// One generated completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct GeneratedText {
+    /// Decoded text (special tokens dropped).
+    pub text: String,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// Number of generated tokens.
+    pub tokens: usize,
+}
+
+/// `verity generate`: loads the model (HF folder or GGUF), applies the chat template to
+/// `prompt` (after `system` if any) and samples `n` completions.
+pub fn generate(model: &Path, prompt: &str, opts: &GenerateOptions) -> Result<Vec<GeneratedText>> {
+    let device = parse_device(&opts.device)?;
+    let lm = load_model(model, &device)?;
+    generate_with(&lm, prompt, opts)
+}
+
+/// Like [`generate`] with an already loaded model.
+pub fn generate_with(lm: &LoadedModel, prompt: &str, opts: &GenerateOptions) -> Result<Vec<GeneratedText>> {
+    let mut messages = Vec::new();
+    if let Some(system) = &opts.system {
+        messages.push(ChatMessage::new("system", system.as_str()));
+    }
+    messages.push(ChatMessage::new("user", prompt));
+    let text = lm.tokenizer.apply_chat_template(&messages, true)?;
+    let ids = lm.tokenizer.encode(&text)?;
+    let params = SamplingParams {
+        n: opts.n,
+        temperature: opts.temperature,
+        top_p: opts.top_p,
+        top_k: opts.top_k,
+        max_new_tokens: opts.max_tokens,
+        stop_strings: vec![],
+        seed: opts.seed,
+    };
+    let out = sample(&lm.model, &[ids], &params, &lm.tokenizer.eos_token_ids, lm.tokenizer.pad_id(), Some(&lm.tokenizer))?;
+    out.into_iter()
+        .map(|c| {
+            Ok(GeneratedText {
+                text: lm.tokenizer.decode(&c.token_ids, true)?,
+                finish_reason: c.finish_reason,
+                tokens: c.token_ids.len(),
+            })
+        })
+        .collect()
+}
+
+/// Peak resident set size of this process in MiB (Linux `VmHWM`; 0 elsewhere).
+pub fn peak_rss_mib() -> f64 {
+    proc_status_mib("VmHWM:")
+}
+
+/// Current resident set size of this process in MiB (Linux `VmRSS`; 0 elsewhere).
+pub fn rss_mib() -> f64 {
+    proc_status_mib("VmRSS:")
+}
+
+fn proc_status_mib(key: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn bench_prompts(lm: &LoadedModel, batch: usize) -> Result<Vec<Vec<u32>>> {
+    (0..batch)
+        .map(|i| {
+            let q = format!("What is {} + {}?", 3 + 7 * i, 11 + 5 * i);
+            let text = lm.tokenizer.apply_chat_template(&[ChatMessage::new("user", q)], true)?;
+            lm.tokenizer.encode(&text)
+        })
+        .collect()
+}
+
+/// `verity bench rollout`: samples `new_tokens` tokens (EOS ignored) for `batch` different
+/// chat prompts at temperature 1 and reports throughput as JSON
+/// (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`, ...).
+pub fn bench_rollout(model_dir: &Path, batch: usize, new_tokens: usize) -> Result<serde_json::Value> {
+    if batch == 0 || new_tokens == 0 {
+        return Err(WorkerError::InvalidArgument("batch and new_tokens must be at least 1".into()));
+    }
+    let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    let prompts = bench_prompts(&lm, batch)?;
+    let params = SamplingParams { n: 1, temperature: 1.0, max_new_tokens: new_tokens, seed: 1, ..Default::default() };
+    let start = Instant::now();
+    let out = sample(&lm.model, &prompts, &params, &[], lm.tokenizer.pad_id(), None)?;
+    let secs = start.elapsed().as_secs_f64();
+    let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
+    Ok(serde_json::json!({
+        "bench": "rollout",
+        "batch": batch,
+        "new_tokens": new_tokens,
+        "generated_tokens": generated,
+        "prefill_tokens": prompts.iter().map(Vec::len).sum::<usize>(),
+        "seconds": secs,
+        "tokens_per_s": generated as f64 / secs,
+        "threads": rayon::current_num_threads(),
+        "peak_rss_mib": peak_rss_mib(),
+    }))
+}
+
+/// `verity bench train-step`: one full-fine-tuning step on `batch` random sequences of
+/// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
+/// backward, gradient accumulation and an AdamW step, timed after one warm-up step. Reports
+/// `seconds` (forward + backward + optimizer) with its parts and `peak_rss_mib`.
+pub fn bench_train_step(model_dir: &Path, batch: usize, seq_len: usize) -> Result<serde_json::Value> {
+    if batch == 0 || seq_len < 2 {
+        return Err(WorkerError::InvalidArgument("batch must be >= 1 and seq_len >= 2".into()));
+    }
+    let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    let model = &lm.model;
+    let vocab = model.config.vocab_size as u32;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let prompt_len = (seq_len / 4).max(1);
+    let prompts: Vec<Vec<u32>> = (0..batch).map(|_| (0..prompt_len).map(|_| rng.random_range(0..vocab)).collect()).collect();
+    let completions: Vec<Vec<u32>> =
+        (0..batch).map(|_| (0..seq_len - prompt_len).map(|_| rng.random_range(0..vocab)).collect()).collect();
+    let params = model.trainable_params();
+    let mut opt = AdamW::new(AdamWConfig { weight_decay: 0.01, ..Default::default() }, &params);
+    let mut acc = GradAccumulator::new(&params);
+    let mut timings = Vec::new();
+    let mut rss = (0.0, 0.0);
+    let rss_loaded = rss_mib();
+    for _ in 0..2 {
+        acc.reset();
+        let t0 = Instant::now();
+        let lp = model.completion_logprobs(&prompts, &completions, 1.0, 0, true)?;
+        let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
+        let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
+        let t1 = Instant::now();
+        rss.0 = rss_mib();
+        let grads = loss.backward()?;
+        rss.1 = rss_mib();
+        acc.accumulate(grads, &params, 1.0)?;
+        let t2 = Instant::now();
+        let (clip, _) = acc.clip_factor(1.0);
+        opt.step(&params, &acc, 1e-5, clip)?;
+        let t3 = Instant::now();
+        timings.push(((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t3 - t2).as_secs_f64()));
+    }
+    let (f, b, o) = timings[timings.len() - 1];
+    Ok(serde_json::json!({
+        "bench": "train-step",
+        "batch": batch,
+        "seq_len": seq_len,
+        "seconds": f + b + o,
+        "forward_s": f,
+        "backward_s": b,
+        "optimizer_s": o,
+        "warmup_seconds": timings[0].0 + timings[0].1 + timings[0].2,
+        "trainable_params": params.iter().map(|(_, v)| v.elem_count()).sum::<usize>(),
+        "threads": rayon::current_num_threads(),
+        "rss_after_load_mib": rss_loaded,
+        "rss_after_forward_mib": rss.0,
+        "rss_after_backward_mib": rss.1,
+        "peak_rss_mib": peak_rss_mib(),
+    }))
+}

@@ -1,0 +1,58 @@
+//! CPU kernels with hand-written backward passes for the trainable forward.
+//!
+//! candle 0.11's fused `rms_norm`, `softmax_last_dim` and `rope` return no gradient, so each op
+//! here is a candle custom op whose `bwd` is written by hand. Each public function dispatches: on
+//! the CPU with f32 it runs the fused kernel, elsewhere (CUDA) a differentiable composition of
+//! candle ops, which is also the reference the tests compare against.
+
+mod attention;
+mod logprob;
+mod rms_norm;
+mod rope;
+mod skinny;
+mod softmax;
+mod swiglu;
+
+pub use attention::attention_nograd;
+pub use logprob::{token_logprobs, token_logprobs_reference};
+pub use rms_norm::{rms_norm, rms_norm_reference};
+pub use rope::{rope, rope_reference};
+pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_nt, SKINNY_MAX_ROWS};
+pub use softmax::{masked_softmax, masked_softmax_reference};
+pub use swiglu::{swiglu, swiglu_reference};
+
+use candle_core::{bail, CpuStorage, Layout, Result, Tensor};
+
+/// The contiguous f32 data of a storage under a layout.
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    let data = s.as_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => bail!("kernel input must be contiguous"),
+    }
+}
+
+/// Whether the fused CPU kernels apply to this tensor.
+fn use_cpu_kernel(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == candle_core::DType::F32
+}
+
+/// Runs `f` on the contiguous f32 data of a CPU tensor.
+fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(cpu) => f(f32_slice(cpu, layout)?),
+        _ => bail!("kernel expects a CPU tensor"),
+    }
+}
+
+/// Threads for gemm calls inside kernels.
+fn gemm_parallelism() -> gemm::Parallelism {
+    let n = rayon::current_num_threads();
+    if n > 1 {
+        gemm::Parallelism::Rayon(n)
+    } else {
+        gemm::Parallelism::None
+    }
+}

@@ -1,0 +1,210 @@
+//! No-grad matmuls for a few rows (decode steps), written to stream each weight exactly once.
+//!
+//! For a handful of rows a general gemm spends its time packing the weight; these kernels read
+//! each weight row once and reuse it for every input row, so decoding runs near memory speed.
+
+use super::{use_cpu_kernel, with_f32};
+use candle_core::{bail, Device, Result, Tensor};
+use rayon::prelude::*;
+
+/// Largest row count for which the skinny kernels beat gemm.
+pub const SKINNY_MAX_ROWS: usize = 2;
+
+/// Output columns per parallel task.
+const COLS_PER_TASK: usize = 256;
+
+/// Whether the skinny kernels apply to `x` (CPU f32 with at most [`SKINNY_MAX_ROWS`] rows).
+pub fn skinny_applies(x: &Tensor) -> bool {
+    use_cpu_kernel(x) && x.rank() == 2 && x.dim(0).map(|m| m <= SKINNY_MAX_ROWS).unwrap_or(false)
+}
+
+/// Columns of one register panel (4 AVX2 vectors).
+const PANEL: usize = 32;
+
+/// `acc[r][..PANEL] = sum_k x[r0 + r][k] * wt[k][j0..j0 + PANEL]` with the accumulators held in
+/// registers (MR x 4 vectors).
+#[inline(always)]
+fn panel<const MR: usize>(acc: &mut [f32], x: &[f32], wt: &[f32], r0: usize, k: usize, n: usize, j0: usize, w: usize, jl: usize) {
+    let mut regs = [[0f32; PANEL]; MR];
+    for kk in 0..k {
+        let wrow: &[f32; PANEL] = match wt[kk * n + j0..kk * n + j0 + PANEL].try_into() {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        for (r, reg) in regs.iter_mut().enumerate() {
+            let a = x[(r0 + r) * k + kk];
+            for j in 0..PANEL {
+                reg[j] += a * wrow[j];
+            }
+        }
+    }
+    for (r, reg) in regs.iter().enumerate() {
+        acc[(r0 + r) * w + jl..(r0 + r) * w + jl + PANEL].copy_from_slice(reg);
+    }
+}
+
+/// One block of output columns `j0..j0 + w` for all `m` rows.
+#[inline(always)]
+fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
+    let full = w / PANEL * PANEL;
+    for jl in (0..full).step_by(PANEL) {
+        let mut r0 = 0;
+        while r0 < m {
+            match m - r0 {
+                1 => panel::<1>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
+                2 => panel::<2>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
+                3 => panel::<3>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
+                _ => panel::<4>(acc, x, wt, r0, k, n, j0 + jl, w, jl),
+            }
+            r0 += 4;
+        }
+    }
+    // Columns that do not fill a panel.
+    for kk in 0..k {
+        let wrow = &wt[kk * n + j0 + full..kk * n + j0 + w];
+        for r in 0..m {
+            let a = x[r * k + kk];
+            for (y, &wv) in acc[r * w + full..(r + 1) * w].iter_mut().zip(wrow) {
+                *y += a * wv;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
+    axpy_block(acc, x, wt, m, k, n, j0, w)
+}
+
+fn axpy_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], m: usize, k: usize, n: usize, j0: usize, w: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports the features the function was compiled for.
+        return unsafe { axpy_block_avx2(acc, x, wt, m, k, n, j0, w) };
+    }
+    axpy_block(acc, x, wt, m, k, n, j0, w)
+}
+
+/// `x (m, k) @ wt (k, n)` without gradient.
+pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    let (k2, n) = wt.dims2()?;
+    if k != k2 {
+        bail!("skinny_matmul: {:?} x {:?}", x.dims(), wt.dims());
+    }
+    let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
+        with_f32(wt, |ws| {
+            Ok((0..n.div_ceil(COLS_PER_TASK))
+                .into_par_iter()
+                .map(|b| {
+                    let j0 = b * COLS_PER_TASK;
+                    let w = COLS_PER_TASK.min(n - j0);
+                    let mut acc = vec![0f32; m * w];
+                    axpy_dispatch(&mut acc, xs, ws, m, k, n, j0, w);
+                    acc
+                })
+                .collect())
+        })
+    })?;
+    let mut out = vec![0f32; m * n];
+    for (b, acc) in blocks.iter().enumerate() {
+        let j0 = b * COLS_PER_TASK;
+        let w = acc.len() / m.max(1);
+        for r in 0..m {
+            out[r * n + j0..r * n + j0 + w].copy_from_slice(&acc[r * w..(r + 1) * w]);
+        }
+    }
+    Tensor::from_vec(out, (m, n), &Device::Cpu)
+}
+
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn dot_rows(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, v0: usize, nv: usize) {
+    for v in 0..nv {
+        let wrow = &w[(v0 + v) * k..(v0 + v + 1) * k];
+        for r in 0..m {
+            out[r * nv + v] = dot(&x[r * k..(r + 1) * k], wrow);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_rows_avx2(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, v0: usize, nv: usize) {
+    dot_rows(out, x, w, m, k, v0, nv)
+}
+
+/// `x (m, k) @ w (n, k)^T` without gradient (the LM head on a few rows).
+pub fn skinny_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    let (n, k2) = w.dims2()?;
+    if k != k2 {
+        bail!("skinny_matmul_nt: {:?} x {:?}^T", x.dims(), w.dims());
+    }
+    let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
+        with_f32(w, |ws| {
+            Ok((0..n.div_ceil(COLS_PER_TASK))
+                .into_par_iter()
+                .map(|b| {
+                    let v0 = b * COLS_PER_TASK;
+                    let nv = COLS_PER_TASK.min(n - v0);
+                    let mut out = vec![0f32; m * nv];
+                    #[cfg(target_arch = "x86_64")]
+                    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                        // SAFETY: the CPU supports the features the function was compiled for.
+                        unsafe { dot_rows_avx2(&mut out, xs, ws, m, k, v0, nv) };
+                        return out;
+                    }
+                    dot_rows(&mut out, xs, ws, m, k, v0, nv);
+                    out
+                })
+                .collect())
+        })
+    })?;
+    let mut out = vec![0f32; m * n];
+    for (b, blk) in blocks.iter().enumerate() {
+        let v0 = b * COLS_PER_TASK;
+        let nv = blk.len() / m.max(1);
+        for r in 0..m {
+            out[r * n + v0..r * n + v0 + nv].copy_from_slice(&blk[r * nv..(r + 1) * nv]);
+        }
+    }
+    Tensor::from_vec(out, (m, n), &Device::Cpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skinny_kernels_match_matmul() {
+        let dev = Device::Cpu;
+        for m in [1usize, 3, 6, 16] {
+            let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
+            let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
+            let want = x.matmul(&wt).unwrap();
+            let got = skinny_matmul(&x, &wt).unwrap();
+            let d: f32 = (want - got).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            assert!(d < 1e-4, "m={m}: {d}");
+            let w = wt.t().unwrap().contiguous().unwrap();
+            let got = skinny_matmul_nt(&x, &w).unwrap();
+            let want = x.matmul(&w.t().unwrap()).unwrap();
+            let d: f32 = (want - got).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            assert!(d < 1e-4, "nt m={m}: {d}");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Building the per-step tensors of a left-padded batch: ids, rotary tables and attention masks.
+
+use crate::error::{Result, WorkerError};
+use candle_core::{Device, Tensor};
+
+/// A batch of token sequences left-padded to a common length.
+#[derive(Debug, Clone)]
+pub struct PaddedBatch {
+    /// Row-major `(batch, len)` ids, pads first in each row.
+    pub ids: Vec<u32>,
+    /// Number of rows.
+    pub batch: usize,
+    /// Common (padded) length.
+    pub len: usize,
+    /// Pad count of each row.
+    pub pads: Vec<usize>,
+}
+
+impl PaddedBatch {
+    /// Left-pads `seqs` with `pad_id`; every sequence must be non-empty.
+    pub fn new(seqs: &[&[u32]], pad_id: u32) -> Result<Self> {
+        if seqs.is_empty() || seqs.iter().any(|s| s.is_empty()) {
+            return Err(WorkerError::InvalidArgument("batch must contain non-empty sequences".into()));
+        }
+        let len = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(seqs.len() * len);
+        let mut pads = Vec::with_capacity(seqs.len());
+        for s in seqs {
+            let pad = len - s.len();
+            ids.extend(std::iter::repeat_n(pad_id, pad));
+            ids.extend_from_slice(s);
+            pads.push(pad);
+        }
+        Ok(Self { ids, batch: seqs.len(), len, pads })
+    }
+
+    /// Position ids `(batch * len)`: 0 at each row's first real token (pads get 0).
+    pub fn positions(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.ids.len());
+        for &pad in &self.pads {
+            out.extend((0..self.len).map(|j| j.saturating_sub(pad) as u32));
+        }
+        out
+    }
+}
+
+/// RoPE frequency table of one model.
+#[derive(Debug, Clone)]
+pub struct Rotary {
+    inv_freq: Vec<f32>,
+}
+
+impl Rotary {
+    /// Frequencies `theta^(-2i/head_dim)` for `i < head_dim/2`.
+    pub fn new(head_dim: usize, theta: f64) -> Self {
+        let half = head_dim / 2;
+        let inv_freq = (0..half).map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32).collect();
+        Self { inv_freq }
+    }
+
+    /// `(cos, sin)` tables `(batch, t, head_dim/2)` for the given positions `(batch * t)`.
+    pub fn tables(&self, positions: &[u32], batch: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &p in positions {
+            for &f in &self.inv_freq {
+                let a = p as f32 * f;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (batch, t, half), device)?,
+            Tensor::from_vec(sin, (batch, t, half), device)?,
+        ))
+    }
+}
+
+/// Additive attention mask `(batch, tq, past + tq)`: query `i` of row `b` sees keys
+/// `first_valid[b] ..= past + i`; a pad query (before `first_valid`) sees only itself.
+pub fn attention_mask(first_valid: &[usize], past: usize, tq: usize, device: &Device) -> Result<Tensor> {
+    let tk = past + tq;
+    let mut m = vec![f32::NEG_INFINITY; first_valid.len() * tq * tk];
+    for (b, &fv) in first_valid.iter().enumerate() {
+        for i in 0..tq {
+            let q = past + i;
+            let row = &mut m[(b * tq + i) * tk..(b * tq + i + 1) * tk];
+            if q < fv {
+                row[q] = 0.0;
+            } else {
+                row[fv..=q].iter_mut().for_each(|x| *x = 0.0);
+            }
+        }
+    }
+    Ok(Tensor::from_vec(m, (first_valid.len(), tq, tk), device)?)
+}

@@ -1,0 +1,108 @@
+//! LoRA adapters on chosen projections, saved and loaded in PEFT format
+//! (`adapter_config.json` + `adapter_model.safetensors`).
+
+use super::Transformer;
+use crate::error::{read_json, write_json, Result, WorkerError};
+use candle_core::{DType, Tensor, Var};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// LoRA hyper-parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoraConfig {
+    /// Adapter rank.
+    pub r: usize,
+    /// Scaling numerator: the update is `alpha / r * B A x`.
+    pub lora_alpha: f64,
+    /// Projection names to adapt (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`).
+    pub target_modules: Vec<String>,
+}
+
+/// One adapter pair: `a` is `(r, in)`, `b` is `(out, r)`.
+pub struct LoraAdapter {
+    pub(crate) a: Var,
+    pub(crate) b: Var,
+    pub(crate) scale: f64,
+}
+
+const PEFT_PREFIX: &str = "base_model.model.";
+
+impl Transformer {
+    /// Adds adapters (A random as PEFT's Kaiming-uniform, B zero) on every targeted
+    /// projection; from now on only adapters train.
+    pub fn enable_lora(&mut self, config: LoraConfig, seed: u64) -> Result<()> {
+        if config.r == 0 || config.target_modules.is_empty() {
+            return Err(WorkerError::InvalidArgument("LoRA needs r > 0 and at least one target module".into()));
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let device = self.device.clone();
+        let scale = config.lora_alpha / config.r as f64;
+        let mut adapters = std::collections::BTreeMap::new();
+        for lin in self.linears_mut() {
+            let module = lin.path.rsplit('.').next().unwrap_or_default();
+            if !config.target_modules.iter().any(|t| t == module) {
+                continue;
+            }
+            let (in_dim, out_dim) = lin.weight_t.dims2()?;
+            let bound = 1.0 / (in_dim as f32).sqrt();
+            let a: Vec<f32> = (0..config.r * in_dim).map(|_| rng.random_range(-bound..bound)).collect();
+            let a = Var::from_tensor(&Tensor::from_vec(a, (config.r, in_dim), &device)?)?;
+            let b = Var::zeros((out_dim, config.r), DType::F32, &device)?;
+            adapters.insert(lin.path.clone(), LoraAdapter { a, b, scale });
+        }
+        if adapters.is_empty() {
+            return Err(WorkerError::InvalidArgument(format!("no projection matches {:?}", config.target_modules)));
+        }
+        self.lora = adapters;
+        self.lora_config = Some(config);
+        Ok(())
+    }
+
+    /// Adapter parameters with their PEFT names.
+    pub fn lora_params(&self) -> Vec<(String, Var)> {
+        let mut out = Vec::with_capacity(self.lora.len() * 2);
+        for (path, ad) in &self.lora {
+            out.push((format!("{PEFT_PREFIX}{path}.lora_A.weight"), ad.a.clone()));
+            out.push((format!("{PEFT_PREFIX}{path}.lora_B.weight"), ad.b.clone()));
+        }
+        out
+    }
+
+    /// Writes `adapter_config.json` and `adapter_model.safetensors` (PEFT format) into `dir`.
+    pub fn save_lora(&self, dir: &Path, base_model: &str) -> Result<()> {
+        let cfg = self.lora_config.as_ref().ok_or_else(|| WorkerError::InvalidArgument("LoRA is not enabled".into()))?;
+        std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
+        write_json(
+            &dir.join("adapter_config.json"),
+            &serde_json::json!({
+                "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+                "r": cfg.r, "lora_alpha": cfg.lora_alpha, "target_modules": cfg.target_modules,
+                "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": false, "inference_mode": true,
+                "init_lora_weights": true, "modules_to_save": null, "use_rslora": false, "use_dora": false,
+            }),
+        )?;
+        let tensors: Vec<(String, Tensor)> = self.lora_params().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
+        crate::weights::save_safetensors(&dir.join("adapter_model.safetensors"), &tensors, &HashMap::new())
+    }
+
+    /// Loads a PEFT LoRA adapter folder written by [`Transformer::save_lora`] (or PEFT).
+    pub fn load_lora(&mut self, dir: &Path) -> Result<()> {
+        let raw: serde_json::Value = read_json(&dir.join("adapter_config.json"))?;
+        let cfg: LoraConfig = serde_json::from_value(raw)
+            .map_err(|e| WorkerError::Model(format!("{}/adapter_config.json: {e}", dir.display())))?;
+        let file = dir.join("adapter_model.safetensors");
+        let tensors = candle_core::safetensors::load(&file, &self.device)
+            .map_err(|e| WorkerError::Model(format!("reading {}: {e}", file.display())))?;
+        self.enable_lora(cfg, 0)?;
+        for (name, var) in self.lora_params() {
+            let t = tensors.get(&name).ok_or_else(|| WorkerError::Model(format!("adapter lacks `{name}`")))?;
+            if t.dims() != var.dims() {
+                return Err(WorkerError::Model(format!("adapter `{name}` has shape {:?}, expected {:?}", t.dims(), var.dims())));
+            }
+            var.set(&t.to_dtype(DType::F32)?)?;
+        }
+        Ok(())
+    }
+}

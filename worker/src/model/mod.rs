@@ -1,0 +1,435 @@
+//! The decoder-only transformer (Llama / Qwen2 / Qwen3): one forward used for training (with
+//! gradients), no-grad scoring and KV-cached sampling.
+
+pub mod inputs;
+pub mod kv_cache;
+pub mod lora;
+
+use crate::config::{Family, ModelConfig};
+use crate::error::{Result, WorkerError};
+use crate::kernels;
+use crate::weights::WeightMap;
+use candle_core::{DType, Device, Tensor, Var};
+use inputs::{attention_mask, PaddedBatch, Rotary};
+use kv_cache::KvCache;
+use lora::{LoraAdapter, LoraConfig};
+use std::collections::{BTreeMap, HashMap};
+
+/// Which implementation of norm / softmax / rope / log-prob the forward uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// Fused CPU kernels with hand-written backward (falls back to `Reference` off the CPU).
+    Fused,
+    /// Compositions of plain candle ops (slow; test reference).
+    Reference,
+}
+
+/// A linear layer with its HF module path. The weight is held transposed, `(in, out)`, so the
+/// forward is a plain `x @ w_t` (much faster than a transposed operand for small batches) and its
+/// gradient arrives contiguous; it is transposed back to HF's `(out, in)` on export.
+struct Linear {
+    path: String,
+    weight_t: Var,
+    bias: Option<Var>,
+}
+
+struct Layer {
+    input_norm: Var,
+    post_norm: Var,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    q_norm: Option<Var>,
+    k_norm: Option<Var>,
+}
+
+/// Per-token outputs of [`Transformer::completion_logprobs`], shaped `(batch, max_completion_len)`
+/// and zero where `mask` is 0.
+pub struct CompletionLogprobs {
+    /// Log-probability of each completion token (differentiable when requested).
+    pub logprobs: Tensor,
+    /// Entropy of the next-token distribution at each completion position (no gradient).
+    pub entropy: Tensor,
+    /// 1.0 on real completion tokens, 0.0 on padding (f32).
+    pub mask: Tensor,
+}
+
+/// A loaded transformer whose parameters are candle `Var`s.
+pub struct Transformer {
+    /// Architecture hyper-parameters.
+    pub config: ModelConfig,
+    embed: Var,
+    layers: Vec<Layer>,
+    norm: Var,
+    lm_head: Option<Var>,
+    lora: BTreeMap<String, LoraAdapter>,
+    lora_config: Option<LoraConfig>,
+    dtypes: BTreeMap<String, DType>,
+    rotary: Rotary,
+    kernels: Kernels,
+    device: Device,
+}
+
+fn var(map: &mut WeightMap, name: &str) -> Result<Var> {
+    Ok(Var::from_tensor(&map.take(name)?)?)
+}
+
+fn linear(map: &mut WeightMap, path: String, bias: bool) -> Result<Linear> {
+    let weight_t = Var::from_tensor(&map.take(&format!("{path}.weight"))?.t()?.contiguous()?)?;
+    let bias = if bias { Some(var(map, &format!("{path}.bias"))?) } else { None };
+    Ok(Linear { path, weight_t, bias })
+}
+
+impl Transformer {
+    /// Builds the model from a weight map in HF naming (consumed).
+    pub fn from_weights(config: ModelConfig, mut map: WeightMap, device: &Device) -> Result<Self> {
+        let dtypes = map.dtypes.clone();
+        let embed = var(&mut map, "model.embed_tokens.weight")?;
+        let (v, d) = embed.dims2()?;
+        if v != config.vocab_size || d != config.hidden_size {
+            return Err(WorkerError::Model(format!(
+                "embedding is {v}x{d}, config says {}x{}",
+                config.vocab_size, config.hidden_size
+            )));
+        }
+        let bias = config.attention_bias;
+        let qk_norm = config.family == Family::Qwen3;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(Layer {
+                input_norm: var(&mut map, &format!("{p}.input_layernorm.weight"))?,
+                post_norm: var(&mut map, &format!("{p}.post_attention_layernorm.weight"))?,
+                q: linear(&mut map, format!("{p}.self_attn.q_proj"), bias)?,
+                k: linear(&mut map, format!("{p}.self_attn.k_proj"), bias)?,
+                v: linear(&mut map, format!("{p}.self_attn.v_proj"), bias)?,
+                o: linear(&mut map, format!("{p}.self_attn.o_proj"), false)?,
+                gate: linear(&mut map, format!("{p}.mlp.gate_proj"), false)?,
+                up: linear(&mut map, format!("{p}.mlp.up_proj"), false)?,
+                down: linear(&mut map, format!("{p}.mlp.down_proj"), false)?,
+                q_norm: if qk_norm { Some(var(&mut map, &format!("{p}.self_attn.q_norm.weight"))?) } else { None },
+                k_norm: if qk_norm { Some(var(&mut map, &format!("{p}.self_attn.k_norm.weight"))?) } else { None },
+            });
+        }
+        let norm = var(&mut map, "model.norm.weight")?;
+        let lm_head = if config.tie_word_embeddings {
+            map.tensors.remove("lm_head.weight");
+            None
+        } else {
+            Some(var(&mut map, "lm_head.weight")?)
+        };
+        let leftover: Vec<_> = map.tensors.keys().filter(|k| !k.contains("rotary_emb")).cloned().collect();
+        if !leftover.is_empty() {
+            tracing::warn!(?leftover, "ignoring weights the model does not use");
+        }
+        Ok(Self {
+            rotary: Rotary::new(config.head_dim, config.rope_theta),
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            lora: BTreeMap::new(),
+            lora_config: None,
+            dtypes,
+            kernels: Kernels::Fused,
+            device: device.clone(),
+        })
+    }
+
+    /// Chooses fused kernels or the reference composition.
+    pub fn set_kernels(&mut self, kernels: Kernels) {
+        self.kernels = kernels;
+    }
+
+    /// The device the parameters live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether the parameter of this HF name is held transposed (see [`Transformer::named_weights`]).
+    pub fn is_held_transposed(name: &str) -> bool {
+        name.ends_with("_proj.weight")
+    }
+
+    /// Base weights in HF layout and names, ready to save (tied LM head omitted, as HF does).
+    pub fn export_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        self.named_weights()
+            .into_iter()
+            .map(|(name, v)| {
+                let t = if Self::is_held_transposed(&name) { v.as_tensor().t()?.contiguous()? } else { v.as_tensor().copy()? };
+                Ok((name, t))
+            })
+            .collect()
+    }
+
+    /// Sets the base weight `name` from a tensor in HF layout.
+    pub fn import_weight(&self, name: &str, tensor: &Tensor) -> Result<()> {
+        let (_, var) = self
+            .named_weights()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| WorkerError::Model(format!("model has no weight `{name}`")))?;
+        let t = if Self::is_held_transposed(name) { tensor.t()?.contiguous()? } else { tensor.clone() };
+        if t.dims() != var.dims() {
+            return Err(WorkerError::Model(format!("`{name}` has shape {:?}, model expects {:?}", tensor.dims(), var.dims())));
+        }
+        Ok(var.set(&t.to_dtype(DType::F32)?)?)
+    }
+
+    /// All base weights by HF name (tied LM head omitted, as HF saves it). Projection weights
+    /// (`*_proj.weight`) are held transposed, `(in, out)`; use [`Transformer::export_weights`] for HF layout.
+    pub fn named_weights(&self) -> Vec<(String, Var)> {
+        let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            out.push((format!("{p}.input_layernorm.weight"), l.input_norm.clone()));
+            out.push((format!("{p}.post_attention_layernorm.weight"), l.post_norm.clone()));
+            for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
+                if let Some(b) = &lin.bias {
+                    out.push((format!("{}.bias", lin.path), b.clone()));
+                }
+            }
+            if let Some(n) = &l.q_norm {
+                out.push((format!("{p}.self_attn.q_norm.weight"), n.clone()));
+            }
+            if let Some(n) = &l.k_norm {
+                out.push((format!("{p}.self_attn.k_norm.weight"), n.clone()));
+            }
+        }
+        out.push(("model.norm.weight".to_string(), self.norm.clone()));
+        if let Some(h) = &self.lm_head {
+            out.push(("lm_head.weight".to_string(), h.clone()));
+        }
+        out
+    }
+
+    /// The on-disk dtype of each base weight (f32 when unknown).
+    pub fn weight_dtypes(&self) -> HashMap<String, DType> {
+        self.dtypes.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// The parameters that training updates: the LoRA adapters when LoRA is enabled (PEFT
+    /// names), else every base weight (HF names).
+    pub fn trainable_params(&self) -> Vec<(String, Var)> {
+        if self.lora.is_empty() {
+            self.named_weights()
+        } else {
+            self.lora_params()
+        }
+    }
+
+    fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers
+            .iter_mut()
+            .flat_map(|l| [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down])
+    }
+
+    fn get(&self, v: &Var, track: bool) -> Tensor {
+        if track {
+            v.as_tensor().clone()
+        } else {
+            v.as_tensor().detach()
+        }
+    }
+
+    fn lm_weight(&self, track: bool) -> Tensor {
+        self.get(self.lm_head.as_ref().unwrap_or(&self.embed), track)
+    }
+
+    fn rms_norm(&self, x: &Tensor, w: &Var, track: bool) -> Result<Tensor> {
+        let w = self.get(w, track);
+        let eps = self.config.rms_norm_eps as f32;
+        Ok(match self.kernels {
+            Kernels::Fused => kernels::rms_norm(x, &w, eps)?,
+            Kernels::Reference => kernels::rms_norm_reference(x, &w, eps)?,
+        })
+    }
+
+    fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
+        let train_base = track && self.lora.is_empty();
+        let mut y = if !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x) {
+            kernels::skinny_matmul(x, lin.weight_t.as_tensor())?
+        } else {
+            x.matmul(&self.get(&lin.weight_t, train_base))?
+        };
+        if let Some(b) = &lin.bias {
+            y = y.broadcast_add(&self.get(b, train_base))?;
+        }
+        if let Some(ad) = self.lora.get(&lin.path) {
+            let a = self.get(&ad.a, track);
+            let b = self.get(&ad.b, track);
+            y = (y + (x.matmul(&a.t()?)?.matmul(&b.t()?)? * ad.scale)?)?;
+        }
+        Ok(y)
+    }
+
+    /// Runs the decoder on `(batch, t)` ids and returns the final-normed hidden states
+    /// `(batch * t, hidden)`. `positions` are `(batch * t)` RoPE positions, `first_valid` the
+    /// first real key index of each row; with a cache, keys/values are appended to it.
+    pub fn hidden_states(
+        &self,
+        ids: &[u32],
+        positions: &[u32],
+        batch: usize,
+        first_valid: &[usize],
+        mut cache: Option<&mut KvCache>,
+        track: bool,
+    ) -> Result<Tensor> {
+        let t = ids.len() / batch.max(1);
+        if t == 0 || t * batch != ids.len() || positions.len() != ids.len() || first_valid.len() != batch {
+            return Err(WorkerError::InvalidArgument("inconsistent batch shapes".into()));
+        }
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
+            return Err(WorkerError::InvalidArgument(format!("token id {bad} outside vocabulary")));
+        }
+        let cfg = &self.config;
+        let (h, kvh, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let rep = h / kvh;
+        let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
+        let dev = &self.device;
+        let (cos, sin) = self.rotary.tables(positions, batch, t, dev)?;
+        let mask = attention_mask(first_valid, past, t, dev)?;
+        let ids_t = Tensor::new(ids, dev)?;
+        let train_base = track && self.lora.is_empty();
+        let mut x = self.get(&self.embed, train_base).index_select(&ids_t, 0)?;
+        let scale = 1.0 / (dh as f32).sqrt();
+        for (li, layer) in self.layers.iter().enumerate() {
+            let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
+            let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+                Ok(y.reshape((batch, t, n, dh))?.transpose(1, 2)?.contiguous()?)
+            };
+            let mut q = heads(self.apply_linear(&hn, &layer.q, track)?, h)?;
+            let mut k = heads(self.apply_linear(&hn, &layer.k, track)?, kvh)?;
+            let v = heads(self.apply_linear(&hn, &layer.v, track)?, kvh)?;
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = self.rms_norm(&q, qn, train_base)?;
+                k = self.rms_norm(&k, kn, train_base)?;
+            }
+            let (q, k) = match self.kernels {
+                Kernels::Fused => (kernels::rope(&q, &cos, &sin)?, kernels::rope(&k, &cos, &sin)?),
+                Kernels::Reference => (kernels::rope_reference(&q, &cos, &sin)?, kernels::rope_reference(&k, &cos, &sin)?),
+            };
+            let (k_all, v_all) = match cache.as_deref_mut() {
+                Some(c) => c.append(li, &k, &v)?,
+                None => (k, v),
+            };
+            let use_nograd_kernel = !track && self.kernels == Kernels::Fused && q.device().is_cpu();
+            let attn = if use_nograd_kernel {
+                kernels::attention_nograd(&q, &k_all, &v_all, &mask, scale)?
+            } else {
+                let tk = k_all.dim(2)?;
+                let scores = q.reshape((batch, kvh, rep * t, dh))?.matmul(&k_all.t()?)?.reshape((batch, h, t, tk))?;
+                let probs = match self.kernels {
+                    Kernels::Fused => kernels::masked_softmax(&scores, &mask, scale)?,
+                    Kernels::Reference => kernels::masked_softmax_reference(&scores, &mask, scale)?,
+                };
+                probs
+                    .reshape((batch, kvh, rep * t, tk))?
+                    .matmul(&v_all)?
+                    .reshape((batch, h, t, dh))?
+                    .transpose(1, 2)?
+                    .reshape((batch * t, h * dh))?
+            };
+            x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
+            let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
+            let gate = self.apply_linear(&hn, &layer.gate, track)?;
+            let up = self.apply_linear(&hn, &layer.up, track)?;
+            let act = match self.kernels {
+                Kernels::Fused => kernels::swiglu(&gate, &up)?,
+                Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+            };
+            x = (x + self.apply_linear(&act, &layer.down, track)?)?;
+        }
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        self.rms_norm(&x, &self.norm, train_base)
+    }
+
+    /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient).
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let hidden = hidden.detach();
+        let w = self.lm_weight(false);
+        if self.kernels == Kernels::Fused && kernels::skinny_applies(&hidden) {
+            return Ok(kernels::skinny_matmul_nt(&hidden, &w)?);
+        }
+        Ok(hidden.matmul(&w.t()?)?)
+    }
+
+    /// Full-sequence logits `(batch, len, vocab)` of left-padded sequences (no gradient; tests
+    /// and small batches).
+    pub fn sequence_logits(&self, seqs: &[&[u32]], pad_id: u32) -> Result<Tensor> {
+        let pb = PaddedBatch::new(seqs, pad_id)?;
+        let hidden = self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, false)?;
+        Ok(self.logits(&hidden)?.reshape((pb.batch, pb.len, self.config.vocab_size))?)
+    }
+
+    /// Log-probabilities (and entropies) of each completion token given its prompt, under
+    /// `softmax(logits / temperature)`. With `track`, `logprobs` carries gradients to
+    /// [`Transformer::trainable_params`]; without, nothing is recorded (old/reference policy).
+    pub fn completion_logprobs(
+        &self,
+        prompts: &[Vec<u32>],
+        completions: &[Vec<u32>],
+        temperature: f32,
+        pad_id: u32,
+        track: bool,
+    ) -> Result<CompletionLogprobs> {
+        if prompts.len() != completions.len() || prompts.is_empty() {
+            return Err(WorkerError::InvalidArgument("need as many prompts as completions (at least one)".into()));
+        }
+        if prompts.iter().any(|p| p.is_empty()) {
+            return Err(WorkerError::InvalidArgument("prompts must not be empty".into()));
+        }
+        let seqs: Vec<Vec<u32>> = prompts.iter().zip(completions).map(|(p, c)| [p.as_slice(), c.as_slice()].concat()).collect();
+        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+        let pb = PaddedBatch::new(&refs, pad_id)?;
+        let hidden = self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, track)?;
+        let max_c = completions.iter().map(Vec::len).max().unwrap_or(0);
+        let b = prompts.len();
+        if max_c == 0 {
+            let z = Tensor::zeros((b, 0), DType::F32, &self.device)?;
+            return Ok(CompletionLogprobs { logprobs: z.clone(), entropy: z.clone(), mask: z });
+        }
+        // Rows of `hidden` that predict each completion token, and the tokens themselves.
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        let mut slot = vec![0u32; b * max_c];
+        let mut mask = vec![0f32; b * max_c];
+        for (i, (p, c)) in prompts.iter().zip(completions).enumerate() {
+            let start = i * pb.len + pb.pads[i] + p.len() - 1;
+            for (j, &tok) in c.iter().enumerate() {
+                slot[i * max_c + j] = rows.len() as u32 + 1;
+                mask[i * max_c + j] = 1.0;
+                rows.push((start + j) as u32);
+                targets.push(tok);
+            }
+        }
+        let picked = hidden.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
+        let lm = self.lm_weight(track && self.lora.is_empty());
+        let out = match self.kernels {
+            Kernels::Fused => kernels::token_logprobs(&picked, &lm, &targets, temperature)?,
+            Kernels::Reference => kernels::token_logprobs_reference(&picked, &lm, &targets, temperature)?,
+        };
+        // Scatter the flat per-token values into (b, max_c), slot 0 being a zero pad.
+        let padded = Tensor::cat(&[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out], 0)?;
+        let grid = padded.index_select(&Tensor::new(slot.as_slice(), &self.device)?, 0)?;
+        Ok(CompletionLogprobs {
+            logprobs: grid.narrow(1, 0, 1)?.reshape((b, max_c))?,
+            entropy: grid.narrow(1, 1, 1)?.reshape((b, max_c))?.detach(),
+            mask: Tensor::from_vec(mask, (b, max_c), &self.device)?,
+        })
+    }
+
+    /// Keys/values cache sized for this model.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        let c = &self.config;
+        KvCache::new(c.num_hidden_layers, batch, c.num_key_value_heads, c.head_dim, capacity, &self.device)
+    }
+}

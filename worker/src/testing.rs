@@ -1,0 +1,109 @@
+//! Fixtures for tests: a tiny random model made in memory, and locating the SmolLM2 test model.
+
+use crate::config::{Family, ModelConfig};
+use crate::error::Result;
+use crate::model::Transformer;
+use crate::weights::WeightMap;
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+
+/// A tiny config of the given family (2 layers, vocab 64, GQA 4:2 heads).
+pub fn tiny_config(family: Family) -> ModelConfig {
+    ModelConfig {
+        family,
+        vocab_size: 64,
+        hidden_size: 32,
+        intermediate_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-5,
+        rope_theta: 10_000.0,
+        max_position_embeddings: 256,
+        tie_word_embeddings: family != Family::Qwen3,
+        attention_bias: family == Family::Qwen2,
+        bos_token_id: Some(1),
+        eos_token_ids: vec![2],
+        torch_dtype: "float32".into(),
+    }
+}
+
+/// Random weights (HF names) for `config`, deterministic in `seed`.
+pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Result<WeightMap> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut map = WeightMap::default();
+    let mut add = |name: String, shape: &[usize], scale: f32, base: f32| -> Result<()> {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| base + scale * (rng.random::<f32>() * 2.0 - 1.0)).collect();
+        map.insert(name, Tensor::from_vec(data, shape, device)?)
+    };
+    let (d, v, f) = (config.hidden_size, config.vocab_size, config.intermediate_size);
+    let (qd, kd) = (config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim);
+    add("model.embed_tokens.weight".into(), &[v, d], 0.5, 0.0)?;
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        add(format!("{p}.input_layernorm.weight"), &[d], 0.2, 1.0)?;
+        add(format!("{p}.post_attention_layernorm.weight"), &[d], 0.2, 1.0)?;
+        for (name, o, inp) in [("self_attn.q_proj", qd, d), ("self_attn.k_proj", kd, d), ("self_attn.v_proj", kd, d), ("self_attn.o_proj", d, qd), ("mlp.gate_proj", f, d), ("mlp.up_proj", f, d), ("mlp.down_proj", d, f)] {
+            add(format!("{p}.{name}.weight"), &[o, inp], 1.0 / (inp as f32).sqrt(), 0.0)?;
+        }
+        if config.attention_bias {
+            for (name, o) in [("q_proj", qd), ("k_proj", kd), ("v_proj", kd)] {
+                add(format!("{p}.self_attn.{name}.bias"), &[o], 0.1, 0.0)?;
+            }
+        }
+        if config.family == Family::Qwen3 {
+            add(format!("{p}.self_attn.q_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+            add(format!("{p}.self_attn.k_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+        }
+    }
+    add("model.norm.weight".into(), &[d], 0.2, 1.0)?;
+    if !config.tie_word_embeddings {
+        add("lm_head.weight".into(), &[v, d], 0.5, 0.0)?;
+    }
+    Ok(map)
+}
+
+/// A tiny random transformer of the given family on the CPU.
+pub fn tiny_model(family: Family, seed: u64) -> Result<Transformer> {
+    let config = tiny_config(family);
+    let weights = random_weights(&config, seed, &Device::Cpu)?;
+    Transformer::from_weights(config, weights, &Device::Cpu)
+}
+
+/// The SmolLM2 HF folder from `VERITY_TEST_MODEL_DIR`, or the default cache location made by
+/// `scripts/fetch-test-model.sh`; `None` (after a loud `SKIPPED:` line) when absent.
+pub fn smollm2_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("VERITY_TEST_MODEL_DIR").map(PathBuf::from).or_else(|| {
+        let cache = std::env::var_os("VERITY_MODEL_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models")))?;
+        Some(cache.join("smollm2-135m-instruct"))
+    });
+    match dir {
+        Some(d) if d.join("model.safetensors").is_file() => Some(d),
+        _ => {
+            eprintln!("SKIPPED: {test}: SmolLM2 HF folder not found (run scripts/fetch-test-model.sh or set VERITY_TEST_MODEL_DIR)");
+            None
+        }
+    }
+}
+
+/// The SmolLM2 GGUF from `VERITY_TEST_GGUF` or the default cache; `None` (loudly) when absent.
+pub fn smollm2_gguf(test: &str) -> Option<PathBuf> {
+    let file = std::env::var_os("VERITY_TEST_GGUF").map(PathBuf::from).or_else(|| {
+        let cache = std::env::var_os("VERITY_MODEL_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models")))?;
+        Some(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    });
+    match file {
+        Some(f) if f.is_file() => Some(f),
+        _ => {
+            eprintln!("SKIPPED: {test}: SmolLM2 GGUF not found (run scripts/fetch-test-model.sh or set VERITY_TEST_GGUF)");
+            None
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Trainable forward on tiny random models: gradients, kernels, invariances, KV cache, LoRA.
+
+use candle_core::{Device, Tensor, Var};
+use verity_worker::kernels;
+use verity_worker::model::lora::LoraConfig;
+use verity_worker::testing::tiny_model;
+use verity_worker::{Family, Kernels, Transformer};
+
+const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
+
+fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    (
+        vec![vec![5, 9, 13, 22, 7], vec![3, 4], vec![11, 12, 13]],
+        vec![vec![30, 31, 32], vec![40, 41, 42, 43, 44], vec![50]],
+    )
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
+}
+
+/// A loss that weights every completion token differently, so all gradients are exercised.
+fn loss(model: &Transformer, track: bool) -> Tensor {
+    let (p, c) = prompts();
+    let lp = model.completion_logprobs(&p, &c, 0.7, 0, track).unwrap();
+    let (b, l) = lp.logprobs.dims2().unwrap();
+    let w: Vec<f32> = (0..b * l).map(|i| 1.0 + (i % 5) as f32 * 0.3).collect();
+    let w = Tensor::from_vec(w, (b, l), &Device::Cpu).unwrap();
+    (lp.logprobs * lp.mask).unwrap().mul(&w).unwrap().sum_all().unwrap()
+}
+
+#[test]
+fn every_trainable_tensor_gets_a_gradient_matching_the_reference() {
+    for family in FAMILIES {
+        let mut model = tiny_model(family, 7).unwrap();
+        let fused = loss(&model, true);
+        let fused_grads = fused.backward().unwrap();
+        model.set_kernels(Kernels::Reference);
+        let reference = loss(&model, true);
+        let ref_grads = reference.backward().unwrap();
+        assert!(max_abs_diff(&fused, &reference) < 1e-4, "{family:?} loss differs");
+        for (name, var) in model.trainable_params() {
+            let g = fused_grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{family:?}: no gradient for {name}"));
+            let norm: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+            assert!(norm > 0.0, "{family:?}: zero gradient for {name}");
+            let r = ref_grads.get(var.as_tensor()).unwrap();
+            let diff = max_abs_diff(g, r);
+            let scale: f32 = r.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            assert!(diff <= 1e-3 * scale.max(1.0), "{family:?}: gradient of {name} differs by {diff} (scale {scale})");
+        }
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    for family in FAMILIES {
+        let model = tiny_model(family, 3).unwrap();
+        let grads = loss(&model, true).backward().unwrap();
+        for (name, var) in model.trainable_params() {
+            let g: Vec<f32> = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            // Probe the coordinate with the largest gradient and one fixed coordinate.
+            let big = g.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap().0;
+            for idx in [big, g.len() / 3] {
+                let fd = finite_difference(&model, &var, idx, 1e-2);
+                let tol = 2e-2 * g[idx].abs().max(fd.abs()) + 2e-3;
+                assert!((fd - g[idx]).abs() <= tol, "{family:?} {name}[{idx}]: analytic {} vs numeric {fd}", g[idx]);
+            }
+        }
+    }
+}
+
+fn finite_difference(model: &Transformer, var: &Var, idx: usize, eps: f32) -> f32 {
+    let orig = var.as_tensor().copy().unwrap();
+    let shape = orig.shape().clone();
+    let mut data: Vec<f32> = orig.flatten_all().unwrap().to_vec1().unwrap();
+    let mut eval = |delta: f32| -> f64 {
+        let base = data[idx];
+        data[idx] = base + delta;
+        var.set(&Tensor::from_vec(data.clone(), &shape, &Device::Cpu).unwrap()).unwrap();
+        data[idx] = base;
+        loss(model, false).to_dtype(candle_core::DType::F64).unwrap().to_scalar::<f64>().unwrap()
+    };
+    let fd = (eval(eps) - eval(-eps)) / (2.0 * eps as f64);
+    var.set(&orig).unwrap();
+    fd as f32
+}
+
+#[test]
+fn logprobs_do_not_depend_on_padding_or_batch_composition() {
+    for family in FAMILIES {
+        let model = tiny_model(family, 11).unwrap();
+        let (p, c) = prompts();
+        let together = model.completion_logprobs(&p, &c, 1.0, 0, false).unwrap();
+        for i in 0..p.len() {
+            let alone = model.completion_logprobs(&p[i..=i], &c[i..=i], 1.0, 0, false).unwrap();
+            let n = c[i].len();
+            let a = together.logprobs.get(i).unwrap().narrow(0, 0, n).unwrap();
+            let b = alone.logprobs.get(0).unwrap();
+            assert!(max_abs_diff(&a, &b) < 1e-4, "{family:?} row {i}");
+            // Pad id must not matter either.
+            let other_pad = model.completion_logprobs(&p, &c, 1.0, 63, false).unwrap();
+            assert!(max_abs_diff(&together.logprobs, &other_pad.logprobs) < 1e-4);
+        }
+    }
+}
+
+#[test]
+fn kv_cache_decode_equals_full_forward() {
+    for family in FAMILIES {
+        let model = tiny_model(family, 5).unwrap();
+        let seqs: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6, 7, 8], vec![9, 10, 11, 12, 13, 14, 15, 16]];
+        let prompt_lens = [3usize, 5];
+        let full = model.sequence_logits(&[&seqs[0], &seqs[1]], 0).unwrap();
+        // Prefill the (left-padded) prompts, then feed the rest one token at a time.
+        let prompts: Vec<&[u32]> = seqs.iter().zip(prompt_lens).map(|(s, l)| &s[..l]).collect();
+        let pb = verity_worker::model::inputs::PaddedBatch::new(&prompts, 0).unwrap();
+        let mut cache = model.new_cache(2, 4).unwrap();
+        let h = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false).unwrap();
+        let logits = model.logits(&h).unwrap().reshape((2, pb.len, 64)).unwrap();
+        for (b, &l) in prompt_lens.iter().enumerate() {
+            let got = logits.get(b).unwrap().get(pb.len - 1).unwrap();
+            assert!(max_abs_diff(&got, &full.get(b).unwrap().get(l - 1).unwrap()) < 1e-4);
+        }
+        let mut pos: Vec<usize> = prompt_lens.to_vec();
+        for _ in 0..3 {
+            let ids: Vec<u32> = (0..2).map(|b| seqs[b][pos[b]]).collect();
+            let p: Vec<u32> = pos.iter().map(|&x| x as u32).collect();
+            let h = model.hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false).unwrap();
+            let step = model.logits(&h).unwrap();
+            for b in 0..2 {
+                let want = full.get(b).unwrap().get(pos[b]).unwrap();
+                assert!(max_abs_diff(&step.get(b).unwrap(), &want) < 1e-4, "{family:?} row {b} pos {}", pos[b]);
+            }
+            pos.iter_mut().for_each(|x| *x += 1);
+        }
+    }
+}
+
+#[test]
+fn lora_with_zero_b_leaves_logits_unchanged_and_trains_only_adapters() {
+    let mut model = tiny_model(Family::Qwen2, 2).unwrap();
+    let seq = [4u32, 8, 15, 16, 23, 42];
+    let before = model.sequence_logits(&[&seq], 0).unwrap();
+    let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
+    model.enable_lora(LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets }, 9).unwrap();
+    let after = model.sequence_logits(&[&seq], 0).unwrap();
+    assert_eq!(max_abs_diff(&before, &after), 0.0);
+    let params = model.trainable_params();
+    assert_eq!(params.len(), 2 * 3 * 2, "A and B for 3 projections in 2 layers");
+    let grads = loss(&model, true).backward().unwrap();
+    for (name, var) in &params {
+        assert!(name.starts_with("base_model.model.model.layers."), "{name}");
+        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no grad for {name}"));
+        if name.contains("lora_B") {
+            let n: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+            assert!(n > 0.0, "{name}");
+        }
+    }
+    for (name, var) in model.named_weights() {
+        assert!(grads.get(var.as_tensor()).is_none(), "base weight {name} must not train under LoRA");
+    }
+}
+
+#[test]
+fn kernels_reject_bad_shapes_without_panicking() {
+    let x = Tensor::zeros((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let w = Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(kernels::rms_norm(&x, &w, 1e-5).is_err());
+    let h = Tensor::zeros((2, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let lm = Tensor::zeros((10, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(kernels::token_logprobs(&h, &lm, &[1, 99], 1.0).is_err());
+    assert!(kernels::token_logprobs(&h, &lm, &[1], 1.0).is_err());
+}

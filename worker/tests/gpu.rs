@@ -1,0 +1,40 @@
+//! Device smoke test: runs on `VERITY_TEST_DEVICE` (e.g. `cuda:0`, set by
+//! `worker/scripts/gpu-smoke.sh`); on the CPU it is the same check through the device code path.
+
+use verity_worker::testing::{smollm2_dir, tiny_model};
+use verity_worker::{parse_device, sample, ChatMessage, Family, SamplingParams};
+
+fn device() -> candle_core::Device {
+    let spec = std::env::var("VERITY_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    parse_device(&spec).expect("VERITY_TEST_DEVICE must name a usable device")
+}
+
+#[test]
+fn tiny_model_trains_on_the_device() {
+    let dev = device();
+    let cpu = tiny_model(Family::Llama, 1).unwrap();
+    let cfg = cpu.config.clone();
+    let weights = verity_worker::testing::random_weights(&cfg, 1, &dev).unwrap();
+    let model = verity_worker::Transformer::from_weights(cfg, weights, &dev).unwrap();
+    let lp = model.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, true).unwrap();
+    let loss = (lp.logprobs * lp.mask).unwrap().sum_all().unwrap();
+    let grads = loss.backward().unwrap();
+    let params = model.trainable_params();
+    assert!(params.iter().all(|(_, v)| grads.get(v.as_tensor()).is_some()));
+    let want = cpu.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false).unwrap().logprobs;
+    let got = model.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false).unwrap().logprobs;
+    let d: f32 = (want - got.to_device(&candle_core::Device::Cpu).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    assert!(d < 1e-3, "device and CPU disagree by {d}");
+}
+
+#[test]
+fn smollm2_greedy_on_the_device() {
+    let Some(dir) = smollm2_dir("smollm2_greedy_on_the_device") else { return };
+    let lm = verity_worker::load_model(&dir, &device()).unwrap();
+    let text = lm.tokenizer.apply_chat_template(&[ChatMessage::new("user", "What is 7 + 5? Answer with just the number.")], true).unwrap();
+    let ids = lm.tokenizer.encode(&text).unwrap();
+    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, ..Default::default() };
+    let out = sample(&lm.model, &[ids], &params, &lm.tokenizer.eos_token_ids, lm.tokenizer.pad_id(), None).unwrap();
+    let answer = lm.tokenizer.decode(&out[0].token_ids, true).unwrap();
+    assert!(answer.contains("12"), "{answer:?}");
+}
