@@ -1,1 +1,33 @@
 //! Verity graders: the reward spec, verifiable graders and the code sandbox (no DB, no network).
+//!
+//! - [`Grader::from_json`] parses and checks a spec (errors carry JSON paths), then
+//!   [`Grader::grade`]`(item, sample)` returns a [`GradeResult`]: a score in [0, 1], a reason,
+//!   sub-scores, and `error` set only for infrastructure failures (missing template field,
+//!   sandbox failure, the grader's own timeout), which are never silently scored as wrong.
+//! - [`GraderPool`] grades batches with bounded parallelism: `grade_batch` (async, tokio) and
+//!   `grade_batch_blocking`.
+//! - [`cli`] holds `run_jsonl`, `validate` and `bench` for `verity graders run|validate` and
+//!   `verity bench graders`; [`grader_json_schema`] exports the spec's JSON Schema.
+//! - [`sandbox`] runs untrusted programs under bubblewrap; [`SandboxConfig`] finds `bwrap` and
+//!   `python3` on `PATH` (overridable with `VERITY_SANDBOX_BWRAP` / `VERITY_SANDBOX_PYTHON`).
+
+pub mod cli;
+pub mod code;
+pub mod formula;
+pub mod grader;
+pub mod graders;
+pub mod math;
+pub mod pool;
+pub mod python;
+pub mod result;
+pub mod sample;
+pub mod sandbox;
+pub mod spec;
+pub mod template;
+
+pub use grader::{Grader, InvalidGrader, SpecError};
+pub use pool::GraderPool;
+pub use result::{ErrorKind, GradeError, GradeResult};
+pub use sample::Sample;
+pub use sandbox::SandboxConfig;
+pub use spec::{grader_json_schema, GraderSpec};

@@ -1,0 +1,447 @@
+//! A compiled grader: a checked spec plus its parsed templates, patterns and formula.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use regex::Regex;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::formula::Formula;
+use crate::graders::{constraints, format, string_check, text_similarity};
+use crate::result::{ErrorKind, GradeResult};
+use crate::sample::Sample;
+use crate::sandbox::SandboxConfig;
+use crate::spec::{
+    CodeScoring, ConstraintCheck, FormatPreset, GraderSpec, MathExtract, SimilarityMetric, StringOperation,
+};
+use crate::template::{MissingField, Template};
+use crate::{code, math, python};
+
+/// One problem of a grader spec, located by a JSON path such as `graders.acc.reference`.
+#[derive(Debug, Clone, PartialEq, Eq, Error, serde::Serialize)]
+#[error("{path}: {message}")]
+pub struct SpecError {
+    /// JSON path of the offending value (`.` when the whole document).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A grader spec that failed to parse or check.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid grader: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct InvalidGrader(pub Vec<SpecError>);
+
+/// A grader ready to grade rows; cheap to share across threads.
+#[derive(Debug, Clone)]
+pub struct Grader {
+    spec: GraderSpec,
+    compiled: Compiled,
+    sandbox: Arc<SandboxConfig>,
+}
+
+#[derive(Debug, Clone)]
+enum Compiled {
+    StringCheck { input: Template, reference: Template, operation: StringOperation },
+    TextSimilarity { input: Template, reference: Template, metric: SimilarityMetric, threshold: Option<f64> },
+    Python { source: String, limits: code::Limits },
+    Multi { graders: BTreeMap<String, Grader>, formula: Formula, range: Option<[f64; 2]> },
+    Math { input: Template, reference: Template, extract: MathExtract },
+    Code { input: Template, tests: Option<Template>, cases: Option<Template>, scoring: CodeScoring, limits: code::Limits },
+    Format { input: Template, preset: FormatPreset, regex: Option<Regex> },
+    Constraints { input: Template, checks: Vec<ConstraintCheck>, checks_from: Option<Template>, scoring: CodeScoring },
+}
+
+impl Grader {
+    /// Parses and checks a JSON grader spec; every problem is reported with its JSON path.
+    pub fn from_json(json: &str) -> Result<Self, InvalidGrader> {
+        let value: Value = serde_json::from_str(json)
+            .map_err(|e| InvalidGrader(vec![SpecError { path: ".".into(), message: e.to_string() }]))?;
+        let spec = parse_spec_value(&value, "").map_err(|e| InvalidGrader(vec![e]))?;
+        Self::new(spec)
+    }
+
+    /// Checks a parsed spec (templates, patterns, formula) and compiles it.
+    pub fn new(spec: GraderSpec) -> Result<Self, InvalidGrader> {
+        Self::with_sandbox(spec, Arc::new(SandboxConfig::default()))
+    }
+
+    /// Like [`Grader::new`] with an explicit sandbox configuration.
+    pub fn with_sandbox(spec: GraderSpec, sandbox: Arc<SandboxConfig>) -> Result<Self, InvalidGrader> {
+        let mut errors = Vec::new();
+        let compiled = compile(&spec, "", &sandbox, &mut errors);
+        match compiled {
+            Some(compiled) if errors.is_empty() => Ok(Self { spec, compiled, sandbox }),
+            _ => Err(InvalidGrader(errors)),
+        }
+    }
+
+    /// The spec this grader was built from.
+    pub fn spec(&self) -> &GraderSpec {
+        &self.spec
+    }
+
+    /// The sandbox configuration used by code and python graders.
+    pub fn sandbox(&self) -> &SandboxConfig {
+        &self.sandbox
+    }
+
+    /// Every `item.…` field path the grader's templates read (for dataset validation).
+    pub fn item_fields(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        self.collect_item_fields(&mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn collect_item_fields(&self, out: &mut Vec<Vec<String>>) {
+        let templates: Vec<&Template> = match &self.compiled {
+            Compiled::StringCheck { input, reference, .. }
+            | Compiled::TextSimilarity { input, reference, .. }
+            | Compiled::Math { input, reference, .. } => vec![input, reference],
+            Compiled::Code { input, tests, cases, .. } => {
+                std::iter::once(input).chain(tests.iter()).chain(cases.iter()).collect()
+            }
+            Compiled::Format { input, .. } => vec![input],
+            Compiled::Constraints { input, checks_from, .. } => std::iter::once(input).chain(checks_from.iter()).collect(),
+            Compiled::Python { .. } => vec![],
+            Compiled::Multi { graders, .. } => {
+                graders.values().for_each(|g| g.collect_item_fields(out));
+                vec![]
+            }
+        };
+        for t in templates {
+            out.extend(t.item_paths());
+        }
+    }
+
+    /// Whether grading runs programs in the sandbox (code, python, or a multi holding one).
+    pub fn uses_sandbox(&self) -> bool {
+        match &self.compiled {
+            Compiled::Python { .. } | Compiled::Code { .. } => true,
+            Compiled::Multi { graders, .. } => graders.values().any(Grader::uses_sandbox),
+            _ => false,
+        }
+    }
+
+    /// Grades one sample of one dataset row. Never panics on any input.
+    pub fn grade(&self, item: &Value, sample: &Sample) -> GradeResult {
+        match self.grade_inner(item, sample) {
+            Ok(result) => result,
+            Err(MissingField(field)) => {
+                GradeResult::failed(ErrorKind::MissingField, format!("missing field '{field}'"))
+            }
+        }
+    }
+
+    fn grade_inner(&self, item: &Value, sample: &Sample) -> Result<GradeResult, MissingField> {
+        Ok(match &self.compiled {
+            Compiled::StringCheck { input, reference, operation } => {
+                string_check::grade(&input.render(item, sample)?, &reference.render(item, sample)?, *operation)
+            }
+            Compiled::TextSimilarity { input, reference, metric, threshold } => {
+                let value = text_similarity::similarity(
+                    &input.render(item, sample)?,
+                    &reference.render(item, sample)?,
+                    *metric,
+                );
+                let subs = BTreeMap::from([("similarity".to_string(), value)]);
+                match threshold {
+                    Some(t) => GradeResult::pass_fail(value >= *t, format!("similarity {value:.4} vs threshold {t}")),
+                    None => GradeResult::scored(value, format!("similarity {value:.4}")),
+                }
+                .with_sub_scores(subs)
+            }
+            Compiled::Math { input, reference, extract } => {
+                math::grade(&input.render(item, sample)?, &reference.render(item, sample)?, *extract)
+            }
+            Compiled::Format { input, preset, regex } => {
+                let text = input.render(item, sample)?;
+                match (preset, regex) {
+                    (FormatPreset::ThinkAnswer, _) => format::think_answer(&text),
+                    (FormatPreset::ThinkAnswerTag, _) => format::think_answer_tag(&text),
+                    (FormatPreset::Regex, Some(re)) => format::regex_match(&text, re),
+                    (FormatPreset::Regex, None) => GradeResult::failed(ErrorKind::BadItem, "regex preset without pattern"),
+                }
+            }
+            Compiled::Constraints { input, checks, checks_from, scoring } => {
+                let text = input.render(item, sample)?;
+                match checks_from {
+                    None => constraints::grade(&text, checks, *scoring),
+                    Some(template) => {
+                        let value = match template.resolve_single(item, sample) {
+                            Some(value) => value?,
+                            None => Value::String(template.render(item, sample)?),
+                        };
+                        match row_checks(value) {
+                            Ok(extra) => {
+                                let all: Vec<ConstraintCheck> = checks.iter().cloned().chain(extra).collect();
+                                constraints::grade(&text, &all, *scoring)
+                            }
+                            Err(message) => GradeResult::failed(ErrorKind::BadItem, message),
+                        }
+                    }
+                }
+            }
+            Compiled::Code { input, tests, cases, scoring, limits } => {
+                let completion = input.render(item, sample)?;
+                let tests = tests.as_ref().map(|t| t.render(item, sample)).transpose()?;
+                let cases = match cases {
+                    Some(t) => Some(match t.resolve_single(item, sample) {
+                        Some(value) => value?,
+                        None => Value::String(t.render(item, sample)?),
+                    }),
+                    None => None,
+                };
+                code::grade(&self.sandbox, &completion, tests.as_deref(), cases.as_ref(), *scoring, limits)
+            }
+            Compiled::Python { source, limits } => python::grade(&self.sandbox, source, item, sample, limits),
+            Compiled::Multi { graders, formula, range } => grade_multi(graders, formula, *range, item, sample),
+        })
+    }
+}
+
+/// Per-row constraint checks: a JSON array of checks or its JSON text.
+fn row_checks(value: Value) -> Result<Vec<ConstraintCheck>, String> {
+    let value = match value {
+        Value::String(text) => serde_json::from_str(&text).map_err(|e| format!("checks_from is not JSON: {e}"))?,
+        other => other,
+    };
+    serde_path_to_error::deserialize::<_, Vec<ConstraintCheck>>(value)
+        .map_err(|e| format!("checks_from: invalid check at '{}': {}", e.path(), e.inner()))
+}
+
+fn grade_multi(
+    graders: &BTreeMap<String, Grader>,
+    formula: &Formula,
+    range: Option<[f64; 2]>,
+    item: &Value,
+    sample: &Sample,
+) -> GradeResult {
+    let mut values = BTreeMap::new();
+    let mut reasons = Vec::new();
+    for (name, grader) in graders {
+        let result = grader.grade(item, sample);
+        if let Some(error) = result.error {
+            let mut failed = GradeResult::failed(error.kind, format!("grader '{name}': {}", error.message));
+            failed.sub_scores = values;
+            return failed;
+        }
+        for (sub, v) in &result.sub_scores {
+            values.insert(format!("{name}.{sub}"), *v);
+        }
+        values.insert(name.clone(), result.score);
+        reasons.push(format!("{name}={:.4} ({})", result.score, result.reason));
+    }
+    let raw = match formula.eval(&values) {
+        Ok(v) => v,
+        Err(e) => {
+            let mut failed = GradeResult::failed(ErrorKind::Formula, e.to_string());
+            failed.sub_scores = values;
+            return failed;
+        }
+    };
+    let score = match range {
+        Some([lo, hi]) if hi > lo => (raw - lo) / (hi - lo),
+        _ => raw,
+    };
+    let clamped = if (0.0..=1.0).contains(&score) { "" } else { " (clamped to [0, 1])" };
+    GradeResult::scored(score, format!("formula = {raw:.4}{clamped}; {}", reasons.join("; "))).with_sub_scores(values)
+}
+
+/// Parses one spec value so that errors inside nested graders keep their JSON path
+/// (serde loses paths inside internally tagged enums, so each level is checked on its own).
+pub fn parse_spec_value(value: &Value, prefix: &str) -> Result<GraderSpec, SpecError> {
+    let at = |path: &str| if path.is_empty() || path == "." { if prefix.is_empty() { ".".to_string() } else { prefix.to_string() } } else { join_path(prefix, path) };
+    let object = value.as_object().ok_or_else(|| SpecError { path: at(""), message: "a grader must be a JSON object".into() })?;
+    let kind = object.get("type").and_then(Value::as_str).ok_or_else(|| SpecError {
+        path: at("type"),
+        message: "missing or non-string 'type'".into(),
+    })?;
+    if kind == "multi" {
+        if let Some(Value::Object(graders)) = object.get("graders") {
+            for (name, sub) in graders {
+                parse_spec_value(sub, &join_path(&join_path(prefix, "graders"), name))?;
+            }
+        }
+    }
+    let mut body = object.clone();
+    body.remove("type");
+    let body = Value::Object(body);
+    fn typed<T: serde::de::DeserializeOwned>(body: Value, at: &dyn Fn(&str) -> String) -> Result<T, SpecError> {
+        serde_path_to_error::deserialize::<_, T>(body).map_err(|e| {
+            let path = e.path().to_string();
+            SpecError { path: at(&path), message: e.into_inner().to_string() }
+        })
+    }
+    use crate::spec as s;
+    Ok(match kind {
+        "string_check" => GraderSpec::StringCheck(typed::<s::StringCheckSpec>(body, &at)?),
+        "text_similarity" => GraderSpec::TextSimilarity(typed::<s::TextSimilaritySpec>(body, &at)?),
+        "python" => GraderSpec::Python(typed::<s::PythonSpec>(body, &at)?),
+        "multi" => GraderSpec::Multi(typed::<s::MultiSpec>(body, &at)?),
+        "math" => GraderSpec::Math(typed::<s::MathSpec>(body, &at)?),
+        "code" => GraderSpec::Code(typed::<s::CodeSpec>(body, &at)?),
+        "format" => GraderSpec::Format(typed::<s::FormatSpec>(body, &at)?),
+        "constraints" => GraderSpec::Constraints(typed::<s::ConstraintsSpec>(body, &at)?),
+        other => {
+            return Err(SpecError {
+                path: at("type"),
+                message: format!(
+                    "unknown grader type '{other}' (string_check, text_similarity, python, multi, math, code, format, constraints)"
+                ),
+            })
+        }
+    })
+}
+
+fn join_path(prefix: &str, field: &str) -> String {
+    if prefix.is_empty() {
+        field.to_string()
+    } else {
+        format!("{prefix}.{field}")
+    }
+}
+
+fn template(text: &str, path: String, errors: &mut Vec<SpecError>) -> Template {
+    Template::parse(text).unwrap_or_else(|e| {
+        errors.push(SpecError { path, message: e.to_string() });
+        Template::parse("").unwrap_or_else(|_| unreachable!("an empty template always parses"))
+    })
+}
+
+fn check_limits(limits: &code::Limits, prefix: &str, errors: &mut Vec<SpecError>) {
+    if limits.timeout_ms == 0 || limits.timeout_ms > 600_000 {
+        errors.push(SpecError { path: join_path(prefix, "timeout_ms"), message: "must be in 1..=600000".into() });
+    }
+    if limits.memory_mb < 64 || limits.memory_mb > 65_536 {
+        errors.push(SpecError { path: join_path(prefix, "memory_mb"), message: "must be in 64..=65536".into() });
+    }
+}
+
+fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors: &mut Vec<SpecError>) -> Option<Compiled> {
+    let p = |f: &str| join_path(prefix, f);
+    Some(match spec {
+        GraderSpec::StringCheck(s) => Compiled::StringCheck {
+            input: template(&s.input, p("input"), errors),
+            reference: template(&s.reference, p("reference"), errors),
+            operation: s.operation,
+        },
+        GraderSpec::TextSimilarity(s) => {
+            if let Some(t) = s.pass_threshold {
+                if !(0.0..=1.0).contains(&t) {
+                    errors.push(SpecError { path: p("pass_threshold"), message: "must be in [0, 1]".into() });
+                }
+            }
+            Compiled::TextSimilarity {
+                input: template(&s.input, p("input"), errors),
+                reference: template(&s.reference, p("reference"), errors),
+                metric: s.evaluation_metric,
+                threshold: s.pass_threshold,
+            }
+        }
+        GraderSpec::Python(s) => {
+            if !s.source.contains("def grade") {
+                errors.push(SpecError { path: p("source"), message: "must define grade(sample, item)".into() });
+            }
+            let limits = code::Limits::from_spec(s.timeout_ms, s.memory_mb);
+            check_limits(&limits, prefix, errors);
+            Compiled::Python { source: s.source.clone(), limits }
+        }
+        GraderSpec::Multi(s) => {
+            let mut graders = BTreeMap::new();
+            for (name, sub) in &s.graders {
+                let sub_prefix = join_path(&p("graders"), name);
+                if let Some(compiled) = compile(sub, &sub_prefix, sandbox, errors) {
+                    graders.insert(
+                        name.clone(),
+                        Grader { spec: sub.clone(), compiled, sandbox: Arc::clone(sandbox) },
+                    );
+                }
+            }
+            let formula = match Formula::parse(&s.calculate_output) {
+                Ok(f) => f,
+                Err(e) => {
+                    errors.push(SpecError { path: p("calculate_output"), message: e.to_string() });
+                    return None;
+                }
+            };
+            for name in formula.names() {
+                let known = s.graders.contains_key(&name)
+                    || name.split_once('.').is_some_and(|(g, _)| s.graders.contains_key(g));
+                if !known {
+                    errors.push(SpecError {
+                        path: p("calculate_output"),
+                        message: format!("'{name}' is not one of the graders"),
+                    });
+                }
+            }
+            if let Some([lo, hi]) = s.range {
+                if hi <= lo {
+                    errors.push(SpecError { path: p("range"), message: "must be [low, high] with low < high".into() });
+                }
+            }
+            Compiled::Multi { graders, formula, range: s.range }
+        }
+        GraderSpec::Math(s) => Compiled::Math {
+            input: template(&s.input, p("input"), errors),
+            reference: template(&s.reference, p("reference"), errors),
+            extract: s.extract,
+        },
+        GraderSpec::Code(s) => {
+            if s.tests.is_none() == s.cases.is_none() {
+                errors.push(SpecError { path: p("tests"), message: "exactly one of 'tests' or 'cases' is required".into() });
+            }
+            let limits = code::Limits::from_spec(s.timeout_ms, s.memory_mb);
+            check_limits(&limits, prefix, errors);
+            Compiled::Code {
+                input: template(&s.input, p("input"), errors),
+                tests: s.tests.as_ref().map(|t| template(t, p("tests"), errors)),
+                cases: s.cases.as_ref().map(|t| template(t, p("cases"), errors)),
+                scoring: s.scoring,
+                limits,
+            }
+        }
+        GraderSpec::Format(s) => {
+            let regex = match (s.preset, &s.pattern) {
+                (FormatPreset::Regex, None) => {
+                    errors.push(SpecError { path: p("pattern"), message: "required by preset 'regex'".into() });
+                    None
+                }
+                (FormatPreset::Regex, Some(pattern)) => match format::compile_full_match(pattern) {
+                    Ok(re) => Some(re),
+                    Err(e) => {
+                        errors.push(SpecError { path: p("pattern"), message: e.to_string() });
+                        None
+                    }
+                },
+                (_, Some(_)) => {
+                    errors.push(SpecError { path: p("pattern"), message: "only used by preset 'regex'".into() });
+                    None
+                }
+                (_, None) => None,
+            };
+            Compiled::Format { input: template(&s.input, p("input"), errors), preset: s.preset, regex }
+        }
+        GraderSpec::Constraints(s) => {
+            for (i, check) in s.checks.iter().enumerate() {
+                if let ConstraintCheck::Language { language } = check {
+                    if language.trim().is_empty() {
+                        errors.push(SpecError { path: format!("{}.{i}.language", p("checks")), message: "empty".into() });
+                    }
+                }
+            }
+            if s.checks.is_empty() && s.checks_from.is_none() {
+                errors.push(SpecError { path: p("checks"), message: "give 'checks', 'checks_from' or both".into() });
+            }
+            Compiled::Constraints {
+                input: template(&s.input, p("input"), errors),
+                checks: s.checks.clone(),
+                checks_from: s.checks_from.as_ref().map(|t| template(t, p("checks_from"), errors)),
+                scoring: s.scoring,
+            }
+        }
+    })
+}

@@ -1,0 +1,6 @@
+//! The graders that run in-process (the sandboxed ones live beside the sandbox).
+
+pub mod constraints;
+pub mod format;
+pub mod string_check;
+pub mod text_similarity;

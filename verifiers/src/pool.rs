@@ -1,0 +1,148 @@
+//! A bounded pool that grades batches in parallel, for the trainer and the CLI.
+//!
+//! At most `workers` gradings run at once across every batch submitted to one pool (sandboxed
+//! gradings are processes, so the bound is what keeps a host healthy). The blocking API uses
+//! scoped threads; the async API moves the batch onto tokio's blocking threads.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use serde_json::Value;
+
+use crate::grader::Grader;
+use crate::result::{ErrorKind, GradeResult};
+use crate::sample::Sample;
+
+/// A counting semaphore shared by every batch of one pool.
+#[derive(Debug)]
+struct Permits {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Permits {
+    fn acquire(&self) -> PermitGuard<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        PermitGuard(self)
+    }
+}
+
+struct PermitGuard<'a>(&'a Permits);
+
+impl Drop for PermitGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// Grades rows in parallel with at most `workers` gradings at a time; cheap to clone and share.
+#[derive(Debug, Clone)]
+pub struct GraderPool {
+    workers: usize,
+    permits: Arc<Permits>,
+}
+
+impl Default for GraderPool {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl GraderPool {
+    /// A pool of `workers` parallel gradings (0 means the number of CPU cores).
+    pub fn new(workers: usize) -> Self {
+        let workers = if workers == 0 {
+            std::thread::available_parallelism().map(usize::from).unwrap_or(1)
+        } else {
+            workers
+        };
+        Self { workers, permits: Arc::new(Permits { free: Mutex::new(workers), freed: Condvar::new() }) }
+    }
+
+    /// The parallelism bound.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Grades one row, turning a panic (a Verity bug) into an `internal` error.
+    pub fn grade_one(&self, grader: &Grader, item: &Value, sample: &Sample) -> GradeResult {
+        let _permit = self.permits.acquire();
+        catch_unwind(AssertUnwindSafe(|| grader.grade(item, sample)))
+            .unwrap_or_else(|_| GradeResult::failed(ErrorKind::Internal, "grading panicked"))
+    }
+
+    /// Grades every row, blocking the calling thread; results are in row order.
+    pub fn grade_batch_blocking(&self, grader: &Grader, rows: &[(Value, Sample)]) -> Vec<GradeResult> {
+        let next = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<GradeResult>>> = rows.iter().map(|_| Mutex::new(None)).collect();
+        let threads = self.workers.min(rows.len());
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((item, sample)) = rows.get(i) else { break };
+                    let result = self.grade_one(grader, item, sample);
+                    *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                });
+            }
+        });
+        slots
+            .into_iter()
+            .map(|slot| {
+                slot.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(|| GradeResult::failed(ErrorKind::Internal, "row was not graded"))
+            })
+            .collect()
+    }
+
+    /// Grades every row on tokio's blocking threads (call from a tokio runtime); results are in
+    /// row order. Infrastructure failures are `error`s in the results, never a missing row.
+    pub async fn grade_batch(&self, grader: &Grader, rows: Vec<(Value, Sample)>) -> Vec<GradeResult> {
+        let pool = self.clone();
+        let grader = grader.clone();
+        let count = rows.len();
+        match tokio::task::spawn_blocking(move || pool.grade_batch_blocking(&grader, &rows)).await {
+            Ok(results) => results,
+            Err(e) => (0..count).map(|_| GradeResult::failed(ErrorKind::Internal, format!("grading task failed: {e}"))).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rows(n: usize) -> Vec<(Value, Sample)> {
+        (0..n).map(|i| (json!({"answer": i.to_string()}), Sample::from_text(format!("\\boxed{{{}}}", i % 3)))).collect()
+    }
+
+    fn grader() -> Grader {
+        Grader::from_json(r#"{"type":"math","reference":"{{item.answer}}"}"#).unwrap()
+    }
+
+    #[test]
+    fn results_keep_row_order() {
+        let results = GraderPool::new(3).grade_batch_blocking(&grader(), &rows(50));
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r.score, if i < 3 { 1.0 } else { 0.0 }, "row {i}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_batches_share_the_bound() {
+        let pool = GraderPool::new(2);
+        let g = grader();
+        let (a, b) = tokio::join!(pool.grade_batch(&g, rows(20)), pool.grade_batch(&g, rows(5)));
+        assert_eq!(a.len(), 20);
+        assert_eq!(b.len(), 5);
+        assert_eq!(*pool.permits.free.lock().unwrap(), 2);
+    }
+}

@@ -1,0 +1,83 @@
+//! The outcome of one grading: a score in [0, 1], a reason, sub-scores and an infrastructure error.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Why a grading could not be done (never a wrong answer; counted and reported upstream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// A template named a field the item or sample lacks.
+    MissingField,
+    /// The sandbox could not start or crashed outside the graded program.
+    Sandbox,
+    /// The grader itself ran past its time limit.
+    Timeout,
+    /// The user's grader code failed (exception, non-numeric result).
+    GraderCode,
+    /// The item holds data the grader cannot use (e.g. malformed cases).
+    BadItem,
+    /// A formula could not be evaluated (division by zero, NaN).
+    Formula,
+    /// A bug in Verity itself (a grading panicked); never expected.
+    Internal,
+}
+
+/// An infrastructure error attached to a grading.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GradeError {
+    /// The class of failure.
+    pub kind: ErrorKind,
+    /// A human-readable explanation.
+    pub message: String,
+}
+
+/// The result of one grading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GradeResult {
+    /// The reward, always in [0, 1] (0 when `error` is set).
+    pub score: f64,
+    /// Why this score.
+    pub reason: String,
+    /// Named component scores (graders of a `multi`, checks, tests).
+    pub sub_scores: BTreeMap<String, f64>,
+    /// `null` unless the grading itself failed.
+    pub error: Option<GradeError>,
+}
+
+impl GradeResult {
+    /// A successful grading; the score is clamped into [0, 1].
+    pub fn scored(score: f64, reason: impl Into<String>) -> Self {
+        let score = if score.is_nan() { 0.0 } else { score.clamp(0.0, 1.0) };
+        Self { score, reason: reason.into(), sub_scores: BTreeMap::new(), error: None }
+    }
+
+    /// A pass (1) or fail (0).
+    pub fn pass_fail(passed: bool, reason: impl Into<String>) -> Self {
+        Self::scored(if passed { 1.0 } else { 0.0 }, reason)
+    }
+
+    /// A failed grading (score 0, `error` set).
+    pub fn failed(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            score: 0.0,
+            reason: format!("grading failed: {message}"),
+            sub_scores: BTreeMap::new(),
+            error: Some(GradeError { kind, message }),
+        }
+    }
+
+    /// Adds named sub-scores.
+    pub fn with_sub_scores(mut self, sub_scores: BTreeMap<String, f64>) -> Self {
+        self.sub_scores = sub_scores;
+        self
+    }
+
+    /// Whether the grading itself failed.
+    pub fn is_error(&self) -> bool {
+        self.error.is_some()
+    }
+}

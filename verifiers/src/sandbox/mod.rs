@@ -1,0 +1,32 @@
+//! The bubblewrap sandbox that runs untrusted programs.
+//!
+//! Layers, in order: namespaces (`--unshare-all`, no network, own pid namespace so nothing
+//! outlives the run), a read-only root with only `/usr` and the interpreter's prefix, size-capped
+//! tmpfs `/work` and `/tmp`, a cleared environment; rlimits (CPU, address space, processes, file
+//! size, no core) and, when Verity runs as root, a dedicated uid per concurrent run so the process
+//! limit holds; a wall-clock SIGKILL of the whole process group; capped stdout/stderr. Inputs
+//! (program, tests) travel through a pipe the harness reads before untrusted code runs, and the
+//! verdict travels back on a separate pipe in nonce-tagged lines, so exit codes and printed text
+//! cannot forge it.
+
+mod config;
+mod run;
+
+use thiserror::Error;
+
+pub use config::SandboxConfig;
+pub use run::{run_harness, RunLimits, RunOutcome};
+
+/// The sandbox could not run (an infrastructure failure, never a wrong answer).
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// bwrap or Python is missing or broken.
+    #[error("sandbox unavailable: {0}")]
+    Unavailable(String),
+    /// bwrap could not be started.
+    #[error("cannot start the sandbox: {0}")]
+    Spawn(std::io::Error),
+    /// Pipes or randomness failed.
+    #[error("sandbox I/O failed: {0}")]
+    Io(std::io::Error),
+}

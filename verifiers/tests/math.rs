@@ -1,0 +1,81 @@
+//! The math grader against a table of equivalence / non-equivalence cases and hacking attempts.
+
+use verity_verifiers::math;
+use verity_verifiers::spec::MathExtract;
+
+#[test]
+fn table_of_at_least_200_cases() {
+    let cases = math::cases::table();
+    assert!(cases.len() >= 200, "only {} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let result = math::grade(&case.completion(), &case.reference, MathExtract::Auto);
+        assert!(result.error.is_none());
+        if (result.score == 1.0) != case.expected {
+            failures.push(format!("{case:?} -> {} ({})", result.score, result.reason));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases wrong:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+#[test]
+fn chapter_example() {
+    let resp = "<think>1/2 + 1/4 = 3/4</think> The answer is \\boxed{\\frac{3}{4}}";
+    assert_eq!(math::grade(resp, "0.75", MathExtract::Auto).score, 1.0);
+    assert_eq!(math::grade(resp, "0.75", MathExtract::Boxed).score, 1.0);
+}
+
+#[test]
+fn several_different_answers_score_zero() {
+    for resp in ["\\boxed{3} \\boxed{4}", "\\boxed{4} then \\boxed{3}", "<answer>3</answer> <answer>4</answer>"] {
+        let r = math::grade(resp, "3", MathExtract::Auto);
+        assert_eq!(r.score, 0.0, "{resp}");
+        assert!(r.reason.contains("different"), "{}", r.reason);
+    }
+    // the same answer twice is fine
+    assert_eq!(math::grade("\\boxed{3} so \\boxed{3.0}", "3", MathExtract::Auto).score, 1.0);
+}
+
+#[test]
+fn only_the_extraction_mode_counts() {
+    // a number in the text does not count when a box is required
+    assert_eq!(math::grade("it is 3", "3", MathExtract::Boxed).score, 0.0);
+    assert_eq!(math::grade("\\boxed{3}", "3", MathExtract::AnswerTag).score, 0.0);
+    assert_eq!(math::grade("3 apples then 4", "4", MathExtract::LastNumber).score, 1.0);
+    assert_eq!(math::grade("4 apples then 3", "4", MathExtract::LastNumber).score, 0.0);
+}
+
+#[test]
+fn hostile_answers_are_bounded() {
+    let long = format!("\\boxed{{{}}}", "1+".repeat(5000) + "1");
+    assert_eq!(math::grade(&long, "1", MathExtract::Auto).score, 0.0);
+    let tower = "\\boxed{2^{2^{2^{2^{2^{2^{2^{2}}}}}}}}";
+    assert_eq!(math::grade(tower, "1", MathExtract::Auto).score, 0.0);
+    let nested = format!("\\boxed{{{}x{}}}", "\\sqrt{".repeat(300), "}".repeat(300));
+    assert_eq!(math::grade(&nested, "1", MathExtract::Auto).score, 0.0);
+    let many_vars = "\\boxed{a+b+c+d+f+g+h+k+m+n+p+q}";
+    assert_eq!(math::grade(many_vars, "1", MathExtract::Auto).score, 0.0);
+    let big_fact = "\\boxed{(10^{6})!}";
+    assert_eq!(math::grade(big_fact, "1", MathExtract::Auto).score, 0.0);
+}
+
+#[test]
+fn longest_accepted_answers_fit_a_small_stack() {
+    let long_sum = format!("\\boxed{{{}1}}", "1+".repeat(495));
+    let long_product = format!("\\boxed{{{}}}", "x".repeat(990));
+    let nested = format!("\\boxed{{{}1{}}}", "(".repeat(95), ")".repeat(95));
+    let shallow = format!("\\boxed{{{}1{}}}", "(".repeat(20), ")".repeat(20));
+    let handle = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            for text in [long_sum, long_product, nested] {
+                let r = math::grade(&text, "496", MathExtract::Auto);
+                assert!(r.error.is_none());
+            }
+            let moderate = format!("\\boxed{{{}1}}", "1+".repeat(99));
+            assert_eq!(math::grade(&shallow, "1", MathExtract::Auto).score, 1.0);
+            math::grade(&moderate, "100", MathExtract::Auto).score
+        })
+        .unwrap();
+    assert_eq!(handle.join().expect("no stack overflow"), 1.0);
+}

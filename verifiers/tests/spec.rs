@@ -1,0 +1,98 @@
+//! Spec parsing, validation paths, schema export and the in-process graders end to end.
+
+use serde_json::json;
+use verity_verifiers::{grader_json_schema, ErrorKind, Grader, Sample};
+
+fn grade(spec: serde_json::Value, item: serde_json::Value, text: &str) -> verity_verifiers::GradeResult {
+    Grader::from_json(&spec.to_string()).expect("valid grader").grade(&item, &Sample::from_text(text))
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path() {
+    let err = Grader::from_json(r#"{"type":"string_check","input":"a","reference":"b","operation":"eq","bogus":1}"#)
+        .unwrap_err();
+    assert!(err.to_string().contains("bogus"), "{err}");
+    let err = Grader::from_json(
+        r#"{"type":"multi","calculate_output":"a","graders":{"a":{"type":"math","reference":"x","extract":"nope"}}}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "graders.a.extract", "{err}");
+    let err = Grader::from_json(
+        r#"{"type":"constraints","checks":[{"check":"word_count","min":1,"oops":2}]}"#,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("oops"), "{err}");
+}
+
+#[test]
+fn semantic_errors_name_their_path() {
+    let err = Grader::from_json(
+        r#"{"type":"multi","calculate_output":"0.5 * acc + fmt","graders":{"acc":{"type":"math","reference":"{{itm.x}}"}}}"#,
+    )
+    .unwrap_err();
+    let paths: Vec<_> = err.0.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"graders.acc.reference"), "{paths:?}");
+    assert!(paths.contains(&"calculate_output"), "{paths:?}");
+    let err = Grader::from_json(r#"{"type":"format","preset":"regex"}"#).unwrap_err();
+    assert_eq!(err.0[0].path, "pattern");
+}
+
+#[test]
+fn schema_is_exported() {
+    let schema = grader_json_schema().to_string();
+    for kind in ["string_check", "text_similarity", "python", "multi", "math", "code", "format", "constraints"] {
+        assert!(schema.contains(kind), "{kind} missing from schema");
+    }
+    assert!(schema.contains("additionalProperties"));
+}
+
+#[test]
+fn missing_item_field_is_an_error_naming_it() {
+    let r = grade(json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"eq"}), json!({}), "x");
+    assert_eq!(r.score, 0.0);
+    let e = r.error.expect("error");
+    assert_eq!(e.kind, ErrorKind::MissingField);
+    assert!(e.message.contains("item.answer"));
+}
+
+#[test]
+fn result_serialises_error_as_null() {
+    let r = grade(json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.a.b}}","operation":"eq"}), json!({"a":{"b":"x"}}), "x");
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["score"], 1.0);
+    assert!(v["error"].is_null());
+    assert!(v["sub_scores"].is_object());
+}
+
+#[test]
+fn multi_combines_by_formula() {
+    let spec = json!({"type":"multi","calculate_output":"0.8 * acc + 0.2 * fmt","graders":{
+        "acc": {"type":"math","reference":"{{item.answer}}"},
+        "fmt": {"type":"format","preset":"think_answer"}}});
+    let text = "<think>1/2 + 1/4 = 3/4</think> The answer is \\boxed{\\frac{3}{4}}";
+    let r = grade(spec.clone(), json!({"answer":"0.75"}), text);
+    assert!((r.score - 1.0).abs() < 1e-9, "{r:?}");
+    assert_eq!(r.sub_scores["fmt"], 1.0);
+    let r = grade(spec.clone(), json!({"answer":"0.5"}), text);
+    assert!((r.score - 0.2).abs() < 1e-9, "{r:?}");
+    let r = grade(spec, json!({}), text);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::MissingField);
+}
+
+#[test]
+fn text_similarity_threshold() {
+    let spec = json!({"type":"text_similarity","input":"{{sample.output_text}}","reference":"{{item.r}}","evaluation_metric":"fuzzy_match","pass_threshold":0.9});
+    assert_eq!(grade(spec.clone(), json!({"r":"hello world"}), "hello world").score, 1.0);
+    assert_eq!(grade(spec, json!({"r":"hello world"}), "goodbye").score, 0.0);
+}
+
+#[test]
+fn constraints_can_come_from_the_row() {
+    let spec = json!({"type": "constraints", "checks": [{"check": "lowercase"}], "checks_from": "{{item.constraints}}", "scoring": "fraction"});
+    let item = json!({"constraints": [{"check": "word_count", "max": 3}, {"check": "include_keywords", "keywords": ["cat"]}]});
+    let r = grade(spec.clone(), item, "the cat sat down");
+    assert!((r.score - 2.0 / 3.0).abs() < 1e-9, "{r:?}");
+    let r = grade(spec, json!({"constraints": [{"check": "nonsense"}]}), "x");
+    assert_eq!(r.error.unwrap().kind, ErrorKind::BadItem);
+    assert!(Grader::from_json(r#"{"type":"constraints"}"#).is_err());
+}
