@@ -5,6 +5,7 @@ pub mod db;
 pub mod ids;
 pub mod job;
 pub mod queue;
+pub mod spec;
 pub mod storage;
 
 pub use job::{ControlSignal, JobState};

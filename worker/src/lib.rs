@@ -14,6 +14,7 @@ pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod grpo;
+pub mod job;
 pub mod kernels;
 pub mod loader;
 pub mod model;
@@ -21,6 +22,7 @@ pub mod optim;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
+pub mod trainer;
 pub mod weights;
 
 pub use chat_template::ChatMessage;

@@ -1,0 +1,401 @@
+//! The job specification: method, grader and hyperparameters, with documented defaults and
+//! validation that names the offending field.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// A value that may be given as `"auto"` (OpenAI's convention): `None` means "use the default".
+fn auto_or<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum AutoOr<T> {
+        Auto(String),
+        Value(T),
+    }
+    match Option::<AutoOr<T>>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(AutoOr::Value(v)) => Ok(Some(v)),
+        Some(AutoOr::Auto(s)) if s == "auto" => Ok(None),
+        Some(AutoOr::Auto(s)) => Err(serde::de::Error::custom(format!("expected a number or \"auto\", got {s:?}"))),
+    }
+}
+
+/// The policy-loss family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    /// Per-token clip, mean per response then over responses.
+    #[default]
+    Grpo,
+    /// Clip-higher, token-level mean (plus dynamic sampling / overlong shaping when enabled).
+    Dapo,
+    /// No std scaling, constant normaliser.
+    DrGrpo,
+    /// Sequence-level length-normalised ratio.
+    Gspo,
+    /// Clipped stop-gradient importance weight.
+    Cispo,
+}
+
+/// Learning-rate schedule after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LrSchedule {
+    /// Constant after warm-up.
+    #[default]
+    Constant,
+    /// Cosine decay to zero at the last step.
+    Cosine,
+}
+
+/// Low-rank adapters; when absent, all weights are trained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoraSpec {
+    /// Adapter rank.
+    pub rank: usize,
+    /// Scaling numerator (scale = alpha / rank).
+    pub alpha: f64,
+    /// Dropout on the adapter input.
+    pub dropout: f64,
+    /// Projection names to adapt.
+    pub targets: Vec<String>,
+}
+
+impl Default for LoraSpec {
+    fn default() -> Self {
+        LoraSpec {
+            rank: 16,
+            alpha: 32.0,
+            dropout: 0.0,
+            targets: ["q_proj", "k_proj", "v_proj", "o_proj"].map(String::from).to_vec(),
+        }
+    }
+}
+
+/// Training hyperparameters. Every field has a default; `"auto"` is accepted where OpenAI's
+/// API accepts it and means the default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hyperparameters {
+    /// Prompts per step.
+    #[serde(deserialize_with = "auto_or")]
+    pub batch_size: Option<usize>,
+    /// Completions sampled per prompt.
+    pub group_size: usize,
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// OpenAI-style multiplier on the learning rate.
+    #[serde(deserialize_with = "auto_or")]
+    pub learning_rate_multiplier: Option<f64>,
+    /// Passes over the training file (ignored when `max_steps` is set).
+    #[serde(deserialize_with = "auto_or")]
+    pub n_epochs: Option<usize>,
+    /// Stop after this many steps.
+    pub max_steps: Option<usize>,
+    /// Longest completion, in tokens.
+    pub max_completion_tokens: usize,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Nucleus sampling mass.
+    pub top_p: f64,
+    /// Top-k sampling (0 = off).
+    pub top_k: usize,
+    /// The policy loss.
+    pub loss: Loss,
+    /// Lower clip range ε_low (default depends on the loss).
+    pub epsilon_low: Option<f64>,
+    /// Upper clip range ε_high (default depends on the loss).
+    pub epsilon_high: Option<f64>,
+    /// KL coefficient to the reference model (0 = no reference model).
+    pub beta: f64,
+    /// Divide advantages by the group's std (default: true except for dr_grpo).
+    pub scale_rewards: Option<bool>,
+    /// Over-sample until every group in the batch has reward contrast (DAPO).
+    pub dynamic_sampling: bool,
+    /// Cap on groups drawn per step with dynamic sampling (default 3 × batch_size).
+    pub max_groups_drawn: Option<usize>,
+    /// Soft overlong penalty over the last N tokens before the limit (0 = off).
+    pub overlong_buffer: usize,
+    /// Size of the overlong penalty at the limit.
+    pub overlong_penalty: f64,
+    /// Exclude truncated completions from the loss.
+    pub mask_truncated: bool,
+    /// Optimisation passes (μ) over each batch of rollouts.
+    pub inner_epochs: usize,
+    /// Completions per forward/backward micro-batch.
+    pub micro_batch_size: usize,
+    /// Global gradient-norm clip (0 = off).
+    pub max_grad_norm: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Linear warm-up steps.
+    pub warmup_steps: usize,
+    /// Schedule after warm-up.
+    pub lr_schedule: LrSchedule,
+    /// Low-rank adapters; `null` trains all weights.
+    pub lora: Option<LoraSpec>,
+    /// Cap for the truncated importance correction of sampler/trainer mismatch (off when null).
+    pub tis_cap: Option<f64>,
+    /// Evaluate on the validation file every N steps (0 = only at the end).
+    #[serde(deserialize_with = "auto_or")]
+    pub eval_interval: Option<usize>,
+    /// Completions per validation prompt (pass@k for k ≤ this).
+    #[serde(deserialize_with = "auto_or")]
+    pub eval_samples: Option<usize>,
+    /// Save a checkpoint every N steps (and always at the end).
+    pub checkpoint_interval: usize,
+    /// Seed for everything random (overrides the job's seed when set).
+    pub seed: Option<u64>,
+}
+
+impl Default for Hyperparameters {
+    fn default() -> Self {
+        Hyperparameters {
+            batch_size: None,
+            group_size: 8,
+            learning_rate: 1e-6,
+            learning_rate_multiplier: None,
+            n_epochs: None,
+            max_steps: None,
+            max_completion_tokens: 256,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            loss: Loss::Grpo,
+            epsilon_low: None,
+            epsilon_high: None,
+            beta: 0.0,
+            scale_rewards: None,
+            dynamic_sampling: false,
+            max_groups_drawn: None,
+            overlong_buffer: 0,
+            overlong_penalty: 1.0,
+            mask_truncated: false,
+            inner_epochs: 1,
+            micro_batch_size: 8,
+            max_grad_norm: 1.0,
+            weight_decay: 0.0,
+            warmup_steps: 0,
+            lr_schedule: LrSchedule::Constant,
+            lora: None,
+            tis_cap: None,
+            eval_interval: None,
+            eval_samples: None,
+            checkpoint_interval: 10,
+            seed: None,
+        }
+    }
+}
+
+/// A hyperparameter that fails validation, with its JSON path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{param}: {message}")]
+pub struct SpecError {
+    /// Dotted path of the field, e.g. `method.reinforcement.hyperparameters.group_size`.
+    pub param: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Hyperparameters {
+    /// Prompts per step (default 4).
+    pub fn batch_size(&self) -> usize {
+        self.batch_size.unwrap_or(4)
+    }
+
+    /// Learning rate after the multiplier.
+    pub fn effective_learning_rate(&self) -> f64 {
+        self.learning_rate * self.learning_rate_multiplier.unwrap_or(1.0)
+    }
+
+    /// Passes over the training data (default 1).
+    pub fn n_epochs(&self) -> usize {
+        self.n_epochs.unwrap_or(1)
+    }
+
+    /// Evaluation interval in steps (0 = only at the end).
+    pub fn eval_interval(&self) -> usize {
+        self.eval_interval.unwrap_or(0)
+    }
+
+    /// Completions per validation prompt (default 4).
+    pub fn eval_samples(&self) -> usize {
+        self.eval_samples.unwrap_or(4)
+    }
+
+    /// (ε_low, ε_high) with the loss's defaults filled in.
+    pub fn clip_range(&self) -> (f64, f64) {
+        let (low, high) = match self.loss {
+            Loss::Grpo | Loss::DrGrpo => (0.2, 0.2),
+            Loss::Dapo => (0.2, 0.28),
+            Loss::Gspo => (3e-4, 4e-4),
+            Loss::Cispo => (1.0, 0.28),
+        };
+        (self.epsilon_low.unwrap_or(low), self.epsilon_high.unwrap_or(high))
+    }
+
+    /// Whether advantages are divided by the group std.
+    pub fn scale_rewards(&self) -> bool {
+        self.scale_rewards.unwrap_or(self.loss != Loss::DrGrpo)
+    }
+
+    /// Checks every field; `prefix` is the JSON path of this object for error messages.
+    pub fn validate(&self, prefix: &str) -> Result<(), SpecError> {
+        let err = |field: &str, message: String| Err(SpecError { param: format!("{prefix}.{field}"), message });
+        let positive = |field: &str, value: usize, max: usize| {
+            if value == 0 || value > max {
+                err(field, format!("must be between 1 and {max}, got {value}"))
+            } else {
+                Ok(())
+            }
+        };
+        positive("batch_size", self.batch_size(), 4096)?;
+        positive("group_size", self.group_size, 1024)?;
+        if self.group_size < 2 {
+            return err("group_size", "must be at least 2: advantages compare completions of one prompt".into());
+        }
+        positive("n_epochs", self.n_epochs(), 1000)?;
+        if let Some(steps) = self.max_steps {
+            positive("max_steps", steps, 10_000_000)?;
+        }
+        positive("max_completion_tokens", self.max_completion_tokens, 131_072)?;
+        positive("inner_epochs", self.inner_epochs, 64)?;
+        positive("micro_batch_size", self.micro_batch_size, 4096)?;
+        positive("checkpoint_interval", self.checkpoint_interval, 10_000_000)?;
+        positive("eval_samples", self.eval_samples(), 1024)?;
+        let lr = self.effective_learning_rate();
+        if !(lr.is_finite() && lr > 0.0 && lr <= 1.0) {
+            return err("learning_rate", format!("must be in (0, 1] after the multiplier, got {lr}"));
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0 && self.temperature <= 10.0) {
+            return err("temperature", format!("must be in (0, 10], got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        let (low, high) = self.clip_range();
+        if !(low.is_finite() && low > 0.0 && low <= 1.0) {
+            return err("epsilon_low", format!("must be in (0, 1], got {low}"));
+        }
+        if !(high.is_finite() && high > 0.0 && high <= 10.0) {
+            return err("epsilon_high", format!("must be in (0, 10], got {high}"));
+        }
+        if !(self.beta.is_finite() && (0.0..=10.0).contains(&self.beta)) {
+            return err("beta", format!("must be in [0, 10], got {}", self.beta));
+        }
+        if self.overlong_buffer >= self.max_completion_tokens && self.overlong_buffer > 0 {
+            return err("overlong_buffer", format!("must be smaller than max_completion_tokens ({})", self.max_completion_tokens));
+        }
+        if !(self.overlong_penalty.is_finite() && self.overlong_penalty >= 0.0) {
+            return err("overlong_penalty", "must be a non-negative number".into());
+        }
+        if !(self.max_grad_norm.is_finite() && self.max_grad_norm >= 0.0) {
+            return err("max_grad_norm", "must be a non-negative number (0 = no clipping)".into());
+        }
+        if !(self.weight_decay.is_finite() && (0.0..=1.0).contains(&self.weight_decay)) {
+            return err("weight_decay", "must be in [0, 1]".into());
+        }
+        if let Some(cap) = self.tis_cap {
+            if !(cap.is_finite() && cap >= 1.0) {
+                return err("tis_cap", format!("must be at least 1, got {cap}"));
+            }
+        }
+        if let Some(drawn) = self.max_groups_drawn {
+            if drawn < self.batch_size() {
+                return err("max_groups_drawn", format!("must be at least batch_size ({})", self.batch_size()));
+            }
+        }
+        if let Some(lora) = &self.lora {
+            if lora.rank == 0 || lora.rank > 1024 {
+                return err("lora.rank", format!("must be between 1 and 1024, got {}", lora.rank));
+            }
+            if !(lora.alpha.is_finite() && lora.alpha > 0.0) {
+                return err("lora.alpha", "must be positive".into());
+            }
+            if !(0.0..1.0).contains(&lora.dropout) {
+                return err("lora.dropout", "must be in [0, 1)".into());
+            }
+            if lora.targets.is_empty() {
+                return err("lora.targets", "must name at least one projection".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The reinforcement method: a grader and hyperparameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reinforcement {
+    /// The grader (reward spec); validated by `verity-verifiers`.
+    pub grader: Value,
+    /// Training hyperparameters.
+    #[serde(default)]
+    pub hyperparameters: Hyperparameters,
+}
+
+/// `method` of a fine-tuning job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Method {
+    /// Reinforcement fine-tuning with a grader.
+    Reinforcement {
+        /// The method's settings.
+        reinforcement: Reinforcement,
+    },
+}
+
+impl Method {
+    /// The reinforcement settings.
+    pub fn reinforcement(&self) -> &Reinforcement {
+        match self {
+            Method::Reinforcement { reinforcement } => reinforcement,
+        }
+    }
+
+    /// Validates the hyperparameters (the grader is validated by its own crate).
+    pub fn validate(&self) -> Result<(), SpecError> {
+        self.reinforcement().hyperparameters.validate("method.reinforcement.hyperparameters")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn method(hp: Value) -> Result<Method, serde_json::Error> {
+        serde_json::from_value(json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}, "hyperparameters": hp}}))
+    }
+
+    #[test]
+    fn defaults_fill_in_and_auto_means_default() {
+        let m = method(json!({"batch_size": "auto", "n_epochs": 2, "loss": "dapo"})).unwrap();
+        let hp = &m.reinforcement().hyperparameters;
+        assert_eq!(hp.batch_size(), 4);
+        assert_eq!(hp.n_epochs(), 2);
+        assert_eq!(hp.clip_range(), (0.2, 0.28));
+        assert!(hp.scale_rewards());
+        m.validate().unwrap();
+        let dr = method(json!({"loss": "dr_grpo"})).unwrap();
+        assert!(!dr.reinforcement().hyperparameters.scale_rewards());
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let e = method(json!({"group_size": 1})).unwrap().validate().unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.hyperparameters.group_size");
+        let e = method(json!({"lora": {"rank": 0}})).unwrap().validate().unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.hyperparameters.lora.rank");
+        let e = method(json!({"temperature": 0.0})).unwrap().validate().unwrap_err();
+        assert!(e.param.ends_with("temperature"));
+        assert!(method(json!({"bogus": 1})).is_err(), "unknown fields are rejected");
+        assert!(method(json!({"batch_size": "many"})).is_err());
+        assert!(serde_json::from_value::<Method>(json!({"type": "supervised"})).is_err());
+    }
+}
