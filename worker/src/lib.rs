@@ -37,6 +37,7 @@ pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod grpo;
+pub mod job;
 pub mod kernels;
 pub mod loader;
 pub mod model;
@@ -45,6 +46,7 @@ pub mod policy_optimizer;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
+pub mod trainer;
 pub mod weights;
 
 pub use api::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};

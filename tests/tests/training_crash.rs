@@ -1,0 +1,79 @@
+//! A real training worker process is SIGKILLed mid-job; a second worker process resumes from
+//! the last checkpoint after the lease expires, and each step's metrics exist exactly once
+//! (in Postgres and in `metrics.jsonl`).
+
+mod training_support;
+
+use serde_json::json;
+use sqlx::PgPool;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use training_support::{enqueue, event_kinds, method, metric_steps, prepare_store};
+use verity_core::queue::{Queue, QueueSettings};
+use verity_core::JobState;
+
+const STEPS: i32 = 40;
+
+fn spawn_worker(database_url: &str, root: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_verity-training-worker"))
+        .env("DATABASE_URL", database_url)
+        .env("VERITY_STORAGE", root.join("objects"))
+        .env("VERITY_CACHE_DIR", root.join("cache"))
+        .env("TEST_LEASE_MS", "2000")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the training worker")
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
+    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let store = prepare_store(&pool, root.path()).await;
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let hp = json!({"batch_size": 2, "group_size": 4, "learning_rate": 0.01, "max_steps": STEPS,
+                    "max_completion_tokens": 16, "checkpoint_interval": 2, "micro_batch_size": 8});
+    let job = enqueue(&pool, &queue, method(hp)).await;
+
+    let mut first = spawn_worker(&url, root.path());
+    let started = Instant::now();
+    loop {
+        let checkpoints: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoints WHERE job_id = $1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if checkpoints >= 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint from the first worker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().expect("SIGKILL the worker");
+    first.wait().unwrap();
+    let at_kill = metric_steps(&pool, &job).await;
+    assert!((at_kill.len() as i32) < STEPS, "killed mid-job: {at_kill:?}");
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Running);
+
+    let mut second = spawn_worker(&url, root.path());
+    let started = Instant::now();
+    while queue.state(&job).await.unwrap() != JobState::Succeeded {
+        assert!(started.elapsed() < Duration::from_secs(180), "the second worker did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(second.wait().unwrap().success());
+
+    assert_eq!(metric_steps(&pool, &job).await, (1..=STEPS).collect::<Vec<_>>(), "each step exactly once");
+    let metrics = String::from_utf8(store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec()).unwrap();
+    let lines: Vec<i64> =
+        metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_i64().unwrap()).collect();
+    assert_eq!(lines, (1..=STEPS as i64).collect::<Vec<_>>());
+    let attempts: Vec<i32> = sqlx::query_scalar("SELECT DISTINCT attempt FROM job_metrics WHERE job_id = $1 ORDER BY attempt")
+        .bind(&job)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, vec![1, 2], "both attempts wrote steps");
+    assert!(event_kinds(&pool, &job).await.contains(&"resumed".to_string()));
+}

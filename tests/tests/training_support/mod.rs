@@ -1,0 +1,58 @@
+//! Shared set-up of the training-job tests: an org, a local object store holding a tiny random
+//! model (published HF folder, registered in `models`) and the synthetic task's files, and a job.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use std::path::Path;
+use std::sync::Arc;
+use verity_core::queue::{NewJob, Queue};
+use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
+use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, write_tiny_model_dir};
+use verity_worker::Family;
+
+/// Model id of the tiny model.
+pub const MODEL: &str = "tiny-llama";
+
+/// Opens a local store in `root/objects` and publishes the tiny model and the task files.
+pub async fn prepare_store(pool: &PgPool, root: &Path) -> Arc<dyn ObjectStore> {
+    let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(root.join("objects"), None).await.unwrap());
+    let model_dir = root.join("tiny-model");
+    write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
+    publish_folder(store.as_ref(), &model_dir, "models/tiny-llama").await.unwrap();
+    sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ($1, 'base', 'models/tiny-llama', 'hf')")
+        .bind(MODEL)
+        .execute(pool)
+        .await
+        .unwrap();
+    store.put_bytes("files/file-train.jsonl", target_token_jsonl(6).into()).await.unwrap();
+    store.put_bytes("files/file-valid.jsonl", target_token_jsonl(3).into()).await.unwrap();
+    store
+}
+
+/// The method of a small job on the synthetic task.
+pub fn method(hyperparameters: Value) -> Value {
+    json!({"type": "reinforcement", "reinforcement": {"grader": first_token_grader(), "hyperparameters": hyperparameters}})
+}
+
+/// Creates an org and enqueues a job with `method`; returns its id.
+pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
+    let org = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)").bind(org).bind(format!("org-{org}")).execute(pool).await.unwrap();
+    let mut job = NewJob::new(org, MODEL, method);
+    job.training_file = Some("file-train".into());
+    job.validation_file = Some("file-valid".into());
+    job.seed = 42;
+    queue.enqueue(&job).await.unwrap()
+}
+
+/// Steps of the job's metrics rows, in order.
+pub async fn metric_steps(pool: &PgPool, job: &str) -> Vec<i32> {
+    sqlx::query_scalar("SELECT step FROM job_metrics WHERE job_id = $1 ORDER BY step").bind(job).fetch_all(pool).await.unwrap()
+}
+
+/// Kinds of the job's events, in order.
+pub async fn event_kinds(pool: &PgPool, job: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id").bind(job).fetch_all(pool).await.unwrap()
+}

@@ -1,0 +1,99 @@
+//! What a job reads and writes in the object store and the database besides the lease rows.
+
+use anyhow::{anyhow, Context};
+use bytes::Bytes;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use verity_core::storage::{download_folder, read_manifest, ObjectStore};
+
+/// A base model row: where it is stored and in which format.
+pub struct ModelRow {
+    /// Storage prefix of the published folder.
+    pub storage_prefix: String,
+    /// `hf`, `gguf` or `peft`.
+    pub format: String,
+}
+
+/// The `models` row of `model_id`, if any.
+pub async fn model_row(pool: &sqlx::PgPool, model_id: &str) -> anyhow::Result<Option<ModelRow>> {
+    let row: Option<(String, String)> = sqlx::query_as("SELECT storage_prefix, format FROM models WHERE id = $1")
+        .bind(model_id)
+        .fetch_optional(pool)
+        .await
+        .context("looking up the model")?;
+    Ok(row.map(|(storage_prefix, format)| ModelRow { storage_prefix, format }))
+}
+
+/// The latest registered checkpoint of a job: `(step, storage_prefix)`.
+pub async fn latest_checkpoint(pool: &sqlx::PgPool, job_id: &str) -> anyhow::Result<Option<(i32, String)>> {
+    sqlx::query_as("SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step DESC LIMIT 1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await
+        .context("looking up the latest checkpoint")
+}
+
+/// Downloads the published folder at `prefix` into `dir` unless a complete copy is there
+/// (its manifest matches); returns `dir`.
+pub async fn cached_folder(store: &dyn ObjectStore, prefix: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let remote = read_manifest(store, prefix)
+        .await
+        .with_context(|| format!("reading the manifest of {prefix}"))?
+        .ok_or_else(|| anyhow!("{prefix} holds no published folder (manifest.json is missing)"))?;
+    let marker = dir.join(".verity-manifest.json");
+    let remote_json = serde_json::to_vec(&remote)?;
+    if std::fs::read(&marker).ok().as_deref() == Some(remote_json.as_slice()) {
+        return Ok(dir.to_path_buf());
+    }
+    let partial = dir.with_extension(format!("partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    download_folder(store, prefix, &partial).await.with_context(|| format!("downloading {prefix}"))?;
+    std::fs::write(partial.join(".verity-manifest.json"), &remote_json)?;
+    let _ = std::fs::remove_dir_all(dir);
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::rename(&partial, dir).with_context(|| format!("moving {} into place", dir.display()))?;
+    Ok(dir.to_path_buf())
+}
+
+/// The file to load from a downloaded model folder: the folder (HF) or its `.gguf` file.
+pub fn model_path(dir: &Path, format: &str) -> anyhow::Result<PathBuf> {
+    if format != "gguf" {
+        return Ok(dir.to_path_buf());
+    }
+    std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .ok_or_else(|| anyhow!("the model folder holds no .gguf file"))
+}
+
+/// Key of a dataset file.
+pub fn file_key(file_id: &str) -> String {
+    format!("files/{file_id}.jsonl")
+}
+
+/// Replaces the lines of `jobs/{id}/metrics.jsonl` for `step` and later with `line`, so a
+/// re-run step (after a crash) appears exactly once.
+pub async fn append_metrics_line(store: &dyn ObjectStore, job_id: &str, step: u64, line: &Value) -> anyhow::Result<()> {
+    let key = format!("jobs/{job_id}/metrics.jsonl");
+    let existing = match store.head(&key).await? {
+        Some(_) => store.get_bytes(&key).await?,
+        None => Bytes::new(),
+    };
+    let mut out = String::new();
+    for old in String::from_utf8_lossy(&existing).lines() {
+        let keep = serde_json::from_str::<Value>(old)
+            .ok()
+            .and_then(|v| v.get("step").and_then(Value::as_u64))
+            .is_some_and(|s| s < step);
+        if keep {
+            out.push_str(old);
+            out.push('\n');
+        }
+    }
+    out.push_str(&line.to_string());
+    out.push('\n');
+    store.put_bytes(&key, Bytes::from(out)).await?;
+    Ok(())
+}

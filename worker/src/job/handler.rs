@@ -1,0 +1,297 @@
+//! [`TrainingHandler`]: runs one claimed training job under its lease.
+
+use super::artifacts::{append_metrics_line, cached_folder, file_key, latest_checkpoint, model_path, model_row};
+use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
+use async_trait::async_trait;
+use bytes::Bytes;
+use candle_core::Device;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use verity_core::queue::{EventLevel, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, QueueError, SampleIndexRow};
+use verity_core::spec::Method;
+use verity_core::storage::{publish_folder, ObjectStore};
+use verity_core::ControlSignal;
+use verity_verifiers::Grader;
+
+/// Settings of the training handler.
+#[derive(Debug, Clone)]
+pub struct TrainingHandlerConfig {
+    /// Where base models and checkpoints are cached on local disk.
+    pub cache_dir: PathBuf,
+    /// The device to train on.
+    pub device: Device,
+    /// Parallel gradings (0 = CPU cores).
+    pub grader_workers: usize,
+}
+
+/// Runs training jobs claimed from the queue.
+pub struct TrainingHandler {
+    store: Arc<dyn ObjectStore>,
+    config: TrainingHandlerConfig,
+}
+
+/// Why a run stopped early.
+enum Stop {
+    /// End with this outcome.
+    Outcome(JobOutcome),
+}
+
+fn user_error(message: impl Into<String>) -> Stop {
+    Stop::Outcome(JobOutcome::Failed { message: message.into(), retryable: false })
+}
+
+fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
+    Stop::Outcome(JobOutcome::Failed { message: format!("{context}: {err}"), retryable: true })
+}
+
+fn trainer_error(err: TrainerError) -> Stop {
+    let retry = !err.is_user_error();
+    Stop::Outcome(JobOutcome::Failed { message: err.to_string(), retryable: retry })
+}
+
+fn lease_error(context: &str, err: QueueError) -> Stop {
+    match err {
+        QueueError::LeaseLost { .. } => Stop::Outcome(JobOutcome::LeaseLost),
+        other => retryable(context, other),
+    }
+}
+
+impl TrainingHandler {
+    /// A handler reading and writing `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, config: TrainingHandlerConfig) -> TrainingHandler {
+        TrainingHandler { store, config }
+    }
+
+    async fn read_file(&self, file_id: &str) -> Result<String, Stop> {
+        let bytes = self
+            .store
+            .get_bytes(&file_key(file_id))
+            .await
+            .map_err(|e| user_error(format!("file {file_id} cannot be read: {e}")))?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
+    }
+
+    /// Builds the trainer from the job: spec, grader, model, data, latest checkpoint.
+    async fn build(&self, lease: &Lease) -> Result<(Trainer, Option<i32>), Stop> {
+        let job = lease.job();
+        let spec = if job.spec.get("type").is_some() { job.spec.clone() } else { job.spec.get("method").cloned().unwrap_or(Value::Null) };
+        let method: Method = serde_json::from_value(spec).map_err(|e| user_error(format!("invalid method: {e}")))?;
+        method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
+        let reinforcement = method.reinforcement().clone();
+        let grader = Grader::from_json(&reinforcement.grader.to_string())
+            .map_err(|e| user_error(format!("invalid grader: {e}")))?;
+        let row = model_row(lease.queue().pool(), &job.model)
+            .await
+            .map_err(|e| retryable("model lookup", e))?
+            .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
+        let model_dir = self.config.cache_dir.join("models").join(sanitize(&job.model));
+        let model_dir = cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir)
+            .await
+            .map_err(|e| user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)))?;
+        let model_file = model_path(&model_dir, &row.format).map_err(|e| user_error(format!("model {:?}: {e}", job.model)))?;
+        let training_file = job.training_file.clone().ok_or_else(|| user_error("the job has no training file"))?;
+        let train_text = self.read_file(&training_file).await?;
+        let validation_text = match &job.validation_file {
+            Some(id) => Some((id.clone(), self.read_file(id).await?)),
+            None => None,
+        };
+        let checkpoint = latest_checkpoint(lease.queue().pool(), &job.id).await.map_err(|e| retryable("checkpoint lookup", e))?;
+        let checkpoint_dir = match &checkpoint {
+            Some((step, prefix)) => {
+                let dir = self.config.cache_dir.join("jobs").join(&job.id).join(format!("resume-{step}"));
+                Some(cached_folder(self.store.as_ref(), prefix, &dir).await.map_err(|e| retryable("downloading the checkpoint", e))?)
+            }
+            None => None,
+        };
+        let device = self.config.device.clone();
+        let options = TrainerOptions { seed: job.seed as u64, base_model: job.model.clone(), grader_workers: self.config.grader_workers };
+        let hp = reinforcement.hyperparameters.clone();
+        let model_name = job.model.clone();
+        let built = tokio::task::spawn_blocking(move || -> Result<Trainer, Stop> {
+            let loaded = crate::loader::load_model(&model_file, &device)
+                .map_err(|e| user_error(format!("model {model_name:?} cannot be loaded: {e}")))?;
+            let max_prompt = loaded.model.config.max_position_embeddings.saturating_sub(hp.max_completion_tokens);
+            let train = Dataset::from_jsonl(&train_text, &format!("training file {training_file}"), &loaded.tokenizer, max_prompt)
+                .map_err(trainer_error)?;
+            let validation = match validation_text {
+                Some((id, text)) => Some(
+                    Dataset::from_jsonl(&text, &format!("validation file {id}"), &loaded.tokenizer, max_prompt).map_err(trainer_error)?,
+                ),
+                None => None,
+            };
+            let mut trainer =
+                Trainer::new(loaded.model, loaded.tokenizer, grader, hp, train, validation, options).map_err(trainer_error)?;
+            if let Some(dir) = checkpoint_dir {
+                trainer.restore(&dir).map_err(|e| retryable("restoring the checkpoint", e))?;
+            }
+            Ok(trainer)
+        })
+        .await
+        .map_err(|e| retryable("building the trainer", e))??;
+        Ok((built, checkpoint.map(|(step, _)| step)))
+    }
+
+    /// Saves, publishes and registers a checkpoint of the trainer's current step.
+    async fn checkpoint(&self, lease: &Lease, trainer: Trainer, metrics: Option<&Value>) -> Result<Trainer, Stop> {
+        let job_id = lease.job().id.clone();
+        let step = trainer.step();
+        let dir = self.config.cache_dir.join("jobs").join(&job_id).join(format!("step-{step}"));
+        let save_dir = dir.clone();
+        let trainer = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(&save_dir);
+            trainer.save(&save_dir).map(|_| trainer)
+        })
+        .await
+        .map_err(|e| retryable("saving a checkpoint", e))?
+        .map_err(|e| retryable("saving a checkpoint", e))?;
+        let prefix = format!("jobs/{job_id}/checkpoints/step-{step}");
+        let manifest = publish_folder(self.store.as_ref(), &dir, &prefix).await.map_err(|e| retryable("publishing a checkpoint", e))?;
+        let id = lease
+            .checkpoint(step as i32, &prefix, manifest.total_bytes as i64, metrics)
+            .await
+            .map_err(|e| lease_error("registering a checkpoint", e))?;
+        let data = json!({"step": step, "checkpoint_id": id, "storage_prefix": prefix, "bytes": manifest.total_bytes});
+        lease
+            .event(EventLevel::Info, "checkpoint", &format!("checkpoint saved at step {step}"), Some(&data))
+            .await
+            .map_err(|e| lease_error("writing an event", e))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(trainer)
+    }
+
+    /// Writes a step's metrics row, metrics line, samples and event.
+    async fn record_step(&self, lease: &Lease, out: &StepOutput, eval: Option<&EvalMetrics>) -> Result<Value, Stop> {
+        let job_id = &lease.job().id;
+        let step = out.metrics.step;
+        let mut row = serde_json::to_value(&out.metrics).map_err(|e| retryable("encoding metrics", e))?;
+        if let (Some(eval), Some(map)) = (eval, row.as_object_mut()) {
+            map.insert("eval".into(), serde_json::to_value(eval).unwrap_or(Value::Null));
+        }
+        let key = format!("jobs/{job_id}/samples/step-{step}.jsonl");
+        let mut body = String::new();
+        for sample in &out.samples {
+            body.push_str(&serde_json::to_string(sample).map_err(|e| retryable("encoding samples", e))?);
+            body.push('\n');
+        }
+        self.store.put_bytes(&key, Bytes::from(body)).await.map_err(|e| retryable("writing samples", e))?;
+        let rows: Vec<SampleIndexRow> = out
+            .samples
+            .iter()
+            .enumerate()
+            .map(|(line, s)| SampleIndexRow {
+                idx: s.idx as i32,
+                prompt_idx: s.prompt_idx as i32,
+                score: Some(s.score),
+                advantage: Some(s.advantage),
+                finish_reason: Some(s.finish_reason.clone()),
+                storage_key: key.clone(),
+                line_no: line as i32,
+            })
+            .collect();
+        lease.samples(step as i32, &rows).await.map_err(|e| lease_error("indexing samples", e))?;
+        lease.metric(step as i32, &row).await.map_err(|e| lease_error("writing metrics", e))?;
+        append_metrics_line(self.store.as_ref(), job_id, step, &row).await.map_err(|e| retryable("writing metrics.jsonl", e))?;
+        let summary = json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss});
+        lease
+            .event(EventLevel::Debug, "step", &format!("step {step}: reward {:.3}", out.metrics.reward_mean), Some(&summary))
+            .await
+            .map_err(|e| lease_error("writing an event", e))?;
+        if let Some(eval) = eval {
+            let data = serde_json::to_value(eval).unwrap_or(Value::Null);
+            lease
+                .event(EventLevel::Info, "eval", &format!("step {step}: validation pass@1 {:.3}", eval.pass_at_1()), Some(&data))
+                .await
+                .map_err(|e| lease_error("writing an event", e))?;
+        }
+        Ok(row)
+    }
+
+    async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
+        let (mut trainer, resumed) = self.build(lease).await?;
+        match resumed {
+            Some(step) => lease
+                .event(EventLevel::Info, "resumed", &format!("resumed from the checkpoint of step {step}"), Some(&json!({"step": step})))
+                .await,
+            None => lease.event(EventLevel::Info, "started", "training started", Some(&json!({"total_steps": trainer.total_steps()}))).await,
+        }
+        .map_err(|e| lease_error("writing an event", e))?;
+        let hp = trainer.hyperparameters().clone();
+        let mut last_eval = None;
+        while !trainer.finished() {
+            match heartbeat.state() {
+                HeartbeatState::Lost => return Ok(JobOutcome::LeaseLost),
+                HeartbeatState::Held(ControlSignal::Cancel) => return Ok(JobOutcome::Cancelled),
+                HeartbeatState::Held(ControlSignal::Pause) => {
+                    self.checkpoint(lease, trainer, None).await?;
+                    return Ok(JobOutcome::Paused);
+                }
+                HeartbeatState::Held(ControlSignal::Continue) => {}
+            }
+            let (returned, out) = tokio::task::spawn_blocking(move || {
+                let out = trainer.train_step();
+                (trainer, out)
+            })
+            .await
+            .map_err(|e| retryable("training step", e))?;
+            trainer = returned;
+            let out = out.map_err(trainer_error)?;
+            if heartbeat.state() == HeartbeatState::Lost {
+                return Ok(JobOutcome::LeaseLost);
+            }
+            let step = trainer.step();
+            let eval_due = trainer.finished() || (hp.eval_interval() > 0 && step % hp.eval_interval() as u64 == 0);
+            let eval = if eval_due {
+                let (returned, eval) = tokio::task::spawn_blocking(move || {
+                    let eval = trainer.evaluate();
+                    (trainer, eval)
+                })
+                .await
+                .map_err(|e| retryable("evaluation", e))?;
+                trainer = returned;
+                eval.map_err(trainer_error)?
+            } else {
+                None
+            };
+            let row = self.record_step(lease, &out, eval.as_ref()).await?;
+            if eval.is_some() {
+                last_eval = eval;
+            }
+            heartbeat.set_progress(json!({"step": step, "total_steps": trainer.total_steps()}));
+            if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
+                trainer = self.checkpoint(lease, trainer, Some(&row)).await?;
+            }
+        }
+        let step = trainer.step();
+        let result = json!({
+            "steps": step,
+            "checkpoint": format!("jobs/{}/checkpoints/step-{step}", lease.job().id),
+            "eval": last_eval,
+        });
+        lease
+            .event(EventLevel::Info, "succeeded", &format!("training finished after {step} steps"), Some(&result))
+            .await
+            .map_err(|e| lease_error("writing an event", e))?;
+        Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
+    }
+}
+
+/// A model id usable as a folder name.
+fn sanitize(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+#[async_trait]
+impl JobHandler for TrainingHandler {
+    async fn run(&self, lease: &Lease, heartbeat: &Heartbeat) -> JobOutcome {
+        let outcome = match self.train(lease, heartbeat).await {
+            Ok(outcome) => outcome,
+            Err(Stop::Outcome(outcome)) => outcome,
+        };
+        if let JobOutcome::Failed { message, retryable } = &outcome {
+            tracing::warn!(job_id = %lease.job().id, %message, retryable, "training failed");
+            let _ = lease.event(EventLevel::Error, "failed", message, Some(&json!({"retryable": retryable}))).await;
+        }
+        outcome
+    }
+}

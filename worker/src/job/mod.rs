@@ -1,0 +1,14 @@
+//! The training job handler for the queue, and the worker entry point (`verity worker`).
+//!
+//! A claimed job is parsed ([`verity_core::spec::Method`]), its files and base model fetched
+//! from the object store (the model cached locally), resumed from its latest checkpoint, and
+//! trained step by step while the heartbeat is watched: cancel stops, pause checkpoints then
+//! stops, a lost lease stops writing. Each step writes its metrics row, a line of
+//! `jobs/{id}/metrics.jsonl`, its samples and an event; checkpoints are published atomically.
+
+mod artifacts;
+mod handler;
+mod worker;
+
+pub use handler::{TrainingHandler, TrainingHandlerConfig};
+pub use worker::{run_training_worker, TrainingWorkerConfig};

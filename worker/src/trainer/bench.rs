@@ -1,0 +1,85 @@
+//! `verity bench grpo-step`: time full GRPO steps (sampling, grading, training) on arithmetic
+//! prompts graded by the math grader.
+
+use super::dataset::Dataset;
+use super::error::{Result, TrainerError};
+use super::step::{Trainer, TrainerOptions};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Instant;
+use verity_core::spec::Hyperparameters;
+use verity_verifiers::Grader;
+
+/// JSONL of `count` arithmetic questions asking for a `\boxed{}` answer.
+pub fn arithmetic_jsonl(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            let (a, b) = (12 + 7 * i % 50, 3 + 5 * i % 20);
+            let row = json!({
+                "messages": [{"role": "user", "content": format!("What is {a} + {b}? Put the final answer in \\boxed{{}}.")}],
+                "answer": (a + b).to_string(),
+            });
+            row.to_string() + "\n"
+        })
+        .collect()
+}
+
+/// The math grader against `{{item.answer}}`.
+pub fn math_grader() -> Result<Grader> {
+    Grader::from_json(r#"{"type": "math", "name": "math", "reference": "{{item.answer}}"}"#)
+        .map_err(|e| TrainerError::Grader(e.to_string()))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `steps` GRPO steps (β = 0, full fine-tuning) of `prompts` prompts × `group` samples of
+/// at most `max_tokens` tokens on the model in `model_dir`; returns one JSON object with the
+/// median `seconds_per_step` and median `sampling_s`, `grading_s`, `training_s`, plus
+/// `peak_rss_mib`.
+pub fn bench_grpo_step(model_dir: &Path, prompts: usize, group: usize, max_tokens: usize, steps: usize) -> Result<Value> {
+    let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
+    let train = Dataset::from_jsonl(&arithmetic_jsonl(prompts.max(1) * steps.max(1)), "bench", &loaded.tokenizer, 2048)?;
+    let hp = Hyperparameters {
+        batch_size: Some(prompts),
+        group_size: group,
+        learning_rate: 1e-6,
+        max_steps: Some(steps),
+        max_completion_tokens: max_tokens,
+        micro_batch_size: group * prompts,
+        seed: Some(0),
+        ..Hyperparameters::default()
+    };
+    let options = TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
+    let mut trainer = Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
+    let (mut total, mut sampling, mut grading, mut training, mut rewards) = (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..steps {
+        let started = Instant::now();
+        let out = trainer.train_step()?;
+        total.push(started.elapsed().as_secs_f64());
+        sampling.push(out.metrics.sampling_seconds);
+        grading.push(out.metrics.grading_seconds);
+        training.push(out.metrics.training_seconds);
+        rewards.push(out.metrics.reward_mean);
+    }
+    Ok(json!({
+        "bench": "grpo-step",
+        "model": model_dir.display().to_string(),
+        "prompts": prompts,
+        "group": group,
+        "max_tokens": max_tokens,
+        "steps": steps,
+        "seconds_per_step": median(&mut total),
+        "sampling_s": median(&mut sampling),
+        "grading_s": median(&mut grading),
+        "training_s": median(&mut training),
+        "reward_mean": rewards,
+        "peak_rss_mib": crate::api::peak_rss_mib(),
+    }))
+}

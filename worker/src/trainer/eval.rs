@@ -1,0 +1,105 @@
+//! Evaluation on the validation set: mean reward, pass@1 and pass@k (unbiased estimator).
+
+use super::error::Result;
+use super::mix_seed;
+use super::step::{Trainer, SUCCESS_THRESHOLD};
+use crate::grpo::metrics::mean_pass_at_k;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Validation results after a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    /// Step after which it ran.
+    pub step: u64,
+    /// Validation prompts.
+    pub prompts: usize,
+    /// Completions per prompt.
+    pub samples_per_prompt: usize,
+    /// Mean grader score over every completion.
+    pub mean_reward: f64,
+    /// `pass@k` for k = 1, 2, 4, … up to the samples per prompt (and that number itself).
+    pub pass_at_k: BTreeMap<String, f64>,
+    /// Failed gradings (excluded from the means).
+    pub grader_errors: usize,
+}
+
+impl EvalMetrics {
+    /// pass@1.
+    pub fn pass_at_1(&self) -> f64 {
+        self.pass_at_k.get("pass@1").copied().unwrap_or(0.0)
+    }
+}
+
+/// The k values reported for `n` samples per prompt.
+fn ks(n: usize) -> Vec<usize> {
+    let mut ks: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k <= n).collect();
+    if ks.last() != Some(&n) {
+        ks.push(n);
+    }
+    ks
+}
+
+impl Trainer {
+    /// Evaluates the current policy on the validation set (`None` without one). Sampling uses
+    /// the training temperature and a fixed seed, so evaluations are comparable across steps.
+    pub fn evaluate(&self) -> Result<Option<EvalMetrics>> {
+        let Some(validation) = &self.validation else { return Ok(None) };
+        let n = self.hp.eval_samples();
+        let params = self.sampling_params(n, mix_seed(self.seed, &[0xe7a1]));
+        let examples: Vec<usize> = (0..validation.len()).collect();
+        let mut groups = Vec::new();
+        for chunk in examples.chunks(self.hp.batch_size().max(1)) {
+            let (g, _) = self.rollout().run(&validation.examples, chunk, &params)?;
+            groups.extend(g);
+        }
+        let mut total = 0.0;
+        let mut count = 0usize;
+        let mut errors = 0usize;
+        let mut problems = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let mut graded = 0;
+            let mut correct = 0;
+            for grade in &g.grades {
+                if grade.is_error() {
+                    errors += 1;
+                    continue;
+                }
+                graded += 1;
+                total += grade.score;
+                count += 1;
+                if grade.score >= SUCCESS_THRESHOLD {
+                    correct += 1;
+                }
+            }
+            if graded > 0 {
+                problems.push((graded, correct));
+            }
+        }
+        let mut pass_at_k = BTreeMap::new();
+        for k in ks(n) {
+            let usable: Vec<(usize, usize)> = problems.iter().copied().filter(|&(graded, _)| graded >= k).collect();
+            if !usable.is_empty() {
+                pass_at_k.insert(format!("pass@{k}"), mean_pass_at_k(&usable, k)?);
+            }
+        }
+        Ok(Some(EvalMetrics {
+            step: self.step,
+            prompts: validation.len(),
+            samples_per_prompt: n,
+            mean_reward: if count > 0 { total / count as f64 } else { 0.0 },
+            pass_at_k,
+            grader_errors: errors,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reported_ks_are_powers_of_two_and_n() {
+        assert_eq!(super::ks(1), vec![1]);
+        assert_eq!(super::ks(4), vec![1, 2, 4]);
+        assert_eq!(super::ks(6), vec![1, 2, 4, 6]);
+    }
+}

@@ -1,0 +1,132 @@
+//! Rollouts: sample G completions for a set of prompts, then grade them on the grader pool.
+
+use super::dataset::Example;
+use super::error::Result;
+use crate::model::Transformer;
+use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
+use crate::tokenizer::ChatTokenizer;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use verity_verifiers::{GradeResult, Grader, GraderPool, Sample};
+
+/// One prompt's sampled and graded completions.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Row index of the prompt in its dataset.
+    pub example: usize,
+    /// The completions, in sample order.
+    pub completions: Vec<Completion>,
+    /// Their decoded texts.
+    pub texts: Vec<String>,
+    /// Their gradings.
+    pub grades: Vec<GradeResult>,
+}
+
+impl Group {
+    /// Grader scores (0 for failed gradings; see [`Group::grader_failed`]).
+    pub fn scores(&self) -> Vec<f64> {
+        self.grades.iter().map(|g| g.score).collect()
+    }
+
+    /// Which gradings failed for infrastructure reasons.
+    pub fn grader_failed(&self) -> Vec<bool> {
+        self.grades.iter().map(GradeResult::is_error).collect()
+    }
+
+    /// Rewards for the advantage: failed gradings take the mean of the group's successful ones
+    /// (so they get a zero advantage instead of being scored as wrong).
+    pub fn rewards(&self) -> Vec<f64> {
+        let ok: Vec<f64> = self.grades.iter().filter(|g| !g.is_error()).map(|g| g.score).collect();
+        let fill = if ok.is_empty() { 0.0 } else { ok.iter().sum::<f64>() / ok.len() as f64 };
+        self.grades.iter().map(|g| if g.is_error() { fill } else { g.score }).collect()
+    }
+}
+
+/// Time spent in one rollout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RolloutTimes {
+    /// Seconds sampling.
+    pub sampling: f64,
+    /// Seconds grading.
+    pub grading: f64,
+    /// Completion tokens generated.
+    pub tokens: usize,
+}
+
+impl RolloutTimes {
+    /// Adds another rollout's times.
+    pub fn add(&mut self, other: RolloutTimes) {
+        self.sampling += other.sampling;
+        self.grading += other.grading;
+        self.tokens += other.tokens;
+    }
+}
+
+/// Everything a rollout needs besides the prompts.
+pub struct Rollout<'a> {
+    /// The policy.
+    pub model: &'a Transformer,
+    /// Its tokenizer.
+    pub tokenizer: &'a ChatTokenizer,
+    /// The grader.
+    pub grader: &'a Grader,
+    /// Parallel grading.
+    pub pool: &'a GraderPool,
+}
+
+impl Rollout<'_> {
+    /// Samples `params.n` completions for each of `examples` (row indices into `rows`) and
+    /// grades them.
+    pub fn run(&self, rows: &[Example], examples: &[usize], params: &SamplingParams) -> Result<(Vec<Group>, RolloutTimes)> {
+        let started = Instant::now();
+        let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
+        let mut completions = sample(self.model, &prompts, params, &self.tokenizer.eos_token_ids, self.tokenizer.pad_id(), None)?;
+        completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
+        let sampling = started.elapsed().as_secs_f64();
+        let tokens = completions.iter().map(|c| c.token_ids.len()).sum();
+        let texts = completions
+            .iter()
+            .map(|c| self.tokenizer.decode(&c.token_ids, true))
+            .collect::<crate::error::Result<Vec<String>>>()?;
+        let started = Instant::now();
+        let batch: Vec<(serde_json::Value, Sample)> = completions
+            .iter()
+            .zip(&texts)
+            .map(|(c, text)| (rows[examples[c.prompt_index]].item.clone(), Sample::from_text(text.clone())))
+            .collect();
+        let mut grades = self.pool.grade_batch_blocking(self.grader, &batch).into_iter();
+        let grading = started.elapsed().as_secs_f64();
+        let mut texts = texts.into_iter();
+        let mut completions = completions.into_iter();
+        let groups = examples
+            .iter()
+            .map(|&example| {
+                let completions: Vec<Completion> = completions.by_ref().take(params.n).collect();
+                Group {
+                    example,
+                    texts: texts.by_ref().take(params.n).collect(),
+                    grades: grades.by_ref().take(params.n).collect(),
+                    completions,
+                }
+            })
+            .collect();
+        Ok((groups, RolloutTimes { sampling, grading, tokens }))
+    }
+}
+
+/// Per-grader scores of a grading: its sub-scores, or the total under `name` when it has none.
+pub fn per_grader_scores(grade: &GradeResult, name: &str) -> BTreeMap<String, f64> {
+    if grade.sub_scores.is_empty() {
+        BTreeMap::from([(name.to_string(), grade.score)])
+    } else {
+        grade.sub_scores.clone()
+    }
+}
+
+/// `stop` / `length` as the API shows it.
+pub fn finish_reason_name(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Eos | FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}

@@ -1,0 +1,73 @@
+//! Saving and restoring the trainer: weights (or adapter) and optimizer through the checkpoint
+//! module, plus `trainer_progress.json` (step, data cursor, seed).
+
+use super::dataset::{DataCursor, DataOrder};
+use super::error::{Result, TrainerError};
+use super::step::Trainer;
+use crate::checkpoint::{restore_optimizer, restore_weights, save_checkpoint};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// File holding the trainer's progress inside a checkpoint folder.
+pub const PROGRESS_FILE: &str = "trainer_progress.json";
+
+/// Everything besides tensors that a resumed run needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainerProgress {
+    /// Steps completed.
+    pub step: u64,
+    /// Position in the data order.
+    pub cursor: DataCursor,
+    /// The effective seed (sampling seeds derive from it and the step).
+    pub seed: u64,
+    /// Steps planned.
+    pub total_steps: u64,
+    /// Rows of the training file (a resumed run must see the same file).
+    pub train_rows: usize,
+}
+
+fn checkpoint_error(dir: &Path, message: impl Into<String>) -> TrainerError {
+    TrainerError::Checkpoint { path: dir.display().to_string(), message: message.into() }
+}
+
+impl Trainer {
+    /// The progress record of the current state.
+    pub fn progress(&self) -> TrainerProgress {
+        TrainerProgress {
+            step: self.step,
+            cursor: self.order.cursor(),
+            seed: self.seed,
+            total_steps: self.total_steps,
+            train_rows: self.train.len(),
+        }
+    }
+
+    /// Writes a checkpoint folder: HF weights (or PEFT adapter), tokenizer, optimizer state and
+    /// progress.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        save_checkpoint(dir, &self.model, Some(&self.tokenizer), Some(&self.optimizer), &self.options.base_model)?;
+        let json = serde_json::to_vec_pretty(&self.progress()).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        std::fs::write(dir.join(PROGRESS_FILE), json).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Restores a folder written by [`Trainer::save`]: weights, optimizer, step and data order.
+    pub fn restore(&mut self, dir: &Path) -> Result<()> {
+        let raw = std::fs::read(dir.join(PROGRESS_FILE)).map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
+        let progress: TrainerProgress =
+            serde_json::from_slice(&raw).map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
+        if progress.train_rows != self.train.len() {
+            return Err(checkpoint_error(
+                dir,
+                format!("it was trained on {} rows, the training file now has {}", progress.train_rows, self.train.len()),
+            ));
+        }
+        restore_weights(&mut self.model, dir)?;
+        self.params = self.model.trainable_params();
+        self.optimizer = restore_optimizer(&self.model, dir)?;
+        self.step = progress.step;
+        self.seed = progress.seed;
+        self.order = DataOrder::new(progress.seed, self.train.len(), progress.cursor);
+        Ok(())
+    }
+}

@@ -1,0 +1,483 @@
+//! One training step of the GRPO family, and the trainer that owns model, optimizer and data.
+
+use super::dataset::{DataCursor, DataOrder, Dataset};
+use super::error::{Result, TrainerError};
+use super::mix_seed;
+use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
+use crate::grpo::{
+    group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights, DynamicSampler, LossConfig,
+    LossMode, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics, StepNormalizer,
+};
+use crate::model::lora::LoraConfig;
+use crate::model::Transformer;
+use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
+use crate::sampler::{FinishReason, SamplingParams};
+use crate::tokenizer::ChatTokenizer;
+use crate::weights::WeightMap;
+use candle_core::{DType, Tensor, Var};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use verity_core::spec::{Hyperparameters, Loss};
+use verity_verifiers::{Grader, GraderPool};
+
+/// Reward at or above which a completion counts as correct (accuracy, pass@k).
+pub const SUCCESS_THRESHOLD: f64 = 1.0 - 1e-9;
+
+/// Fraction of failed gradings in one step above which the step fails (a grader crash storm).
+pub const MAX_GRADER_ERROR_FRACTION: f64 = 0.5;
+
+/// Settings of a trainer besides the hyperparameters.
+#[derive(Debug, Clone)]
+pub struct TrainerOptions {
+    /// The job seed (the hyperparameters' `seed` overrides it).
+    pub seed: u64,
+    /// Name of the base model (written into LoRA adapter configs).
+    pub base_model: String,
+    /// Parallel gradings (0 = CPU cores).
+    pub grader_workers: usize,
+}
+
+/// One completion of a step, as stored in `samples/step-{n}.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Step number.
+    pub step: u64,
+    /// Position within the step.
+    pub idx: usize,
+    /// Which group (prompt) of the step.
+    pub prompt_idx: usize,
+    /// The rendered prompt.
+    pub prompt: String,
+    /// The completion text.
+    pub completion: String,
+    /// Total grader score.
+    pub score: f64,
+    /// Scores per named grader.
+    pub per_grader: BTreeMap<String, f64>,
+    /// The grader's reason.
+    pub reason: String,
+    /// Infrastructure failure of the grading, if any.
+    pub grader_error: Option<String>,
+    /// Reward used for the advantage (after overlong shaping).
+    pub reward: f64,
+    /// Group-relative advantage.
+    pub advantage: f64,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+    /// Completion length in tokens.
+    pub tokens: usize,
+}
+
+/// What one step produced.
+#[derive(Debug, Clone)]
+pub struct StepOutput {
+    /// The step's metrics.
+    pub metrics: StepMetrics,
+    /// Every completion of the step.
+    pub samples: Vec<SampleRecord>,
+}
+
+/// The trainer: model, reference, optimizer, data order and grader.
+pub struct Trainer {
+    /// The policy being trained.
+    pub model: Transformer,
+    /// Its tokenizer.
+    pub tokenizer: ChatTokenizer,
+    pub(super) reference: Option<Transformer>,
+    pub(super) grader: Grader,
+    pub(super) grader_name: String,
+    pub(super) pool: GraderPool,
+    pub(super) hp: Hyperparameters,
+    pub(super) loss: LossConfig,
+    pub(super) optimizer: AdamW,
+    pub(super) schedule: LrSchedule,
+    pub(super) params: Vec<(String, Var)>,
+    pub(super) train: Dataset,
+    pub(super) validation: Option<Dataset>,
+    pub(super) order: DataOrder,
+    pub(super) step: u64,
+    pub(super) seed: u64,
+    pub(super) total_steps: u64,
+    pub(super) options: TrainerOptions,
+}
+
+fn loss_mode(loss: Loss) -> LossMode {
+    match loss {
+        Loss::Grpo => LossMode::Grpo,
+        Loss::Dapo => LossMode::Dapo,
+        Loss::DrGrpo => LossMode::DrGrpo,
+        Loss::Gspo => LossMode::Gspo,
+        Loss::Cispo => LossMode::Cispo,
+    }
+}
+
+/// A frozen copy of the model's current (base) weights, for the KL reference.
+fn frozen_copy(model: &Transformer) -> Result<Transformer> {
+    let mut map = WeightMap::default();
+    for (name, tensor) in model.export_weights()? {
+        map.insert(name, tensor)?;
+    }
+    Ok(Transformer::from_weights(model.config.clone(), map, model.device())?)
+}
+
+/// Rows `[N, T]` (f32) of per-token values padded with zeros to the longest row.
+fn padded_rows(rows: &[&[f32]], device: &candle_core::Device) -> Result<Tensor> {
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut data = vec![0f32; rows.len() * width];
+    for (i, row) in rows.iter().enumerate() {
+        data[i * width..i * width + row.len()].copy_from_slice(row);
+    }
+    Ok(Tensor::from_vec(data, (rows.len(), width), device)?)
+}
+
+/// Mean of `values` where `mask` is 1.
+fn masked_mean_f64(values: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
+    let sum = values.to_dtype(DType::F64)?.mul(&mask.to_dtype(DType::F64)?)?.sum_all()?.to_scalar::<f64>()?;
+    let count = mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    Ok((sum, count))
+}
+
+/// The flattened completions of a step, with everything the loss needs.
+struct Batch {
+    prompts: Vec<Vec<u32>>,
+    completions: Vec<Vec<u32>>,
+    sampler_logprobs: Vec<Vec<f32>>,
+    advantages: Vec<f32>,
+    keep: Vec<bool>,
+}
+
+impl Trainer {
+    /// Builds a trainer for `model` (already loaded, without adapters) on `train` with
+    /// optional `validation`; enables LoRA when the hyperparameters ask for it.
+    pub fn new(
+        mut model: Transformer,
+        tokenizer: ChatTokenizer,
+        grader: Grader,
+        hp: Hyperparameters,
+        train: Dataset,
+        validation: Option<Dataset>,
+        options: TrainerOptions,
+    ) -> Result<Trainer> {
+        hp.validate("hyperparameters").map_err(|e| TrainerError::Config(e.to_string()))?;
+        let seed = hp.seed.unwrap_or(options.seed);
+        let (epsilon_low, epsilon_high) = hp.clip_range();
+        let loss = LossConfig {
+            mode: loss_mode(hp.loss),
+            epsilon_low,
+            epsilon_high,
+            beta: hp.beta,
+            max_completion_tokens: hp.max_completion_tokens,
+            tis_cap: hp.tis_cap,
+        };
+        loss.validate()?;
+        let reference = if hp.beta > 0.0 { Some(frozen_copy(&model)?) } else { None };
+        if let Some(lora) = &hp.lora {
+            let config = LoraConfig { r: lora.rank, lora_alpha: lora.alpha, target_modules: lora.targets.clone() };
+            model.enable_lora(config, mix_seed(seed, &[0x10a])).map_err(|e| TrainerError::Config(format!("lora: {e}")))?;
+        }
+        let per_epoch = train.len().div_ceil(hp.batch_size()) as u64;
+        let total_steps = hp.max_steps.map(|s| s as u64).unwrap_or(per_epoch * hp.n_epochs() as u64).max(1);
+        let schedule = LrSchedule {
+            lr: hp.effective_learning_rate(),
+            warmup_steps: hp.warmup_steps as u64,
+            total_steps,
+            cosine: hp.lr_schedule == verity_core::spec::LrSchedule::Cosine,
+            min_lr_ratio: 0.0,
+        };
+        let params = model.trainable_params();
+        let optimizer = AdamW::new(AdamWConfig { weight_decay: hp.weight_decay, ..AdamWConfig::default() }, &params);
+        let grader_name = grader.spec().name().unwrap_or(grader.spec().kind()).to_string();
+        let order = DataOrder::new(seed, train.len(), DataCursor::default());
+        Ok(Trainer {
+            model,
+            tokenizer,
+            reference,
+            grader,
+            grader_name,
+            pool: GraderPool::new(options.grader_workers),
+            hp,
+            loss,
+            optimizer,
+            schedule,
+            params,
+            train,
+            validation,
+            order,
+            step: 0,
+            seed,
+            total_steps,
+            options,
+        })
+    }
+
+    /// Steps completed so far.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Steps the run will take in all.
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps
+    }
+
+    /// Whether every step is done.
+    pub fn finished(&self) -> bool {
+        self.step >= self.total_steps
+    }
+
+    /// Where the data order stands.
+    pub fn cursor(&self) -> DataCursor {
+        self.order.cursor()
+    }
+
+    /// The hyperparameters.
+    pub fn hyperparameters(&self) -> &Hyperparameters {
+        &self.hp
+    }
+
+    /// The effective seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub(super) fn sampling_params(&self, n: usize, seed: u64) -> SamplingParams {
+        SamplingParams {
+            n,
+            temperature: self.hp.temperature as f32,
+            top_p: self.hp.top_p as f32,
+            top_k: self.hp.top_k,
+            max_new_tokens: self.hp.max_completion_tokens,
+            stop_strings: vec![],
+            seed,
+        }
+    }
+
+    pub(super) fn rollout(&self) -> Rollout<'_> {
+        Rollout { model: &self.model, tokenizer: &self.tokenizer, grader: &self.grader, pool: &self.pool }
+    }
+
+    /// Draws the step's groups: B prompts, or (dynamic sampling) rounds of prompts until B
+    /// groups have reward contrast or the cap is reached. Returns the groups and groups drawn.
+    fn draw_groups(&mut self, step: u64) -> Result<(Vec<Group>, usize, RolloutTimes)> {
+        let batch = self.hp.batch_size();
+        let group = self.hp.group_size;
+        let mut times = RolloutTimes::default();
+        if !self.hp.dynamic_sampling {
+            let examples: Vec<usize> = (0..batch).map(|_| self.order.next_index()).collect();
+            let params = self.sampling_params(group, mix_seed(self.seed, &[step, 0]));
+            let (groups, t) = self.rollout().run(&self.train.examples, &examples, &params)?;
+            times.add(t);
+            return Ok((groups, batch, times));
+        }
+        let cap = self.hp.max_groups_drawn.unwrap_or(3 * batch);
+        let mut sampler = DynamicSampler::new(batch, cap)?;
+        let mut round = 0u64;
+        while sampler.needs_more() {
+            let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
+            let examples: Vec<usize> = (0..count).map(|_| self.order.next_index()).collect();
+            let params = self.sampling_params(group, mix_seed(self.seed, &[step, round]));
+            let (groups, t) = self.rollout().run(&self.train.examples, &examples, &params)?;
+            times.add(t);
+            for g in groups {
+                let rewards = g.rewards();
+                let _ = sampler.offer(g, &rewards);
+            }
+            round += 1;
+        }
+        let outcome = sampler.finish();
+        if !outcome.reached_target {
+            tracing::info!(step, drawn = outcome.groups_drawn, kept = outcome.groups.len(), "dynamic sampling hit its cap");
+        }
+        let mut groups = outcome.groups;
+        if groups.is_empty() {
+            // No group had contrast: train on nothing but still log the step.
+            tracing::info!(step, "no group with reward contrast this step");
+        }
+        groups.truncate(batch);
+        Ok((groups, outcome.groups_drawn, times))
+    }
+
+    /// Runs one training step and returns its metrics and samples.
+    pub fn train_step(&mut self) -> Result<StepOutput> {
+        let step = self.step + 1;
+        let (groups, groups_drawn, times) = self.draw_groups(step)?;
+        let group_size = self.hp.group_size;
+        let mut metrics = StepMetrics { step, groups_drawn: groups_drawn as u64, ..StepMetrics::default() };
+        metrics.sampling_seconds = times.sampling;
+        metrics.grading_seconds = times.grading;
+        metrics.tokens_per_second = if times.sampling > 0.0 { times.tokens as f64 / times.sampling } else { 0.0 };
+
+        // Rewards, grader failures, overlong shaping, advantages.
+        let scores: Vec<f64> = groups.iter().flat_map(Group::scores).collect();
+        let failed: Vec<bool> = groups.iter().flat_map(Group::grader_failed).collect();
+        let mut rewards: Vec<f64> = groups.iter().flat_map(Group::rewards).collect();
+        let completions: Vec<&crate::sampler::Completion> = groups.iter().flat_map(|g| g.completions.iter()).collect();
+        let lengths: Vec<usize> = completions.iter().map(|c| c.token_ids.len()).collect();
+        let truncated: Vec<bool> = completions.iter().map(|c| c.finish_reason == FinishReason::Length).collect();
+        let error_count = failed.iter().filter(|&&f| f).count();
+        metrics.grader_errors = error_count as u64;
+        if !failed.is_empty() && error_count as f64 > MAX_GRADER_ERROR_FRACTION * failed.len() as f64 {
+            let first = groups
+                .iter()
+                .flat_map(|g| g.grades.iter())
+                .find_map(|g| g.error.as_ref().map(|e| e.message.clone()))
+                .unwrap_or_default();
+            return Err(TrainerError::GraderStorm { step, failed: error_count, total: failed.len(), first });
+        }
+        if self.hp.overlong_buffer > 0 {
+            OverlongShaping::new(self.hp.max_completion_tokens, self.hp.overlong_buffer, self.hp.overlong_penalty)?
+                .apply(&mut rewards, &lengths)?;
+        }
+        let ok_scores: Vec<f64> = scores.iter().zip(&failed).filter(|(_, &f)| !f).map(|(&s, _)| s).collect();
+        let mut per_grader: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for g in &groups {
+            for grade in g.grades.iter().filter(|g| !g.is_error()) {
+                for (name, score) in per_grader_scores(grade, &self.grader_name) {
+                    per_grader.entry(name).or_default().push(score);
+                }
+            }
+        }
+        metrics.record_rewards(&ok_scores, &per_grader, SUCCESS_THRESHOLD);
+        metrics.record_completions(&lengths, &truncated)?;
+        let advantages = if rewards.is_empty() {
+            Vec::new()
+        } else {
+            let adv = group_advantages(&rewards, group_size, self.hp.scale_rewards())?;
+            metrics.zero_advantage_group_fraction = adv.zero_advantage_group_fraction();
+            adv.advantages
+        };
+        let keep: Vec<bool> = failed.iter().zip(&truncated).map(|(&f, &t)| !f && !(self.hp.mask_truncated && t)).collect();
+        let samples = self.sample_records(step, &groups, &rewards, &advantages);
+
+        // Optimisation.
+        let started = Instant::now();
+        if !completions.is_empty() {
+            let batch = Batch {
+                prompts: groups
+                    .iter()
+                    .flat_map(|g| std::iter::repeat_n(self.train.examples[g.example].prompt_ids.clone(), group_size))
+                    .collect(),
+                completions: completions.iter().map(|c| c.token_ids.clone()).collect(),
+                sampler_logprobs: completions.iter().map(|c| c.logprobs.clone()).collect(),
+                advantages: advantages.iter().map(|&a| a as f32).collect(),
+                keep,
+            };
+            self.optimise(&batch, &mut metrics)?;
+        } else {
+            metrics.learning_rate = self.schedule.lr_at(self.optimizer.step_count());
+        }
+        metrics.training_seconds = started.elapsed().as_secs_f64();
+        self.step = step;
+        Ok(StepOutput { metrics, samples })
+    }
+
+    fn sample_records(&self, step: u64, groups: &[Group], rewards: &[f64], advantages: &[f64]) -> Vec<SampleRecord> {
+        let mut out = Vec::new();
+        for (prompt_idx, g) in groups.iter().enumerate() {
+            for (j, ((c, text), grade)) in g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate() {
+                let idx = prompt_idx * self.hp.group_size + j;
+                out.push(SampleRecord {
+                    step,
+                    idx,
+                    prompt_idx,
+                    prompt: self.train.examples[g.example].prompt_text.clone(),
+                    completion: text.clone(),
+                    score: grade.score,
+                    per_grader: per_grader_scores(grade, &self.grader_name),
+                    reason: grade.reason.clone(),
+                    grader_error: grade.error.as_ref().map(|e| e.message.clone()),
+                    reward: rewards.get(idx).copied().unwrap_or(0.0),
+                    advantage: advantages.get(idx).copied().unwrap_or(0.0),
+                    finish_reason: finish_reason_name(c.finish_reason).to_string(),
+                    tokens: c.token_ids.len(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Old/reference log-probs, then μ passes of the loss over micro-batches, each ending in a
+    /// clipped AdamW step.
+    fn optimise(&mut self, batch: &Batch, metrics: &mut StepMetrics) -> Result<()> {
+        let device = self.model.device().clone();
+        let temperature = self.hp.temperature as f32;
+        let pad = self.tokenizer.pad_id();
+        let n = batch.completions.len();
+        let ranges: Vec<(usize, usize)> =
+            (0..n).step_by(self.hp.micro_batch_size).map(|s| (s, self.hp.micro_batch_size.min(n - s))).collect();
+        struct Micro {
+            logp_old: Tensor,
+            logp_ref: Option<Tensor>,
+            mask: Tensor,
+            advantages: Tensor,
+            is_weights: Option<Tensor>,
+        }
+        let mut micros = Vec::with_capacity(ranges.len());
+        let (mut entropy_sum, mut entropy_count, mut skl_sum, mut skl_count) = (0.0, 0.0, 0.0, 0.0);
+        for &(start, len) in &ranges {
+            let prompts = &batch.prompts[start..start + len];
+            let comps = &batch.completions[start..start + len];
+            let old = self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
+            let (e_sum, e_count) = masked_mean_f64(&old.entropy, &old.mask)?;
+            entropy_sum += e_sum;
+            entropy_count += e_count;
+            let mask = mask_truncated(&old.mask, &batch.keep[start..start + len].iter().map(|k| !k).collect::<Vec<_>>())?;
+            let sampler_rows: Vec<&[f32]> = batch.sampler_logprobs[start..start + len].iter().map(Vec::as_slice).collect();
+            let logp_sampler = padded_rows(&sampler_rows, &device)?;
+            let kl = sampler_trainer_kl(&logp_sampler, &old.logprobs, &old.mask)?;
+            let tokens = old.mask.sum_all()?.to_scalar::<f32>()? as f64;
+            skl_sum += kl * tokens;
+            skl_count += tokens;
+            let is_weights = match self.hp.tis_cap {
+                Some(cap) => Some(truncated_is_weights(&old.logprobs, &logp_sampler, &mask, cap)?),
+                None => None,
+            };
+            let logp_ref = match &self.reference {
+                Some(reference) => Some(reference.completion_logprobs(prompts, comps, temperature, pad, false)?.logprobs),
+                None => None,
+            };
+            let advantages = Tensor::from_slice(&batch.advantages[start..start + len], len, &device)?;
+            micros.push(Micro { logp_old: old.logprobs.detach(), logp_ref, mask, advantages, is_weights });
+        }
+        metrics.entropy = if entropy_count > 0.0 { entropy_sum / entropy_count } else { 0.0 };
+        metrics.sampler_kl = if skl_count > 0.0 { skl_sum / skl_count } else { 0.0 };
+        let normalizer = StepNormalizer::from_masks(micros.iter().map(|m| &m.mask))?;
+        let mut stats = LossStats::default();
+        let mut accumulator = GradAccumulator::new(&self.params);
+        for _ in 0..self.hp.inner_epochs {
+            accumulator.reset();
+            for (m, &(start, len)) in micros.iter().zip(&ranges) {
+                let logp = self
+                    .model
+                    .completion_logprobs(&batch.prompts[start..start + len], &batch.completions[start..start + len], temperature, pad, true)?
+                    .logprobs;
+                let inputs = PolicyLossInputs {
+                    logp: &logp,
+                    logp_old: &m.logp_old,
+                    logp_ref: m.logp_ref.as_ref(),
+                    mask: &m.mask,
+                    advantages: &m.advantages,
+                    is_weights: m.is_weights.as_ref(),
+                };
+                let output = policy_loss(&inputs, &self.loss, &normalizer)?;
+                stats.merge(&output.stats);
+                let grads = output.loss.backward()?;
+                accumulator.accumulate(grads, &self.params, 1.0)?;
+            }
+            let (factor, norm) = accumulator.clip_factor(self.hp.max_grad_norm);
+            if !norm.is_finite() {
+                return Err(TrainerError::Config(format!(
+                    "the gradient norm is {norm} at step {}; lower the learning rate",
+                    self.step + 1
+                )));
+            }
+            let lr = self.schedule.lr_at(self.optimizer.step_count());
+            self.optimizer.step(&self.params, &accumulator, lr, factor)?;
+            metrics.grad_norm = norm;
+            metrics.learning_rate = lr;
+        }
+        metrics.record_loss_stats(&stats, self.hp.inner_epochs);
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! Fixtures for trainer tests: a word-level tokenizer for the tiny random model, an HF folder
+//! of it, and a synthetic verifiable task.
+
+use super::error::Result;
+use crate::config::Family;
+use crate::error::WorkerError;
+use crate::tokenizer::{ChatTokenizer, SpecialTokens};
+use serde_json::json;
+use std::path::Path;
+
+/// Vocabulary size of the tiny model (`testing::tiny_config`).
+pub const TINY_VOCAB: usize = 64;
+
+/// A word-level tokenizer over `<unk>`, `<s>`, `</s>` and `t3` … `t63` (ids = positions) with a
+/// chat template that concatenates message contents.
+pub fn tiny_tokenizer() -> Result<ChatTokenizer> {
+    let mut vocab = serde_json::Map::new();
+    let special = ["<unk>", "<s>", "</s>"];
+    for (id, token) in special.iter().enumerate() {
+        vocab.insert(token.to_string(), json!(id));
+    }
+    for id in special.len()..TINY_VOCAB {
+        vocab.insert(format!("t{id}"), json!(id));
+    }
+    let added: Vec<_> = special
+        .iter()
+        .enumerate()
+        .map(|(id, t)| json!({"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    let spec = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    });
+    let tokenizer: tokenizers::Tokenizer = spec
+        .to_string()
+        .parse()
+        .map_err(|e| WorkerError::Tokenizer(format!("tiny tokenizer: {e}")))?;
+    let special = SpecialTokens { bos: Some("<s>".into()), eos: Some("</s>".into()), pad: None, unk: Some("<unk>".into()) };
+    let template = "{% for m in messages %}{{ m.content }} {% endfor %}".to_string();
+    Ok(ChatTokenizer::new(tokenizer, Some(template), special, vec![2]))
+}
+
+/// Writes a tiny random model of `family` with [`tiny_tokenizer`] as an HF folder in `dir`.
+pub fn write_tiny_model_dir(dir: &Path, family: Family, seed: u64) -> Result<()> {
+    let model = crate::testing::tiny_model(family, seed)?;
+    let tokenizer = tiny_tokenizer()?;
+    crate::checkpoint::save_checkpoint(dir, &model, Some(&tokenizer), None, "tiny")?;
+    Ok(())
+}
+
+/// The answer token of the synthetic task (the same for every prompt).
+pub const TARGET_TOKEN: &str = "t7";
+
+/// JSONL of the synthetic task: `prompts` rows whose answer is [`TARGET_TOKEN`].
+pub fn target_token_jsonl(prompts: usize) -> String {
+    (0..prompts)
+        .map(|i| json!({"prompt": format!("t{} t{}", 3 + i, 10 + 2 * i), "answer": TARGET_TOKEN}).to_string() + "\n")
+        .collect()
+}
+
+/// A `string_check` grader: reward 1 when the completion's first word is the row's answer.
+pub fn first_token_grader() -> serde_json::Value {
+    json!({"type": "string_check", "name": "first_token", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "eq"})
+}
