@@ -12,4 +12,4 @@ target_dir=${CARGO_TARGET_DIR:-target}
 if ! VERITY_CONVERT_BIN="$target_dir/debug/examples/convert_gguf" scripts/fetch-test-model.sh; then
   echo "test.sh: WARNING: could not fetch the SmolLM2 test model; its tests will be skipped" >&2
 fi
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

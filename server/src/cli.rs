@@ -25,6 +25,8 @@ pub enum Command {
     /// Manage users and API keys.
     #[command(subcommand)]
     Admin(crate::commands::admin::AdminCommand),
+    /// Claim training jobs from the queue and run them.
+    Worker(crate::commands::worker::WorkerArgs),
     /// Try graders on local files.
     #[command(subcommand)]
     Graders(crate::commands::graders::GradersCommand),
@@ -50,4 +52,6 @@ pub enum BenchCommand {
     Rollout(crate::bench::model::RolloutArgs),
     /// Seconds and peak RSS of one forward + backward + AdamW step.
     TrainStep(crate::bench::model::TrainStepArgs),
+    /// Seconds per GRPO step (sampling, grading, training) on arithmetic prompts, math grader.
+    GrpoStep(crate::bench::model::GrpoStepArgs),
 }

@@ -136,7 +136,10 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("method", json!({"type": "reinforcement"})), "method.reinforcement"),
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": []}})), "method.reinforcement.grader"),
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"name": "x"}}})), "method.reinforcement.grader.type"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}, "hyperparameters": 3}})), "method.reinforcement.hyperparameters"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}}})), "method.reinforcement.grader"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "string_check", "name": "x", "input": "{{sample.output_text}}", "reference": "a", "operation": "nearly"}}})), "method.reinforcement.grader.operation"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": 3}})), "method.reinforcement.hyperparameters"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"group_size": 1}}})), "method.reinforcement.hyperparameters.group_size"),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),
         (json!({"training_file": file_id, "method": method()}), "model"),
@@ -368,4 +371,35 @@ async fn prometheus_and_openapi(pool: sqlx::PgPool) {
     for path in ["/v1/files", "/v1/fine_tuning/jobs/{job_id}/checkpoints", "/v1/auth/token", "/v1/models"] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let math = json!({"type": "math", "name": "acc", "reference": "{{item.answer}}"});
+    let run = |sample: &str, item: Value| json!({"grader": math, "model_sample": sample, "item": item});
+    let reply = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("So it is \\boxed{\\frac{3}{4}}.", json!({"answer": "0.75"}))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    assert_eq!(reply.json()["reward"], 1.0);
+    let wrong = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{2} or \\boxed{3}", json!({"answer": "3"}))).await;
+    assert_eq!(wrong.json()["reward"], 0.0, "several different answers score 0");
+    // A field the grader reads is missing: an error result, not a wrong answer.
+    let missing = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{3}", json!({}))).await;
+    assert_eq!(missing.status, StatusCode::OK);
+    assert!(missing.json()["metadata"]["errors"]["kind"].is_string(), "{:?}", missing.json());
+    let invalid = json!({"grader": {"type": "math", "reference": "1", "extract": "telepathy"}, "model_sample": "1"});
+    assert_error(&post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, invalid).await, StatusCode::BAD_REQUEST, Some("grader.extract"));
+    let valid = post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": math})).await;
+    assert_eq!(valid.status, StatusCode::OK);
+    assert_eq!(valid.json()["grader"], math);
+    let bad = json!({"grader": {"type": "multi", "graders": {"a": math}, "calculate_output": "a + import"}});
+    assert_eq!(post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, bad).await.status, StatusCode::BAD_REQUEST);
+    let anonymous = tower::ServiceExt::oneshot(app.router.clone(),
+        axum::http::Request::post("/v1/fine_tuning/alpha/graders/validate")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(json!({"grader": math}).to_string()))
+            .unwrap(),
+    ).await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }

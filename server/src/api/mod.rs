@@ -50,7 +50,8 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
 }
 
-async fn shutdown_signal() {
+/// Resolves on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -31,6 +31,26 @@ pub struct TrainStepArgs {
     pub seq_len: usize,
 }
 
+/// Options of `verity bench grpo-step`.
+#[derive(Debug, Args)]
+pub struct GrpoStepArgs {
+    /// HF folder or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompts per step.
+    #[arg(long, default_value_t = 1)]
+    pub prompts: usize,
+    /// Completions per prompt.
+    #[arg(long, default_value_t = 8)]
+    pub group: usize,
+    /// Longest completion.
+    #[arg(long = "max-tokens", default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Steps measured (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+}
+
 /// Options of `verity bench graders`.
 #[derive(Debug, Args)]
 pub struct GradersBenchArgs {
@@ -74,4 +94,10 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
         code_gradings: args.code_gradings,
     };
     print_blocking(move || Ok(verity_verifiers::cli::bench(&options))).await
+}
+
+/// Seconds per GRPO step and its parts.
+pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
+    let (model, prompts, group, max_tokens, steps) = (args.model.clone(), args.prompts, args.group, args.max_tokens, args.steps);
+    print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, prompts, group, max_tokens, steps)?)).await
 }

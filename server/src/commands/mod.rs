@@ -6,6 +6,7 @@ pub mod graders;
 pub mod models;
 mod migrate;
 pub mod serve;
+pub mod worker;
 
 use crate::cli::{BenchCommand, Command};
 
@@ -15,6 +16,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Migrate(db) => migrate::run(&db).await,
         Command::Serve(config) => serve::run(&config).await,
         Command::Admin(admin) => admin::run(&admin).await,
+        Command::Worker(args) => worker::run(args).await,
         Command::Graders(graders) => tokio::task::spawn_blocking(move || graders::run(&graders)).await?,
         Command::Models(models) => models::run(&models).await,
         Command::Generate(args) => generate::run(&args).await,
@@ -22,5 +24,6 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,
         Command::Bench(BenchCommand::TrainStep(args)) => crate::bench::model::train_step(&args).await,
+        Command::Bench(BenchCommand::GrpoStep(args)) => crate::bench::model::grpo_step(&args).await,
     }
 }
