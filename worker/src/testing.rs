@@ -111,6 +111,17 @@ pub fn tiny_model(family: Family, seed: u64) -> Result<Transformer> {
     Transformer::from_weights(config, weights, &Device::Cpu)
 }
 
+/// Logits of one token sequence, flattened (for exact comparisons between models).
+pub fn flat_logits(model: &Transformer, seq: &[u32]) -> Result<Vec<f32>> {
+    Ok(model.sequence_logits(&[seq], 0)?.flatten_all()?.to_vec1()?)
+}
+
+/// Token ids of `user` as a single-turn chat prompt with the generation prompt appended.
+pub fn chat_prompt_ids(lm: &crate::LoadedModel, user: &str) -> Result<Vec<u32>> {
+    let text = lm.tokenizer.apply_chat_template(&[crate::ChatMessage::new("user", user)], true)?;
+    lm.tokenizer.encode(&text)
+}
+
 /// The SmolLM2 HF folder from `VERITY_TEST_MODEL_DIR`, or the default cache location made by
 /// `scripts/fetch-test-model.sh`; `None` (after a loud `SKIPPED:` line) when absent.
 pub fn smollm2_dir(test: &str) -> Option<PathBuf> {

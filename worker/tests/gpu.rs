@@ -2,7 +2,7 @@
 //! `worker/scripts/gpu-smoke.sh`); on the CPU it is the same check through the device code path.
 
 use verity_worker::testing::{smollm2_dir, tiny_model};
-use verity_worker::{parse_device, sample, ChatMessage, Family, SamplingParams};
+use verity_worker::{parse_device, sample, Family, SamplingParams};
 
 fn device() -> candle_core::Device {
     let spec = std::env::var("VERITY_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
@@ -54,17 +54,7 @@ fn smollm2_greedy_on_the_device() {
         return;
     };
     let lm = verity_worker::load_model(&dir, &device()).unwrap();
-    let text = lm
-        .tokenizer
-        .apply_chat_template(
-            &[ChatMessage::new(
-                "user",
-                "What is 7 + 5? Answer with just the number.",
-            )],
-            true,
-        )
-        .unwrap();
-    let ids = lm.tokenizer.encode(&text).unwrap();
+    let ids = verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.").unwrap();
     let params = SamplingParams {
         temperature: 0.0,
         max_new_tokens: 8,

@@ -206,17 +206,7 @@ fn stop_strings_end_generation() {
         return;
     };
     let lm = load_model(&dir, &Device::Cpu).unwrap();
-    let text = lm
-        .tokenizer
-        .apply_chat_template(
-            &[ChatMessage::new(
-                "user",
-                "What is 7 + 5? Answer with just the number.",
-            )],
-            true,
-        )
-        .unwrap();
-    let ids = lm.tokenizer.encode(&text).unwrap();
+    let ids = verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.").unwrap();
     let params = SamplingParams {
         temperature: 0.0,
         max_new_tokens: 8,

@@ -166,20 +166,8 @@ fn full_checkpoint_resumes_bit_exactly() {
     .unwrap();
     let mut at_save = tiny_model(Family::Llama, 99).unwrap();
     restore_weights(&mut at_save, dir.path()).unwrap();
-    let a: Vec<f32> = reloaded
-        .sequence_logits(&[&seq], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let b: Vec<f32> = at_save
-        .sequence_logits(&[&seq], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let a: Vec<f32> = verity_worker::testing::flat_logits(&reloaded, &seq).unwrap();
+    let b: Vec<f32> = verity_worker::testing::flat_logits(&at_save, &seq).unwrap();
     assert_eq!(a, b);
 }
 
@@ -196,35 +184,17 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     let mut opt = AdamW::new(AdamWConfig::default(), &model.trainable_params());
     let base_before = all_weights(&model);
     let seq0 = [2u32, 7, 1, 8];
-    let base_logits: Vec<f32> = model
-        .sequence_logits(&[&seq0], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let base_logits: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
     train_step(&model, &mut opt, 0);
     assert_eq!(
         all_weights(&model),
         base_before,
         "base weights are frozen under LoRA"
     );
-    let trained: Vec<f32> = model
-        .sequence_logits(&[&seq0], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let trained: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
     assert_ne!(trained, base_logits, "the adapters changed the policy");
     model.set_adapters_enabled(false);
-    let reference: Vec<f32> = model
-        .sequence_logits(&[&seq0], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let reference: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
     assert_eq!(
         reference, base_logits,
         "adapters off gives the reference policy"
@@ -254,20 +224,8 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     let mut fresh = tiny_model(Family::Qwen3, 6).unwrap();
     restore_weights(&mut fresh, dir.path()).unwrap();
     let seq = [3u32, 1, 4, 1, 5];
-    let a: Vec<f32> = model
-        .sequence_logits(&[&seq], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let b: Vec<f32> = fresh
-        .sequence_logits(&[&seq], 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let a: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq).unwrap();
+    let b: Vec<f32> = verity_worker::testing::flat_logits(&fresh, &seq).unwrap();
     assert_eq!(a, b);
     let opt2 = restore_optimizer(&fresh, dir.path()).unwrap();
     assert_eq!(opt2.step_count(), 1);
