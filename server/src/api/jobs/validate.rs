@@ -35,8 +35,12 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
         None | Some(Value::Object(_)) => {}
         Some(_) => return Err(ApiError::invalid("method.reinforcement.hyperparameters", "must be an object")),
     }
-    let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
+    // Name the hyperparameters when they are what fails to parse, else the reinforcement object.
+    let hyperparameters = reinforcement.get("hyperparameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
+    serde_json::from_value::<verity_core::spec::Hyperparameters>(hyperparameters)
         .map_err(|e| ApiError::invalid("method.reinforcement.hyperparameters", e.to_string()))?;
+    let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
+        .map_err(|e| ApiError::invalid("method.reinforcement", e.to_string()))?;
     parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
     Ok(method.clone())
 }
