@@ -2,26 +2,35 @@
 """Writes the arithmetic example set: train.jsonl and validation.jsonl.
 
 Deterministic (fixed seed), so the committed files are exactly what this script prints.
-Each row asks one small integer question and carries `reference_answer` for the math grader.
+Each row is a one-step integer word problem (or a bare sum) and carries `reference_answer` for the math grader.
 Run from this folder:  python3 generate.py
 """
 import json
 import random
 
-SYSTEM = "You are a careful calculator. Reply with the result in \\boxed{}."
+SYSTEM = "You solve short arithmetic word problems. Reply with the final number in \\boxed{}."
+
+
+NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam"]
+THINGS = ["apples", "marbles", "stickers", "books", "coins", "pencils", "shells", "cards"]
 
 
 def question(rng: random.Random) -> tuple[str, int]:
-    kind = rng.choice(["add", "add", "sub", "mul"])
+    name, other = rng.sample(NAMES, 2)
+    thing = rng.choice(THINGS)
+    kind = rng.choice(["add", "add", "sub", "sub", "mul", "expr"])
     if kind == "add":
         a, b = rng.randint(2, 60), rng.randint(2, 40)
-        return f"What is {a} + {b}?", a + b
+        return f"{name} has {a} {thing}. {other} gives {name} {b} more. How many {thing} does {name} have now?", a + b
     if kind == "sub":
         a = rng.randint(10, 80)
-        b = rng.randint(1, a)
-        return f"What is {a} - {b}?", a - b
-    a, b = rng.randint(2, 12), rng.randint(2, 9)
-    return f"What is {a} * {b}?", a * b
+        b = rng.randint(1, a - 1)
+        return f"{name} has {a} {thing} and gives {b} of them to {other}. How many {thing} does {name} have left?", a - b
+    if kind == "mul":
+        a, b = rng.randint(2, 9), rng.randint(2, 12)
+        return f"{name} has {a} boxes with {b} {thing} in each box. How many {thing} does {name} have in all?", a * b
+    a, b = rng.randint(2, 60), rng.randint(2, 40)
+    return f"What is {a} + {b}?", a + b
 
 
 def rows(rng: random.Random, count: int, seen: set[str]) -> list[dict]:
