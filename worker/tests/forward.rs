@@ -217,6 +217,7 @@ fn lora_with_zero_b_leaves_logits_unchanged_and_trains_only_adapters() {
                 r: 4,
                 lora_alpha: 8.0,
                 target_modules: targets,
+                lora_dropout: 0.0,
             },
             9,
         )
@@ -246,6 +247,44 @@ fn lora_with_zero_b_leaves_logits_unchanged_and_trains_only_adapters() {
             "base weight {name} must not train under LoRA"
         );
     }
+}
+
+fn scalar(t: &Tensor) -> f32 {
+    t.to_scalar::<f32>().unwrap()
+}
+
+#[test]
+fn lora_dropout_acts_only_on_training_forwards_and_follows_its_seed() {
+    let targets = ["q_proj", "up_proj"].map(String::from).to_vec();
+    let with_dropout = |p: f64| {
+        let mut model = tiny_model(Family::Llama, 2).unwrap();
+        let config = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: p };
+        model.enable_lora(config, 3).unwrap();
+        for (name, var) in model.lora_params() {
+            if name.contains("lora_B") {
+                // A non-zero B, so the adapter path (where dropout acts) changes the output.
+                let filled = (var.as_tensor().ones_like().unwrap() * 0.05).unwrap();
+                var.set(&filled).unwrap();
+            }
+        }
+        model
+    };
+    let plain = with_dropout(0.0);
+    let dropped = with_dropout(0.5);
+    // No-gradient forwards (sampling, old log-probs) never drop.
+    assert_eq!(scalar(&loss(&plain, false)), scalar(&loss(&dropped, false)));
+    // Training forwards do, and the same seed draws the same masks.
+    dropped.seed_lora_dropout(7);
+    let first = scalar(&loss(&dropped, true));
+    dropped.seed_lora_dropout(7);
+    let again = scalar(&loss(&dropped, true));
+    dropped.seed_lora_dropout(8);
+    let other_seed = scalar(&loss(&dropped, true));
+    assert_eq!(first, again);
+    assert_ne!(first, scalar(&loss(&plain, true)));
+    assert_ne!(first, other_seed);
+    let bad = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: 1.0 };
+    assert!(tiny_model(Family::Llama, 2).unwrap().enable_lora(bad, 0).is_err());
 }
 
 #[test]

@@ -178,6 +178,7 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
         r: 2,
         lora_alpha: 4.0,
         target_modules: vec!["q_proj".into(), "o_proj".into()],
+        lora_dropout: 0.1,
     };
     let mut model = tiny_model(Family::Qwen3, 6).unwrap();
     model.enable_lora(lora.clone(), 1).unwrap();

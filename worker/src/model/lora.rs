@@ -18,6 +18,9 @@ pub struct LoraConfig {
     pub lora_alpha: f64,
     /// Projection names to adapt (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`).
     pub target_modules: Vec<String>,
+    /// Dropout on the adapter input during training forwards (PEFT's `lora_dropout`).
+    #[serde(default)]
+    pub lora_dropout: f64,
 }
 
 /// One adapter pair: `a` is `(r, in)`, `b` is `(out, r)`.
@@ -37,6 +40,12 @@ impl Transformer {
             return Err(WorkerError::InvalidArgument(
                 "LoRA needs r > 0 and at least one target module".into(),
             ));
+        }
+        if !(0.0..1.0).contains(&config.lora_dropout) {
+            return Err(WorkerError::InvalidArgument(format!(
+                "LoRA dropout must be in [0, 1), got {}",
+                config.lora_dropout
+            )));
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let device = self.device.clone();
@@ -89,7 +98,7 @@ impl Transformer {
             &serde_json::json!({
                 "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
                 "r": cfg.r, "lora_alpha": cfg.lora_alpha, "target_modules": cfg.target_modules,
-                "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": false, "inference_mode": true,
+                "lora_dropout": cfg.lora_dropout, "bias": "none", "fan_in_fan_out": false, "inference_mode": true,
                 "init_lora_weights": true, "modules_to_save": null, "use_rslora": false, "use_dora": false,
             }),
         )?;
@@ -103,6 +112,30 @@ impl Transformer {
             &tensors,
             &HashMap::new(),
         )
+    }
+
+    /// Re-seeds the LoRA dropout masks; the trainer calls it once per step so that a resumed
+    /// run draws the same masks as an uninterrupted one.
+    pub fn seed_lora_dropout(&self, seed: u64) {
+        let mut rng = self.lora_dropout_rng.lock().unwrap_or_else(|p| p.into_inner());
+        *rng = rand::rngs::StdRng::seed_from_u64(seed);
+    }
+
+    /// `x` with LoRA dropout applied (inverted scaling) when training with `p > 0`.
+    pub(super) fn lora_dropout_input(&self, x: &Tensor, track: bool) -> Result<Tensor> {
+        let p = self.lora_config.as_ref().map(|c| c.lora_dropout).unwrap_or(0.0);
+        if !track || p <= 0.0 {
+            return Ok(x.clone());
+        }
+        let keep = 1.0 - p;
+        let mask: Vec<f32> = {
+            let mut rng = self.lora_dropout_rng.lock().unwrap_or_else(|p| p.into_inner());
+            (0..x.elem_count())
+                .map(|_| if rng.random::<f64>() < keep { (1.0 / keep) as f32 } else { 0.0 })
+                .collect()
+        };
+        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+        Ok((x * mask)?)
     }
 
     /// Loads a PEFT LoRA adapter folder written by [`Transformer::save_lora`] (or PEFT).

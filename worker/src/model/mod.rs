@@ -69,6 +69,7 @@ pub struct Transformer {
     lora: BTreeMap<String, LoraAdapter>,
     lora_config: Option<LoraConfig>,
     adapters_enabled: bool,
+    lora_dropout_rng: std::sync::Mutex<rand::rngs::StdRng>,
     dtypes: BTreeMap<String, DType>,
     rotary: Rotary,
     kernels: Kernels,
@@ -158,6 +159,7 @@ impl Transformer {
             lora: BTreeMap::new(),
             lora_config: None,
             adapters_enabled: true,
+            lora_dropout_rng: std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(0)),
             dtypes,
             kernels: Kernels::Fused,
             device: device.clone(),
@@ -315,6 +317,7 @@ impl Transformer {
         if let Some(ad) = self.lora.get(&lin.path).filter(|_| self.adapters_enabled) {
             let a = self.get(&ad.a, track);
             let b = self.get(&ad.b, track);
+            let x = self.lora_dropout_input(x, track)?;
             y = (y + (x.matmul(&a.t()?)?.matmul(&b.t()?)? * ad.scale)?)?;
         }
         Ok(y)
