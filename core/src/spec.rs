@@ -77,6 +77,11 @@ impl Default for LoraSpec {
     }
 }
 
+/// Most stop strings a job may set (as OpenAI's `stop`).
+const MAX_STOP_STRINGS: usize = 4;
+/// Longest stop string, in bytes.
+const MAX_STOP_LEN: usize = 64;
+
 /// Training hyperparameters. Every field has a default; `"auto"` is accepted where OpenAI's
 /// API accepts it and means the default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +110,8 @@ pub struct Hyperparameters {
     pub top_p: f64,
     /// Top-k sampling (0 = off).
     pub top_k: usize,
+    /// Stop strings: a completion ends when its text contains one (kept in the completion).
+    pub stop: Vec<String>,
     /// The policy loss.
     pub loss: Loss,
     /// Lower clip range ε_low (default depends on the loss).
@@ -144,6 +151,8 @@ pub struct Hyperparameters {
     /// Evaluate on the validation file every N steps (0 = only at the end).
     #[serde(deserialize_with = "auto_or")]
     pub eval_interval: Option<usize>,
+    /// Also evaluate before the first step (the baseline, an `eval` event for step 0).
+    pub eval_on_start: bool,
     /// Completions per validation prompt (pass@k for k ≤ this).
     #[serde(deserialize_with = "auto_or")]
     pub eval_samples: Option<usize>,
@@ -166,6 +175,7 @@ impl Default for Hyperparameters {
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
+            stop: Vec::new(),
             loss: Loss::Grpo,
             epsilon_low: None,
             epsilon_high: None,
@@ -185,6 +195,7 @@ impl Default for Hyperparameters {
             lora: None,
             tis_cap: None,
             eval_interval: None,
+            eval_on_start: false,
             eval_samples: None,
             checkpoint_interval: 10,
             seed: None,
@@ -277,6 +288,12 @@ impl Hyperparameters {
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return err("stop", format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()));
+        }
+        if let Some(bad) = self.stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
+            return err("stop", format!("each stop string must be 1 to {MAX_STOP_LEN} bytes, got {bad:?}"));
         }
         let (low, high) = self.clip_range();
         if !(low.is_finite() && low > 0.0 && low <= 1.0) {
@@ -397,5 +414,16 @@ mod tests {
         assert!(method(json!({"bogus": 1})).is_err(), "unknown fields are rejected");
         assert!(method(json!({"batch_size": "many"})).is_err());
         assert!(serde_json::from_value::<Method>(json!({"type": "supervised"})).is_err());
+    }
+
+    #[test]
+    fn stop_strings_are_bounded() {
+        let ok = method(json!({"stop": ["</answer>", "\n\n"]})).unwrap();
+        ok.validate().unwrap();
+        assert_eq!(ok.reinforcement().hyperparameters.stop, vec!["</answer>".to_string(), "\n\n".to_string()]);
+        let e = method(json!({"stop": [""]})).unwrap().validate().unwrap_err();
+        assert!(e.param.ends_with("hyperparameters.stop"), "{e:?}");
+        let e = method(json!({"stop": ["a", "b", "c", "d", "e"]})).unwrap().validate().unwrap_err();
+        assert!(e.message.contains("at most 4"), "{e:?}");
     }
 }

@@ -34,7 +34,8 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
     let store = prepare_store(&pool, root.path()).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());
     let hp = json!({"batch_size": 2, "group_size": 4, "learning_rate": 0.01, "max_steps": 3, "max_completion_tokens": 4,
-                    "checkpoint_interval": 2, "eval_interval": 2, "eval_samples": 2, "micro_batch_size": 4});
+                    "checkpoint_interval": 2, "eval_interval": 2, "eval_samples": 2, "micro_batch_size": 4,
+                    "eval_on_start": true});
     // A graded similarity gives reward contrast from the first step, so the weights move.
     let grader = json!({"type": "text_similarity", "name": "similarity", "input": "{{sample.output_text}}",
                         "reference": "t7 t7 t7 t7", "evaluation_metric": "fuzzy_match"});
@@ -47,6 +48,13 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
     for kind in ["started", "step", "eval", "checkpoint", "succeeded"] {
         assert!(kinds.contains(&kind.to_string()), "{kind} missing from {kinds:?}");
     }
+    let eval_steps: Vec<i64> =
+        sqlx::query_scalar("SELECT (data->>'step')::bigint FROM job_events WHERE job_id = $1 AND kind = 'eval' ORDER BY id")
+            .bind(&job)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(eval_steps, vec![0, 2, 3], "the baseline before training, every 2 steps, and at the end");
     let metrics = String::from_utf8(store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec()).unwrap();
     let steps: Vec<u64> =
         metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect();

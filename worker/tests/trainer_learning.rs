@@ -97,3 +97,19 @@ fn cispo_with_micro_batches_and_tis_learns() {
     let hp = Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), inner_epochs: 2, ..hyperparameters(Loss::Cispo) };
     assert_learns(hp);
 }
+
+#[test]
+fn stop_strings_end_training_completions() {
+    // Every word of the tiny vocabulary starts with "t", so each completion stops after its
+    // first token (or at EOS) instead of running to the 6-token limit.
+    let hp = Hyperparameters { max_steps: Some(1), max_completion_tokens: 6, stop: vec!["t".into()], ..hyperparameters(Loss::Grpo) };
+    let mut trainer = trainer(hp);
+    let out = trainer.train_step().unwrap();
+    assert!(!out.samples.is_empty());
+    // `<s>` and `<unk>` hold no "t"; a completion that samples one goes on to the next word.
+    for s in &out.samples {
+        assert_eq!(s.finish_reason, "stop", "{s:?}");
+    }
+    let one_token = out.samples.iter().filter(|s| s.tokens == 1).count();
+    assert!(2 * one_token >= out.samples.len(), "most completions stop after their first word");
+}

@@ -198,13 +198,20 @@ impl TrainingHandler {
             .await
             .map_err(|e| lease_error("writing an event", e))?;
         if let Some(eval) = eval {
-            let data = serde_json::to_value(eval).unwrap_or(Value::Null);
-            lease
-                .event(EventLevel::Info, "eval", &format!("step {step}: validation pass@1 {:.3}", eval.pass_at_1()), Some(&data))
-                .await
-                .map_err(|e| lease_error("writing an event", e))?;
+            eval_event(lease, eval).await?;
         }
         Ok(row)
+    }
+
+    /// Evaluates in a blocking task; hands the trainer back.
+    async fn evaluate(&self, trainer: Trainer) -> Result<(Trainer, Option<EvalMetrics>), Stop> {
+        let (trainer, eval) = tokio::task::spawn_blocking(move || {
+            let eval = trainer.evaluate();
+            (trainer, eval)
+        })
+        .await
+        .map_err(|e| retryable("evaluation", e))?;
+        Ok((trainer, eval.map_err(trainer_error)?))
     }
 
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
@@ -217,6 +224,13 @@ impl TrainingHandler {
         }
         .map_err(|e| lease_error("writing an event", e))?;
         let hp = trainer.hyperparameters().clone();
+        if hp.eval_on_start && resumed.is_none() {
+            let (returned, baseline) = self.evaluate(trainer).await?;
+            trainer = returned;
+            if let Some(baseline) = baseline {
+                eval_event(lease, &baseline).await?;
+            }
+        }
         let mut last_eval = None;
         while !trainer.finished() {
             match heartbeat.state() {
@@ -242,14 +256,9 @@ impl TrainingHandler {
             let step = trainer.step();
             let eval_due = trainer.finished() || (hp.eval_interval() > 0 && step % hp.eval_interval() as u64 == 0);
             let eval = if eval_due {
-                let (returned, eval) = tokio::task::spawn_blocking(move || {
-                    let eval = trainer.evaluate();
-                    (trainer, eval)
-                })
-                .await
-                .map_err(|e| retryable("evaluation", e))?;
+                let (returned, eval) = self.evaluate(trainer).await?;
                 trainer = returned;
-                eval.map_err(trainer_error)?
+                eval
             } else {
                 None
             };
@@ -274,6 +283,13 @@ impl TrainingHandler {
             .map_err(|e| lease_error("writing an event", e))?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
     }
+}
+
+/// An `eval` event carrying the validation results (step 0 is the baseline before training).
+async fn eval_event(lease: &Lease, eval: &EvalMetrics) -> Result<(), Stop> {
+    let data = serde_json::to_value(eval).unwrap_or(Value::Null);
+    let message = format!("step {}: validation pass@1 {:.3}", eval.step, eval.pass_at_1());
+    lease.event(EventLevel::Info, "eval", &message, Some(&data)).await.map_err(|e| lease_error("writing an event", e))
 }
 
 /// A model id usable as a folder name.

@@ -80,7 +80,7 @@ impl Rollout<'_> {
     pub fn run(&self, rows: &[Example], examples: &[usize], params: &SamplingParams) -> Result<(Vec<Group>, RolloutTimes)> {
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
-        let mut completions = sample(self.model, &prompts, params, &self.tokenizer.eos_token_ids, self.tokenizer.pad_id(), None)?;
+        let mut completions = sample(self.model, &prompts, params, &self.tokenizer.eos_token_ids, self.tokenizer.pad_id(), Some(self.tokenizer))?;
         completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
         let sampling = started.elapsed().as_secs_f64();
         let tokens = completions.iter().map(|c| c.token_ids.len()).sum();

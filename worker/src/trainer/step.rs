@@ -173,7 +173,12 @@ impl Trainer {
         loss.validate()?;
         let reference = if hp.beta > 0.0 { Some(frozen_copy(&model)?) } else { None };
         if let Some(lora) = &hp.lora {
-            let config = LoraConfig { r: lora.rank, lora_alpha: lora.alpha, target_modules: lora.targets.clone() };
+            let config = LoraConfig {
+                r: lora.rank,
+                lora_alpha: lora.alpha,
+                target_modules: lora.targets.clone(),
+                lora_dropout: lora.dropout,
+            };
             model.enable_lora(config, mix_seed(seed, &[0x10a])).map_err(|e| TrainerError::Config(format!("lora: {e}")))?;
         }
         let per_epoch = train.len().div_ceil(hp.batch_size()) as u64;
@@ -248,7 +253,7 @@ impl Trainer {
             top_p: self.hp.top_p as f32,
             top_k: self.hp.top_k,
             max_new_tokens: self.hp.max_completion_tokens,
-            stop_strings: vec![],
+            stop_strings: self.hp.stop.clone(),
             seed,
         }
     }
@@ -400,6 +405,7 @@ impl Trainer {
     /// Old/reference log-probs, then μ passes of the loss over micro-batches, each ending in a
     /// clipped AdamW step.
     fn optimise(&mut self, batch: &Batch, metrics: &mut StepMetrics) -> Result<()> {
+        self.model.seed_lora_dropout(mix_seed(self.seed, &[self.step, 0xd407]));
         let device = self.model.device().clone();
         let temperature = self.hp.temperature as f32;
         let pad = self.tokenizer.pad_id();
