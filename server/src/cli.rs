@@ -54,4 +54,7 @@ pub enum BenchCommand {
     TrainStep(crate::bench::model::TrainStepArgs),
     /// Seconds per GRPO step (sampling, grading, training) on arithmetic prompts, math grader.
     GrpoStep(crate::bench::model::GrpoStepArgs),
+    /// A learning-quality run: validation pass@1 before and after a recipe, with the curve
+    /// (defaults: the arithmetic example set and `examples/arithmetic/recipe.json`).
+    Learn(crate::bench::model::LearnArgs),
 }

@@ -25,5 +25,6 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,
         Command::Bench(BenchCommand::TrainStep(args)) => crate::bench::model::train_step(&args).await,
         Command::Bench(BenchCommand::GrpoStep(args)) => crate::bench::model::grpo_step(&args).await,
+        Command::Bench(BenchCommand::Learn(args)) => crate::bench::model::learn(&args).await,
     }
 }

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod dataset;
 pub mod error;
 pub mod eval;
+pub mod learning;
 pub mod rollout;
 pub mod state;
 pub mod step;
@@ -15,6 +16,7 @@ pub use bench::bench_grpo_step;
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;
+pub use learning::{learning_run, LearningRun};
 pub use state::TrainerProgress;
 pub use step::{SampleRecord, StepOutput, Trainer, TrainerOptions};
 
