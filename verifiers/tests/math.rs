@@ -79,3 +79,27 @@ fn longest_accepted_answers_fit_a_small_stack() {
         .unwrap();
     assert_eq!(handle.join().expect("no stack overflow"), 1.0);
 }
+
+#[test]
+fn text_with_multibyte_characters_never_panics() {
+    // The panic that found this: a model wrote "ARABA èi" and the extractor sliced inside 'è'.
+    let seen = "AWAAL-S iReal Depreciacionen ResumenARABA èi Unamado A Naruto\n\nGrace has 42 stickers.";
+    assert_eq!(math::grade(seen, "42", MathExtract::Auto).score, 1.0);
+    // Random text over pieces that mix LaTeX syntax with 2-, 3- and 4-byte characters.
+    let pieces = ["\\boxed{", "\\fbox", "}", "{", "\\", "è", "数", "🙂", "ß", " ", "7", "1/2", "$", "<answer>", "</answer>",
+                  "\\text{", "\\frac{", "the answer is ", ",", ".", "x", "=", "\\sqrt{", "^", "-", "é\\boxed{é}"];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..5000 {
+        let mut text = String::new();
+        for _ in 0..(state % 24) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+        }
+        for extract in [MathExtract::Auto, MathExtract::Boxed, MathExtract::AnswerTag, MathExtract::LastNumber] {
+            let result = std::panic::catch_unwind(|| math::grade(&text, "7", extract));
+            assert!(result.is_ok(), "grading panicked on {text:?}");
+        }
+    }
+}

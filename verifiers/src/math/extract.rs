@@ -56,6 +56,10 @@ pub fn boxed_all(text: &str) -> Vec<String> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
+        if !text.is_char_boundary(i) {
+            i += 1; // inside a multi-byte character
+            continue;
+        }
         let rest = &text[i..];
         let skip = if rest.starts_with("\\boxed") {
             6
