@@ -51,8 +51,8 @@ pub struct DemoContext {
 /// The demo's hyperparameters: about five minutes of training on two CPU cores.
 pub fn hyperparameters() -> Value {
     json!({
-        "batch_size": 2, "group_size": 4, "max_completion_tokens": 40, "max_steps": 16,
-        "learning_rate": 5e-6, "temperature": 1.0, "checkpoint_interval": 16, "eval_samples": 2,
+        "batch_size": 2, "group_size": 4, "max_completion_tokens": 40, "max_steps": 12,
+        "learning_rate": 5e-6, "temperature": 1.0, "checkpoint_interval": 12, "eval_samples": 2,
         "micro_batch_size": 8
     })
 }
@@ -75,8 +75,10 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     let grader: Value = serde_json::from_str(GRADER).context("the embedded grader")?;
     let request = json!({
         "model": MODEL, "training_file": train["id"], "validation_file": valid["id"], "suffix": "arithmetic", "seed": 7,
+        "metadata": {DEMO_TAG: "true"},
         "method": {"type": "reinforcement", "reinforcement": {"grader": grader, "hyperparameters": hyperparameters()}}
     });
+    cancel_unfinished_demos(&client).await?;
     let job = client.post_json("/v1/fine_tuning/jobs", &request).await?;
     let id = job["id"].as_str().context("the job has no id")?.to_string();
     println!("demo: job {id} queued; following it (ctrl-c stops Verity; the next start resumes the job)");
@@ -94,6 +96,23 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Metadata key marking demo jobs.
+const DEMO_TAG: &str = "verity_demo";
+
+/// Cancels demo jobs left unfinished by an interrupted run, so the one worker takes the new job.
+async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
+    let page = client.get_json("/v1/fine_tuning/jobs?limit=100").await?;
+    for job in page["data"].as_array().into_iter().flatten() {
+        let status = super::client::field(job, "status");
+        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some() && !jobs::TERMINAL.contains(&status) {
+            let id = super::client::field(job, "id");
+            jobs::control(client, id, "cancel").await?;
+            println!("demo: cancelled the unfinished demo job {id} of an earlier run");
+        }
+    }
+    Ok(())
+}
+
 /// Polls the job and shows step/total, reward, accuracy and ETA; prints evaluation and other
 /// events above the bar. Returns the final status.
 async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
@@ -104,6 +123,7 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(250));
     let mut last_event = 0;
+    let mut last_step = 0;
     loop {
         let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
         if let (Some(step), Some(total)) = (job.pointer("/progress/step").and_then(Value::as_u64), job.pointer("/progress/total_steps").and_then(Value::as_u64)) {
@@ -118,12 +138,18 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
             }
         }
         let metrics = client.get_json(&format!("/v1/fine_tuning/jobs/{id}/metrics")).await?;
-        if let Some(last) = metrics["data"].as_array().and_then(|rows| rows.last()) {
-            bar.set_message(format!(
-                "reward {:.3} accuracy {:.2}",
-                last["reward_mean"].as_f64().unwrap_or(0.0),
-                last["accuracy"].as_f64().unwrap_or(0.0)
-            ));
+        for row in metrics["data"].as_array().into_iter().flatten() {
+            let step = row["step"].as_u64().unwrap_or(0);
+            if step <= last_step {
+                continue;
+            }
+            last_step = step;
+            let text = format!("reward {:.3} accuracy {:.2}", row["reward_mean"].as_f64().unwrap_or(0.0), row["accuracy"].as_f64().unwrap_or(0.0));
+            if bar.is_hidden() {
+                // No terminal (CI logs): a plain line per step instead of the bar.
+                println!("  step {step}/{}: {text} ({:.0} s elapsed)", bar.length().unwrap_or(0), bar.elapsed().as_secs_f64());
+            }
+            bar.set_message(text);
         }
         let status = super::client::field(&job, "status").to_string();
         if jobs::TERMINAL.contains(&status.as_str()) {

@@ -62,20 +62,29 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             started.database_url()
         }
     };
-    let outcome = serve_and_work(&args, &data, &database_url).await;
+    let mut worker_stopped = true;
+    let outcome = serve_and_work(&args, &data, &database_url, &mut worker_stopped).await;
     if let Some(mut cluster) = cluster.take() {
         tokio::task::spawn_blocking(move || cluster.stop()).await?;
     }
-    let finished = outcome?;
-    if !finished {
-        // The worker is still inside a training step; its lease expires and the next start resumes it.
-        std::process::exit(0);
+    if !worker_stopped {
+        // The worker is inside a training step (its lease expires and the next start resumes
+        // the job); exit now instead of waiting for the step in a blocking thread.
+        let code = match &outcome {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("Error: {error:#}");
+                1
+            }
+        };
+        std::process::exit(code);
     }
-    Ok(())
+    outcome
 }
 
-/// Serves the API with an in-process worker; returns whether the worker stopped in time.
-async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str) -> anyhow::Result<bool> {
+/// Serves the API with an in-process worker; `worker_stopped` says whether the worker stopped in
+/// time.
+async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str, worker_stopped: &mut bool) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{} (another server running? use --port)", args.port))?;
@@ -119,7 +128,7 @@ async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str) -> anyho
     });
     let served = server.await.context("serving HTTP");
     shutdown.cancel();
-    let finished = match tokio::time::timeout(Duration::from_secs(5), worker).await {
+    *worker_stopped = match tokio::time::timeout(Duration::from_secs(5), worker).await {
         Ok(Ok(Ok(jobs))) => {
             tracing::info!(jobs, "worker stopped");
             true
@@ -141,7 +150,7 @@ async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str) -> anyho
             Err(_) => anyhow::bail!("interrupted before the demo job finished"),
         }
     }
-    Ok(finished)
+    Ok(())
 }
 
 /// The admin key: made on first start, or already in the data dir.

@@ -135,6 +135,9 @@ fn show(job: &Value, json: bool, id_only: bool) {
         println!("training file:   {}", field(job, "training_file"));
         println!("validation file: {}", field(job, "validation_file"));
         println!("progress:        {}", progress_text(job));
+        if let Some(control) = job["pending_control"].as_str() {
+            println!("requested:       {control} (the worker acts on it within a heartbeat)");
+        }
         if let Some(model) = job["fine_tuned_model"].as_str() {
             println!("fine-tuned:      {model}");
         }
