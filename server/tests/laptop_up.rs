@@ -232,7 +232,9 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
     assert!(!pid_file.exists(), "the private Postgres is still running");
     drop(up);
 
-    // A restart reuses the cluster, the data and the key.
+    // A restart reuses the cluster, the data and the key, and gets past a stale postmaster.pid
+    // (as left by a crash or a reboot).
+    std::fs::write(&pid_file, "999999\n/nowhere\n").unwrap();
     let mut up = start_up(&data).await;
     assert!(up.lines.iter().any(|l| l.contains("admin API key: in")), "{:?}", up.lines);
     assert!(!up.lines.iter().any(|l| l.contains(key.trim())), "the key is not printed again");
