@@ -134,7 +134,12 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
             last_event = super::client::field(&event, "id").rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(last_event);
             let kind = event.pointer("/data/kind").and_then(Value::as_str).unwrap_or("");
             if kind != "step" && kind != "metrics" {
-                bar.println(format!("  {}", super::client::field(&event, "message")));
+                let line = format!("  {}", super::client::field(&event, "message"));
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
             }
         }
         let metrics = client.get_json(&format!("/v1/fine_tuning/jobs/{id}/metrics")).await?;
