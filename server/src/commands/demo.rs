@@ -116,7 +116,7 @@ async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
 /// Polls the job and shows step/total, reward, accuracy and ETA; prints evaluation and other
 /// events above the bar. Returns the final status.
 async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
-    let bar = indicatif::ProgressBar::new(1);
+    let bar = indicatif::ProgressBar::new(hyperparameters()["max_steps"].as_u64().unwrap_or(1));
     let style = indicatif::ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg} elapsed {elapsed} ETA {eta}")
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
