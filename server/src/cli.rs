@@ -35,6 +35,17 @@ pub enum Command {
     Models(crate::commands::models::ModelsCommand),
     /// Sample completions from a local model (chat template applied).
     Generate(crate::commands::generate::GenerateArgs),
+    /// Everything on this machine: API and dashboard, one worker, a local object store, and a
+    /// private Postgres cluster in the data dir unless DATABASE_URL is set.
+    Up(crate::commands::up::UpArgs),
+    /// `verity up --demo`: train SmolLM2-135M on the arithmetic example and follow it.
+    Demo(crate::commands::up::UpArgs),
+    /// Upload and list dataset files on a running server (VERITY_URL, VERITY_API_KEY).
+    Files(crate::commands::client::files::FilesArgs),
+    /// Create, list, show, control and watch fine-tuning jobs on a running server.
+    Jobs(crate::commands::client::jobs::JobsArgs),
+    /// Download a job's checkpoints from a running server.
+    Checkpoints(crate::commands::client::checkpoints::CheckpointsArgs),
     /// Run a benchmark and print JSON lines.
     #[command(subcommand)]
     Bench(BenchCommand),

@@ -101,6 +101,14 @@ pub struct RegisterModelRequest {
     pub config: Option<Value>,
 }
 
+/// Checks a new model's name: 1 to 200 characters, no whitespace, not starting with `ft:`.
+pub fn check_model_name(id: &str) -> Result<(), &'static str> {
+    if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_whitespace() || c.is_control()) || id.starts_with("ft:") {
+        return Err("1 to 200 characters without whitespace, not starting with ft:");
+    }
+    Ok(())
+}
+
 /// Registers a base model.
 #[utoipa::path(post, path = "/v1/models", tag = "models", request_body = RegisterModelRequest,
     responses((status = 200, body = ModelObject), (status = 400), (status = 401), (status = 403), (status = 409)))]
@@ -109,9 +117,7 @@ pub async fn register_model(
     principal: Principal,
     ApiJson(request): ApiJson<RegisterModelRequest>,
 ) -> ApiResult<Json<ModelObject>> {
-    if request.id.is_empty() || request.id.len() > 200 || request.id.chars().any(|c| c.is_whitespace() || c.is_control()) || request.id.starts_with("ft:") {
-        return Err(ApiError::invalid("id", "1 to 200 characters without whitespace, not starting with ft:"));
-    }
+    check_model_name(&request.id).map_err(|reason| ApiError::invalid("id", reason))?;
     let format = request.format.unwrap_or_else(|| "hf".to_string());
     if !matches!(format.as_str(), "hf" | "gguf" | "peft") {
         return Err(ApiError::invalid("format", "use hf, gguf or peft"));

@@ -1,11 +1,15 @@
 //! Subcommand implementations.
 
 pub mod admin;
+pub mod client;
+pub mod demo;
 pub mod generate;
 pub mod graders;
 pub mod models;
 mod migrate;
+pub mod postgres_cluster;
 pub mod serve;
+pub mod up;
 pub mod worker;
 
 use crate::cli::{BenchCommand, Command};
@@ -20,6 +24,11 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Graders(graders) => tokio::task::spawn_blocking(move || graders::run(&graders)).await?,
         Command::Models(models) => models::run(&models).await,
         Command::Generate(args) => generate::run(&args).await,
+        Command::Up(args) => up::run(args).await,
+        Command::Demo(args) => up::run(up::UpArgs { demo: true, ..args }).await,
+        Command::Files(args) => client::files::run(&args).await,
+        Command::Jobs(args) => client::jobs::run(&args).await,
+        Command::Checkpoints(args) => client::checkpoints::run(&args).await,
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,

@@ -1,8 +1,11 @@
-//! `verity models convert`: a GGUF file to an HF folder that transformers loads unchanged.
+//! `verity models convert` (a GGUF file to an HF folder that transformers loads unchanged) and
+//! `verity models import` (a checked model published to the store and registered).
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use verity_core::config::{DatabaseConfig, StorageConfig};
+use verity_core::storage::ObjectStore;
 
 /// Model commands.
 #[derive(Debug, Subcommand)]
@@ -11,6 +14,29 @@ pub enum ModelsCommand {
     /// tokenizer.json, tokenizer_config.json (chat template), generation_config.json,
     /// model.safetensors.
     Convert(ConvertArgs),
+    /// Check that an HF folder or a GGUF file loads (config, tokenizer, weights), publish it to the
+    /// object store under `models/{name}` and register it as a base model every org can use.
+    Import(ImportArgs),
+}
+
+/// Options of `verity models import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Name jobs use as `model`.
+    #[arg(long)]
+    pub name: String,
+    /// An HF folder (config.json, tokenizer.json, *.safetensors).
+    #[arg(long, conflicts_with = "gguf", required_unless_present = "gguf")]
+    pub hf: Option<PathBuf>,
+    /// A GGUF file.
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
+    /// Object storage.
+    #[command(flatten)]
+    pub storage: StorageConfig,
 }
 
 /// Options of `verity models convert`.
@@ -35,5 +61,67 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({ "converted": args.gguf, "out": args.out }));
             Ok(())
         }
+        ModelsCommand::Import(args) => {
+            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
+            verity_core::db::migrate(&pool).await.context("migrating the database")?;
+            let store = verity_core::storage::open_store(&args.storage).await.context("opening the object store")?;
+            let (path, format) = match (&args.hf, &args.gguf) {
+                (Some(dir), _) => (dir.as_path(), "hf"),
+                (None, Some(file)) => (file.as_path(), "gguf"),
+                (None, None) => bail!("give --hf DIR or --gguf FILE"),
+            };
+            let prefix = import_model(&pool, store.as_ref(), &args.name, path, format).await?;
+            println!("{}", serde_json::json!({ "model": args.name, "format": format, "storage_prefix": prefix }));
+            Ok(())
+        }
     }
+}
+
+/// Checks that `path` (an HF folder, or a GGUF file when `format` is `gguf`) loads, publishes it
+/// under `models/{name}` and registers it as a shared base model; returns the storage prefix.
+pub async fn import_model(pool: &sqlx::PgPool, store: &dyn ObjectStore, name: &str, path: &Path, format: &str) -> anyhow::Result<String> {
+    if let Err(reason) = crate::api::models::check_model_name(name) {
+        bail!("invalid model name {name:?}: {reason}");
+    }
+    let taken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)").bind(name).fetch_one(pool).await?;
+    if taken {
+        bail!("a model named {name:?} already exists");
+    }
+    match format {
+        "hf" if !path.is_dir() => bail!("{} is not a folder", path.display()),
+        "gguf" if !path.is_file() => bail!("{} is not a file", path.display()),
+        _ => {}
+    }
+    let check = path.to_path_buf();
+    let loaded = tokio::task::spawn_blocking(move || verity_worker::load_model(&check, &verity_worker::parse_device("cpu")?).map(|m| m.model.config.clone()))
+        .await?
+        .with_context(|| format!("{} does not load as a model", path.display()))?;
+    let prefix = format!("models/{name}");
+    if format == "gguf" {
+        let staging = std::env::temp_dir().join(format!("verity-import-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&staging)?;
+        let file_name = path.file_name().map_or_else(|| "model.gguf".into(), |n| n.to_os_string());
+        let staged = staging.join(file_name);
+        let published = async {
+            if std::fs::hard_link(path, &staged).is_err() {
+                std::fs::copy(path, &staged).with_context(|| format!("copying {}", path.display()))?;
+            }
+            verity_core::storage::publish_folder(store, &staging, &prefix).await.context("publishing the model")
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&staging);
+        published?;
+    } else {
+        verity_core::storage::publish_folder(store, path, &prefix).await.context("publishing the model")?;
+    }
+    let config = serde_json::json!({
+        "family": format!("{:?}", loaded.family).to_lowercase(),
+        "layers": loaded.num_hidden_layers,
+        "hidden_size": loaded.hidden_size,
+        "vocab_size": loaded.vocab_size,
+    });
+    if !verity_core::models::insert_base_model(pool, None, name, &prefix, format, &config).await? {
+        bail!("a model named {name:?} already exists");
+    }
+    Ok(prefix)
 }

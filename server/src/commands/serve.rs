@@ -12,7 +12,12 @@ pub async fn run(config: &ServeConfig) -> anyhow::Result<()> {
     let address = listener.local_addr().context("reading the bound address")?;
     tracing::info!(%address, "verity API listening");
     println!("{{\"listening\": \"http://{address}\"}}");
-    crate::api::serve(listener, crate::api::app(state)).await.context("serving HTTP")
+    crate::api::serve(listener, router(state)).await.context("serving HTTP")
+}
+
+/// Everything `verity serve` answers (also served by `verity up`).
+pub fn router(state: AppState) -> axum::Router {
+    crate::api::app(state)
 }
 
 /// Opens the database (running migrations) and the object store, and builds the state.

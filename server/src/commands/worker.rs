@@ -41,7 +41,15 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         crate::api::shutdown_signal().await;
         trigger.cancel();
     });
-    let config = TrainingWorkerConfig {
+    let config = training_config(args);
+    let jobs = run_training_worker(config, shutdown).await?;
+    tracing::info!(jobs, "worker stopped");
+    Ok(())
+}
+
+/// The training worker's configuration from the command's options (shared with `verity up`).
+pub fn training_config(args: WorkerArgs) -> TrainingWorkerConfig {
+    TrainingWorkerConfig {
         database: args.database,
         storage: args.storage,
         queue: args.queue,
@@ -50,8 +58,5 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir,
         grader_workers: args.grader_workers,
         max_jobs: args.max_jobs,
-    };
-    let jobs = run_training_worker(config, shutdown).await?;
-    tracing::info!(jobs, "worker stopped");
-    Ok(())
+    }
 }

@@ -56,14 +56,11 @@ pub fn boxed_all(text: &str) -> Vec<String> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        if !text.is_char_boundary(i) {
-            i += 1; // inside a multi-byte character
-            continue;
-        }
-        let rest = &text[i..];
-        let skip = if rest.starts_with("\\boxed") {
+        // Bytes, not `&text[i..]`: `i` steps through multi-byte characters.
+        let rest = &bytes[i..];
+        let skip = if rest.starts_with(b"\\boxed") {
             6
-        } else if rest.starts_with("\\fbox") {
+        } else if rest.starts_with(b"\\fbox") {
             5
         } else {
             i += 1;
@@ -160,6 +157,12 @@ fn last_number(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boxed_after_multibyte_characters() {
+        assert_eq!(boxed_all("Check: 𝑥 ∶ 130 = 156, so \\boxed{156} é"), vec!["156"]);
+        assert!(boxed_all("𝑥 ∶ 130 = 156").is_empty());
+    }
 
     #[test]
     fn boxed_nested_and_fbox() {

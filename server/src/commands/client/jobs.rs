@@ -1,0 +1,189 @@
+//! `verity jobs create|list|show|cancel|pause|resume|watch`.
+
+use super::{field, print_json, Client, ClientArgs};
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `verity jobs …`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Server and key.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: JobsCommand,
+}
+
+/// Job commands.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Create a job from a JSON request body (as `POST /v1/fine_tuning/jobs`); prints its id.
+    Create(CreateArgs),
+    /// List jobs, newest first.
+    List,
+    /// Show one job.
+    Show {
+        /// Job id.
+        id: String,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// Job id.
+        id: String,
+    },
+    /// Pause a job (it keeps its checkpoints; resume continues from the last one).
+    Pause {
+        /// Job id.
+        id: String,
+    },
+    /// Resume a paused job.
+    Resume {
+        /// Job id.
+        id: String,
+    },
+    /// Print a line per new event until the job ends; exits 0 only when it succeeded.
+    Watch {
+        /// Job id.
+        id: String,
+    },
+}
+
+/// Options of `verity jobs create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The request body (JSON); the flags below override its fields.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Training file id.
+    #[arg(long = "training-file")]
+    pub training_file: Option<String>,
+    /// Validation file id.
+    #[arg(long = "validation-file")]
+    pub validation_file: Option<String>,
+    /// Base model.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+/// States after which a job does not change any more.
+pub const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
+
+/// Runs a job command.
+pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
+    let client = Client::from_args(&args.client)?;
+    let json = args.client.json;
+    match &args.command {
+        JobsCommand::Create(create) => {
+            let mut body = match &create.file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?
+                }
+                None => Value::Object(Default::default()),
+            };
+            let Some(object) = body.as_object_mut() else { anyhow::bail!("the job request must be a JSON object") };
+            for (name, value) in [("training_file", &create.training_file), ("validation_file", &create.validation_file), ("model", &create.model)] {
+                if let Some(value) = value {
+                    object.insert(name.to_string(), Value::String(value.clone()));
+                }
+            }
+            let job = client.post_json("/v1/fine_tuning/jobs", &body).await?;
+            show(&job, json, true);
+        }
+        JobsCommand::List => {
+            let page = client.get_json("/v1/fine_tuning/jobs?limit=100").await?;
+            if json {
+                print_json(&page);
+            } else {
+                for job in page["data"].as_array().into_iter().flatten() {
+                    println!("{}\t{}\t{}\t{}", field(job, "id"), field(job, "status"), field(job, "model"), progress_text(job));
+                }
+            }
+        }
+        JobsCommand::Show { id } => show(&client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?, json, false),
+        JobsCommand::Cancel { id } => show(&control(&client, id, "cancel").await?, json, false),
+        JobsCommand::Pause { id } => show(&control(&client, id, "pause").await?, json, false),
+        JobsCommand::Resume { id } => show(&control(&client, id, "resume").await?, json, false),
+        JobsCommand::Watch { id } => {
+            let status = watch(&client, id, |line| println!("{line}")).await?;
+            if status != "succeeded" {
+                anyhow::bail!("job {id} ended {status}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `POST /v1/fine_tuning/jobs/{id}/{action}`.
+pub async fn control(client: &Client, id: &str, action: &str) -> anyhow::Result<Value> {
+    client.post_json(&format!("/v1/fine_tuning/jobs/{id}/{action}"), &Value::Object(Default::default())).await
+}
+
+fn show(job: &Value, json: bool, id_only: bool) {
+    if json {
+        print_json(job);
+    } else if id_only {
+        println!("{}", field(job, "id"));
+    } else {
+        println!("id:              {}", field(job, "id"));
+        println!("status:          {}", field(job, "status"));
+        println!("model:           {}", field(job, "model"));
+        println!("training file:   {}", field(job, "training_file"));
+        println!("validation file: {}", field(job, "validation_file"));
+        println!("progress:        {}", progress_text(job));
+        if let Some(control) = job["pending_control"].as_str() {
+            println!("requested:       {control} (the worker acts on it within a heartbeat)");
+        }
+        if let Some(model) = job["fine_tuned_model"].as_str() {
+            println!("fine-tuned:      {model}");
+        }
+        if let Some(message) = job.pointer("/error/message").and_then(Value::as_str) {
+            println!("error:           {message}");
+        }
+    }
+}
+
+/// `step 3/12`, or `-`.
+fn progress_text(job: &Value) -> String {
+    match (job.pointer("/progress/step").and_then(Value::as_i64), job.pointer("/progress/total_steps").and_then(Value::as_i64)) {
+        (Some(step), Some(total)) => format!("step {step}/{total}"),
+        _ => "-".to_string(),
+    }
+}
+
+/// Number of an event id (`ftevent-42` → 42).
+fn event_number(event: &Value) -> i64 {
+    field(event, "id").rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Events newer than `after`, oldest first.
+pub async fn new_events(client: &Client, id: &str, after: i64) -> anyhow::Result<Vec<Value>> {
+    let page = client.get_json(&format!("/v1/fine_tuning/jobs/{id}/events?limit=100")).await?;
+    let mut events: Vec<Value> = page["data"].as_array().cloned().unwrap_or_default().into_iter().filter(|e| event_number(e) > after).collect();
+    events.sort_by_key(event_number);
+    Ok(events)
+}
+
+/// Follows job `id`, calling `line` with each new event, until it ends; returns its final status.
+pub async fn watch(client: &Client, id: &str, mut line: impl FnMut(&str)) -> anyhow::Result<String> {
+    let mut last = 0;
+    loop {
+        let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
+        for event in new_events(client, id, last).await? {
+            last = event_number(&event);
+            let time = chrono::DateTime::from_timestamp(event["created_at"].as_i64().unwrap_or(0), 0)
+                .map(|t| t.format("%H:%M:%S").to_string())
+                .unwrap_or_default();
+            line(&format!("{time} {:<5} {}", field(&event, "level"), field(&event, "message")));
+        }
+        let status = field(&job, "status").to_string();
+        if TERMINAL.contains(&status.as_str()) {
+            return Ok(status);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

