@@ -49,7 +49,10 @@ impl Trainer {
         let params = self.sampling_params(n, mix_seed(self.seed, &[0xe7a1]));
         let examples: Vec<usize> = (0..validation.len()).collect();
         let mut groups = Vec::new();
-        for chunk in examples.chunks(self.hp.batch_size().max(1)) {
+        // As many sequences per rollout call as a training step samples (B × G), so evaluation
+        // decodes in batches as wide as training does.
+        let prompts_per_call = (self.hp.batch_size() * self.hp.group_size / n.max(1)).max(1);
+        for chunk in examples.chunks(prompts_per_call) {
             let (g, _) = self.rollout().run(&validation.examples, chunk, &params)?;
             groups.extend(g);
         }
