@@ -52,8 +52,8 @@ pub struct DemoContext {
 pub fn hyperparameters() -> Value {
     json!({
         "batch_size": 2, "group_size": 4, "max_completion_tokens": 40, "max_steps": 12,
-        "learning_rate": 5e-6, "temperature": 1.0, "checkpoint_interval": 12, "eval_samples": 2,
-        "micro_batch_size": 8
+        "learning_rate": 5e-6, "temperature": 0.8, "checkpoint_interval": 12, "eval_samples": 2,
+        "micro_batch_size": 8, "eval_on_start": true
     })
 }
 
