@@ -6,7 +6,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 /// The W3C key of an element reference.
-const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecc";
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A browser session.
 pub struct Client {
@@ -67,7 +67,8 @@ impl Client {
     /// The first element matching `css`.
     pub async fn find(&self, css: &str) -> Element<'_> {
         let found = self.command(reqwest::Method::POST, "/element", Some(json!({"using": "css selector", "value": css}))).await;
-        Element { client: self, id: found[ELEMENT_KEY].as_str().unwrap().to_string() }
+        let id = found[ELEMENT_KEY].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_string();
+        Element { client: self, id }
     }
 
     /// A PNG of the viewport.
