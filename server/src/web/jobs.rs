@@ -32,7 +32,11 @@ pub fn router() -> Router<AppState> {
 /// Step, total steps and percent done from a job's progress report.
 pub fn progress(job: &JobRecord) -> (u64, u64, u64) {
     let get = |key: &str| job.progress.as_ref().and_then(|p| p.get(key)).and_then(Value::as_u64).unwrap_or(0);
-    let (step, total) = (get("step"), get("total_steps"));
+    let (mut step, total) = (get("step"), get("total_steps"));
+    // The worker's last heartbeat may predate its final step.
+    if job.state == "succeeded" {
+        step = step.max(total);
+    }
     let percent = if job.state == "succeeded" { 100 } else if total > 0 { (step * 100 / total).min(100) } else { 0 };
     (step, total, percent)
 }
