@@ -55,3 +55,11 @@ if [ ! -f "$api_tools_stamp" ]; then
 fi
 export VERITY_TEST_PYTHON="$api_venv/bin/python"
 export VERITY_TEST_SCHEMATHESIS="$api_venv/bin/st"
+
+# --- Headless Chromium and its WebDriver (the dashboard's browser tests) ---
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "test-services: installing chromium and chromium-driver" >&2
+  _apt_install chromium chromium-driver
+fi
+export VERITY_TEST_CHROMEDRIVER=${VERITY_TEST_CHROMEDRIVER:-$(command -v chromedriver)}
+export VERITY_TEST_CHROMIUM=${VERITY_TEST_CHROMIUM:-$(command -v chromium)}

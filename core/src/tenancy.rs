@@ -190,3 +190,64 @@ pub async fn find_api_key(pool: &PgPool, prefix: &str) -> Result<Option<ApiKeyRe
     .await?;
     Ok(key)
 }
+
+/// An API key as listed to its org (no secret, no hash).
+#[derive(Debug, Clone)]
+pub struct ApiKeyInfo {
+    /// Key id.
+    pub id: Uuid,
+    /// Owning user.
+    pub user_id: Uuid,
+    /// Label given at creation.
+    pub name: String,
+    /// The first characters of the key.
+    pub prefix: String,
+    /// The owner's role (the key's powers).
+    pub role: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last time the key was verified against its hash.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// Set once revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// The org's API keys, newest first.
+pub async fn list_api_keys(pool: &PgPool, org_id: Uuid) -> Result<Vec<ApiKeyInfo>, TenancyError> {
+    let keys = sqlx::query_as!(
+        ApiKeyInfo,
+        r#"SELECT k.id, k.user_id, k.name, k.prefix, u.role, k.created_at, k.last_used_at, k.revoked_at
+           FROM api_keys k JOIN users u ON u.id = k.user_id
+           WHERE k.org_id = $1 ORDER BY k.created_at DESC, k.id"#,
+        org_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(keys)
+}
+
+/// Revokes the org's key `id`; false when the org has no such key. Revoking twice is a no-op.
+pub async fn revoke_api_key(pool: &PgPool, org_id: Uuid, id: Uuid) -> Result<bool, TenancyError> {
+    let found = sqlx::query_scalar!(
+        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND org_id = $2 RETURNING id",
+        id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(found.is_some())
+}
+
+/// Records that key `id` was just used.
+pub async fn touch_api_key(pool: &PgPool, id: Uuid) -> Result<(), TenancyError> {
+    sqlx::query!("UPDATE api_keys SET last_used_at = now() WHERE id = $1", id).execute(pool).await?;
+    Ok(())
+}
+
+/// The user with this id, if any.
+pub async fn find_user_by_id(pool: &PgPool, id: Uuid) -> Result<Option<User>, TenancyError> {
+    let user = sqlx::query_as!(User, "SELECT id, org_id, email, password_hash, role FROM users WHERE id = $1", id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(user)
+}

@@ -1,7 +1,9 @@
-//! Verity server: the REST API (`api`), the command line (`cli`, `commands`) and benchmarks.
+//! Verity server: the REST API (`api`), the web dashboard (`web`), the command line (`cli`,
+//! `commands`) and benchmarks.
 
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod logging;
+pub mod web;

@@ -37,8 +37,10 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(objects::router())
         .merge(openapi::router())
         .merge(extra)
+        .merge(crate::web::router())
         .route("/metrics", get(telemetry::prometheus))
         .fallback(|| async { ApiError::not_found("route", "this path") })
+        .layer(axum::middleware::from_fn(auth::session::guard))
         .layer(axum::middleware::from_fn(extract::refuse_nul_in_uri))
         .layer(axum::middleware::from_fn_with_state(state.clone(), telemetry::track))
         .layer(TraceLayer::new_for_http())
@@ -47,7 +49,9 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
 
 /// Serves `app` on `listener` until ctrl-c or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
+    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await
 }
 
 /// Resolves on ctrl-c or SIGTERM.

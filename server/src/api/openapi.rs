@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
     info(title = "Verity API", description = "Reinforcement fine-tuning with verifiable rewards; OpenAI-compatible fine-tuning shapes."),
     paths(
         health::healthz, health::readyz,
-        auth::routes::create_token,
+        auth::routes::create_token, auth::api_keys::list_keys, auth::api_keys::create_key, auth::api_keys::revoke_key,
         files::list_files, files::get_file, files::file_content, files::delete_file, files::upload::upload_file,
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::cancel_job, jobs::pause_job, jobs::resume_job, jobs::list_events,
         jobs::checkpoints::list_checkpoints, jobs::checkpoints::get_checkpoint, jobs::checkpoints::delete_checkpoint,

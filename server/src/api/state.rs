@@ -81,6 +81,8 @@ pub struct AppState {
     pub key_cache: Arc<KeyCache>,
     /// Per-key rate limit.
     pub limiter: Arc<RateLimiter>,
+    /// Failed sign-ins per user name and address.
+    pub login_throttle: Arc<super::auth::throttle::LoginThrottle>,
     /// Verifies signed object URLs of the local store (`None`: signed URLs disabled).
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
@@ -128,6 +130,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             key_cache: Arc::new(KeyCache::default()),
             limiter: Arc::new(RateLimiter::new(api.rate_limit_rps, api.rate_limit_burst)),
+            login_throttle: Arc::default(),
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),

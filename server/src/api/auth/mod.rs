@@ -1,8 +1,11 @@
 //! Authentication (API keys and JWTs behind `Authorization: Bearer`), roles and rate limits.
 
+pub mod api_keys;
 pub mod keys;
 pub mod ratelimit;
 pub mod routes;
+pub mod session;
+pub mod throttle;
 pub mod tokens;
 
 use super::error::ApiError;
@@ -68,6 +71,12 @@ impl KeyCache {
         entries.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
         entries.insert(digest, (principal, Instant::now()));
     }
+
+    /// Forgets key `key_id`, so that its next use re-reads its row (e.g. after a revoke).
+    pub fn evict_key(&self, key_id: uuid::Uuid) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|_, (principal, _)| principal.key_id != Some(key_id));
+    }
 }
 
 /// Checks an API key against its stored hash.
@@ -95,6 +104,9 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     }
     let role = record.role.parse().map_err(|e| ApiError::internal("api key role", e))?;
     let principal = Principal { user_id: record.user_id, org_id: record.org_id, role, key_id: Some(record.id) };
+    if let Err(error) = verity_core::tenancy::touch_api_key(&state.pool, record.id).await {
+        tracing::warn!(%error, "could not record the API key's last use");
+    }
     state.key_cache.put(digest, principal.clone());
     Ok(principal)
 }
@@ -103,18 +115,20 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?
-            .to_str()
-            .map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
-        let credential = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| ApiError::unauthorized("expected Authorization: Bearer <API key or token>"))?;
+        let credential = match parts.headers.get(AUTHORIZATION) {
+            Some(header) => {
+                let header = header.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+                header
+                    .strip_prefix("Bearer ")
+                    .or_else(|| header.strip_prefix("bearer "))
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| ApiError::unauthorized("expected Authorization: Bearer <API key or token>"))?
+            }
+            // The dashboard's session cookie (cross-origin writes are refused by `session::guard`).
+            None => session::session_token(&parts.headers)
+                .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?,
+        };
         let principal = if credential.starts_with(keys::KEY_PREFIX) {
             authenticate_key(state, credential).await?
         } else {

@@ -4,6 +4,7 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiJson;
 use crate::api::state::AppState;
 use axum::extract::State;
+use axum::http::Extensions;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -35,22 +36,50 @@ pub struct TokenResponse {
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/auth/token", post(create_token))
+    Router::new().route("/v1/auth/token", post(create_token)).merge(super::api_keys::router())
 }
 
 /// Mints an access token.
 #[utoipa::path(post, path = "/v1/auth/token", request_body = TokenRequest, tag = "auth",
-    responses((status = 200, body = TokenResponse), (status = 400), (status = 401)))]
-pub async fn create_token(State(state): State<AppState>, ApiJson(request): ApiJson<TokenRequest>) -> ApiResult<Json<TokenResponse>> {
+    responses((status = 200, body = TokenResponse), (status = 400), (status = 401), (status = 429)))]
+pub async fn create_token(
+    State(state): State<AppState>,
+    extensions: Extensions,
+    ApiJson(request): ApiJson<TokenRequest>,
+) -> ApiResult<Json<TokenResponse>> {
     for (param, value) in [("email", &request.email), ("password", &request.password), ("api_key", &request.api_key)] {
         if let Some(value) = value {
             crate::api::extract::reject_nul(param, value)?;
         }
     }
-    let (user_id, org_id, role) = match (request.email, request.password, request.api_key) {
+    let ip = super::throttle::client_ip(&extensions);
+    let (user_id, org_id, role) = sign_in(&state, request, ip.as_deref()).await?;
+    let access_token = state.tokens.mint(user_id, org_id, role).map_err(|e| ApiError::internal("minting token", e))?;
+    Ok(Json(TokenResponse { access_token, token_type: "Bearer", expires_in: state.tokens.ttl().as_secs() }))
+}
+
+/// Checks a password or an API key, throttled per user name and client address: after too
+/// many failures the answer is 429 with `Retry-After`. The user, org and role on success.
+pub async fn sign_in(state: &AppState, request: TokenRequest, ip: Option<&str>) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+    let user_name = request.email.clone().or_else(|| request.api_key.as_deref().and_then(super::keys::lookup_of).map(str::to_string));
+    state.login_throttle.check(user_name.as_deref(), ip).map_err(ApiError::rate_limited)?;
+    let outcome = check_credentials(state, request).await;
+    match &outcome {
+        Err(error) if error.status == axum::http::StatusCode::UNAUTHORIZED => {
+            tracing::warn!(user = user_name.as_deref().unwrap_or(""), "failed sign-in");
+            state.login_throttle.failed(user_name.as_deref(), ip);
+        }
+        Ok(_) => state.login_throttle.succeeded(user_name.as_deref()),
+        Err(_) => {}
+    }
+    outcome
+}
+
+async fn check_credentials(state: &AppState, request: TokenRequest) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+    match (request.email, request.password, request.api_key) {
         (None, None, Some(key)) => {
-            let principal = super::authenticate_key(&state, &key).await?;
-            (principal.user_id, principal.org_id, principal.role)
+            let principal = super::authenticate_key(state, &key).await?;
+            Ok((principal.user_id, principal.org_id, principal.role))
         }
         (Some(email), Some(password), None) => {
             let denied = || ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials");
@@ -66,10 +95,8 @@ pub async fn create_token(State(state): State<AppState>, ApiJson(request): ApiJs
                 return Err(denied());
             }
             let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
-            (user.id, user.org_id, role)
+            Ok((user.id, user.org_id, role))
         }
-        _ => return Err(ApiError::invalid("body", "send either email and password, or api_key")),
-    };
-    let access_token = state.tokens.mint(user_id, org_id, role).map_err(|e| ApiError::internal("minting token", e))?;
-    Ok(Json(TokenResponse { access_token, token_type: "Bearer", expires_in: state.tokens.ttl().as_secs() }))
+        _ => Err(ApiError::invalid("body", "send either email and password, or api_key")),
+    }
 }

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
 use tokio_util::io::ReaderStream;
 use utoipa::{IntoParams, ToSchema};
 use verity_core::files::FileRecord;
@@ -136,11 +137,40 @@ pub async fn file_content(State(state): State<AppState>, principal: Principal, P
 #[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
     responses((status = 200, body = Deleted), (status = 401), (status = 404)))]
 pub async fn delete_file(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<Deleted>> {
-    let key = verity_core::files::delete_file(&state.pool, principal.org_id, &id)
+    remove_file(&state, &principal, &id).await?;
+    Ok(Json(Deleted { id, object: "file", deleted: true }))
+}
+
+/// Deletes the org's file `id` (row, then object), or 404.
+pub async fn remove_file(state: &AppState, principal: &Principal, id: &str) -> ApiResult<()> {
+    let key = verity_core::files::delete_file(&state.pool, principal.org_id, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("file", &id))?;
+        .ok_or_else(|| ApiError::not_found("file", id))?;
     if let Err(error) = state.store.delete(&key).await {
         tracing::warn!(%error, key = %key, "file row deleted but its object was not");
     }
-    Ok(Json(Deleted { id, object: "file", deleted: true }))
+    Ok(())
+}
+
+/// The first `lines` non-blank lines of the org's file `id` (for previews), or 404.
+pub async fn head_lines(state: &AppState, principal: &Principal, id: &str, lines: usize) -> ApiResult<(FileRecord, Vec<String>)> {
+    use tokio::io::AsyncBufReadExt;
+    let file = find_file(state, principal, id).await?;
+    let reader = state.store.get_reader(&file.storage_key).await?;
+    let mut reader = tokio::io::BufReader::new(reader.take(1024 * 1024));
+    let mut out = Vec::new();
+    let mut line = String::new();
+    while out.len() < lines {
+        line.clear();
+        match reader.read_line(&mut line).await {
+            Ok(0) => break,
+            Ok(_) if line.trim().is_empty() => {}
+            Ok(_) => out.push(line.trim_end().to_string()),
+            Err(error) => {
+                tracing::warn!(%error, file = %id, "preview stopped");
+                break;
+            }
+        }
+    }
+    Ok((file, out))
 }

@@ -123,21 +123,41 @@ pub async fn get_job(State(state): State<AppState>, principal: Principal, Path(i
 }
 
 /// A control request on a job.
-#[derive(Debug, Clone, Copy)]
-enum Control {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Stop for good.
     Cancel,
+    /// Stop after a checkpoint, resumable.
     Pause,
+    /// Continue a paused job.
     Resume,
 }
 
-async fn control(state: AppState, principal: Principal, id: String, action: Control) -> ApiResult<Json<JobObject>> {
-    find_job(&state, &principal, &id).await?;
+impl Control {
+    /// The control named `name` (`cancel`, `pause`, `resume`).
+    pub fn from_name(name: &str) -> Option<Control> {
+        match name {
+            "cancel" => Some(Control::Cancel),
+            "pause" => Some(Control::Pause),
+            "resume" => Some(Control::Resume),
+            _ => None,
+        }
+    }
+}
+
+/// Applies `action` to the org's job `id`; the job afterwards.
+pub async fn control_job(state: &AppState, principal: &Principal, id: &str, action: Control) -> ApiResult<JobRecord> {
+    find_job(state, principal, id).await?;
     match action {
-        Control::Cancel => state.queue.cancel(&id).await?,
-        Control::Pause => state.queue.pause(&id).await?,
-        Control::Resume => state.queue.resume(&id).await?,
+        Control::Cancel => state.queue.cancel(id).await?,
+        Control::Pause => state.queue.pause(id).await?,
+        Control::Resume => state.queue.resume(id).await?,
     };
-    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+    find_job(state, principal, id).await
+}
+
+async fn control(state: AppState, principal: Principal, id: String, action: Control) -> ApiResult<Json<JobObject>> {
+    Ok(Json(control_job(&state, &principal, &id, action).await?.into()))
 }
 
 /// Cancels a job (a running one once its worker sees the request).

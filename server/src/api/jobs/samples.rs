@@ -86,7 +86,14 @@ pub async fn list_samples(
     };
     find_job(&state, &principal, &job_id).await?;
     let filter = SampleFilter { step: query.step, min_score: query.min_score, max_score: query.max_score, after };
-    let rows = verity_core::jobs::list_samples(&state.pool, &job_id, &filter, limit + 1).await?;
+    let items = load_samples(&state, &job_id, &filter, limit).await?;
+    Ok(Json(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone())))
+}
+
+/// Up to `limit + 1` samples of `job_id` matching `filter` (the extra one, without its stored
+/// body, tells the caller another page exists), with their stored bodies read from the store.
+pub async fn load_samples(state: &AppState, job_id: &str, filter: &SampleFilter, limit: i64) -> ApiResult<Vec<SampleObject>> {
+    let rows = verity_core::jobs::list_samples(&state.pool, job_id, filter, limit + 1).await?;
     let mut objects: HashMap<String, Option<Vec<String>>> = HashMap::new();
     let mut items = Vec::with_capacity(rows.len());
     for (i, row) in rows.into_iter().enumerate() {
@@ -121,5 +128,5 @@ pub async fn list_samples(
             sample,
         });
     }
-    Ok(Json(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone())))
+    Ok(items)
 }

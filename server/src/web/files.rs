@@ -1,0 +1,98 @@
+//! Files: the list, a file's preview (first rows, or its validation error by line), delete.
+
+use super::jobs::size;
+use super::page::{render, when, Nav, WebResult, WebUser};
+use crate::api::files::{head_lines, remove_file, FileObject};
+use crate::api::state::AppState;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+/// Rows shown in a preview.
+pub const PREVIEW_ROWS: usize = 5;
+/// Files shown on the list.
+const LIST_LIMIT: i64 = 200;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/files", get(files_page))
+        .route("/files/{file_id}", get(file_page))
+        .route("/files/{file_id}/preview", get(preview_fragment))
+        .route("/files/{file_id}/delete", post(delete))
+}
+
+/// A file as shown.
+pub struct FileRow {
+    /// The API object.
+    pub file: FileObject,
+    /// Its size, readable.
+    pub size: String,
+    /// Upload time.
+    pub created: String,
+}
+
+impl From<verity_core::files::FileRecord> for FileRow {
+    fn from(record: verity_core::files::FileRecord) -> FileRow {
+        FileRow { size: size(record.bytes), created: when(record.created_at), file: record.into() }
+    }
+}
+
+/// The org's files, newest first.
+pub async fn org_files(state: &AppState, user: &WebUser) -> Result<Vec<FileRow>, sqlx::Error> {
+    let rows = verity_core::files::list_files(&state.pool, user.0.org_id, None, None, LIST_LIMIT).await?;
+    Ok(rows.into_iter().map(FileRow::from).collect())
+}
+
+/// The files list.
+#[derive(Template)]
+#[template(path = "files.html")]
+struct FilesPage {
+    nav: Nav,
+    files: Vec<FileRow>,
+}
+
+async fn files_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
+    let files = org_files(&state, &user).await?;
+    Ok(render(&FilesPage { nav: Nav::new("Files", "files"), files }))
+}
+
+/// A file's preview: status, validation error and first rows.
+#[derive(Template)]
+#[template(path = "file_preview.html")]
+pub struct Preview {
+    /// The file.
+    pub row: FileRow,
+    /// Its first rows.
+    pub lines: Vec<String>,
+}
+
+/// The preview of the org's file `id`.
+pub async fn preview(state: &AppState, user: &WebUser, id: &str) -> WebResult<Preview> {
+    let (record, lines) = head_lines(state, &user.0, id, PREVIEW_ROWS).await?;
+    Ok(Preview { row: record.into(), lines })
+}
+
+/// One file's page.
+#[derive(Template)]
+#[template(path = "file.html")]
+struct FilePage {
+    nav: Nav,
+    preview: Preview,
+}
+
+async fn file_page(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+    let preview = preview(&state, &user, &id).await?;
+    Ok(render(&FilePage { nav: Nav::new(format!("File {id}"), "files"), preview }))
+}
+
+async fn preview_fragment(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+    Ok(render(&preview(&state, &user, &id).await?))
+}
+
+async fn delete(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+    remove_file(&state, &user.0, &id).await?;
+    Ok(Redirect::to("/files").into_response())
+}

@@ -1,0 +1,32 @@
+//! The web dashboard: server-rendered pages (askama templates in `web/templates/`), htmx for
+//! partial updates, server-sent events for live metrics, static assets compiled in.
+
+pub mod assets;
+pub mod completions;
+pub mod files;
+pub mod jobs;
+pub mod keys;
+pub mod live;
+pub mod login;
+pub mod new_job;
+pub mod page;
+pub mod warnings;
+
+use crate::api::state::AppState;
+use axum::response::Redirect;
+use axum::routing::get;
+use axum::Router;
+
+/// Routes of the dashboard.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/jobs") }))
+        .merge(assets::router())
+        .merge(login::router())
+        .merge(keys::router())
+        .merge(jobs::router())
+        .merge(live::router())
+        .merge(new_job::router())
+        .merge(completions::router())
+        .merge(files::router())
+}

@@ -1,0 +1,82 @@
+//! The new-job page: base model, training and validation files (upload with preview and line
+//! errors), grader editor with templates and a Test grader panel, hyperparameters with presets.
+//! The page's script submits to the REST API (`/v1/files`, `/v1/fine_tuning/alpha/graders/run`,
+//! `/v1/fine_tuning/jobs`) with the session cookie, so validation is the API's own.
+
+use super::files::{org_files, FileRow};
+use super::page::{render, Nav, WebResult, WebUser};
+use crate::api::state::AppState;
+use askama::Template;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use verity_core::spec::Hyperparameters;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/jobs/new", get(new_job_page))
+}
+
+/// A hyperparameter field: name and one-line help.
+pub struct Field {
+    /// JSON name.
+    pub name: &'static str,
+    /// Help line.
+    pub help: &'static str,
+}
+
+/// A field as shown, with its default (from [`Hyperparameters::default`]) as placeholder.
+struct FieldRow {
+    name: &'static str,
+    help: &'static str,
+    default: String,
+}
+
+fn field_rows() -> Vec<FieldRow> {
+    let defaults = serde_json::to_value(Hyperparameters::default()).unwrap_or_default();
+    FIELDS
+        .iter()
+        .map(|f| FieldRow {
+            name: f.name,
+            help: f.help,
+            default: match defaults.get(f.name) {
+                None | Some(serde_json::Value::Null) => "auto".to_string(),
+                Some(value) => value.to_string(),
+            },
+        })
+        .collect()
+}
+
+/// The hyperparameters the form offers (others keep their defaults).
+pub const FIELDS: &[Field] = &[
+    Field { name: "max_steps", help: "Stop after this many steps (empty: one pass over the data)." },
+    Field { name: "batch_size", help: "Prompts per step." },
+    Field { name: "group_size", help: "Completions sampled per prompt; advantages compare within a group." },
+    Field { name: "learning_rate", help: "Peak learning rate." },
+    Field { name: "max_completion_tokens", help: "Longest completion, in tokens." },
+    Field { name: "temperature", help: "Sampling temperature; lower explores less." },
+    Field { name: "beta", help: "KL coefficient to the reference model (0 = no reference)." },
+    Field { name: "epsilon_low", help: "Lower clip range (loss-dependent default)." },
+    Field { name: "epsilon_high", help: "Upper clip range (DAPO raises it: clip-higher)." },
+    Field { name: "micro_batch_size", help: "Completions per forward/backward pass (memory)." },
+    Field { name: "checkpoint_interval", help: "Save a checkpoint every N steps (and at the end)." },
+    Field { name: "eval_interval", help: "Evaluate on the validation file every N steps." },
+    Field { name: "eval_samples", help: "Completions per validation prompt (pass@k for k up to this)." },
+];
+
+/// The new-job page.
+#[derive(Template)]
+#[template(path = "new_job.html")]
+struct NewJobPage {
+    nav: Nav,
+    models: Vec<String>,
+    files: Vec<FileRow>,
+    fields: Vec<FieldRow>,
+}
+
+async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
+    let models = verity_core::models::list_models(&state.pool, user.0.org_id).await?.into_iter().map(|m| m.id).collect();
+    let files = org_files(&state, &user).await?.into_iter().filter(|f| f.file.status == "processed").collect();
+    Ok(render(&NewJobPage { nav: Nav::new("New job", "jobs"), models, files, fields: field_rows() }))
+}
