@@ -65,6 +65,8 @@ async fn pages_need_a_session_and_render_once_signed_in(pool: PgPool) {
     assert_eq!(by_key.headers["location"], "/jobs");
 
     let cookie = sign_in(&app, "ada@example.com").await;
+    let jobs = text(&page(&app, "/jobs", &cookie).await);
+    assert!(jobs.contains("Created by") && jobs.contains("ada@example.com"), "the jobs list names who created each job");
     for (uri, needle) in [
         ("/jobs".to_string(), job_id.as_str()),
         ("/jobs/new".to_string(), "Test grader"),

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use verity_core::jobs::JobRecord;
 
 /// Jobs shown on the list.
@@ -96,6 +97,19 @@ struct JobRow {
     eta: String,
     spark: String,
     last_reward: String,
+    created_by: String,
+}
+
+/// The e-mail of the user who created each of `ids` (jobs created by a deleted user are absent).
+async fn creators(state: &AppState, org_id: uuid::Uuid, ids: &[String]) -> Result<HashMap<String, String>, sqlx::Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT j.id, u.email FROM jobs j JOIN users u ON u.id = j.created_by WHERE j.org_id = $1 AND j.id = ANY($2)",
+    )
+    .bind(org_id)
+    .bind(ids)
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(rows.into_iter().collect())
 }
 
 /// The jobs list.
@@ -108,6 +122,8 @@ struct JobsPage {
 
 async fn jobs_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
     let records = verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_LIMIT).await?;
+    let ids: Vec<String> = records.iter().map(|j| j.id.clone()).collect();
+    let mut created_by = creators(&state, user.0.org_id, &ids).await?;
     let mut jobs = Vec::with_capacity(records.len());
     for job in records {
         let rows = metric_values(&state, &job.id).await?;
@@ -118,6 +134,7 @@ async fn jobs_page(State(state): State<AppState>, user: WebUser) -> WebResult<Re
             spark: sparkline(&rewards),
             last_reward: rewards.last().map(|r| format!("{r:.3}")).unwrap_or_default(),
             created: when(job.created_at),
+            created_by: created_by.remove(&job.id).unwrap_or_default(),
             status: job.state,
             model: job.model,
             id: job.id,
