@@ -194,4 +194,14 @@ async fn api_keys_are_listed_created_and_revoked_at_once(pool: PgPool) {
     assert_eq!(gone.status, StatusCode::SEE_OTHER);
     assert_eq!(get(&app.router, "/v1/files", &page_secret).await.status, StatusCode::UNAUTHORIZED);
     assert!(!text(&page(&app, "/keys", &cookie).await).contains(&page_secret), "a secret is shown once");
+
+    // A dashboard session opened with a key ends when that key is revoked.
+    let fresh = post(&app.router, "/v1/api_keys", &admin, json!({"name": "session"})).await.json();
+    let signed_in = form(&app, "/login", &format!("api_key={}&next=%2Fjobs", fresh["secret"].as_str().unwrap()), None, &[]).await;
+    assert_eq!(signed_in.status, StatusCode::SEE_OTHER);
+    let key_cookie = signed_in.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    assert_eq!(page(&app, "/jobs", &key_cookie).await.status, StatusCode::OK);
+    let fresh_id = fresh["id"].as_str().unwrap();
+    assert_eq!(call(&app.router, Method::DELETE, &format!("/v1/api_keys/{fresh_id}"), Some(&admin), None).await.status, StatusCode::OK);
+    assert_eq!(page(&app, "/jobs", &key_cookie).await.status, StatusCode::SEE_OTHER, "back to the sign-in page");
 }

@@ -67,14 +67,17 @@ async fn login(State(state): State<AppState>, extensions: Extensions, Form(form)
     let next = safe_next(form.next.as_deref());
     let api_key = non_empty(form.api_key);
     let email = non_empty(form.email);
-    let request = match api_key {
+    let request = match api_key.clone() {
         Some(key) => TokenRequest { email: None, password: None, api_key: Some(key) },
         None => TokenRequest { email: email.clone(), password: form.password.filter(|p| !p.is_empty()), api_key: None },
     };
     let ip = client_ip(&extensions);
     let outcome = sign_in(&state, request, ip.as_deref()).await;
-    let minted = outcome.and_then(|(user, org, role)| {
-        state.tokens.mint(user, org, role).map_err(|e| crate::api::error::ApiError::internal("minting token", e))
+    // Signed in with a key: the session carries the key itself, so revoking the key ends the
+    // session at once. With a password: a minted token that expires.
+    let minted = outcome.and_then(|(user, org, role)| match api_key {
+        Some(key) => Ok(key),
+        None => state.tokens.mint(user, org, role).map_err(|e| crate::api::error::ApiError::internal("minting token", e)),
     });
     match minted {
         Ok(token) => {

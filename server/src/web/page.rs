@@ -26,9 +26,12 @@ impl FromRequestParts<AppState> for WebUser {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<WebUser, Response> {
-        let claims = session_token(&parts.headers).and_then(|token| state.tokens.verify(token).ok());
-        match claims {
-            Some(claims) => Ok(WebUser(Principal { user_id: claims.sub, org_id: claims.org, role: claims.role, key_id: None })),
+        let principal = match session_token(&parts.headers) {
+            Some(credential) => crate::api::auth::authenticate(state, credential).await.ok(),
+            None => None,
+        };
+        match principal {
+            Some(principal) => Ok(WebUser(principal)),
             None => {
                 let next = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
                 let target = format!("/login?next={}", urlencode(next));

@@ -111,6 +111,16 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     Ok(principal)
 }
 
+/// The principal behind a credential: an API key (`vt-…`) or a token minted by this server.
+pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principal, ApiError> {
+    if credential.starts_with(keys::KEY_PREFIX) {
+        authenticate_key(state, credential).await
+    } else {
+        let claims = state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+        Ok(Principal { user_id: claims.sub, org_id: claims.org, role: claims.role, key_id: None })
+    }
+}
+
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
@@ -129,12 +139,7 @@ impl FromRequestParts<AppState> for Principal {
             None => session::session_token(&parts.headers)
                 .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?,
         };
-        let principal = if credential.starts_with(keys::KEY_PREFIX) {
-            authenticate_key(state, credential).await?
-        } else {
-            let claims = state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
-            Principal { user_id: claims.sub, org_id: claims.org, role: claims.role, key_id: None }
-        };
+        let principal = authenticate(state, credential).await?;
         state.limiter.check(&principal.bucket()).map_err(ApiError::rate_limited)?;
         Ok(principal)
     }
