@@ -33,6 +33,8 @@ pub enum Command {
     /// Convert and manage model files.
     #[command(subcommand)]
     Models(crate::commands::models::ModelsCommand),
+    /// Print the API description: OpenAPI JSON, or the Markdown reference (`--markdown`).
+    Openapi(crate::commands::openapi::OpenapiArgs),
     /// Sample completions from a local model (chat template applied).
     Generate(crate::commands::generate::GenerateArgs),
     /// Everything on this machine: API and dashboard, one worker, a local object store, and a

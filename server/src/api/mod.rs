@@ -11,6 +11,7 @@ pub mod models;
 pub mod objects;
 pub mod openapi;
 pub mod pagination;
+pub mod reference;
 pub mod state;
 pub mod telemetry;
 

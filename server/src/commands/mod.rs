@@ -6,6 +6,7 @@ pub mod demo;
 pub mod generate;
 pub mod graders;
 pub mod models;
+pub mod openapi;
 mod migrate;
 pub mod postgres_cluster;
 pub mod serve;
@@ -24,6 +25,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Graders(graders) => tokio::task::spawn_blocking(move || graders::run(&graders)).await?,
         Command::Models(models) => models::run(&models).await,
         Command::Generate(args) => generate::run(&args).await,
+        Command::Openapi(args) => openapi::run(&args),
         Command::Up(args) => up::run(args).await,
         Command::Demo(args) => up::run(up::UpArgs { demo: true, ..args }).await,
         Command::Files(args) => client::files::run(&args).await,
