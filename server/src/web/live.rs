@@ -41,11 +41,16 @@ struct Cursor {
     after: i32,
     first: bool,
     done: bool,
+    /// The job's metrics rows as last read, and their fingerprint: rows are re-read only when
+    /// the fingerprint changes, not on every poll.
+    rows: Vec<Value>,
+    version: Option<crate::api::jobs::metrics::MetricsVersion>,
 }
 
 async fn stream_job(State(state): State<AppState>, user: WebUser, Path(id): Path<String>, Query(query): Query<StreamQuery>) -> WebResult<Response> {
     find_job(&state, &user.0, &id).await?;
-    let cursor = Cursor { state, org: user.0.org_id, job_id: id, after: query.after.unwrap_or(0), first: true, done: false };
+    let cursor = Cursor { state, org: user.0.org_id, job_id: id, after: query.after.unwrap_or(0), first: true, done: false,
+                         rows: Vec::new(), version: None };
     Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -77,7 +82,12 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
         cursor.done = true;
         return Ok(vec![Event::default().event("end").data("gone")]);
     };
-    let all = metric_values(&cursor.state, &cursor.job_id).await?;
+    let version = verity_core::jobs::metrics_version(&cursor.state.pool, &cursor.job_id).await?;
+    if cursor.version != Some(version) {
+        cursor.rows = metric_values(&cursor.state, &cursor.job_id).await?;
+        cursor.version = Some(version);
+    }
+    let all = &cursor.rows;
     let new: Vec<&Value> = all.iter().filter(|r| r.get("step").and_then(Value::as_i64).unwrap_or(0) > i64::from(cursor.after)).collect();
     if let Some(last) = new.iter().filter_map(|r| r.get("step").and_then(Value::as_i64)).max() {
         cursor.after = i32::try_from(last).unwrap_or(i32::MAX);
@@ -85,7 +95,7 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
     }
     let (step, total, percent) = progress(&job);
     let status = json!({"status": job.state, "step": step, "total": total, "percent": percent,
-                        "pending_control": (job.control != "none").then_some(&job.control), "warnings": warnings(&all)});
+                        "pending_control": (job.control != "none").then_some(&job.control), "warnings": warnings(all)});
     out.push(Event::default().event("status").data(status.to_string()));
     if is_terminal(&job.state) {
         cursor.done = true;
