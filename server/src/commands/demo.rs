@@ -131,7 +131,7 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
             bar.set_position(step);
         }
         for event in jobs::new_events(client, id, last_event).await? {
-            last_event = super::client::field(&event, "id").rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(last_event);
+            last_event = jobs::event_number(&event);
             let kind = event.pointer("/data/kind").and_then(Value::as_str).unwrap_or("");
             if kind != "step" && kind != "metrics" {
                 let line = format!("  {}", super::client::field(&event, "message"));

@@ -156,7 +156,7 @@ fn progress_text(job: &Value) -> String {
 }
 
 /// Number of an event id (`ftevent-42` → 42).
-fn event_number(event: &Value) -> i64 {
+pub fn event_number(event: &Value) -> i64 {
     field(event, "id").rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
