@@ -138,6 +138,68 @@ fn masked_mean_f64(values: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
     Ok((sum, count))
 }
 
+/// The `[N, T]` (f32) mask of real completion tokens, `T` the longest completion — the mask
+/// [`Transformer::completion_logprobs`] returns, without running the model.
+fn completion_mask(completions: &[Vec<u32>], device: &candle_core::Device) -> Result<Tensor> {
+    let rows: Vec<Vec<f32>> = completions.iter().map(|c| vec![1.0; c.len()]).collect();
+    padded_rows(&rows.iter().map(Vec::as_slice).collect::<Vec<_>>(), device)
+}
+
+/// One micro-batch's loss inputs that stay fixed across the inner epochs of a step.
+struct Micro {
+    /// Old-policy log-probs; `None` until the first pass when they come from that pass.
+    logp_old: Option<Tensor>,
+    logp_ref: Option<Tensor>,
+    mask: Tensor,
+    advantages: Tensor,
+    is_weights: Option<Tensor>,
+}
+
+/// Entropy and sampler-vs-trainer KL of the old policy, summed over a step's micro-batches.
+#[derive(Default)]
+struct OldPolicyStats {
+    entropy_sum: f64,
+    entropy_tokens: f64,
+    kl_sum: f64,
+    kl_tokens: f64,
+}
+
+impl OldPolicyStats {
+    /// Adds one micro-batch's old-policy log-probs; returns its truncated IS weights when
+    /// `tis_cap` is set (`mask` is the loss mask, truncation already applied).
+    fn observe(
+        &mut self,
+        old: &crate::model::CompletionLogprobs,
+        mask: &Tensor,
+        sampler_logprobs: &[Vec<f32>],
+        tis_cap: Option<f64>,
+    ) -> Result<Option<Tensor>> {
+        let (sum, count) = masked_mean_f64(&old.entropy, &old.mask)?;
+        self.entropy_sum += sum;
+        self.entropy_tokens += count;
+        let rows: Vec<&[f32]> = sampler_logprobs.iter().map(Vec::as_slice).collect();
+        let logp_sampler = padded_rows(&rows, old.logprobs.device())?;
+        let kl = sampler_trainer_kl(&logp_sampler, &old.logprobs, &old.mask)?;
+        let tokens = old.mask.sum_all()?.to_scalar::<f32>()? as f64;
+        self.kl_sum += kl * tokens;
+        self.kl_tokens += tokens;
+        Ok(match tis_cap {
+            Some(cap) => Some(truncated_is_weights(&old.logprobs, &logp_sampler, mask, cap)?),
+            None => None,
+        })
+    }
+
+    /// Token-weighted mean entropy (0 without tokens).
+    fn mean_entropy(&self) -> f64 {
+        if self.entropy_tokens > 0.0 { self.entropy_sum / self.entropy_tokens } else { 0.0 }
+    }
+
+    /// Token-weighted mean sampler-vs-trainer KL (0 without tokens).
+    fn mean_sampler_kl(&self) -> f64 {
+        if self.kl_tokens > 0.0 { self.kl_sum / self.kl_tokens } else { 0.0 }
+    }
+}
+
 /// The flattened completions of a step, with everything the loss needs.
 struct Batch {
     prompts: Vec<Vec<u32>>,
@@ -404,69 +466,72 @@ impl Trainer {
 
     /// Old/reference log-probs, then μ passes of the loss over micro-batches, each ending in a
     /// clipped AdamW step.
+    ///
+    /// With a single pass (μ = 1) the old policy *is* the current one, so its log-probs are the
+    /// detached log-probs of the differentiable forward itself (ratio exactly 1, as in TRL) and
+    /// the separate no-grad forward is skipped.
     fn optimise(&mut self, batch: &Batch, metrics: &mut StepMetrics) -> Result<()> {
         self.model.seed_lora_dropout(mix_seed(self.seed, &[self.step, 0xd407]));
         let device = self.model.device().clone();
         let temperature = self.hp.temperature as f32;
         let pad = self.tokenizer.pad_id();
+        let reuse_current_as_old = self.hp.inner_epochs == 1;
         let n = batch.completions.len();
         let ranges: Vec<(usize, usize)> =
             (0..n).step_by(self.hp.micro_batch_size).map(|s| (s, self.hp.micro_batch_size.min(n - s))).collect();
-        struct Micro {
-            logp_old: Tensor,
-            logp_ref: Option<Tensor>,
-            mask: Tensor,
-            advantages: Tensor,
-            is_weights: Option<Tensor>,
-        }
         let mut micros = Vec::with_capacity(ranges.len());
-        let (mut entropy_sum, mut entropy_count, mut skl_sum, mut skl_count) = (0.0, 0.0, 0.0, 0.0);
+        let mut old_stats = OldPolicyStats::default();
         for &(start, len) in &ranges {
             let prompts = &batch.prompts[start..start + len];
             let comps = &batch.completions[start..start + len];
-            let old = self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
-            let (e_sum, e_count) = masked_mean_f64(&old.entropy, &old.mask)?;
-            entropy_sum += e_sum;
-            entropy_count += e_count;
-            let mask = mask_truncated(&old.mask, &batch.keep[start..start + len].iter().map(|k| !k).collect::<Vec<_>>())?;
-            let sampler_rows: Vec<&[f32]> = batch.sampler_logprobs[start..start + len].iter().map(Vec::as_slice).collect();
-            let logp_sampler = padded_rows(&sampler_rows, &device)?;
-            let kl = sampler_trainer_kl(&logp_sampler, &old.logprobs, &old.mask)?;
-            let tokens = old.mask.sum_all()?.to_scalar::<f32>()? as f64;
-            skl_sum += kl * tokens;
-            skl_count += tokens;
-            let is_weights = match self.hp.tis_cap {
-                Some(cap) => Some(truncated_is_weights(&old.logprobs, &logp_sampler, &mask, cap)?),
-                None => None,
-            };
+            let truncated: Vec<bool> = batch.keep[start..start + len].iter().map(|k| !k).collect();
             let logp_ref = match &self.reference {
                 Some(reference) => Some(reference.completion_logprobs(prompts, comps, temperature, pad, false)?.logprobs),
                 None => None,
             };
             let advantages = Tensor::from_slice(&batch.advantages[start..start + len], len, &device)?;
-            micros.push(Micro { logp_old: old.logprobs.detach(), logp_ref, mask, advantages, is_weights });
+            let micro = if reuse_current_as_old {
+                let mask = mask_truncated(&completion_mask(comps, &device)?, &truncated)?;
+                Micro { logp_old: None, logp_ref, mask, advantages, is_weights: None }
+            } else {
+                let old = self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
+                let mask = mask_truncated(&old.mask, &truncated)?;
+                let is_weights = old_stats.observe(&old, &mask, &batch.sampler_logprobs[start..start + len], self.hp.tis_cap)?;
+                Micro { logp_old: Some(old.logprobs.detach()), logp_ref, mask, advantages, is_weights }
+            };
+            micros.push(micro);
         }
-        metrics.entropy = if entropy_count > 0.0 { entropy_sum / entropy_count } else { 0.0 };
-        metrics.sampler_kl = if skl_count > 0.0 { skl_sum / skl_count } else { 0.0 };
         let normalizer = StepNormalizer::from_masks(micros.iter().map(|m| &m.mask))?;
         let mut stats = LossStats::default();
         let mut accumulator = GradAccumulator::new(&self.params);
         for _ in 0..self.hp.inner_epochs {
             accumulator.reset();
-            for (m, &(start, len)) in micros.iter().zip(&ranges) {
-                let logp = self
-                    .model
-                    .completion_logprobs(&batch.prompts[start..start + len], &batch.completions[start..start + len], temperature, pad, true)?
-                    .logprobs;
+            for (m, &(start, len)) in micros.iter_mut().zip(&ranges) {
+                let current = self.model.completion_logprobs(
+                    &batch.prompts[start..start + len],
+                    &batch.completions[start..start + len],
+                    temperature,
+                    pad,
+                    true,
+                )?;
+                let logp_old = match m.logp_old.take() {
+                    Some(old) => old,
+                    None => {
+                        let sampler = &batch.sampler_logprobs[start..start + len];
+                        m.is_weights = old_stats.observe(&current, &m.mask, sampler, self.hp.tis_cap)?;
+                        current.logprobs.detach()
+                    }
+                };
                 let inputs = PolicyLossInputs {
-                    logp: &logp,
-                    logp_old: &m.logp_old,
+                    logp: &current.logprobs,
+                    logp_old: &logp_old,
                     logp_ref: m.logp_ref.as_ref(),
                     mask: &m.mask,
                     advantages: &m.advantages,
                     is_weights: m.is_weights.as_ref(),
                 };
                 let output = policy_loss(&inputs, &self.loss, &normalizer)?;
+                m.logp_old = Some(logp_old);
                 stats.merge(&output.stats);
                 let grads = output.loss.backward()?;
                 accumulator.accumulate(grads, &self.params, 1.0)?;
@@ -483,6 +548,8 @@ impl Trainer {
             metrics.grad_norm = norm;
             metrics.learning_rate = lr;
         }
+        metrics.entropy = old_stats.mean_entropy();
+        metrics.sampler_kl = old_stats.mean_sampler_kl();
         metrics.record_loss_stats(&stats, self.hp.inner_epochs);
         Ok(())
     }
