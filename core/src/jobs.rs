@@ -197,25 +197,55 @@ pub async fn delete_checkpoint(pool: &PgPool, job_id: &str, id: &str) -> Result<
     Ok(deleted > 0)
 }
 
-/// The per-step metrics of a job as one JSON array text (`[{"step": n, …}, …]`, by step),
-/// built by Postgres so that large jobs cost one round trip and no re-encoding.
-pub async fn metrics_json(pool: &PgPool, job_id: &str) -> Result<String, sqlx::Error> {
-    let text = sqlx::query_scalar!(
-        r#"SELECT coalesce(jsonb_agg(jsonb_build_object('step', step) || data ORDER BY step), '[]'::jsonb)::text
-               AS "rows!"
-           FROM job_metrics WHERE job_id = $1"#,
-        job_id
+/// Which metrics rows to read: steps after `after_step`, at most `limit` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsWindow {
+    /// Only steps strictly greater than this.
+    pub after_step: i32,
+    /// At most this many rows.
+    pub limit: i64,
+}
+
+impl MetricsWindow {
+    /// Every row of the job.
+    pub const ALL: MetricsWindow = MetricsWindow { after_step: i32::MIN, limit: i64::MAX };
+}
+
+/// A window of a job's per-step metrics as one JSON array text (`[{"step": n, …}, …]`, by
+/// step), built by Postgres so that large jobs cost one round trip and no re-encoding, and
+/// whether rows after the window exist.
+pub async fn metrics_json(pool: &PgPool, job_id: &str, window: MetricsWindow) -> Result<(String, bool), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"WITH page AS (
+               SELECT step, data FROM job_metrics WHERE job_id = $1 AND step > $2 ORDER BY step LIMIT $3)
+           SELECT coalesce((SELECT jsonb_agg(jsonb_build_object('step', step) || data ORDER BY step) FROM page),
+                           '[]'::jsonb)::text AS "rows!",
+                  EXISTS (SELECT 1 FROM job_metrics
+                          WHERE job_id = $1 AND step > coalesce((SELECT max(step) FROM page), $2)) AS "has_more!""#,
+        job_id,
+        window.after_step,
+        window.limit
     )
     .fetch_one(pool)
     .await?;
-    Ok(text)
+    Ok((row.rows, row.has_more))
 }
 
 /// The per-step metrics of a job, by step.
 pub async fn metrics_rows(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, Value)>, sqlx::Error> {
-    let rows = sqlx::query!("SELECT step, data FROM job_metrics WHERE job_id = $1 ORDER BY step", job_id)
-        .fetch_all(pool)
-        .await?;
+    metrics_rows_in(pool, job_id, MetricsWindow::ALL).await
+}
+
+/// A window of a job's per-step metrics, by step.
+pub async fn metrics_rows_in(pool: &PgPool, job_id: &str, window: MetricsWindow) -> Result<Vec<(i32, Value)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "SELECT step, data FROM job_metrics WHERE job_id = $1 AND step > $2 ORDER BY step LIMIT $3",
+        job_id,
+        window.after_step,
+        window.limit
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(rows.into_iter().map(|r| (r.step, r.data)).collect())
 }
 

@@ -271,6 +271,21 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     assert_eq!(csv.headers["content-type"], "text/csv; charset=utf-8");
     assert_eq!(std::str::from_utf8(&csv.bytes).unwrap(), "step,kl,reward_mean\n1,0.01,0.1\n2,,0.25\n3,0.01,0.3\n4,,0.4\n");
     assert_error(&get(&app.router, &format!("{base}/metrics?format=xml"), &key).await, StatusCode::BAD_REQUEST, Some("format"));
+    assert_eq!(updated["has_more"], false);
+    // Incremental polling: steps after the last one seen, a page at a time.
+    let page = get(&app.router, &format!("{base}/metrics?after_step=1&limit=2"), &key).await.json();
+    let steps: Vec<i64> = page["data"].as_array().unwrap().iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    assert_eq!((steps, &page["has_more"]), (vec![2, 3], &json!(true)));
+    let rest = get(&app.router, &format!("{base}/metrics?after_step=3"), &key).await.json();
+    assert_eq!((rest["data"].clone(), &rest["has_more"]), (json!([{"step": 4, "reward_mean": 0.4}]), &json!(false)));
+    let none = get(&app.router, &format!("{base}/metrics?after_step=4"), &key).await.json();
+    assert_eq!((none["data"].clone(), &none["has_more"]), (json!([]), &json!(false)));
+    let csv_page = get(&app.router, &format!("{base}/metrics?format=csv&after_step=2&limit=1"), &key).await;
+    assert_eq!(std::str::from_utf8(&csv_page.bytes).unwrap(), "step,kl,reward_mean\n3,0.01,0.3\n");
+    for bad in ["limit=0", "limit=10001", "after_step=x"] {
+        let response = get(&app.router, &format!("{base}/metrics?{bad}"), &key).await;
+        assert_eq!(response.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
 
     let list = get(&app.router, &format!("{base}/checkpoints"), &key).await.json();
     let c = &list["data"][0];

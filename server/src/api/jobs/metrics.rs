@@ -16,6 +16,7 @@ use bytes::Bytes;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use utoipa::IntoParams;
+use verity_core::jobs::MetricsWindow;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -28,9 +29,36 @@ pub fn router() -> Router<AppState> {
 pub struct MetricsQuery {
     /// `json` (default) or `csv`.
     pub format: Option<String>,
+    /// Only steps after this one (for incremental polling: pass the last step you have).
+    pub after_step: Option<i32>,
+    /// At most this many steps (1–10000); all by default. JSON answers say `has_more`.
+    pub limit: Option<i64>,
 }
 
-/// One row per step: `{"object": "list", "data": [{"step": n, …}]}` or CSV with a header.
+/// The largest `limit` of one metrics page.
+const MAX_METRICS_LIMIT: i64 = 10_000;
+
+impl MetricsQuery {
+    /// The requested window, validated; `None` for the whole job.
+    fn window(&self) -> Result<Option<MetricsWindow>, ApiError> {
+        if let Some(limit) = self.limit {
+            if !(1..=MAX_METRICS_LIMIT).contains(&limit) {
+                return Err(ApiError::invalid("limit", format!("limit must be between 1 and {MAX_METRICS_LIMIT}, got {limit}")));
+            }
+        }
+        if self.after_step.is_none() && self.limit.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(MetricsWindow {
+            after_step: self.after_step.unwrap_or(MetricsWindow::ALL.after_step),
+            limit: self.limit.unwrap_or(MetricsWindow::ALL.limit),
+        }))
+    }
+}
+
+/// One row per step: `{"object": "list", "job_id", "data": [{"step": n, …}], "has_more"}` or CSV
+/// with a header; `after_step` and `limit` select a window (the whole job's document is cached
+/// while its rows are unchanged).
 #[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/metrics", tag = "fine_tuning", params(("job_id" = String, Path), MetricsQuery),
     responses((status = 200, content_type = "application/json"), (status = 400), (status = 401), (status = 404)))]
 pub async fn job_metrics(
@@ -44,20 +72,35 @@ pub async fn job_metrics(
         Some("csv") => true,
         Some(other) => return Err(ApiError::invalid("format", format!("unknown format {other:?}; use json or csv"))),
     };
+    let window = query.window()?;
     find_job(&state, &principal, &job_id).await?;
     if csv {
-        let rows = verity_core::jobs::metrics_rows(&state.pool, &job_id).await?;
+        let rows = verity_core::jobs::metrics_rows_in(&state.pool, &job_id, window.unwrap_or(MetricsWindow::ALL)).await?;
         return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8")], to_csv(&rows)).into_response());
     }
-    let version = verity_core::jobs::metrics_version(&state.pool, &job_id).await?;
-    if let Some(body) = state.metrics_cache.get(&job_id, version) {
+    let Some(window) = window else {
+        return whole_job_metrics(&state, &job_id).await;
+    };
+    let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, &job_id, window).await?;
+    Ok(([(CONTENT_TYPE, "application/json")], metrics_document(&job_id, &data, has_more)?).into_response())
+}
+
+/// Every metrics row of a job, from the cache while the rows are unchanged.
+async fn whole_job_metrics(state: &AppState, job_id: &str) -> ApiResult<Response> {
+    let version = verity_core::jobs::metrics_version(&state.pool, job_id).await?;
+    if let Some(body) = state.metrics_cache.get(job_id, version) {
         return Ok(([(CONTENT_TYPE, "application/json")], body).into_response());
     }
-    let data = verity_core::jobs::metrics_json(&state.pool, &job_id).await?;
-    let job = serde_json::to_string(&job_id).map_err(|e| ApiError::internal("metrics", e))?;
-    let body = Bytes::from(format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data}}}"));
-    state.metrics_cache.put(&job_id, version, body.clone());
+    let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, job_id, MetricsWindow::ALL).await?;
+    let body = metrics_document(job_id, &data, has_more)?;
+    state.metrics_cache.put(job_id, version, body.clone());
     Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The list document around a JSON array of rows.
+fn metrics_document(job_id: &str, data: &str, has_more: bool) -> Result<Bytes, ApiError> {
+    let job = serde_json::to_string(job_id).map_err(|e| ApiError::internal("metrics", e))?;
+    Ok(Bytes::from(format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data},\"has_more\":{has_more}}}")))
 }
 
 /// The fingerprint of a job's metrics rows.
