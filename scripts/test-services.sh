@@ -23,6 +23,13 @@ if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
 fi
 pg_isready -h 127.0.0.1 -p 5432 -q || { echo "test-services: PostgreSQL is not reachable" >&2; return 1 2>/dev/null || exit 1; }
 
+# --- OpenBLAS (the worker's matrix products; without it they fall back to the slower gemm crate) ---
+if ! ldconfig -p | grep -q 'libopenblas\.so\.0'; then
+  echo "test-services: installing OpenBLAS" >&2
+  _apt_install libopenblas0-pthread
+fi
+export VERITY_REQUIRE_BLAS=1
+
 # --- bubblewrap (the grader sandbox) ---
 command -v bwrap >/dev/null || { echo "test-services: installing bubblewrap" >&2; _apt_install bubblewrap; }
 

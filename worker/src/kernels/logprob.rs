@@ -2,7 +2,7 @@
 //! computed over chunks of tokens so the `tokens x vocab` logits never exist in full.
 //! The backward recomputes each chunk's logits instead of storing them.
 
-use super::{f32_slice, gemm_parallelism, use_cpu_kernel, with_f32};
+use super::{f32_slice, use_cpu_kernel, with_f32};
 use candle_core::{bail, CpuStorage, CustomOp2, Device, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ fn dims(lh: &Layout, lw: &Layout, n_targets: usize) -> Result<(usize, usize, usi
 fn logits_chunk(out: &mut [f32], h: &[f32], w: &[f32], rows: usize, d: usize, v: usize) {
     // SAFETY: the slices hold rows*v, rows*d and v*d floats and the strides address inside them.
     unsafe {
-        gemm::gemm(
+        super::sgemm(
             rows,
             v,
             d,
@@ -93,12 +93,6 @@ fn logits_chunk(out: &mut [f32], h: &[f32], w: &[f32], rows: usize, d: usize, v:
             w.as_ptr(),
             d as isize,
             1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm_parallelism(),
         );
     }
 }
@@ -195,7 +189,7 @@ impl CustomOp2 for TokenLogprobs {
                         });
                     // SAFETY: all strides address inside the buffers sized above.
                     unsafe {
-                        gemm::gemm(
+                        super::sgemm(
                             rows,
                             d,
                             v,
@@ -209,14 +203,8 @@ impl CustomOp2 for TokenLogprobs {
                             w.as_ptr(),
                             1,
                             d as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm_parallelism(),
                         );
-                        gemm::gemm(
+                        super::sgemm(
                             v,
                             d,
                             rows,
@@ -230,12 +218,6 @@ impl CustomOp2 for TokenLogprobs {
                             hc.as_ptr(),
                             1,
                             d as isize,
-                            1.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm_parallelism(),
                         );
                     }
                 }

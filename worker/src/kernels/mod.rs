@@ -6,6 +6,7 @@
 //! candle ops, which is also the reference the tests compare against.
 
 mod attention;
+mod blas;
 mod logprob;
 mod rms_norm;
 mod rope;
@@ -14,6 +15,7 @@ mod softmax;
 mod swiglu;
 
 pub use attention::attention_nograd;
+pub use blas::{blas_in_use, matmul, sgemm};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};

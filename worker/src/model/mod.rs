@@ -308,6 +308,8 @@ impl Transformer {
         let train_base = track && self.lora.is_empty();
         let mut y = if !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x) {
             kernels::skinny_matmul(x, lin.weight_t.as_tensor())?
+        } else if self.kernels == Kernels::Fused {
+            kernels::matmul(x, &self.get(&lin.weight_t, train_base))?
         } else {
             x.matmul(&self.get(&lin.weight_t, train_base))?
         };
