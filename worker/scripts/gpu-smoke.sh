@@ -3,6 +3,14 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-command -v nvcc >/dev/null || { echo "nvcc not found (pip install nvidia-cuda-nvcc-cu12 and put its bin/ on PATH)"; exit 1; }
+if ! command -v nvcc >/dev/null; then
+  # No toolkit: a CUDA 13.4 toolchain from PyPI (see docs/gpu.md).
+  prefix=${VERITY_CUDA_PREFIX:-$HOME/.cache/verity/cuda}
+  [ -f "$prefix/env.sh" ] || scripts/cuda-from-pypi.sh "$prefix"
+  export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d .)}
+  . "$prefix/env.sh"
+  # The PyPI libraries are not on the loader's path; the driver's libcuda is.
+  export LD_LIBRARY_PATH="$CUDA_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 eval "$(scripts/fetch-test-model.sh | sed 's/^/export /')"
 VERITY_TEST_DEVICE=cuda:0 cargo test --release -p verity-worker --features cuda --test gpu -- --nocapture
