@@ -164,3 +164,14 @@ pub fn smollm2_gguf(test: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// Largest absolute elementwise difference of two tensors of the same shape (test helper).
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_dtype(candle_core::DType::F32))
+        .and_then(|d| d.to_scalar::<f32>())
+        .unwrap_or(f32::INFINITY)
+}

@@ -3,7 +3,7 @@
 use candle_core::{Device, Tensor, Var};
 use verity_worker::kernels;
 use verity_worker::model::lora::LoraConfig;
-use verity_worker::testing::tiny_model;
+use verity_worker::testing::{max_abs_diff, tiny_model};
 use verity_worker::{Family, Kernels, Transformer};
 
 const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
@@ -13,19 +13,6 @@ fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
         vec![vec![5, 9, 13, 22, 7], vec![3, 4], vec![11, 12, 13]],
         vec![vec![30, 31, 32], vec![40, 41, 42, 43, 44], vec![50]],
     )
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap()
 }
 
 /// A loss that weights every completion token differently, so all gradients are exercised.

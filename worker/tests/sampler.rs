@@ -102,16 +102,7 @@ fn no_grad_path_matches_training_and_reference_paths() {
         .unwrap()
         .logprobs;
     for other in [&b, &c] {
-        let d: f32 = (&a - other)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar()
-            .unwrap();
+        let d = verity_worker::testing::max_abs_diff(&a, other);
         assert!(d < 1e-4, "{d}");
     }
 }

@@ -105,131 +105,86 @@ fn operand_layout(rows: usize, cols: usize, rs: isize, cs: isize) -> Option<(i32
     Some((ld.0, i32::try_from(ld.1).ok()?))
 }
 
-/// `dst = lhs · rhs`, or `dst += lhs · rhs` with `accumulate`, for `m × k` by `k × n` f32
-/// matrices given as pointers with column and row strides (the argument order of
-/// `gemm::gemm`): through BLAS when it is loaded and can read the layouts, else `gemm`.
+/// One `dst = lhs · rhs` (or `dst += lhs · rhs`) of an `m × k` by a `k × n` f32 matrix, each
+/// given as a pointer with column and row strides in elements (the conventions of `gemm::gemm`).
+#[derive(Debug, Clone, Copy)]
+pub struct Product {
+    /// Rows of `lhs` and `dst`.
+    pub m: usize,
+    /// Columns of `rhs` and `dst`.
+    pub n: usize,
+    /// Columns of `lhs`, rows of `rhs`.
+    pub k: usize,
+    /// The output.
+    pub dst: *mut f32,
+    /// Column stride of `dst`.
+    pub dst_cs: isize,
+    /// Row stride of `dst`.
+    pub dst_rs: isize,
+    /// Add to `dst` instead of overwriting it.
+    pub accumulate: bool,
+    /// The left operand.
+    pub lhs: *const f32,
+    /// Column stride of `lhs`.
+    pub lhs_cs: isize,
+    /// Row stride of `lhs`.
+    pub lhs_rs: isize,
+    /// The right operand.
+    pub rhs: *const f32,
+    /// Column stride of `rhs`.
+    pub rhs_cs: isize,
+    /// Row stride of `rhs`.
+    pub rhs_rs: isize,
+}
+
+/// Computes `p`: through BLAS when it is loaded and can read the layouts, else `gemm`.
 ///
 /// # Safety
 /// Every pointer must address its whole matrix under the given strides, and `dst` must not
 /// overlap the inputs.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut f32,
-    dst_cs: isize,
-    dst_rs: isize,
-    accumulate: bool,
-    lhs: *const f32,
-    lhs_cs: isize,
-    lhs_rs: isize,
-    rhs: *const f32,
-    rhs_cs: isize,
-    rhs_rs: isize,
-) {
+pub unsafe fn sgemm(p: Product) {
     // SAFETY (both calls): forwarded from the caller.
-    let done = unsafe {
-        blas_sgemm(
-            m, n, k, dst, dst_cs, dst_rs, accumulate, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
-        )
-    };
-    if !done {
-        unsafe {
-            gemm_sgemm(
-                m, n, k, dst, dst_cs, dst_rs, accumulate, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
-            )
-        };
+    if !unsafe { blas_sgemm(&p) } {
+        unsafe { gemm_sgemm(&p) };
     }
 }
 
 /// [`sgemm`] through BLAS; false (nothing written) when BLAS is not loaded or cannot read a
 /// layout.
-#[allow(clippy::too_many_arguments)]
-unsafe fn blas_sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut f32,
-    dst_cs: isize,
-    dst_rs: isize,
-    accumulate: bool,
-    lhs: *const f32,
-    lhs_cs: isize,
-    lhs_rs: isize,
-    rhs: *const f32,
-    rhs_cs: isize,
-    rhs_rs: isize,
-) -> bool {
-    let (Some(blas), Ok(mi), Ok(ni), Ok(ki)) =
-        (blas(), i32::try_from(m), i32::try_from(n), i32::try_from(k))
-    else {
+unsafe fn blas_sgemm(p: &Product) -> bool {
+    let (Some(blas), Ok(m), Ok(n), Ok(k)) = (blas(), i32::try_from(p.m), i32::try_from(p.n), i32::try_from(p.k)) else {
         return false;
     };
-    let a = operand_layout(m, k, lhs_rs, lhs_cs);
-    let b = operand_layout(k, n, rhs_rs, rhs_cs);
-    let c = operand_layout(m, n, dst_rs, dst_cs).filter(|(trans, _)| *trans == CBLAS_NO_TRANS);
-    let (Some((ta, lda)), Some((tb, ldb)), Some((_, ldc)), true) =
-        (a, b, c, m > 0 && n > 0 && k > 0)
-    else {
+    let a = operand_layout(p.m, p.k, p.lhs_rs, p.lhs_cs);
+    let b = operand_layout(p.k, p.n, p.rhs_rs, p.rhs_cs);
+    let c = operand_layout(p.m, p.n, p.dst_rs, p.dst_cs).filter(|(trans, _)| *trans == CBLAS_NO_TRANS);
+    let (Some((ta, lda)), Some((tb, ldb)), Some((_, ldc)), true) = (a, b, c, m > 0 && n > 0 && k > 0) else {
         return false;
     };
-    let beta = if accumulate { 1.0 } else { 0.0 };
+    let beta = if p.accumulate { 1.0 } else { 0.0 };
     // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
-    unsafe {
-        (blas.sgemm)(
-            CBLAS_ROW_MAJOR,
-            ta,
-            tb,
-            mi,
-            ni,
-            ki,
-            1.0,
-            lhs,
-            lda,
-            rhs,
-            ldb,
-            beta,
-            dst,
-            ldc,
-        )
-    };
+    unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
     true
 }
 
 /// [`sgemm`] through the `gemm` crate.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut f32,
-    dst_cs: isize,
-    dst_rs: isize,
-    accumulate: bool,
-    lhs: *const f32,
-    lhs_cs: isize,
-    lhs_rs: isize,
-    rhs: *const f32,
-    rhs_cs: isize,
-    rhs_rs: isize,
-) {
+unsafe fn gemm_sgemm(p: &Product) {
     // SAFETY: forwarded from the caller.
     unsafe {
         gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            dst_cs,
-            dst_rs,
-            accumulate,
-            lhs,
-            lhs_cs,
-            lhs_rs,
-            rhs,
-            rhs_cs,
-            rhs_rs,
+            p.m,
+            p.n,
+            p.k,
+            p.dst,
+            p.dst_cs,
+            p.dst_rs,
+            p.accumulate,
+            p.lhs,
+            p.lhs_cs,
+            p.lhs_rs,
+            p.rhs,
+            p.rhs_cs,
+            p.rhs_rs,
             1.0,
             1.0,
             false,
@@ -298,21 +253,21 @@ impl CustomOp2 for Matmul {
         let mut out = vec![0f32; m * n];
         // SAFETY: `strided_matrix` checked both inputs; `out` holds m×n contiguous floats.
         unsafe {
-            sgemm(
+            sgemm(Product {
                 m,
                 n,
                 k,
-                out.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                x.as_ptr(),
-                x_cs,
-                x_rs,
-                w.as_ptr(),
-                w_cs,
-                w_rs,
-            )
+                dst: out.as_mut_ptr(),
+                dst_cs: 1,
+                dst_rs: n as isize,
+                accumulate: false,
+                lhs: x.as_ptr(),
+                lhs_cs: x_cs,
+                lhs_rs: x_rs,
+                rhs: w.as_ptr(),
+                rhs_cs: w_cs,
+                rhs_rs: w_rs,
+            })
         };
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
@@ -334,20 +289,8 @@ impl CustomOp2 for Matmul {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::max_abs_diff;
     use candle_core::{Device, Var};
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
 
     #[test]
     fn openblas_loads_where_the_environment_requires_it() {
@@ -393,7 +336,7 @@ mod tests {
                 let ours = x.apply_op2(&w, Matmul).unwrap();
                 let reference = x.matmul(&w).unwrap();
                 assert!(
-                    max_diff(&ours, &reference) < 1e-4,
+                    max_abs_diff(&ours, &reference) < 1e-4,
                     "{m}×{k}×{n} {x_t} {w_t}"
                 );
                 let loss = |y: Tensor| (y * &weights).unwrap().sum_all().unwrap();
@@ -405,7 +348,7 @@ mod tests {
                     .unwrap();
                 for v in [&xv, &wv] {
                     assert!(
-                        max_diff(g1.get(v).unwrap(), g2.get(v).unwrap()) < 1e-4,
+                        max_abs_diff(g1.get(v).unwrap(), g2.get(v).unwrap()) < 1e-4,
                         "gradient {m}×{k}×{n}"
                     );
                 }
@@ -429,18 +372,25 @@ mod tests {
                 vec![false]
             } {
                 // SAFETY: buffers of the stated sizes; rhs is addressed through its transpose.
+                let product = Product {
+                    m,
+                    n,
+                    k,
+                    dst: out.as_mut_ptr(),
+                    dst_cs: 1,
+                    dst_rs: n as isize,
+                    accumulate,
+                    lhs: lhs.as_ptr(),
+                    lhs_cs: 1,
+                    lhs_rs: k as isize,
+                    rhs: rhs.as_ptr(),
+                    rhs_cs: k as isize,
+                    rhs_rs: 1,
+                };
+                // SAFETY: buffers of the stated sizes; rhs is addressed through its transpose.
                 unsafe {
-                    let args = (out.as_mut_ptr(), lhs.as_ptr(), rhs.as_ptr());
-                    if !(blas
-                        && blas_sgemm(
-                            m, n, k, args.0, 1, n as isize, accumulate, args.1, 1, k as isize,
-                            args.2, k as isize, 1,
-                        ))
-                    {
-                        gemm_sgemm(
-                            m, n, k, args.0, 1, n as isize, accumulate, args.1, 1, k as isize,
-                            args.2, k as isize, 1,
-                        );
+                    if !(blas && blas_sgemm(&product)) {
+                        gemm_sgemm(&product);
                     }
                 }
             }

@@ -79,21 +79,21 @@ fn dims(lh: &Layout, lw: &Layout, n_targets: usize) -> Result<(usize, usize, usi
 fn logits_chunk(out: &mut [f32], h: &[f32], w: &[f32], rows: usize, d: usize, v: usize) {
     // SAFETY: the slices hold rows*v, rows*d and v*d floats and the strides address inside them.
     unsafe {
-        super::sgemm(
-            rows,
-            v,
-            d,
-            out.as_mut_ptr(),
-            1,
-            v as isize,
-            false,
-            h.as_ptr(),
-            1,
-            d as isize,
-            w.as_ptr(),
-            d as isize,
-            1,
-        );
+        super::sgemm(super::Product {
+            m: rows,
+            n: v,
+            k: d,
+            dst: out.as_mut_ptr(),
+            dst_cs: 1,
+            dst_rs: v as isize,
+            accumulate: false,
+            lhs: h.as_ptr(),
+            lhs_cs: 1,
+            lhs_rs: d as isize,
+            rhs: w.as_ptr(),
+            rhs_cs: d as isize,
+            rhs_rs: 1,
+        });
     }
 }
 
@@ -189,36 +189,36 @@ impl CustomOp2 for TokenLogprobs {
                         });
                     // SAFETY: all strides address inside the buffers sized above.
                     unsafe {
-                        super::sgemm(
-                            rows,
-                            d,
-                            v,
-                            dh[start * d..].as_mut_ptr(),
-                            1,
-                            d as isize,
-                            false,
-                            buf.as_ptr(),
-                            1,
-                            v as isize,
-                            w.as_ptr(),
-                            1,
-                            d as isize,
-                        );
-                        super::sgemm(
-                            v,
-                            d,
-                            rows,
-                            dw.as_mut_ptr(),
-                            1,
-                            d as isize,
-                            start > 0,
-                            buf.as_ptr(),
-                            v as isize,
-                            1,
-                            hc.as_ptr(),
-                            1,
-                            d as isize,
-                        );
+                        super::sgemm(super::Product {
+                            m: rows,
+                            n: d,
+                            k: v,
+                            dst: dh[start * d..].as_mut_ptr(),
+                            dst_cs: 1,
+                            dst_rs: d as isize,
+                            accumulate: false,
+                            lhs: buf.as_ptr(),
+                            lhs_cs: 1,
+                            lhs_rs: v as isize,
+                            rhs: w.as_ptr(),
+                            rhs_cs: 1,
+                            rhs_rs: d as isize,
+                        });
+                        super::sgemm(super::Product {
+                            m: v,
+                            n: d,
+                            k: rows,
+                            dst: dw.as_mut_ptr(),
+                            dst_cs: 1,
+                            dst_rs: d as isize,
+                            accumulate: start > 0,
+                            lhs: buf.as_ptr(),
+                            lhs_cs: v as isize,
+                            lhs_rs: 1,
+                            rhs: hc.as_ptr(),
+                            rhs_cs: 1,
+                            rhs_rs: d as isize,
+                        });
                     }
                 }
                 Ok(())

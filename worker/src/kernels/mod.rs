@@ -15,7 +15,7 @@ mod softmax;
 mod swiglu;
 
 pub use attention::attention_nograd;
-pub use blas::{blas_in_use, matmul, sgemm};
+pub use blas::{blas_in_use, matmul, sgemm, Product};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};

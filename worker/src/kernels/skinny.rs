@@ -231,30 +231,12 @@ mod tests {
             let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
             let want = x.matmul(&wt).unwrap();
             let got = skinny_matmul(&x, &wt).unwrap();
-            let d: f32 = (want - got)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let d = crate::testing::max_abs_diff(&want, &got);
             assert!(d < 1e-4, "m={m}: {d}");
             let w = wt.t().unwrap().contiguous().unwrap();
             let got = skinny_matmul_nt(&x, &w).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap();
-            let d: f32 = (want - got)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let d = crate::testing::max_abs_diff(&want, &got);
             assert!(d < 1e-4, "nt m={m}: {d}");
         }
     }
