@@ -99,6 +99,15 @@ fn cispo_with_micro_batches_and_tis_learns() {
 }
 
 #[test]
+fn grpo_single_pass_with_tis_learns() {
+    // One inner epoch: the old-policy log-probs (and the TIS weights built from them) come from
+    // the differentiable forward itself rather than a separate no-grad pass.
+    let hp = Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), ..hyperparameters(Loss::Grpo) };
+    assert_eq!(hp.inner_epochs, 1);
+    assert_learns(hp);
+}
+
+#[test]
 fn stop_strings_end_training_completions() {
     // Every word of the tiny vocabulary starts with "t", so each completion stops after its
     // first token (or at EOS) instead of running to the 6-token limit.

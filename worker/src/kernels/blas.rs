@@ -371,7 +371,6 @@ mod tests {
             } else {
                 vec![false]
             } {
-                // SAFETY: buffers of the stated sizes; rhs is addressed through its transpose.
                 let product = Product {
                     m,
                     n,
