@@ -6,6 +6,7 @@
 //! candle ops, which is also the reference the tests compare against.
 
 mod attention;
+mod attention_train;
 mod blas;
 mod logprob;
 mod rms_norm;
@@ -15,12 +16,13 @@ mod softmax;
 mod swiglu;
 
 pub use attention::attention_nograd;
-pub use blas::{blas_in_use, matmul, sgemm, Product};
+pub use attention_train::{attention, attention_reference};
+pub use blas::{blas_in_use, matmul, serial_sgemm, sgemm, Product};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
 pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_nt, SKINNY_MAX_ROWS};
-pub use softmax::{masked_softmax, masked_softmax_reference};
+pub use softmax::masked_softmax_reference;
 pub use swiglu::{swiglu, swiglu_reference};
 
 use candle_core::{bail, CpuStorage, Layout, Result, Tensor};

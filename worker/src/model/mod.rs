@@ -358,7 +358,6 @@ impl Transformer {
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
-        let rep = h / kvh;
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         let dev = &self.device;
         let (cos, sin) = self.rotary.tables(positions, batch, t, dev)?;
@@ -398,22 +397,10 @@ impl Transformer {
             let use_nograd_kernel = !track && self.kernels == Kernels::Fused && q.device().is_cpu();
             let attn = if use_nograd_kernel {
                 kernels::attention_nograd(&q, &k_all, &v_all, &mask, scale)?
+            } else if self.kernels == Kernels::Fused {
+                kernels::attention(&q, &k_all, &v_all, &mask, scale)?
             } else {
-                let tk = k_all.dim(2)?;
-                let scores = q
-                    .reshape((batch, kvh, rep * t, dh))?
-                    .matmul(&k_all.t()?)?
-                    .reshape((batch, h, t, tk))?;
-                let probs = match self.kernels {
-                    Kernels::Fused => kernels::masked_softmax(&scores, &mask, scale)?,
-                    Kernels::Reference => kernels::masked_softmax_reference(&scores, &mask, scale)?,
-                };
-                probs
-                    .reshape((batch, kvh, rep * t, tk))?
-                    .matmul(&v_all)?
-                    .reshape((batch, h, t, dh))?
-                    .transpose(1, 2)?
-                    .reshape((batch * t, h * dh))?
+                kernels::attention_reference(&q, &k_all, &v_all, &mask, scale)?
             };
             x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
             let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
