@@ -420,3 +420,49 @@ async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
     ).await.unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// Polls `GET` of the job until `check` holds for it (the change announcement is asynchronous).
+async fn job_becomes(app: &TestApp, key: &str, job: &str, check: impl Fn(&Value) -> bool) -> bool {
+    for _ in 0..250 {
+        if check(&get(&app.router, &format!("/v1/fine_tuning/jobs/{job}"), key).await.json()) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cached_job_rows_follow_changes_made_elsewhere(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let other = user(&pool, "b@y.io", "globex", "member").await;
+    let (_, job) = file_and_job(&app, &key).await;
+    let uri = format!("/v1/fine_tuning/jobs/{job}");
+
+    assert_eq!(get(&app.router, &uri, &key).await.json()["status"], "queued");
+    assert!(app.state.job_cache.get(&job).is_some(), "a read job is cached");
+    // The cached copy is still scoped to its org.
+    assert_error(&get(&app.router, &uri, &other).await, StatusCode::NOT_FOUND, None);
+
+    // A worker (another process, as far as this server knows) claims it: the row changes in
+    // the database, and the announcement replaces the cached copy.
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    app.state.queue.register_worker(&worker).await.unwrap();
+    let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
+    assert!(job_becomes(&app, &key, &job, |j| j["status"] == "running").await, "the claim never showed");
+    // This server's own change shows at once.
+    let paused = post(&app.router, &format!("{uri}/pause"), &key, json!({})).await.json();
+    assert_eq!(paused["pending_control"], "pause");
+    assert_eq!(get(&app.router, &uri, &key).await.json()["pending_control"], "pause");
+    lease.ack_pause().await.unwrap();
+    assert!(job_becomes(&app, &key, &job, |j| j["status"] == "paused").await, "the pause never showed");
+    // A change made straight in the database shows too.
+    sqlx::query("UPDATE jobs SET metadata = '{\"team\": \"rl\"}' WHERE id = $1").bind(&job).execute(&pool).await.unwrap();
+    assert!(job_becomes(&app, &key, &job, |j| j["metadata"]["team"] == "rl").await, "a direct UPDATE never showed");
+    // Let the test database go: the listener holds a connection to it.
+    listener.abort();
+    let _ = listener.await;
+}

@@ -26,5 +26,6 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     verity_core::db::migrate(&pool).await.context("migrating the database")?;
     let store = verity_core::storage::open_store(&config.storage).await.context("opening the object store")?;
     let state = AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
+    state.start_job_change_listener().await;
     Ok(state)
 }

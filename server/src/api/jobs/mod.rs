@@ -1,6 +1,7 @@
 //! `/v1/fine_tuning/jobs`: create (validated, then enqueued), list, read, cancel / pause /
 //! resume, and what a job writes: events, checkpoints, metrics, samples.
 
+pub mod cache;
 pub mod checkpoints;
 pub mod metrics;
 pub mod samples;
@@ -60,10 +61,18 @@ pub struct CreateJobRequest {
 }
 
 /// The org's job `id`, or 404.
+/// Served from the job cache when it holds a current copy.
 pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiResult<JobRecord> {
-    verity_core::jobs::get_job(&state.pool, principal.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("fine-tuning job", id))
+    let not_found = || ApiError::not_found("fine-tuning job", id);
+    if let Some(job) = state.job_cache.get(id) {
+        return if job.org_id == principal.org_id { Ok(job) } else { Err(not_found()) };
+    }
+    let ticket = state.job_cache.ticket();
+    let job = verity_core::jobs::get_job(&state.pool, principal.org_id, id).await?.ok_or_else(not_found)?;
+    if let Some(ticket) = ticket {
+        state.job_cache.put(ticket, job.clone());
+    }
+    Ok(job)
 }
 
 /// Creates a job and queues it.
@@ -153,6 +162,8 @@ pub async fn control_job(state: &AppState, principal: &Principal, id: &str, acti
         Control::Pause => state.queue.pause(id).await?,
         Control::Resume => state.queue.resume(id).await?,
     };
+    // Our own change must show at once, not when the announcement arrives.
+    state.job_cache.evict(id);
     find_job(state, principal, id).await
 }
 
