@@ -1,5 +1,6 @@
 //! Job change announcements for caches: the database NOTIFYs [`JOB_CHANGES_CHANNEL`] with a job's
-//! id whenever its row is updated or deleted (migration `0002_job_changes.sql`), and
+//! id whenever its row is updated or deleted, or its metrics rows are written (migrations
+//! `0002_job_changes.sql`, `0003_metrics_changes.sql`), and
 //! [`listen_for_job_changes`] turns that into calls a cache can act on.
 
 use sqlx::postgres::PgListener;
@@ -13,7 +14,7 @@ pub const JOB_CHANGES_CHANNEL: &str = "verity_job_changes";
 /// What a change listener learnt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobChange {
-    /// The row of this job changed (or was deleted).
+    /// The row of this job, or its metrics, changed (or were deleted).
     Changed(String),
     /// The listening connection was lost: announcements may be missed until `Subscribed`.
     Lost,

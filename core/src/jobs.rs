@@ -231,6 +231,18 @@ pub async fn metrics_json(pool: &PgPool, job_id: &str, window: MetricsWindow) ->
     Ok((row.rows, row.has_more))
 }
 
+/// Every per-step metrics row of a job as JSON object text (`{"step": n, …}`), by step.
+pub async fn metrics_row_texts(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT step, (jsonb_build_object('step', step) || data)::text AS "row!"
+           FROM job_metrics WHERE job_id = $1 ORDER BY step"#,
+        job_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.step, r.row)).collect())
+}
+
 /// The per-step metrics of a job, by step.
 pub async fn metrics_rows(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, Value)>, sqlx::Error> {
     metrics_rows_in(pool, job_id, MetricsWindow::ALL).await
@@ -338,8 +350,11 @@ pub async fn queue_stats(pool: &PgPool, window_secs: f64) -> Result<QueueStats, 
     Ok(QueueStats { by_state, queue_depth, workers_seen })
 }
 
+/// The fingerprint of a job's metrics rows: row count and latest write.
+pub type MetricsVersion = (i64, Option<DateTime<Utc>>);
+
 /// A fingerprint of a job's metrics (row count and latest write) that changes with every write.
-pub async fn metrics_version(pool: &PgPool, job_id: &str) -> Result<(i64, Option<DateTime<Utc>>), sqlx::Error> {
+pub async fn metrics_version(pool: &PgPool, job_id: &str) -> Result<MetricsVersion, sqlx::Error> {
     let row = sqlx::query!(
         r#"SELECT count(*) AS "rows!", max(created_at) AS latest FROM job_metrics WHERE job_id = $1"#,
         job_id

@@ -261,7 +261,7 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     let metrics = get(&app.router, &format!("{base}/metrics"), &key).await.json();
     assert_eq!(metrics["data"].as_array().unwrap().len(), 3);
     assert_eq!(metrics["data"][1], json!({"step": 2, "reward_mean": 0.2, "kl": 0.01}));
-    assert_eq!(get(&app.router, &format!("{base}/metrics"), &key).await.json(), metrics, "served again from the cache");
+    assert_eq!(get(&app.router, &format!("{base}/metrics"), &key).await.json(), metrics, "the same answer again");
     lease.metric(2, &json!({"reward_mean": 0.25})).await.unwrap();
     lease.metric(4, &json!({"reward_mean": 0.4})).await.unwrap();
     let updated = get(&app.router, &format!("{base}/metrics"), &key).await.json();
@@ -463,6 +463,72 @@ async fn cached_job_rows_follow_changes_made_elsewhere(pool: sqlx::PgPool) {
     sqlx::query("UPDATE jobs SET metadata = '{\"team\": \"rl\"}' WHERE id = $1").bind(&job).execute(&pool).await.unwrap();
     assert!(job_becomes(&app, &key, &job, |j| j["metadata"]["team"] == "rl").await, "a direct UPDATE never showed");
     // Let the test database go: the listener holds a connection to it.
+    listener.abort();
+    let _ = listener.await;
+}
+
+/// Polls the metrics endpoint until `check` holds for its answer (announcements are asynchronous).
+async fn metrics_become(app: &TestApp, key: &str, uri: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..250 {
+        last = get(&app.router, uri, key).await.json();
+        if check(&last) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{uri} never showed the change: {last}");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cached_metrics_follow_new_and_rewritten_steps(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let other = user(&pool, "b@y.io", "globex", "member").await;
+    let (_, job) = file_and_job(&app, &key).await;
+    let uri = format!("/v1/fine_tuning/jobs/{job}/metrics");
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    app.state.queue.register_worker(&worker).await.unwrap();
+    let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
+
+    let empty = get(&app.router, &uri, &key).await.json();
+    assert_eq!((empty["data"].clone(), &empty["has_more"]), (json!([]), &json!(false)));
+    for step in 1..=5 {
+        lease.metric(step, &json!({"reward_mean": f64::from(step) / 10.0})).await.unwrap();
+    }
+    let whole = metrics_become(&app, &key, &uri, |m| m["data"].as_array().is_some_and(|d| d.len() == 5)).await;
+    // Once the writes' announcements have arrived, a read leaves the rendered metrics cached.
+    let mut cached = false;
+    for _ in 0..250 {
+        get(&app.router, &uri, &key).await;
+        cached = app.state.metrics_cache.documents.get(&job).is_some();
+        if cached {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(cached, "the rendered metrics are never cached");
+    assert_eq!(whole["data"][2], json!({"step": 3, "reward_mean": 0.3}));
+    assert_error(&get(&app.router, &uri, &other).await, StatusCode::NOT_FOUND, None);
+    // Windows cut from the cached document answer what the database query answers.
+    for (after_step, limit) in [(0, 2), (1, 2), (3, 10), (4, 1), (5, 3), (-7, 5), (2, 3)] {
+        let cached = get(&app.router, &format!("{uri}?after_step={after_step}&limit={limit}"), &key).await.json();
+        let window = verity_core::jobs::MetricsWindow { after_step, limit };
+        let (data, has_more) = verity_core::jobs::metrics_json(&pool, &job, window).await.unwrap();
+        let expected: Value = serde_json::from_str(&data).unwrap();
+        assert_eq!((&cached["data"], &cached["has_more"]), (&expected, &json!(has_more)), "after_step={after_step}&limit={limit}");
+    }
+    // A new step and a rewritten one (a resumed attempt) both show.
+    lease.metric(6, &json!({"reward_mean": 0.6})).await.unwrap();
+    let polled = metrics_become(&app, &key, &format!("{uri}?after_step=5"), |m| m["data"].as_array().is_some_and(|d| d.len() == 1)).await;
+    assert_eq!(polled["data"][0], json!({"step": 6, "reward_mean": 0.6}));
+    lease.metric(2, &json!({"reward_mean": 0.25})).await.unwrap();
+    metrics_become(&app, &key, &format!("{uri}?after_step=1&limit=1"), |m| m["data"][0]["reward_mean"] == json!(0.25)).await;
+    // A change made straight in the database shows too.
+    sqlx::query("DELETE FROM job_metrics WHERE job_id = $1 AND step > 4").bind(&job).execute(&pool).await.unwrap();
+    metrics_become(&app, &key, &uri, |m| m["data"].as_array().is_some_and(|d| d.len() == 4)).await;
     listener.abort();
     let _ = listener.await;
 }

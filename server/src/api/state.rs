@@ -87,8 +87,8 @@ pub struct AppState {
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
     pub http_metrics: Arc<HttpMetrics>,
-    /// Rendered metrics documents of recently read jobs.
-    pub metrics_cache: Arc<super::jobs::metrics::MetricsCache>,
+    /// Rendered metrics of recently read jobs, current while the change listener runs.
+    pub metrics_cache: Arc<super::jobs::metrics_doc::MetricsCache>,
     /// Job rows read recently, current while the change listener runs.
     pub job_cache: Arc<super::jobs::cache::JobCache>,
     /// Limits.
@@ -136,25 +136,29 @@ impl AppState {
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),
-            job_cache: Arc::default(),
+            job_cache: Arc::new(super::jobs::cache::JobCache::new(super::jobs::cache::JOB_CACHE_CAPACITY)),
             limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
         })
     }
 }
 
 impl AppState {
-    /// Starts listening for job changes so that job rows can be cached, and returns the
-    /// listening task; without it (or if the LISTEN fails: `None`) every read goes to the
+    /// Starts listening for job changes so that job rows and metrics can be cached, and returns
+    /// the listening task; without it (or if the LISTEN fails: `None`) every read goes to the
     /// database.
     pub async fn start_job_change_listener(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let cache = self.job_cache.clone();
-        match verity_core::change_feed::listen_for_job_changes(&self.pool, move |change| cache.apply(change)).await {
+        let (jobs, metrics) = (self.job_cache.clone(), self.metrics_cache.clone());
+        let on_change = move |change: verity_core::change_feed::JobChange| {
+            jobs.apply(&change);
+            metrics.documents.apply(&change);
+        };
+        match verity_core::change_feed::listen_for_job_changes(&self.pool, on_change).await {
             Ok(listener) => {
-                tracing::debug!("caching job rows; listening for job changes");
+                tracing::debug!("caching job rows and metrics; listening for job changes");
                 Some(listener)
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot listen for job changes; job rows are not cached");
+                tracing::warn!(%error, "cannot listen for job changes; job rows and metrics are not cached");
                 None
             }
         }

@@ -44,7 +44,7 @@ struct Cursor {
     /// The job's metrics rows as last read, and their fingerprint: rows are re-read only when
     /// the fingerprint changes, not on every poll.
     rows: Vec<Value>,
-    version: Option<crate::api::jobs::metrics::MetricsVersion>,
+    version: Option<verity_core::jobs::MetricsVersion>,
 }
 
 async fn stream_job(State(state): State<AppState>, user: WebUser, Path(id): Path<String>, Query(query): Query<StreamQuery>) -> WebResult<Response> {

@@ -1,6 +1,7 @@
 //! Per-step training metrics of a job, as JSON or CSV.
 
 use super::find_job;
+use super::metrics_doc::metrics_document;
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiQuery;
@@ -12,9 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
-use bytes::Bytes;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeSet;
 use utoipa::IntoParams;
 use verity_core::jobs::MetricsWindow;
 
@@ -39,26 +38,23 @@ pub struct MetricsQuery {
 const MAX_METRICS_LIMIT: i64 = 10_000;
 
 impl MetricsQuery {
-    /// The requested window, validated; `None` for the whole job.
-    fn window(&self) -> Result<Option<MetricsWindow>, ApiError> {
+    /// The requested window, validated (the whole job by default).
+    fn window(&self) -> Result<MetricsWindow, ApiError> {
         if let Some(limit) = self.limit {
             if !(1..=MAX_METRICS_LIMIT).contains(&limit) {
                 return Err(ApiError::invalid("limit", format!("limit must be between 1 and {MAX_METRICS_LIMIT}, got {limit}")));
             }
         }
-        if self.after_step.is_none() && self.limit.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(MetricsWindow {
+        Ok(MetricsWindow {
             after_step: self.after_step.unwrap_or(MetricsWindow::ALL.after_step),
             limit: self.limit.unwrap_or(MetricsWindow::ALL.limit),
-        }))
+        })
     }
 }
 
 /// One row per step: `{"object": "list", "job_id", "data": [{"step": n, …}], "has_more"}` or CSV
-/// with a header; `after_step` and `limit` select a window (the whole job's document is cached
-/// while its rows are unchanged).
+/// with a header; `after_step` and `limit` select a window (JSON is cut from the job's rendered
+/// document, cached while its rows are unchanged).
 #[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/metrics", tag = "fine_tuning", params(("job_id" = String, Path), MetricsQuery),
     responses((status = 200, content_type = "application/json"), (status = 400), (status = 401), (status = 404)))]
 pub async fn job_metrics(
@@ -75,61 +71,17 @@ pub async fn job_metrics(
     let window = query.window()?;
     find_job(&state, &principal, &job_id).await?;
     if csv {
-        let rows = verity_core::jobs::metrics_rows_in(&state.pool, &job_id, window.unwrap_or(MetricsWindow::ALL)).await?;
+        let rows = verity_core::jobs::metrics_rows_in(&state.pool, &job_id, window).await?;
         return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8")], to_csv(&rows)).into_response());
     }
-    let Some(window) = window else {
-        return whole_job_metrics(&state, &job_id).await;
-    };
-    let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, &job_id, window).await?;
-    Ok(([(CONTENT_TYPE, "application/json")], metrics_document(&job_id, &data, has_more)?).into_response())
-}
-
-/// Every metrics row of a job, from the cache while the rows are unchanged.
-async fn whole_job_metrics(state: &AppState, job_id: &str) -> ApiResult<Response> {
-    let version = verity_core::jobs::metrics_version(&state.pool, job_id).await?;
-    if let Some(body) = state.metrics_cache.get(job_id, version) {
-        return Ok(([(CONTENT_TYPE, "application/json")], body).into_response());
-    }
-    let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, job_id, MetricsWindow::ALL).await?;
-    let body = metrics_document(job_id, &data, has_more)?;
-    state.metrics_cache.put(job_id, version, body.clone());
-    Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-/// The list document around a JSON array of rows.
-fn metrics_document(job_id: &str, data: &str, has_more: bool) -> Result<Bytes, ApiError> {
-    let job = serde_json::to_string(job_id).map_err(|e| ApiError::internal("metrics", e))?;
-    Ok(Bytes::from(format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":{data},\"has_more\":{has_more}}}")))
-}
-
-/// The fingerprint of a job's metrics rows.
-pub type MetricsVersion = (i64, Option<chrono::DateTime<chrono::Utc>>);
-
-/// Recently rendered metrics documents, reused while the job's rows are unchanged.
-#[derive(Debug, Default)]
-pub struct MetricsCache {
-    entries: Mutex<HashMap<String, (MetricsVersion, Bytes)>>,
-}
-
-/// Jobs whose rendered metrics are kept.
-const CACHED_JOBS: usize = 64;
-
-impl MetricsCache {
-    fn get(&self, job_id: &str, version: MetricsVersion) -> Option<Bytes> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(job_id).filter(|(v, _)| *v == version).map(|(_, body)| body.clone())
-    }
-
-    fn put(&self, job_id: &str, version: MetricsVersion, body: Bytes) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHED_JOBS && !entries.contains_key(job_id) {
-            if let Some(evicted) = entries.keys().next().cloned() {
-                entries.remove(&evicted);
-            }
+    let body = match state.metrics_cache.document(&state.pool, &job_id).await? {
+        Some(document) => document.window(window),
+        None => {
+            let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, &job_id, window).await?;
+            metrics_document(&job_id, &data, has_more)
         }
-        entries.insert(job_id.to_string(), (version, body));
-    }
+    };
+    Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// CSV with `step` then every metric name (sorted) as columns; absent values are empty.

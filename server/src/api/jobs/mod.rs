@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod checkpoints;
 pub mod metrics;
+pub mod metrics_doc;
 pub mod samples;
 pub mod validate;
 pub mod view;
@@ -70,7 +71,7 @@ pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiR
     let ticket = state.job_cache.ticket();
     let job = verity_core::jobs::get_job(&state.pool, principal.org_id, id).await?.ok_or_else(not_found)?;
     if let Some(ticket) = ticket {
-        state.job_cache.put(ticket, job.clone());
+        state.job_cache.put(ticket, id, job.clone());
     }
     Ok(job)
 }
