@@ -8,10 +8,11 @@ use candle_core::{bail, Device, Result, Tensor};
 use rayon::prelude::*;
 
 /// Largest row count for which the skinny kernels beat gemm.
-pub const SKINNY_MAX_ROWS: usize = 2;
+pub const SKINNY_MAX_ROWS: usize = 8;
 
-/// Output columns per parallel task.
-const COLS_PER_TASK: usize = 256;
+/// Widest block of output columns one parallel task computes (its accumulators, at most
+/// `SKINNY_MAX_ROWS` rows of it, stay in L1/L2).
+const MAX_COLS_PER_TASK: usize = 1024;
 
 /// Whether the skinny kernels apply to `x` (CPU f32 with at most [`SKINNY_MAX_ROWS`] rows).
 pub fn skinny_applies(x: &Tensor) -> bool {
@@ -33,64 +34,37 @@ struct Cols {
     w: usize,
 }
 
-/// Columns of one register panel (4 AVX2 vectors).
-const PANEL: usize = 32;
-
-/// `acc[r][..PANEL] = sum_k x[r0 + r][k] * wt[k][j0..j0 + PANEL]` with the accumulators held in
-/// registers (MR x 4 vectors).
-#[inline(always)]
-fn panel<const MR: usize>(
-    acc: &mut [f32],
-    x: &[f32],
-    wt: &[f32],
-    d: Dims,
-    c: Cols,
-    r0: usize,
-    jl: usize,
-) {
-    let (k, n, w, j0) = (d.k, d.n, c.w, c.j0 + jl);
-    let mut regs = [[0f32; PANEL]; MR];
-    for kk in 0..k {
-        let wrow: &[f32; PANEL] = match wt[kk * n + j0..kk * n + j0 + PANEL].try_into() {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        for (r, reg) in regs.iter_mut().enumerate() {
-            let a = x[(r0 + r) * k + kk];
-            for j in 0..PANEL {
-                reg[j] += a * wrow[j];
-            }
-        }
-    }
-    for (r, reg) in regs.iter().enumerate() {
-        acc[(r0 + r) * w + jl..(r0 + r) * w + jl + PANEL].copy_from_slice(reg);
-    }
+/// Columns per task: blocks of at most [`MAX_COLS_PER_TASK`], and at least one per thread.
+fn cols_per_task(n: usize) -> usize {
+    let per_thread = n.div_ceil(rayon::current_num_threads().max(1));
+    per_thread.next_multiple_of(16).clamp(16, MAX_COLS_PER_TASK)
 }
 
-/// One block of output columns `j0..j0 + w` for all `m` rows.
+/// `acc[r][..w] += sum_k x[r][k] * wt[k][j0..j0 + w]` for all `m` rows, streaming the weight
+/// rows in order, four at a time (one accumulator load and store per four products).
 #[inline(always)]
-fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
+fn stream_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
     let (m, k, n, j0, w) = (d.m, d.k, d.n, c.j0, c.w);
-    let full = w / PANEL * PANEL;
-    for jl in (0..full).step_by(PANEL) {
-        let mut r0 = 0;
-        while r0 < m {
-            match m - r0 {
-                1 => panel::<1>(acc, x, wt, d, c, r0, jl),
-                2 => panel::<2>(acc, x, wt, d, c, r0, jl),
-                3 => panel::<3>(acc, x, wt, d, c, r0, jl),
-                _ => panel::<4>(acc, x, wt, d, c, r0, jl),
+    let row = |kk: usize| &wt[kk * n + j0..kk * n + j0 + w];
+    let mut kk = 0;
+    while kk + 4 <= k {
+        let (w0, w1, w2, w3) = (row(kk), row(kk + 1), row(kk + 2), row(kk + 3));
+        for r in 0..m {
+            let a = &x[r * k + kk..r * k + kk + 4];
+            let (a0, a1, a2, a3) = (a[0], a[1], a[2], a[3]);
+            let accr = &mut acc[r * w..(r + 1) * w];
+            for ((((y, &v0), &v1), &v2), &v3) in accr.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3) {
+                *y += a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3;
             }
-            r0 += 4;
         }
+        kk += 4;
     }
-    // Columns that do not fill a panel.
-    for kk in 0..k {
-        let wrow = &wt[kk * n + j0 + full..kk * n + j0 + w];
+    for kk in kk..k {
+        let w0 = row(kk);
         for r in 0..m {
             let a = x[r * k + kk];
-            for (y, &wv) in acc[r * w + full..(r + 1) * w].iter_mut().zip(wrow) {
-                *y += a * wv;
+            for (y, &v) in acc[r * w..(r + 1) * w].iter_mut().zip(w0) {
+                *y += a * v;
             }
         }
     }
@@ -98,17 +72,17 @@ fn axpy_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
-    axpy_block(acc, x, wt, d, c)
+unsafe fn stream_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
+    stream_block(acc, x, wt, d, c)
 }
 
-fn axpy_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
+fn stream_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports the features the function was compiled for.
-        return unsafe { axpy_block_avx2(acc, x, wt, d, c) };
+        return unsafe { stream_block_avx2(acc, x, wt, d, c) };
     }
-    axpy_block(acc, x, wt, d, c)
+    stream_block(acc, x, wt, d, c)
 }
 
 /// `x (m, k) @ wt (k, n)` without gradient.
@@ -118,15 +92,16 @@ pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
     if k != k2 {
         bail!("skinny_matmul: {:?} x {:?}", x.dims(), wt.dims());
     }
+    let cols = cols_per_task(n);
     let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
         with_f32(wt, |ws| {
-            Ok((0..n.div_ceil(COLS_PER_TASK))
+            Ok((0..n.div_ceil(cols))
                 .into_par_iter()
                 .map(|b| {
-                    let j0 = b * COLS_PER_TASK;
-                    let w = COLS_PER_TASK.min(n - j0);
+                    let j0 = b * cols;
+                    let w = cols.min(n - j0);
                     let mut acc = vec![0f32; m * w];
-                    axpy_dispatch(&mut acc, xs, ws, Dims { m, k, n }, Cols { j0, w });
+                    stream_dispatch(&mut acc, xs, ws, Dims { m, k, n }, Cols { j0, w });
                     acc
                 })
                 .collect())
@@ -134,7 +109,7 @@ pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
     })?;
     let mut out = vec![0f32; m * n];
     for (b, acc) in blocks.iter().enumerate() {
-        let j0 = b * COLS_PER_TASK;
+        let j0 = b * cols;
         let w = acc.len() / m.max(1);
         for r in 0..m {
             out[r * n + j0..r * n + j0 + w].copy_from_slice(&acc[r * w..(r + 1) * w]);
@@ -181,6 +156,9 @@ unsafe fn dot_rows_avx2(
     dot_rows(out, x, w, m, k, v0, nv)
 }
 
+/// Weight rows (output columns) per parallel task of [`skinny_matmul_nt`].
+const NT_ROWS_PER_TASK: usize = 256;
+
 /// `x (m, k) @ w (n, k)^T` without gradient (the LM head on a few rows).
 pub fn skinny_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let (m, k) = x.dims2()?;
@@ -190,11 +168,11 @@ pub fn skinny_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     }
     let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
         with_f32(w, |ws| {
-            Ok((0..n.div_ceil(COLS_PER_TASK))
+            Ok((0..n.div_ceil(NT_ROWS_PER_TASK))
                 .into_par_iter()
                 .map(|b| {
-                    let v0 = b * COLS_PER_TASK;
-                    let nv = COLS_PER_TASK.min(n - v0);
+                    let v0 = b * NT_ROWS_PER_TASK;
+                    let nv = NT_ROWS_PER_TASK.min(n - v0);
                     let mut out = vec![0f32; m * nv];
                     #[cfg(target_arch = "x86_64")]
                     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
@@ -210,7 +188,7 @@ pub fn skinny_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     })?;
     let mut out = vec![0f32; m * n];
     for (b, blk) in blocks.iter().enumerate() {
-        let v0 = b * COLS_PER_TASK;
+        let v0 = b * NT_ROWS_PER_TASK;
         let nv = blk.len() / m.max(1);
         for r in 0..m {
             out[r * n + v0..r * n + v0 + nv].copy_from_slice(&blk[r * nv..(r + 1) * nv]);
@@ -226,7 +204,7 @@ mod tests {
     #[test]
     fn skinny_kernels_match_matmul() {
         let dev = Device::Cpu;
-        for m in [1usize, 3, 6, 16] {
+        for m in [1usize, 3, 6, 8, 16] {
             let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
             let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
             let want = x.matmul(&wt).unwrap();
