@@ -1,6 +1,7 @@
 //! Verity server: the REST API (`api`), the web dashboard (`web`), the command line (`cli`,
 //! `commands`) and benchmarks.
 
+pub mod allocator;
 pub mod api;
 pub mod bench;
 pub mod cli;

@@ -7,5 +7,7 @@ use verity_server::{cli, commands, logging};
 async fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     logging::init(cli.log_json);
+    let policy = verity_server::allocator::retain_freed_memory();
+    tracing::debug!(?policy, "malloc policy");
     commands::run(cli.command).await
 }
