@@ -7,6 +7,7 @@
 //! first use; `VERITY_BLAS=/path/to/libopenblas.so` picks another build, `VERITY_BLAS=off` keeps
 //! everything on `gemm`.
 
+use rayon::prelude::*;
 use super::{f32_slice, use_cpu_kernel};
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use std::sync::OnceLock;
@@ -104,7 +105,9 @@ fn load_blas() -> Option<Blas> {
                 if let Ok(set_threads) =
                     library.get::<unsafe extern "C" fn(i32)>(b"openblas_set_num_threads\0")
                 {
-                    set_threads(rayon::current_num_threads().max(1) as i32);
+                    // Products are split across rayon's threads (see `blas_sgemm`): one
+                    // thread pool, not two contending for the same cores.
+                    set_threads(1);
                 }
                 let core = library
                     .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"openblas_get_corename\0")
@@ -207,9 +210,42 @@ unsafe fn blas_sgemm(p: &Product) -> bool {
         return false;
     };
     let beta = if p.accumulate { 1.0 } else { 0.0 };
-    // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
-    unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
+    let parts = row_blocks(p);
+    if parts <= 1 {
+        // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
+        unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
+        return true;
+    }
+    // Rows of `dst` (and of `lhs`) in `parts` blocks, one single-threaded BLAS call each.
+    let rows = p.m.div_ceil(parts);
+    let (lhs, rhs, dst) = (p.lhs as usize, p.rhs as usize, p.dst as usize);
+    let (m, lhs_rs, dst_rs) = (p.m, p.lhs_rs, p.dst_rs);
+    (0..parts).into_par_iter().for_each(|part| {
+        let first = part * rows;
+        let count = rows.min(m - first) as i32;
+        let offset = |rs: isize| first as isize * rs;
+        // SAFETY: rows `first..first + count` of `lhs` and `dst` lie inside the matrices the
+        // caller passed; the blocks of `dst` are disjoint.
+        unsafe {
+            let lhs = (lhs as *const f32).offset(offset(lhs_rs));
+            let dst = (dst as *mut f32).offset(offset(dst_rs));
+            (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, count, n, k, 1.0, lhs, lda, rhs as *const f32, ldb, beta, dst, ldc)
+        };
+    });
     true
+}
+
+/// Smallest product (multiply-adds) worth splitting across threads.
+const SPLIT_MIN_WORK: usize = 1 << 20;
+
+/// How many row blocks of `p` to compute in parallel: one per rayon thread for products large
+/// enough, with at least 16 rows each.
+fn row_blocks(p: &Product) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    if p.m.saturating_mul(p.n).saturating_mul(p.k) < SPLIT_MIN_WORK {
+        return 1;
+    }
+    threads.min(p.m / 16).max(1)
 }
 
 /// [`sgemm`] on the calling thread only, through the `gemm` crate: for the many small products
@@ -429,64 +465,66 @@ mod tests {
 
     #[test]
     fn blas_and_gemm_agree_and_accumulate() {
-        let (m, k, n) = (37, 70, 19);
-        let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-        // rhs read transposed: stored n × k, used as k × n with strides (1, k).
-        let rhs: Vec<f32> = (0..n * k)
-            .map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0)
-            .collect();
-        let run = |blas: bool, accumulate_twice: bool| {
-            let mut out = vec![0f32; m * n];
-            for accumulate in if accumulate_twice {
-                vec![false, true]
-            } else {
-                vec![false]
-            } {
-                let product = Product {
-                    m,
-                    n,
-                    k,
-                    dst: out.as_mut_ptr(),
-                    dst_cs: 1,
-                    dst_rs: n as isize,
-                    accumulate,
-                    lhs: lhs.as_ptr(),
-                    lhs_cs: 1,
-                    lhs_rs: k as isize,
-                    rhs: rhs.as_ptr(),
-                    rhs_cs: k as isize,
-                    rhs_rs: 1,
-                };
-                // SAFETY: buffers of the stated sizes; rhs is addressed through its transpose.
-                unsafe {
-                    if !(blas && blas_sgemm(&product)) {
-                        gemm_sgemm(&product);
+        // The second size is large enough to be split into row blocks across threads.
+        for (m, k, n) in [(37, 70, 19), (257, 90, 61)] {
+            let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            // rhs read transposed: stored n × k, used as k × n with strides (1, k).
+            let rhs: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0)
+                .collect();
+            let run = |blas: bool, accumulate_twice: bool| {
+                let mut out = vec![0f32; m * n];
+                for accumulate in if accumulate_twice {
+                    vec![false, true]
+                } else {
+                    vec![false]
+                } {
+                    let product = Product {
+                        m,
+                        n,
+                        k,
+                        dst: out.as_mut_ptr(),
+                        dst_cs: 1,
+                        dst_rs: n as isize,
+                        accumulate,
+                        lhs: lhs.as_ptr(),
+                        lhs_cs: 1,
+                        lhs_rs: k as isize,
+                        rhs: rhs.as_ptr(),
+                        rhs_cs: k as isize,
+                        rhs_rs: 1,
+                    };
+                    // SAFETY: buffers of the stated sizes; rhs is addressed through its transpose.
+                    unsafe {
+                        if !(blas && blas_sgemm(&product)) {
+                            gemm_sgemm(&product);
+                        }
                     }
                 }
+                out
+            };
+            let (fallback, fast) = (run(false, false), run(true, false));
+            let expected: Vec<f32> = (0..m * n)
+                .map(|ij| {
+                    (0..k)
+                        .map(|p| lhs[(ij / n) * k + p] * rhs[(ij % n) * k + p])
+                        .sum()
+                })
+                .collect();
+            for (label, got) in [("gemm", &fallback), ("blas", &fast)] {
+                assert!(
+                    got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-3),
+                    "{label} differs from the naive product"
+                );
             }
-            out
-        };
-        let (fallback, fast) = (run(false, false), run(true, false));
-        let expected: Vec<f32> = (0..m * n)
-            .map(|ij| {
-                (0..k)
-                    .map(|p| lhs[(ij / n) * k + p] * rhs[(ij % n) * k + p])
-                    .sum()
-            })
-            .collect();
-        for (label, got) in [("gemm", &fallback), ("blas", &fast)] {
+            let twice = run(true, true);
             assert!(
-                got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-3),
-                "{label} differs from the naive product"
+                twice
+                    .iter()
+                    .zip(&expected)
+                    .all(|(a, b)| (a - 2.0 * b).abs() < 2e-3),
+                "accumulate adds to dst"
             );
         }
-        let twice = run(true, true);
-        assert!(
-            twice
-                .iter()
-                .zip(&expected)
-                .all(|(a, b)| (a - 2.0 * b).abs() < 2e-3),
-            "accumulate adds to dst"
-        );
     }
 }
