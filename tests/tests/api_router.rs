@@ -421,25 +421,38 @@ async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }
 
-/// Polls `GET` of the job until `check` holds for it (the change announcement is asynchronous).
-async fn job_becomes(app: &TestApp, key: &str, job: &str, check: impl Fn(&Value) -> bool) -> bool {
+/// Polls `GET uri` until `check` holds for its answer (change announcements are asynchronous);
+/// the last answer, or `None` if it never held.
+async fn answer_becomes(app: &TestApp, key: &str, uri: &str, check: impl Fn(&Value) -> bool) -> Option<Value> {
     for _ in 0..250 {
-        if check(&get(&app.router, &format!("/v1/fine_tuning/jobs/{job}"), key).await.json()) {
-            return true;
+        let answer = get(&app.router, uri, key).await.json();
+        if check(&answer) {
+            return Some(answer);
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    false
+    None
+}
+
+/// Polls `GET` of the job until `check` holds for it.
+async fn job_becomes(app: &TestApp, key: &str, job: &str, check: impl Fn(&Value) -> bool) -> bool {
+    answer_becomes(app, key, &format!("/v1/fine_tuning/jobs/{job}"), check).await.is_some()
+}
+
+/// An app that follows job changes, two users of different orgs and a job of the first.
+async fn listening_app_with_job(pool: &sqlx::PgPool) -> (TestApp, tokio::task::JoinHandle<()>, String, String, String) {
+    let app = app(pool.clone()).await;
+    let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
+    base_model(&app).await;
+    let key = user(pool, "a@x.io", "acme", "member").await;
+    let other = user(pool, "b@y.io", "globex", "member").await;
+    let (_, job) = file_and_job(&app, &key).await;
+    (app, listener, key, other, job)
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn cached_job_rows_follow_changes_made_elsewhere(pool: sqlx::PgPool) {
-    let app = app(pool.clone()).await;
-    let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
-    base_model(&app).await;
-    let key = user(&pool, "a@x.io", "acme", "member").await;
-    let other = user(&pool, "b@y.io", "globex", "member").await;
-    let (_, job) = file_and_job(&app, &key).await;
+    let (app, listener, key, other, job) = listening_app_with_job(&pool).await;
     let uri = format!("/v1/fine_tuning/jobs/{job}");
 
     assert_eq!(get(&app.router, &uri, &key).await.json()["status"], "queued");
@@ -467,27 +480,17 @@ async fn cached_job_rows_follow_changes_made_elsewhere(pool: sqlx::PgPool) {
     let _ = listener.await;
 }
 
-/// Polls the metrics endpoint until `check` holds for its answer (announcements are asynchronous).
+/// Polls a metrics URI until `check` holds for its answer.
 async fn metrics_become(app: &TestApp, key: &str, uri: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..250 {
-        last = get(&app.router, uri, key).await.json();
-        if check(&last) {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    match answer_becomes(app, key, uri, check).await {
+        Some(answer) => answer,
+        None => panic!("{uri} never showed the change"),
     }
-    panic!("{uri} never showed the change: {last}");
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn cached_metrics_follow_new_and_rewritten_steps(pool: sqlx::PgPool) {
-    let app = app(pool.clone()).await;
-    let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
-    base_model(&app).await;
-    let key = user(&pool, "a@x.io", "acme", "member").await;
-    let other = user(&pool, "b@y.io", "globex", "member").await;
-    let (_, job) = file_and_job(&app, &key).await;
+    let (app, listener, key, other, job) = listening_app_with_job(&pool).await;
     let uri = format!("/v1/fine_tuning/jobs/{job}/metrics");
     let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
     app.state.queue.register_worker(&worker).await.unwrap();
