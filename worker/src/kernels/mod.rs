@@ -21,7 +21,7 @@ pub use blas::{blas_in_use, matmul, serial_sgemm, sgemm, Product};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
-pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_nt, SKINNY_MAX_ROWS};
+pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, SKINNY_MAX_ROWS};
 pub use softmax::masked_softmax_reference;
 pub use swiglu::{swiglu, swiglu_reference};
 

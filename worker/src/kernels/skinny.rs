@@ -87,35 +87,56 @@ fn stream_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
 
 /// `x (m, k) @ wt (k, n)` without gradient.
 pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
+    let mut out = skinny_matmul_many(x, &[wt])?;
+    out.pop().ok_or_else(|| candle_core::Error::Msg("skinny_matmul: no output".into()))
+}
+
+/// `x (m, k) @ wt (k, n_i)` for several weights at once (the query, key and value projections of
+/// one input, say), without gradient: one parallel pass over all their columns.
+pub fn skinny_matmul_many(x: &Tensor, wts: &[&Tensor]) -> Result<Vec<Tensor>> {
     let (m, k) = x.dims2()?;
-    let (k2, n) = wt.dims2()?;
-    if k != k2 {
-        bail!("skinny_matmul: {:?} x {:?}", x.dims(), wt.dims());
+    let mut widths = Vec::with_capacity(wts.len());
+    for wt in wts {
+        let (k2, n) = wt.dims2()?;
+        if k != k2 {
+            bail!("skinny_matmul: {:?} x {:?}", x.dims(), wt.dims());
+        }
+        widths.push(n);
     }
-    let cols = cols_per_task(n);
-    let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
-        with_f32(wt, |ws| {
-            Ok((0..n.div_ceil(cols))
-                .into_par_iter()
-                .map(|b| {
-                    let j0 = b * cols;
-                    let w = cols.min(n - j0);
-                    let mut acc = vec![0f32; m * w];
-                    stream_dispatch(&mut acc, xs, ws, Dims { m, k, n }, Cols { j0, w });
-                    acc
-                })
-                .collect())
-        })
-    })?;
-    let mut out = vec![0f32; m * n];
-    for (b, acc) in blocks.iter().enumerate() {
-        let j0 = b * cols;
-        let w = acc.len() / m.max(1);
-        for r in 0..m {
-            out[r * n + j0..r * n + j0 + w].copy_from_slice(&acc[r * w..(r + 1) * w]);
+    let cols = cols_per_task(widths.iter().sum());
+    // (weight, first column, columns) of every task.
+    let tasks: Vec<(usize, Cols)> = widths
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| (0..n.div_ceil(cols)).map(move |b| (i, Cols { j0: b * cols, w: cols.min(n - b * cols) })))
+        .collect();
+    let x = x.contiguous()?;
+    let wts: Vec<Tensor> = wts.iter().map(|wt| wt.contiguous()).collect::<Result<_>>()?;
+    let guards: Vec<_> = std::iter::once(&x).chain(&wts).map(|t| t.storage_and_layout()).collect();
+    let mut slices = Vec::with_capacity(guards.len());
+    for (storage, layout) in &guards {
+        match &**storage {
+            candle_core::Storage::Cpu(cpu) => slices.push(super::f32_slice(cpu, layout)?),
+            _ => bail!("kernel expects a CPU tensor"),
         }
     }
-    Tensor::from_vec(out, (m, n), &Device::Cpu)
+    let (xs, ws) = (slices[0], &slices[1..]);
+    let blocks: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(i, c)| {
+            let mut acc = vec![0f32; m * c.w];
+            stream_dispatch(&mut acc, xs, ws[i], Dims { m, k, n: widths[i] }, c);
+            acc
+        })
+        .collect();
+    let mut outs: Vec<Vec<f32>> = widths.iter().map(|&n| vec![0f32; m * n]).collect();
+    for (&(i, c), acc) in tasks.iter().zip(&blocks) {
+        let n = widths[i];
+        for r in 0..m {
+            outs[i][r * n + c.j0..r * n + c.j0 + c.w].copy_from_slice(&acc[r * c.w..(r + 1) * c.w]);
+        }
+    }
+    outs.into_iter().zip(&widths).map(|(out, &n)| Tensor::from_vec(out, (m, n), &Device::Cpu)).collect()
 }
 
 #[inline(always)]
@@ -211,6 +232,12 @@ mod tests {
             let got = skinny_matmul(&x, &wt).unwrap();
             let d = crate::testing::max_abs_diff(&want, &got);
             assert!(d < 1e-4, "m={m}: {d}");
+            let other = Tensor::randn(0f32, 1.0, (70, 45), &dev).unwrap();
+            let both = skinny_matmul_many(&x, &[&wt, &other]).unwrap();
+            for (got, w) in both.iter().zip([&wt, &other]) {
+                let d = crate::testing::max_abs_diff(&x.matmul(w).unwrap(), got);
+                assert!(d < 1e-4, "many m={m}: {d}");
+            }
             let w = wt.t().unwrap().contiguous().unwrap();
             let got = skinny_matmul_nt(&x, &w).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap();

@@ -304,15 +304,38 @@ impl Transformer {
         })
     }
 
+    /// Whether products with `x` go through the no-grad kernels for a few rows (decode steps).
+    fn few_rows_nograd(&self, x: &Tensor, track: bool) -> bool {
+        !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x)
+    }
+
     fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
         let train_base = track && self.lora.is_empty();
-        let mut y = if !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x) {
+        let y = if self.few_rows_nograd(x, track) {
             kernels::skinny_matmul(x, lin.weight_t.as_tensor())?
         } else if self.kernels == Kernels::Fused {
             kernels::matmul(x, &self.get(&lin.weight_t, train_base))?
         } else {
             x.matmul(&self.get(&lin.weight_t, train_base))?
         };
+        self.finish_linear(x, y, lin, track)
+    }
+
+    /// Several linear layers of the same input; in one pass over their weights for decode steps.
+    fn apply_linears<const N: usize>(&self, x: &Tensor, lins: [&Linear; N], track: bool) -> Result<[Tensor; N]> {
+        let ys = if self.few_rows_nograd(x, track) {
+            let weights = lins.map(|lin| lin.weight_t.as_tensor());
+            let products = kernels::skinny_matmul_many(x, &weights)?;
+            products.into_iter().zip(lins).map(|(y, lin)| self.finish_linear(x, y, lin, track)).collect::<Result<Vec<_>>>()?
+        } else {
+            lins.iter().map(|lin| self.apply_linear(x, lin, track)).collect::<Result<Vec<_>>>()?
+        };
+        ys.try_into().map_err(|_| WorkerError::InvalidArgument("linear layer count".into()))
+    }
+
+    /// Adds the bias and the LoRA update of `lin` to `y = x · W`.
+    fn finish_linear(&self, x: &Tensor, mut y: Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
+        let train_base = track && self.lora.is_empty();
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
@@ -373,9 +396,8 @@ impl Transformer {
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let mut q = heads(self.apply_linear(&hn, &layer.q, track)?, h)?;
-            let mut k = heads(self.apply_linear(&hn, &layer.k, track)?, kvh)?;
-            let v = heads(self.apply_linear(&hn, &layer.v, track)?, kvh)?;
+            let [q, k, v] = self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track)?;
+            let (mut q, mut k, v) = (heads(q, h)?, heads(k, kvh)?, heads(v, kvh)?);
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
                 q = self.rms_norm(&q, qn, train_base)?;
                 k = self.rms_norm(&k, kn, train_base)?;
@@ -404,8 +426,7 @@ impl Transformer {
             };
             x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
             let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
-            let gate = self.apply_linear(&hn, &layer.gate, track)?;
-            let up = self.apply_linear(&hn, &layer.up, track)?;
+            let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track)?;
             let act = match self.kernels {
                 Kernels::Fused => kernels::swiglu(&gate, &up)?,
                 Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
