@@ -210,26 +210,32 @@ unsafe fn blas_sgemm(p: &Product) -> bool {
         return false;
     };
     let beta = if p.accumulate { 1.0 } else { 0.0 };
-    let parts = row_blocks(p);
-    if parts <= 1 {
+    let Some(split) = Split::of(p) else {
         // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
         unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
         return true;
-    }
-    // Rows of `dst` (and of `lhs`) in `parts` blocks, one single-threaded BLAS call each.
-    let rows = p.m.div_ceil(parts);
+    };
+    // Blocks of rows of `dst` and `lhs`, or of columns of `dst` and `rhs`: one single-threaded
+    // BLAS call each.
+    let (total, lhs_step, rhs_step, dst_step) = if split.rows {
+        (p.m, p.lhs_rs, 0, p.dst_rs)
+    } else {
+        (p.n, 0, p.rhs_cs, p.dst_cs)
+    };
+    let size = total.div_ceil(split.parts);
     let (lhs, rhs, dst) = (p.lhs as usize, p.rhs as usize, p.dst as usize);
-    let (m, lhs_rs, dst_rs) = (p.m, p.lhs_rs, p.dst_rs);
-    (0..parts).into_par_iter().for_each(|part| {
-        let first = part * rows;
-        let count = rows.min(m - first) as i32;
-        let offset = |rs: isize| first as isize * rs;
-        // SAFETY: rows `first..first + count` of `lhs` and `dst` lie inside the matrices the
-        // caller passed; the blocks of `dst` are disjoint.
+    (0..split.parts).into_par_iter().for_each(|part| {
+        let first = part * size;
+        let count = size.min(total - first) as i32;
+        let (bm, bn) = if split.rows { (count, n) } else { (m, count) };
+        let at = |step: isize| first as isize * step;
+        // SAFETY: the block `first..first + count` of `lhs`'s rows or `rhs`'s columns, and of
+        // `dst`, lies inside the matrices the caller passed; the blocks of `dst` are disjoint.
         unsafe {
-            let lhs = (lhs as *const f32).offset(offset(lhs_rs));
-            let dst = (dst as *mut f32).offset(offset(dst_rs));
-            (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, count, n, k, 1.0, lhs, lda, rhs as *const f32, ldb, beta, dst, ldc)
+            let lhs = (lhs as *const f32).offset(at(lhs_step));
+            let rhs = (rhs as *const f32).offset(at(rhs_step));
+            let dst = (dst as *mut f32).offset(at(dst_step));
+            (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, bm, bn, k, 1.0, lhs, lda, rhs, ldb, beta, dst, ldc)
         };
     });
     true
@@ -238,14 +244,27 @@ unsafe fn blas_sgemm(p: &Product) -> bool {
 /// Smallest product (multiply-adds) worth splitting across threads.
 const SPLIT_MIN_WORK: usize = 1 << 20;
 
-/// How many row blocks of `p` to compute in parallel: one per rayon thread for products large
-/// enough, with at least 16 rows each.
-fn row_blocks(p: &Product) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    if p.m.saturating_mul(p.n).saturating_mul(p.k) < SPLIT_MIN_WORK {
-        return 1;
+/// Fewest rows or columns in one block of a split product.
+const SPLIT_MIN_BLOCK: usize = 16;
+
+/// How a product is computed in parallel: in `parts` blocks of rows (or of columns).
+struct Split {
+    parts: usize,
+    rows: bool,
+}
+
+impl Split {
+    /// One block per rayon thread along the longer of `dst`'s dimensions, for products large
+    /// enough; `None` to run it as one call.
+    fn of(p: &Product) -> Option<Split> {
+        let threads = rayon::current_num_threads().max(1);
+        if p.m.saturating_mul(p.n).saturating_mul(p.k) < SPLIT_MIN_WORK {
+            return None;
+        }
+        let rows = p.m >= p.n;
+        let parts = threads.min(if rows { p.m } else { p.n } / SPLIT_MIN_BLOCK);
+        (parts > 1).then_some(Split { parts, rows })
     }
-    threads.min(p.m / 16).max(1)
 }
 
 /// [`sgemm`] on the calling thread only, through the `gemm` crate: for the many small products
@@ -464,9 +483,37 @@ mod tests {
     }
 
     #[test]
+    fn large_products_split_along_their_longer_side() {
+        let product = |m: usize, n: usize, k: usize| Product {
+            m,
+            n,
+            k,
+            dst: std::ptr::null_mut(),
+            dst_cs: 1,
+            dst_rs: n as isize,
+            accumulate: false,
+            lhs: std::ptr::null(),
+            lhs_cs: 1,
+            lhs_rs: k as isize,
+            rhs: std::ptr::null(),
+            rhs_cs: 1,
+            rhs_rs: n as isize,
+        };
+        let split = |m, n, k| Split::of(&product(m, n, k)).map(|s| (s.parts, s.rows));
+        assert_eq!(split(37, 19, 70), None, "small products run as one call");
+        let threads = rayon::current_num_threads();
+        if threads > 1 {
+            assert_eq!(split(257, 61, 90), Some((threads.min(257 / 16), true)));
+            assert_eq!(split(9, 301, 400), Some((threads.min(301 / 16), false)));
+        }
+        assert_eq!(split(8, 8, 1 << 20), None, "no block under 16 rows or columns");
+    }
+
+    #[test]
     fn blas_and_gemm_agree_and_accumulate() {
-        // The second size is large enough to be split into row blocks across threads.
-        for (m, k, n) in [(37, 70, 19), (257, 90, 61)] {
+        // The second size is split into blocks of rows across threads, the third (a few rows,
+        // many columns: a decode step of a larger batch) into blocks of columns.
+        for (m, k, n) in [(37, 70, 19), (257, 90, 61), (9, 400, 301)] {
             let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
             // rhs read transposed: stored n × k, used as k × n with strides (1, k).
             let rhs: Vec<f32> = (0..n * k)
