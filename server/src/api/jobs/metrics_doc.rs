@@ -28,9 +28,31 @@ fn document_head(job_id: &str) -> String {
     format!("{{\"object\":\"list\",\"job_id\":{job},\"data\":")
 }
 
+/// The end of a list document, after its `data` array.
+fn document_tail(has_more: bool) -> &'static [u8] {
+    if has_more {
+        b",\"has_more\":true}"
+    } else {
+        b",\"has_more\":false}"
+    }
+}
+
+/// `head`, then the `data` array given in pieces, then the tail.
+fn list_document(head: &[u8], array: &[&[u8]], has_more: bool) -> Bytes {
+    let tail = document_tail(has_more);
+    let size = head.len() + array.iter().map(|piece| piece.len()).sum::<usize>() + tail.len();
+    let mut out = BytesMut::with_capacity(size);
+    out.put_slice(head);
+    for piece in array {
+        out.put_slice(piece);
+    }
+    out.put_slice(tail);
+    out.freeze()
+}
+
 /// The list document around a JSON array of rows.
 pub fn metrics_document(job_id: &str, data: &str, has_more: bool) -> Bytes {
-    Bytes::from(format!("{}{data},\"has_more\":{has_more}}}", document_head(job_id)))
+    list_document(document_head(job_id).as_bytes(), &[data.as_bytes()], has_more)
 }
 
 impl JobMetrics {
@@ -50,7 +72,8 @@ impl JobMetrics {
             whole.put_slice(text.as_bytes());
             spans.push((*step, start..whole.len()));
         }
-        whole.put_slice(b"],\"has_more\":false}");
+        whole.put_u8(b']');
+        whole.put_slice(document_tail(false));
         JobMetrics { whole: whole.freeze(), rows: spans, head_len: head.len() }
     }
 
@@ -67,12 +90,7 @@ impl JobMetrics {
             (Some((_, start)), Some((_, end))) if taken > 0 => &self.whole[start.start..end.end],
             _ => &[][..],
         };
-        let mut out = BytesMut::with_capacity(self.head_len + data.len() + 24);
-        out.put_slice(&self.whole[..self.head_len]);
-        out.put_u8(b'[');
-        out.put_slice(data);
-        out.put_slice(if has_more { b"],\"has_more\":true}" } else { b"],\"has_more\":false}" });
-        out.freeze()
+        list_document(&self.whole[..self.head_len], &[b"[", data, b"]"], has_more)
     }
 }
 
