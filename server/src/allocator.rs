@@ -1,6 +1,6 @@
 //! The process's malloc policy. Training allocates and frees tensors of megabytes many times a
 //! step; glibc serves those from fresh `mmap`s and unmaps them on free, so every step pays page
-//! faults, page zeroing and cross-CPU TLB shootdowns (20 % of a training step on a 2-core VM).
+//! faults, page zeroing and cross-CPU TLB shootdowns (~10 % of a training step on a 2-core VM).
 //! Raising the mmap threshold and keeping freed memory lets the heap reuse it instead.
 
 /// Variables with which a user sets glibc's malloc policy; any of them leaves it alone.
