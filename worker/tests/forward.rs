@@ -10,8 +10,9 @@ const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
 
 fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (
-        vec![vec![5, 9, 13, 22, 7], vec![3, 4], vec![11, 12, 13]],
-        vec![vec![30, 31, 32], vec![40, 41, 42, 43, 44], vec![50]],
+        // Three completions share the first prompt (as a GRPO group does): its forward runs once.
+        vec![vec![5, 9, 13, 22, 7], vec![3, 4], vec![5, 9, 13, 22, 7], vec![11, 12, 13], vec![5, 9, 13, 22, 7]],
+        vec![vec![30, 31, 32], vec![40, 41, 42, 43, 44], vec![33, 34, 35, 36, 37, 38], vec![50], vec![60]],
     )
 }
 
@@ -139,6 +140,29 @@ fn logprobs_do_not_depend_on_padding_or_batch_composition() {
             // Pad id must not matter either.
             let other_pad = model.completion_logprobs(&p, &c, 1.0, 63, false).unwrap();
             assert!(max_abs_diff(&together.logprobs, &other_pad.logprobs) < 1e-4);
+        }
+    }
+}
+
+#[test]
+fn a_shared_prompt_gives_the_gradients_of_separate_sequences() {
+    for family in FAMILIES {
+        let model = tiny_model(family, 5).unwrap();
+        let (p, c) = prompts();
+        let sum = |lp: &verity_worker::model::CompletionLogprobs| (&lp.logprobs * &lp.mask).unwrap().sum_all().unwrap();
+        let together = sum(&model.completion_logprobs(&p, &c, 0.9, 0, true).unwrap());
+        let mut separate = Tensor::new(0f32, &Device::Cpu).unwrap();
+        for i in 0..p.len() {
+            let alone = model.completion_logprobs(&p[i..=i], &c[i..=i], 0.9, 0, true).unwrap();
+            separate = (separate + sum(&alone)).unwrap();
+        }
+        assert!(max_abs_diff(&together, &separate) < 1e-4, "{family:?} loss differs");
+        let (g1, g2) = (together.backward().unwrap(), separate.backward().unwrap());
+        for (name, var) in model.trainable_params() {
+            let (a, b) = (g1.get(var.as_tensor()).unwrap(), g2.get(var.as_tensor()).unwrap());
+            let scale: f32 = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            let diff = max_abs_diff(a, b);
+            assert!(diff <= 1e-4 * scale.max(1.0), "{family:?}: gradient of {name} differs by {diff}");
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod inputs;
 pub mod kv_cache;
 pub mod lora;
+pub mod prompt_groups;
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{Result, WorkerError};
@@ -13,6 +14,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use inputs::{attention_mask, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
+use prompt_groups::PromptGroups;
 use std::collections::{BTreeMap, HashMap};
 
 /// Which implementation of norm / softmax / rope / log-prob the forward uses.
@@ -348,6 +350,86 @@ impl Transformer {
         Ok(y)
     }
 
+    /// Embedding rows of `ids` (checked against the vocabulary).
+    fn embed_rows(&self, ids: &[u32], track: bool) -> Result<Tensor> {
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
+            return Err(WorkerError::InvalidArgument(format!(
+                "token id {bad} outside vocabulary"
+            )));
+        }
+        let ids_t = Tensor::new(ids, &self.device)?;
+        Ok(self.get(&self.embed, track && self.lora.is_empty()).index_select(&ids_t, 0)?)
+    }
+
+    /// Query/key/value heads `(batch, heads, t, head_dim)` of projected rows `(batch * t, _)`,
+    /// with the q/k norms (Qwen3) and RoPE (`rope` = cos/sin tables `(batch, t, head_dim/2)`) applied.
+    fn attention_heads(
+        &self,
+        layer: &Layer,
+        [q, k, v]: [Tensor; 3],
+        (batch, t): (usize, usize),
+        (cos, sin): &(Tensor, Tensor),
+        track: bool,
+    ) -> Result<[Tensor; 3]> {
+        let cfg = &self.config;
+        let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+            Ok(y.reshape((batch, t, n, cfg.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?)
+        };
+        let (mut q, mut k) = (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
+        let v = heads(v, cfg.num_key_value_heads)?;
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            let train_base = track && self.lora.is_empty();
+            q = self.rms_norm(&q, qn, train_base)?;
+            k = self.rms_norm(&k, kn, train_base)?;
+        }
+        let (q, k) = match self.kernels {
+            Kernels::Fused => (kernels::rope(&q, cos, sin)?, kernels::rope(&k, cos, sin)?),
+            Kernels::Reference => (
+                kernels::rope_reference(&q, cos, sin)?,
+                kernels::rope_reference(&k, cos, sin)?,
+            ),
+        };
+        Ok([q, k, v])
+    }
+
+    /// Attention of query heads over key/value heads under an additive mask `(batch, tq, tk)`;
+    /// rows `(batch * tq, heads * head_dim)`.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, track: bool) -> Result<Tensor> {
+        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
+        let fused = self.kernels == Kernels::Fused;
+        Ok(if fused && !track && q.device().is_cpu() {
+            kernels::attention_nograd(q, k, v, mask, scale)?
+        } else if fused {
+            kernels::attention(q, k, v, mask, scale)?
+        } else {
+            kernels::attention_reference(q, k, v, mask, scale)?
+        })
+    }
+
+    /// One decoder layer on rows `x`; `attention` turns the projected q/k/v rows into attention
+    /// output rows (it owns the sequence layout).
+    fn decoder_layer(
+        &self,
+        layer: &Layer,
+        x: Tensor,
+        track: bool,
+        attention: impl FnOnce([Tensor; 3]) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let train_base = track && self.lora.is_empty();
+        let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
+        let attn = attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track)?)?;
+        let x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
+        let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
+        let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track)?;
+        let act = match self.kernels {
+            Kernels::Fused => kernels::swiglu(&gate, &up)?,
+            Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+        };
+        Ok((x + self.apply_linear(&act, &layer.down, track)?)?)
+    }
+
     /// Runs the decoder on `(batch, t)` ids and returns the final-normed hidden states
     /// `(batch * t, hidden)`. `positions` are `(batch * t)` RoPE positions, `first_valid` the
     /// first real key index of each row; with a cache, keys/values are appended to it.
@@ -370,73 +452,80 @@ impl Transformer {
                 "inconsistent batch shapes".into(),
             ));
         }
-        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
-            return Err(WorkerError::InvalidArgument(format!(
-                "token id {bad} outside vocabulary"
-            )));
-        }
-        let cfg = &self.config;
-        let (h, kvh, dh) = (
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-        );
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
-        let dev = &self.device;
-        let (cos, sin) = self.rotary.tables(positions, batch, t, dev)?;
-        let mask = attention_mask(first_valid, past, t, dev)?;
-        let ids_t = Tensor::new(ids, dev)?;
-        let train_base = track && self.lora.is_empty();
-        let mut x = self.get(&self.embed, train_base).index_select(&ids_t, 0)?;
-        let scale = 1.0 / (dh as f32).sqrt();
+        let rope = self.rotary.tables(positions, batch, t, &self.device)?;
+        let mask = attention_mask(first_valid, past, t, &self.device)?;
+        let mut x = self.embed_rows(ids, track)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
-            let heads = |y: Tensor, n: usize| -> Result<Tensor> {
-                Ok(y.reshape((batch, t, n, dh))?
-                    .transpose(1, 2)?
-                    .contiguous()?)
-            };
-            let [q, k, v] = self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track)?;
-            let (mut q, mut k, v) = (heads(q, h)?, heads(k, kvh)?, heads(v, kvh)?);
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = self.rms_norm(&q, qn, train_base)?;
-                k = self.rms_norm(&k, kn, train_base)?;
-            }
-            let (q, k) = match self.kernels {
-                Kernels::Fused => (
-                    kernels::rope(&q, &cos, &sin)?,
-                    kernels::rope(&k, &cos, &sin)?,
-                ),
-                Kernels::Reference => (
-                    kernels::rope_reference(&q, &cos, &sin)?,
-                    kernels::rope_reference(&k, &cos, &sin)?,
-                ),
-            };
-            let (k_all, v_all) = match cache.as_deref_mut() {
-                Some(c) => c.append(li, &k, &v)?,
-                None => (k, v),
-            };
-            let use_nograd_kernel = !track && self.kernels == Kernels::Fused && q.device().is_cpu();
-            let attn = if use_nograd_kernel {
-                kernels::attention_nograd(&q, &k_all, &v_all, &mask, scale)?
-            } else if self.kernels == Kernels::Fused {
-                kernels::attention(&q, &k_all, &v_all, &mask, scale)?
-            } else {
-                kernels::attention_reference(&q, &k_all, &v_all, &mask, scale)?
-            };
-            x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
-            let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
-            let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track)?;
-            let act = match self.kernels {
-                Kernels::Fused => kernels::swiglu(&gate, &up)?,
-                Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
-            };
-            x = (x + self.apply_linear(&act, &layer.down, track)?)?;
+            x = self.decoder_layer(layer, x, track, |qkv| {
+                let [q, k, v] = self.attention_heads(layer, qkv, (batch, t), &rope, track)?;
+                let (k, v) = match cache.as_deref_mut() {
+                    Some(c) => c.append(li, &k, &v)?,
+                    None => (k, v),
+                };
+                self.attend(&q, &k, &v, &mask, track)
+            })?;
         }
         if let Some(c) = cache {
             c.advance(t);
         }
-        self.rms_norm(&x, &self.norm, train_base)
+        self.rms_norm(&x, &self.norm, track && self.lora.is_empty())
+    }
+
+    /// Final-normed hidden states of the rows of `layout` (see [`PromptGroups`]): each shared
+    /// prompt runs once and its keys/values serve every completion of its group.
+    pub fn grouped_hidden_states(&self, layout: &PromptGroups, track: bool) -> Result<Tensor> {
+        let (kvh, dh) = (self.config.num_key_value_heads, self.config.head_dim);
+        let dev = &self.device;
+        let rope_of = |start: usize, batch: usize, t: usize| {
+            self.rotary.tables(&layout.positions[start..start + batch * t], batch, t, dev)
+        };
+        // Per group: one causal sequence (prompt, or prompt + its only completion), then the
+        // completions of a shared prompt, which see all of it.
+        struct Parts {
+            head: (usize, usize, (Tensor, Tensor), Tensor),
+            tails: Option<(usize, usize, (Tensor, Tensor), Tensor)>,
+        }
+        let parts = layout
+            .groups
+            .iter()
+            .map(|g| -> Result<Parts> {
+                let (p, n, w) = (g.prompt_len, g.members.len(), g.width);
+                Ok(if n == 1 || w == 0 {
+                    let rows = g.rows();
+                    Parts { head: (g.offset, rows, rope_of(g.offset, 1, rows)?, attention_mask(&[0], 0, rows, dev)?), tails: None }
+                } else {
+                    let off = g.completion_offset();
+                    Parts {
+                        head: (g.offset, p, rope_of(g.offset, 1, p)?, attention_mask(&[0], 0, p, dev)?),
+                        tails: Some((n, w, rope_of(off, n, w)?, attention_mask(&vec![0; n], p, w, dev)?)),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut x = self.embed_rows(&layout.ids, track)?;
+        for layer in &self.layers {
+            x = self.decoder_layer(layer, x, track, |qkv| {
+                let rows = |start: usize, len: usize| -> Result<[Tensor; 3]> {
+                    Ok([qkv[0].narrow(0, start, len)?, qkv[1].narrow(0, start, len)?, qkv[2].narrow(0, start, len)?])
+                };
+                let mut outs = Vec::with_capacity(parts.len() * 2);
+                for part in &parts {
+                    let (start, len, rope, mask) = &part.head;
+                    let [q, k, v] = self.attention_heads(layer, rows(*start, *len)?, (1, *len), rope, track)?;
+                    outs.push(self.attend(&q, &k, &v, mask, track)?);
+                    if let Some((n, w, rope, mask)) = &part.tails {
+                        let [qc, kc, vc] = self.attention_heads(layer, rows(start + len, n * w)?, (*n, *w), rope, track)?;
+                        let after_prompt = |prompt: &Tensor, own: &Tensor| {
+                            Tensor::cat(&[&prompt.broadcast_as((*n, kvh, *len, dh))?, own], 2)?.contiguous()
+                        };
+                        outs.push(self.attend(&qc, &after_prompt(&k, &kc)?, &after_prompt(&v, &vc)?, mask, track)?);
+                    }
+                }
+                Ok(if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? })
+            })?;
+        }
+        self.rms_norm(&x, &self.norm, track && self.lora.is_empty())
     }
 
     /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient).
@@ -481,15 +570,6 @@ impl Transformer {
                 "prompts must not be empty".into(),
             ));
         }
-        let seqs: Vec<Vec<u32>> = prompts
-            .iter()
-            .zip(completions)
-            .map(|(p, c)| [p.as_slice(), c.as_slice()].concat())
-            .collect();
-        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
-        let pb = PaddedBatch::new(&refs, pad_id)?;
-        let hidden =
-            self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, track)?;
         let max_c = completions.iter().map(Vec::len).max().unwrap_or(0);
         let b = prompts.len();
         if max_c == 0 {
@@ -500,17 +580,18 @@ impl Transformer {
                 mask: z,
             });
         }
+        let layout = PromptGroups::new(prompts, completions, pad_id)?;
+        let hidden = self.grouped_hidden_states(&layout, track)?;
         // Rows of `hidden` that predict each completion token, and the tokens themselves.
         let mut rows = Vec::new();
         let mut targets = Vec::new();
         let mut slot = vec![0u32; b * max_c];
         let mut mask = vec![0f32; b * max_c];
-        for (i, (p, c)) in prompts.iter().zip(completions).enumerate() {
-            let start = i * pb.len + pb.pads[i] + p.len() - 1;
-            for (j, &tok) in c.iter().enumerate() {
+        for (i, (c, predicting)) in completions.iter().zip(&layout.predicting_rows).enumerate() {
+            for (j, (&tok, &row)) in c.iter().zip(predicting).enumerate() {
                 slot[i * max_c + j] = rows.len() as u32 + 1;
                 mask[i * max_c + j] = 1.0;
-                rows.push((start + j) as u32);
+                rows.push(row);
                 targets.push(tok);
             }
         }
