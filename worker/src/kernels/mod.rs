@@ -7,6 +7,7 @@
 
 mod attention;
 mod attention_train;
+mod bf16;
 mod blas;
 mod logprob;
 mod rms_norm;
@@ -14,14 +15,17 @@ mod rope;
 mod skinny;
 mod softmax;
 mod swiglu;
+#[cfg(target_arch = "x86_64")]
+mod tiles;
 
 pub use attention::attention_nograd;
 pub use attention_train::{attention, attention_reference};
+pub use bf16::Bf16Matrix;
 pub use blas::{blas_in_use, matmul, serial_sgemm, sgemm, Product};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
-pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, SKINNY_MAX_ROWS};
+pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, DecodeWeight, SKINNY_MAX_ROWS};
 pub use softmax::masked_softmax_reference;
 pub use swiglu::{swiglu, swiglu_reference};
 
@@ -49,6 +53,17 @@ fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
         candle_core::Storage::Cpu(cpu) => f(f32_slice(cpu, layout)?),
         _ => bail!("kernel expects a CPU tensor"),
     }
+}
+
+/// Runs `work` on a thread of the rayon pool (the caller blocks once): the parallel kernels it
+/// calls then fork and join among the pool's own threads, which the calling thread joins,
+/// instead of waking a sleeping outside thread at the end of each of the many small products of
+/// a decode step.
+pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
+    rayon::scope(|_| work())
 }
 
 /// Threads for gemm calls inside kernels.

@@ -3,6 +3,9 @@
 //! For a handful of rows a general gemm spends its time packing the weight; these kernels read
 //! each weight row once and reuse it for every input row, so decoding runs near memory speed.
 
+use super::bf16::Bf16Matrix;
+#[cfg(target_arch = "x86_64")]
+use super::tiles;
 use super::{use_cpu_kernel, with_f32};
 use candle_core::{bail, Device, Result, Tensor};
 use rayon::prelude::*;
@@ -14,9 +17,9 @@ pub const SKINNY_MAX_ROWS: usize = 8;
 /// `SKINNY_MAX_ROWS` rows of it, stay in L1/L2).
 const MAX_COLS_PER_TASK: usize = 1024;
 
-/// Whether the skinny kernels apply to `x` (CPU f32 with at most [`SKINNY_MAX_ROWS`] rows).
-pub fn skinny_applies(x: &Tensor) -> bool {
-    use_cpu_kernel(x) && x.rank() == 2 && x.dim(0).map(|m| m <= SKINNY_MAX_ROWS).unwrap_or(false)
+/// Whether the skinny kernels apply to rows `x` (CPU f32, at most `max_rows` rows).
+pub fn skinny_applies(x: &Tensor, max_rows: usize) -> bool {
+    use_cpu_kernel(x) && x.rank() == 2 && x.dim(0).map(|m| m <= max_rows).unwrap_or(false)
 }
 
 /// Sizes of `x (m, k) @ wt (k, n)`.
@@ -34,10 +37,12 @@ struct Cols {
     w: usize,
 }
 
-/// Columns per task: blocks of at most [`MAX_COLS_PER_TASK`], and at least one per thread.
-fn cols_per_task(n: usize) -> usize {
+/// Columns per task: blocks of at most [`MAX_COLS_PER_TASK`] (narrower when there are many
+/// rows, so a task's accumulators stay in cache), and at least one per thread.
+fn cols_per_task(n: usize, rows: usize) -> usize {
     let per_thread = n.div_ceil(rayon::current_num_threads().max(1));
-    per_thread.next_multiple_of(16).clamp(16, MAX_COLS_PER_TASK)
+    let widest = if rows > SKINNY_MAX_ROWS { MAX_COLS_PER_TASK / 4 } else { MAX_COLS_PER_TASK };
+    per_thread.next_multiple_of(16).clamp(16, widest)
 }
 
 /// `acc[r][..w] += sum_k x[r][k] * wt[k][j0..j0 + w]` for all `m` rows, streaming the weight
@@ -70,65 +75,208 @@ fn stream_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn stream_block_avx2(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
-    stream_block(acc, x, wt, d, c)
+/// A weight for the skinny kernels: the f32 parameter or its bf16 copy.
+#[derive(Clone, Copy)]
+pub enum DecodeWeight<'a> {
+    /// The f32 tensor itself.
+    F32(&'a Tensor),
+    /// A bf16 copy of it.
+    Bf16(&'a Bf16Matrix),
 }
 
-fn stream_dispatch(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports the features the function was compiled for.
-        return unsafe { stream_block_avx2(acc, x, wt, d, c) };
+impl DecodeWeight<'_> {
+    fn dims(&self) -> Result<(usize, usize)> {
+        match self {
+            DecodeWeight::F32(t) => t.dims2(),
+            DecodeWeight::Bf16(b) => Ok(b.dims()),
+        }
     }
-    stream_block(acc, x, wt, d, c)
+}
+
+/// The data of a [`DecodeWeight`].
+#[derive(Clone, Copy)]
+enum WeightData<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+}
+
+/// Runs `f` on the data of the weights (f32 ones made contiguous and borrowed from their storage).
+fn with_weight_data<R>(wts: &[DecodeWeight], f: impl FnOnce(&[WeightData]) -> Result<R>) -> Result<R> {
+    let tensors: Vec<Option<Tensor>> = wts
+        .iter()
+        .map(|w| match w {
+            DecodeWeight::F32(t) => t.contiguous().map(Some),
+            DecodeWeight::Bf16(_) => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    let guards: Vec<_> = tensors.iter().map(|t| t.as_ref().map(|t| t.storage_and_layout())).collect();
+    let mut data = Vec::with_capacity(wts.len());
+    for (w, guard) in wts.iter().zip(&guards) {
+        data.push(match (w, guard) {
+            (DecodeWeight::Bf16(b), _) => WeightData::Bf16(b.bits()),
+            (DecodeWeight::F32(_), Some((storage, layout))) => match &**storage {
+                candle_core::Storage::Cpu(cpu) => WeightData::F32(super::f32_slice(cpu, layout)?),
+                _ => bail!("kernel expects a CPU tensor"),
+            },
+            (DecodeWeight::F32(_), None) => bail!("skinny kernel: missing f32 weight"),
+        });
+    }
+    f(&data)
+}
+
+/// `acc (rows, w) += x (rows, k) @ wt[:, j0..j0 + w]` for one block of columns, in chunks of at
+/// most [`SKINNY_MAX_ROWS`] rows; a bf16 weight is widened a band of rows at a time.
+#[inline(always)]
+fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
+    match wt {
+        WeightData::F32(w) => {
+            for (accs, xs) in acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k)) {
+                let m = xs.len() / d.k;
+                stream_block(accs, xs, w, Dims { m, ..d }, c);
+            }
+        }
+        WeightData::Bf16(bits) => {
+            // Widen a band of weight rows, then run the f32 kernel over it as a (band, w) matrix.
+            const BAND: usize = 16;
+            let mut buf = vec![0f32; BAND * c.w];
+            let mut xband = vec![0f32; SKINNY_MAX_ROWS * BAND];
+            for k0 in (0..d.k).step_by(BAND) {
+                let kb = BAND.min(d.k - k0);
+                for kk in 0..kb {
+                    let src = &bits[(k0 + kk) * d.n + c.j0..(k0 + kk) * d.n + c.j0 + c.w];
+                    super::bf16::widen(src, &mut buf[kk * c.w..(kk + 1) * c.w]);
+                }
+                for (accs, xs) in acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k)) {
+                    let m = xs.len() / d.k;
+                    for r in 0..m {
+                        xband[r * kb..(r + 1) * kb].copy_from_slice(&xs[r * d.k + k0..r * d.k + k0 + kb]);
+                    }
+                    let band = Dims { m, k: kb, n: c.w };
+                    stream_block(accs, &xband[..m * kb], &buf[..kb * c.w], band, Cols { j0: 0, w: c.w });
+                }
+            }
+        }
+    }
+}
+
+/// Whether the AVX2/FMA register tiles can run here.
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+impl WeightData<'_> {
+    /// Elements held.
+    fn len(&self) -> usize {
+        match self {
+            WeightData::F32(w) => w.len(),
+            WeightData::Bf16(b) => b.len(),
+        }
+    }
+
+    /// Whether the data are bf16, and a byte pointer to element `idx`.
+    fn at(&self, idx: usize) -> (bool, *const u8) {
+        match self {
+            WeightData::F32(w) => (false, w[idx..].as_ptr() as *const u8),
+            WeightData::Bf16(b) => (true, b[idx..].as_ptr() as *const u8),
+        }
+    }
+}
+
+/// `acc (rows, w) += x (rows, k) @ wt[:, j0..j0 + w]`: register tiles when the CPU has them,
+/// else [`stream_columns_impl`].
+fn stream_columns(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        return stream_columns_tiled(acc, x, wt, d, c);
+    }
+    stream_columns_impl(acc, x, wt, d, c)
+}
+
+/// [`stream_columns`] with [`tiles::stream_tile`]: reduction bands of [`tiles::BAND`] rows, each
+/// swept over the block's 16-column strips (the weight rows stream in order), up to four input
+/// rows per tile. Columns past the last whole strip go through [`stream_columns_impl`].
+#[cfg(target_arch = "x86_64")]
+fn stream_columns_tiled(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
+    use tiles::{stream_tile, BAND, TILE_COLS, TILE_ROWS};
+    let strips = c.w - c.w % TILE_COLS;
+    assert!(acc.len() >= d.m * c.w && x.len() >= d.m * d.k && wt.len() >= d.k * d.n && c.j0 + c.w <= d.n);
+    for k0 in (0..d.k).step_by(BAND) {
+        let kb = BAND.min(d.k - k0);
+        for jc in (0..strips).step_by(TILE_COLS) {
+            let (bf16, w) = wt.at(k0 * d.n + c.j0 + jc);
+            for r0 in (0..d.m).step_by(TILE_ROWS) {
+                let a = acc[r0 * c.w + jc..].as_mut_ptr();
+                let xs = (x[r0 * d.k + k0..].as_ptr(), d.k);
+                let ws = (w, d.n);
+                // SAFETY: AVX2/FMA are present (checked by the caller); the asserts above bound
+                // every element the tile touches: rows r0..r0 + R < m, columns jc..jc + 16 <= w,
+                // reduction rows k0..k0 + kb <= k.
+                unsafe {
+                    match (bf16, TILE_ROWS.min(d.m - r0)) {
+                        (false, 1) => stream_tile::<false, 1>(a, c.w, xs, ws, kb),
+                        (false, 2) => stream_tile::<false, 2>(a, c.w, xs, ws, kb),
+                        (false, 3) => stream_tile::<false, 3>(a, c.w, xs, ws, kb),
+                        (false, _) => stream_tile::<false, 4>(a, c.w, xs, ws, kb),
+                        (true, 1) => stream_tile::<true, 1>(a, c.w, xs, ws, kb),
+                        (true, 2) => stream_tile::<true, 2>(a, c.w, xs, ws, kb),
+                        (true, 3) => stream_tile::<true, 3>(a, c.w, xs, ws, kb),
+                        (true, _) => stream_tile::<true, 4>(a, c.w, xs, ws, kb),
+                    }
+                }
+            }
+        }
+    }
+    if strips < c.w {
+        let tw = c.w - strips;
+        let mut tail = vec![0f32; d.m * tw];
+        stream_columns_impl(&mut tail, x, wt, d, Cols { j0: c.j0 + strips, w: tw });
+        for r in 0..d.m {
+            acc[r * c.w + strips..(r + 1) * c.w].copy_from_slice(&tail[r * tw..(r + 1) * tw]);
+        }
+    }
 }
 
 /// `x (m, k) @ wt (k, n)` without gradient.
-pub fn skinny_matmul(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
+pub fn skinny_matmul(x: &Tensor, wt: DecodeWeight) -> Result<Tensor> {
     let mut out = skinny_matmul_many(x, &[wt])?;
     out.pop().ok_or_else(|| candle_core::Error::Msg("skinny_matmul: no output".into()))
 }
 
 /// `x (m, k) @ wt (k, n_i)` for several weights at once (the query, key and value projections of
-/// one input, say), without gradient: one parallel pass over all their columns.
-pub fn skinny_matmul_many(x: &Tensor, wts: &[&Tensor]) -> Result<Vec<Tensor>> {
+/// one input, say), without gradient: one parallel pass over all their columns. Rows are taken
+/// [`SKINNY_MAX_ROWS`] at a time, so each row's result does not depend on the others.
+pub fn skinny_matmul_many(x: &Tensor, wts: &[DecodeWeight]) -> Result<Vec<Tensor>> {
     let (m, k) = x.dims2()?;
     let mut widths = Vec::with_capacity(wts.len());
     for wt in wts {
-        let (k2, n) = wt.dims2()?;
+        let (k2, n) = wt.dims()?;
         if k != k2 {
-            bail!("skinny_matmul: {:?} x {:?}", x.dims(), wt.dims());
+            bail!("skinny_matmul: {:?} x {:?}", x.dims(), (k2, n));
         }
         widths.push(n);
     }
-    let cols = cols_per_task(widths.iter().sum());
+    let cols = cols_per_task(widths.iter().sum(), m);
     // (weight, first column, columns) of every task.
     let tasks: Vec<(usize, Cols)> = widths
         .iter()
         .enumerate()
         .flat_map(|(i, &n)| (0..n.div_ceil(cols)).map(move |b| (i, Cols { j0: b * cols, w: cols.min(n - b * cols) })))
         .collect();
-    let x = x.contiguous()?;
-    let wts: Vec<Tensor> = wts.iter().map(|wt| wt.contiguous()).collect::<Result<_>>()?;
-    let guards: Vec<_> = std::iter::once(&x).chain(&wts).map(|t| t.storage_and_layout()).collect();
-    let mut slices = Vec::with_capacity(guards.len());
-    for (storage, layout) in &guards {
-        match &**storage {
-            candle_core::Storage::Cpu(cpu) => slices.push(super::f32_slice(cpu, layout)?),
-            _ => bail!("kernel expects a CPU tensor"),
-        }
-    }
-    let (xs, ws) = (slices[0], &slices[1..]);
-    let blocks: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(i, c)| {
-            let mut acc = vec![0f32; m * c.w];
-            stream_dispatch(&mut acc, xs, ws[i], Dims { m, k, n: widths[i] }, c);
-            acc
+    let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
+        with_weight_data(wts, |ws| {
+            Ok(tasks
+                .par_iter()
+                .map(|&(i, c)| {
+                    let mut acc = vec![0f32; m * c.w];
+                    stream_columns(&mut acc, xs, ws[i], Dims { m, k, n: widths[i] }, c);
+                    acc
+                })
+                .collect())
         })
-        .collect();
+    })?;
     let mut outs: Vec<Vec<f32>> = widths.iter().map(|&n| vec![0f32; m * n]).collect();
     for (&(i, c), acc) in tasks.iter().zip(&blocks) {
         let n = widths[i];
@@ -153,55 +301,87 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-#[inline(always)]
-fn dot_rows(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, v0: usize, nv: usize) {
+/// `out[r][v] = x[r] · w[v0 + v]` for `nv` weight rows; a bf16 row is widened once into `buf`.
+fn dot_rows(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m, k): (usize, usize), (v0, nv): (usize, usize)) {
     for v in 0..nv {
-        let wrow = &w[(v0 + v) * k..(v0 + v + 1) * k];
+        let range = (v0 + v) * k..(v0 + v + 1) * k;
+        let wrow: &[f32] = match w {
+            WeightData::F32(w) => &w[range],
+            WeightData::Bf16(bits) => {
+                super::bf16::widen(&bits[range], buf);
+                buf
+            }
+        };
         for r in 0..m {
             out[r * nv + v] = dot(&x[r * k..(r + 1) * k], wrow);
         }
     }
 }
 
+/// [`dot_rows`] with [`tiles::dot_tile`]: two weight rows against up to four input rows per
+/// tile; an odd last weight row goes through [`dot_rows`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_rows_avx2(
-    out: &mut [f32],
-    x: &[f32],
-    w: &[f32],
-    m: usize,
-    k: usize,
-    v0: usize,
-    nv: usize,
-) {
-    dot_rows(out, x, w, m, k, v0, nv)
+fn dot_rows_tiled(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m, k): (usize, usize), (v0, nv): (usize, usize)) {
+    use tiles::{dot_tile, TILE_ROWS};
+    assert!(out.len() >= m * nv && x.len() >= m * k && w.len() >= (v0 + nv) * k);
+    let pairs = nv - nv % 2;
+    for v in (0..pairs).step_by(2) {
+        let (bf16, wp) = w.at((v0 + v) * k);
+        for r0 in (0..m).step_by(TILE_ROWS) {
+            let o = (out[r0 * nv + v..].as_mut_ptr(), nv);
+            let xs = (x[r0 * k..].as_ptr(), k);
+            let ws = (wp, k);
+            // SAFETY: AVX2/FMA are present (checked by the caller); the assert above bounds
+            // every element: rows r0..r0 + R <= m, weight rows v0 + v, v0 + v + 1 < v0 + nv.
+            unsafe {
+                match (bf16, TILE_ROWS.min(m - r0)) {
+                    (false, 1) => dot_tile::<false, 1>(o, xs, ws, k),
+                    (false, 2) => dot_tile::<false, 2>(o, xs, ws, k),
+                    (false, 3) => dot_tile::<false, 3>(o, xs, ws, k),
+                    (false, _) => dot_tile::<false, 4>(o, xs, ws, k),
+                    (true, 1) => dot_tile::<true, 1>(o, xs, ws, k),
+                    (true, 2) => dot_tile::<true, 2>(o, xs, ws, k),
+                    (true, 3) => dot_tile::<true, 3>(o, xs, ws, k),
+                    (true, _) => dot_tile::<true, 4>(o, xs, ws, k),
+                }
+            }
+        }
+    }
+    if pairs < nv {
+        let mut last = vec![0f32; m];
+        dot_rows(&mut last, x, w, buf, (m, k), (v0 + pairs, 1));
+        for (r, value) in last.into_iter().enumerate() {
+            out[r * nv + pairs] = value;
+        }
+    }
 }
 
 /// Weight rows (output columns) per parallel task of [`skinny_matmul_nt`].
 const NT_ROWS_PER_TASK: usize = 256;
 
 /// `x (m, k) @ w (n, k)^T` without gradient (the LM head on a few rows).
-pub fn skinny_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+pub fn skinny_matmul_nt(x: &Tensor, w: DecodeWeight) -> Result<Tensor> {
     let (m, k) = x.dims2()?;
-    let (n, k2) = w.dims2()?;
+    let (n, k2) = w.dims()?;
     if k != k2 {
-        bail!("skinny_matmul_nt: {:?} x {:?}^T", x.dims(), w.dims());
+        bail!("skinny_matmul_nt: {:?} x {:?}^T", x.dims(), (n, k2));
     }
     let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
-        with_f32(w, |ws| {
+        with_weight_data(&[w], |ws| {
+            let ws = ws[0];
             Ok((0..n.div_ceil(NT_ROWS_PER_TASK))
                 .into_par_iter()
                 .map(|b| {
                     let v0 = b * NT_ROWS_PER_TASK;
                     let nv = NT_ROWS_PER_TASK.min(n - v0);
                     let mut out = vec![0f32; m * nv];
+                    let mut buf = vec![0f32; k];
                     #[cfg(target_arch = "x86_64")]
-                    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                        // SAFETY: the CPU supports the features the function was compiled for.
-                        unsafe { dot_rows_avx2(&mut out, xs, ws, m, k, v0, nv) };
+                    if has_avx2() {
+                        dot_rows_tiled(&mut out, xs, ws, &mut buf, (m, k), (v0, nv));
                         return out;
                     }
-                    dot_rows(&mut out, xs, ws, m, k, v0, nv);
+                    dot_rows(&mut out, xs, ws, &mut buf, (m, k), (v0, nv));
                     out
                 })
                 .collect())
@@ -229,19 +409,41 @@ mod tests {
             let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
             let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
             let want = x.matmul(&wt).unwrap();
-            let got = skinny_matmul(&x, &wt).unwrap();
+            let got = skinny_matmul(&x, DecodeWeight::F32(&wt)).unwrap();
             let d = crate::testing::max_abs_diff(&want, &got);
             assert!(d < 1e-4, "m={m}: {d}");
             let other = Tensor::randn(0f32, 1.0, (70, 45), &dev).unwrap();
-            let both = skinny_matmul_many(&x, &[&wt, &other]).unwrap();
+            let both = skinny_matmul_many(&x, &[DecodeWeight::F32(&wt), DecodeWeight::F32(&other)]).unwrap();
             for (got, w) in both.iter().zip([&wt, &other]) {
                 let d = crate::testing::max_abs_diff(&x.matmul(w).unwrap(), got);
                 assert!(d < 1e-4, "many m={m}: {d}");
             }
             let w = wt.t().unwrap().contiguous().unwrap();
-            let got = skinny_matmul_nt(&x, &w).unwrap();
+            let got = skinny_matmul_nt(&x, DecodeWeight::F32(&w)).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap();
             let d = crate::testing::max_abs_diff(&want, &got);
+            assert!(d < 1e-4, "nt m={m}: {d}");
+        }
+    }
+
+    #[test]
+    fn bf16_weights_give_the_product_of_the_rounded_weights() {
+        let dev = Device::Cpu;
+        for m in [1usize, 5, 8, 13, 20] {
+            let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
+            let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
+            let half = Bf16Matrix::from_tensor(&wt).unwrap();
+            let rounded = wt.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+            let got = skinny_matmul(&x, DecodeWeight::Bf16(&half)).unwrap();
+            let d = crate::testing::max_abs_diff(&x.matmul(&rounded).unwrap(), &got);
+            assert!(d < 1e-4, "m={m}: {d}");
+            // Each row's result is the same whatever else is in the batch.
+            let alone = skinny_matmul(&x.narrow(0, m - 1, 1).unwrap(), DecodeWeight::Bf16(&half)).unwrap();
+            assert_eq!(alone.to_vec2::<f32>().unwrap()[0], got.to_vec2::<f32>().unwrap()[m - 1]);
+            let w = wt.t().unwrap().contiguous().unwrap();
+            let half_t = Bf16Matrix::from_tensor(&w).unwrap();
+            let got = skinny_matmul_nt(&x, DecodeWeight::Bf16(&half_t)).unwrap();
+            let d = crate::testing::max_abs_diff(&x.matmul(&rounded).unwrap(), &got);
             assert!(d < 1e-4, "nt m={m}: {d}");
         }
     }

@@ -1,0 +1,114 @@
+//! AVX2/FMA register tiles for the skinny no-grad products. A tile keeps its accumulators in
+//! registers, so each weight vector it loads (f32, or bf16 widened in a register) feeds the
+//! multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in the same
+//! order whatever the other rows are, so results do not depend on batch composition.
+
+use std::arch::x86_64::*;
+
+/// Input rows one tile handles.
+pub(super) const TILE_ROWS: usize = 4;
+/// Output columns one stream tile handles (two vectors).
+pub(super) const TILE_COLS: usize = 16;
+/// Reduction rows between accumulator loads and stores of a stream tile.
+pub(super) const BAND: usize = 8;
+
+/// Eight weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns widened.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn load8<const BF16: bool>(w: *const u8, idx: usize) -> __m256 {
+    if BF16 {
+        let p = (w as *const u16).add(idx) as *const __m128i;
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p))))
+    } else {
+        _mm256_loadu_ps((w as *const f32).add(idx))
+    }
+}
+
+/// `acc[r][0..16] += sum_kk x[r][kk] * w[kk][0..16]` for `R` rows and `kb` reduction rows.
+/// `acc`, `x` and `w` point at the tile's first element; `ld*` are their row strides
+/// (elements).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and every addressed element must be in bounds.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn stream_tile<const BF16: bool, const R: usize>(
+    acc: *mut f32,
+    ldacc: usize,
+    (x, ldx): (*const f32, usize),
+    (w, ldw): (*const u8, usize),
+    kb: usize,
+) {
+    let mut a = [[_mm256_setzero_ps(); 2]; R];
+    for (r, ar) in a.iter_mut().enumerate() {
+        ar[0] = _mm256_loadu_ps(acc.add(r * ldacc));
+        ar[1] = _mm256_loadu_ps(acc.add(r * ldacc + 8));
+    }
+    let elem = if BF16 { 2 } else { 4 };
+    for kk in 0..kb {
+        // The same strip of the next band, needed one sweep over the block's strips from now.
+        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((kk + BAND) * ldw * elem) as *const i8);
+        let w0 = load8::<BF16>(w, kk * ldw);
+        let w1 = load8::<BF16>(w, kk * ldw + 8);
+        for (r, ar) in a.iter_mut().enumerate() {
+            let b = _mm256_set1_ps(*x.add(r * ldx + kk));
+            ar[0] = _mm256_fmadd_ps(b, w0, ar[0]);
+            ar[1] = _mm256_fmadd_ps(b, w1, ar[1]);
+        }
+    }
+    for (r, ar) in a.iter().enumerate() {
+        _mm256_storeu_ps(acc.add(r * ldacc), ar[0]);
+        _mm256_storeu_ps(acc.add(r * ldacc + 8), ar[1]);
+    }
+}
+
+/// Horizontal sum of a vector (fixed order).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn hsum(v: __m256) -> f32 {
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+}
+
+/// `out[r][v] = x[r] · w[v]` for `R` input rows and two weight rows `v` (length-`k` dot
+/// products). `out` has row stride `ldout`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and every addressed element must be in bounds.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot_tile<const BF16: bool, const R: usize>(
+    (out, ldout): (*mut f32, usize),
+    (x, ldx): (*const f32, usize),
+    (w, ldw): (*const u8, usize),
+    k: usize,
+) {
+    let mut a = [[_mm256_setzero_ps(); 2]; R];
+    let k8 = k - k % 8;
+    let mut kk = 0;
+    while kk < k8 {
+        let w0 = load8::<BF16>(w, kk);
+        let w1 = load8::<BF16>(w, ldw + kk);
+        for (r, ar) in a.iter_mut().enumerate() {
+            let xv = _mm256_loadu_ps(x.add(r * ldx + kk));
+            ar[0] = _mm256_fmadd_ps(xv, w0, ar[0]);
+            ar[1] = _mm256_fmadd_ps(xv, w1, ar[1]);
+        }
+        kk += 8;
+    }
+    let weight = |v: usize, i: usize| -> f32 {
+        if BF16 {
+            f32::from_bits((*(w as *const u16).add(v * ldw + i) as u32) << 16)
+        } else {
+            *(w as *const f32).add(v * ldw + i)
+        }
+    };
+    for (r, ar) in a.iter().enumerate() {
+        for (v, &acc) in ar.iter().enumerate() {
+            let mut sum = hsum(acc);
+            for i in k8..k {
+                sum += *x.add(r * ldx + i) * weight(v, i);
+            }
+            *out.add(r * ldout + v) = sum;
+        }
+    }
+}
