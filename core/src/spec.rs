@@ -24,6 +24,19 @@ where
     }
 }
 
+/// Precision of the weights the sampler reads during rollouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutDtype {
+    /// The f32 parameters themselves (sampling log-probs match the trainer's to rounding).
+    #[default]
+    F32,
+    /// bf16 copies of the projection and LM-head weights, refreshed every step: half the bytes
+    /// per decoded token; the sampler/trainer mismatch is logged (`sampler_kl`) and `tis_cap`
+    /// corrects for it.
+    Bf16,
+}
+
 /// The policy-loss family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -110,6 +123,8 @@ pub struct Hyperparameters {
     pub top_p: f64,
     /// Top-k sampling (0 = off).
     pub top_k: usize,
+    /// Precision of the weights rollouts read (`f32` or `bf16`).
+    pub rollout_dtype: RolloutDtype,
     /// Stop strings: a completion ends when its text contains one (kept in the completion).
     pub stop: Vec<String>,
     /// The policy loss.
@@ -175,6 +190,7 @@ impl Default for Hyperparameters {
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
+            rollout_dtype: RolloutDtype::F32,
             stop: Vec::new(),
             loss: Loss::Grpo,
             epsilon_low: None,

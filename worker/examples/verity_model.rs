@@ -29,7 +29,7 @@ fn main() {
             .map(|outs| serde_json::to_value(outs).unwrap_or_default())
         }
         Some("bench-rollout") => {
-            verity_worker::bench_rollout(Path::new(model), arg(&args, 3, 1), arg(&args, 4, 64))
+            verity_worker::bench_rollout(Path::new(model), arg(&args, 3, 1), arg(&args, 4, 64), Default::default())
         }
         Some("bench-train-step") => {
             verity_worker::bench_train_step(Path::new(model), arg(&args, 3, 8), arg(&args, 4, 128))

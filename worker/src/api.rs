@@ -5,6 +5,7 @@ use crate::chat_template::ChatMessage;
 use crate::device::parse_device;
 use crate::error::{Result, WorkerError};
 use crate::loader::{load_model, LoadedModel};
+use crate::model::compact::RolloutDtype;
 use crate::optim::{AdamW, AdamWConfig, GradAccumulator};
 use crate::sampler::{sample, FinishReason, SamplingParams};
 use rand::{Rng, SeedableRng};
@@ -31,6 +32,8 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Device spec (`cpu`, `cuda:N`).
     pub device: String,
+    /// Precision of the weights sampling reads.
+    pub rollout_dtype: RolloutDtype,
 }
 
 impl Default for GenerateOptions {
@@ -44,6 +47,7 @@ impl Default for GenerateOptions {
             n: 1,
             seed: 0,
             device: "cpu".into(),
+            rollout_dtype: RolloutDtype::F32,
         }
     }
 }
@@ -88,6 +92,7 @@ pub fn generate_with(
         max_new_tokens: opts.max_tokens,
         stop_strings: vec![],
         seed: opts.seed,
+        rollout_dtype: opts.rollout_dtype,
     };
     let out = sample(
         &lm.model,
@@ -150,6 +155,7 @@ pub fn bench_rollout(
     model_dir: &Path,
     batch: usize,
     new_tokens: usize,
+    rollout_dtype: RolloutDtype,
 ) -> Result<serde_json::Value> {
     if batch == 0 || new_tokens == 0 {
         return Err(WorkerError::InvalidArgument(
@@ -163,6 +169,7 @@ pub fn bench_rollout(
         temperature: 1.0,
         max_new_tokens: new_tokens,
         seed: 1,
+        rollout_dtype,
         ..Default::default()
     };
     let start = Instant::now();
@@ -180,6 +187,7 @@ pub fn bench_rollout(
         "bench": "rollout",
         "batch": batch,
         "new_tokens": new_tokens,
+        "rollout_dtype": rollout_dtype,
         "generated_tokens": generated,
         "prefill_tokens": prompts.iter().map(Vec::len).sum::<usize>(),
         "seconds": secs,

@@ -6,6 +6,7 @@
 //! the copy stays cheap) and stop costing compute.
 
 use crate::error::{Result, WorkerError};
+use crate::model::compact::{CompactWeights, RolloutDtype};
 use crate::model::inputs::PaddedBatch;
 use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
@@ -31,6 +32,9 @@ pub struct SamplingParams {
     pub stop_strings: Vec<String>,
     /// Seed of the whole job; each sequence derives its own stream.
     pub seed: u64,
+    /// Precision of the weights the sampler reads.
+    #[serde(default)]
+    pub rollout_dtype: RolloutDtype,
 }
 
 impl Default for SamplingParams {
@@ -43,6 +47,7 @@ impl Default for SamplingParams {
             max_new_tokens: 256,
             stop_strings: vec![],
             seed: 0,
+            rollout_dtype: RolloutDtype::F32,
         }
     }
 }
@@ -177,6 +182,17 @@ pub fn sample(
     pad_id: u32,
     tokenizer: Option<&ChatTokenizer>,
 ) -> Result<Vec<Completion>> {
+    crate::kernels::on_pool(|| sample_on_pool(model, prompts, params, eos_ids, pad_id, tokenizer))
+}
+
+fn sample_on_pool(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    tokenizer: Option<&ChatTokenizer>,
+) -> Result<Vec<Completion>> {
     if params.n == 0 || params.max_new_tokens == 0 {
         return Err(WorkerError::InvalidArgument(
             "n and max_new_tokens must be at least 1".into(),
@@ -196,6 +212,11 @@ pub fn sample(
     let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
     let pb = PaddedBatch::new(&refs, pad_id)?;
     let mut cache = model.new_cache(pb.batch, pb.len + params.max_new_tokens)?;
+    // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved, and
+    // the f32 weights are read as they are.
+    if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
+        cache.use_weights(CompactWeights::of(model)?);
+    }
     let hidden = model.hidden_states(
         &pb.ids,
         &pb.positions(),
@@ -211,7 +232,7 @@ pub fn sample(
         &candle_core::Tensor::new(last.as_slice(), model.device())?,
         0,
     )?;
-    let prompt_logits: Vec<Vec<f32>> = model.logits(&last)?.to_vec2()?;
+    let prompt_logits: Vec<Vec<f32>> = model.logits(&last, Some(&cache))?.to_vec2()?;
 
     let g = params.n;
     let mut seqs: Vec<Sequence> = (0..pb.batch * g)
@@ -303,7 +324,7 @@ pub fn sample(
         let pos: Vec<u32> = rows.iter().map(|&r| seqs[r].next_pos - 1).collect();
         let fv: Vec<usize> = rows.iter().map(|&r| seqs[r].first_valid).collect();
         let hidden = model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
-        logits = model.logits(&hidden)?.to_vec2()?;
+        logits = model.logits(&hidden, Some(&cache))?.to_vec2()?;
     }
     Ok(seqs
         .into_iter()

@@ -191,7 +191,7 @@ fn kv_cache_decode_equals_full_forward() {
                 false,
             )
             .unwrap();
-        let logits = model.logits(&h).unwrap().reshape((2, pb.len, 64)).unwrap();
+        let logits = model.logits(&h, None).unwrap().reshape((2, pb.len, 64)).unwrap();
         for (b, &l) in prompt_lens.iter().enumerate() {
             let got = logits.get(b).unwrap().get(pb.len - 1).unwrap();
             assert!(max_abs_diff(&got, &full.get(b).unwrap().get(l - 1).unwrap()) < 1e-4);
@@ -203,7 +203,7 @@ fn kv_cache_decode_equals_full_forward() {
             let h = model
                 .hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false)
                 .unwrap();
-            let step = model.logits(&h).unwrap();
+            let step = model.logits(&h, None).unwrap();
             for (b, &p) in pos.iter().enumerate() {
                 let want = full.get(b).unwrap().get(p).unwrap();
                 assert!(
@@ -213,6 +213,37 @@ fn kv_cache_decode_equals_full_forward() {
             }
             pos.iter_mut().for_each(|x| *x += 1);
         }
+    }
+}
+
+#[test]
+fn bf16_weight_copies_give_the_forward_of_the_rounded_weights() {
+    for family in FAMILIES {
+        let model = tiny_model(family, 6).unwrap();
+        // The same model with every projection weight rounded to bf16 (embeddings and norms stay f32).
+        let rounded = tiny_model(family, 6).unwrap();
+        for (name, w) in model.export_weights().unwrap() {
+            if Transformer::is_held_transposed(&name) {
+                let r = w.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+                rounded.import_weight(&name, &r).unwrap();
+            }
+        }
+        let seqs: [&[u32]; 2] = [&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], &[9, 10, 11]];
+        let pb = verity_worker::model::inputs::PaddedBatch::new(&seqs, 0).unwrap();
+        let mut cache = model.new_cache(2, 16).unwrap();
+        cache.use_weights(verity_worker::model::compact::CompactWeights::of(&model).unwrap());
+        let got = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false).unwrap();
+        let want = rounded.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
+        assert!(max_abs_diff(&got, &want) < 1e-4, "{family:?}");
+        let f32_hidden = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
+        assert!(max_abs_diff(&got, &f32_hidden) > 1e-6, "{family:?}: the copies were not used");
+        // The LM head reads its bf16 copy too.
+        let logits = model.logits(&got, Some(&cache)).unwrap();
+        let weights = model.export_weights().unwrap();
+        let lm_name = if model.config.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+        let lm = weights.into_iter().find(|(n, _)| n == lm_name).unwrap().1;
+        let lm = lm.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+        assert!(max_abs_diff(&logits, &got.matmul(&lm.t().unwrap()).unwrap()) < 1e-4, "{family:?}");
     }
 }
 

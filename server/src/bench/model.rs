@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
+use verity_core::spec::RolloutDtype;
 
 /// Options of `verity bench rollout`.
 #[derive(Debug, Args)]
@@ -16,6 +17,14 @@ pub struct RolloutArgs {
     /// Tokens generated per prompt (EOS ignored).
     #[arg(long = "new-tokens", default_value_t = 64)]
     pub new_tokens: usize,
+    /// Precision of the weights decoding reads: f32 or bf16.
+    #[arg(long = "rollout-dtype", default_value = "f32", value_parser = parse_rollout_dtype)]
+    pub rollout_dtype: RolloutDtype,
+}
+
+/// Parses `f32` / `bf16` (the hyperparameter's JSON spelling).
+pub fn parse_rollout_dtype(s: &str) -> Result<RolloutDtype, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| format!("expected f32 or bf16, got `{s}`"))
 }
 
 /// Options of `verity bench train-step`.
@@ -50,6 +59,9 @@ pub struct GrpoStepArgs {
     /// Steps measured (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
+    /// Precision of the weights rollouts read: f32 or bf16.
+    #[arg(long = "rollout-dtype", default_value = "f32", value_parser = parse_rollout_dtype)]
+    pub rollout_dtype: RolloutDtype,
 }
 
 /// Options of `verity bench graders`.
@@ -77,8 +89,8 @@ where
 
 /// Decode throughput with a KV cache.
 pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
-    let (model, batch, tokens) = (args.model.clone(), args.batch, args.new_tokens);
-    print_blocking(move || Ok(verity_worker::bench_rollout(&model, batch, tokens)?)).await
+    let (model, batch, tokens, dtype) = (args.model.clone(), args.batch, args.new_tokens, args.rollout_dtype);
+    print_blocking(move || Ok(verity_worker::bench_rollout(&model, batch, tokens, dtype)?)).await
 }
 
 /// One forward + backward + AdamW step.
@@ -99,8 +111,8 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
 
 /// Seconds per GRPO step and its parts.
 pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
-    let (model, prompts, group, max_tokens, steps) = (args.model.clone(), args.prompts, args.group, args.max_tokens, args.steps);
-    print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, prompts, group, max_tokens, steps)?)).await
+    let (model, shape, dtype) = (args.model.clone(), (args.prompts, args.group, args.max_tokens, args.steps), args.rollout_dtype);
+    print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, shape, dtype)?)).await
 }
 
 /// Options of `verity bench learn`.

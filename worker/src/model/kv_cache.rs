@@ -1,15 +1,19 @@
 //! Key/value cache for incremental decoding, with row selection (share a prefill across
-//! samples, drop finished sequences).
+//! samples, drop finished sequences), and the weight copies the decode reads.
 
+use super::compact::CompactWeights;
 use crate::error::Result;
 use candle_core::{Device, Tensor};
+use std::sync::Arc;
 
-/// Per-layer keys and values `(batch, kv_heads, capacity, head_dim)`, the first `len` filled.
+/// Per-layer keys and values `(batch, kv_heads, capacity, head_dim)`, the first `len` filled;
+/// optionally the bf16 weight copies every forward through this cache uses.
 pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     len: usize,
     capacity: usize,
+    weights: Option<Arc<CompactWeights>>,
 }
 
 impl KvCache {
@@ -41,7 +45,18 @@ impl KvCache {
             values,
             len: 0,
             capacity,
+            weights: None,
         })
+    }
+
+    /// Makes every forward through this cache read these weight copies (bf16 rollouts).
+    pub fn use_weights(&mut self, weights: CompactWeights) {
+        self.weights = Some(Arc::new(weights));
+    }
+
+    /// The weight copies forwards through this cache read, if any.
+    pub fn weights(&self) -> Option<&Arc<CompactWeights>> {
+        self.weights.as_ref()
     }
 
     /// Positions filled so far.

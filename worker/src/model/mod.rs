@@ -1,6 +1,7 @@
 //! The decoder-only transformer (Llama / Qwen2 / Qwen3): one forward used for training (with
 //! gradients), no-grad scoring and KV-cached sampling.
 
+pub mod compact;
 pub mod inputs;
 pub mod kv_cache;
 pub mod lora;
@@ -8,9 +9,10 @@ pub mod prompt_groups;
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{Result, WorkerError};
-use crate::kernels;
+use crate::kernels::{self, DecodeWeight};
 use crate::weights::WeightMap;
 use candle_core::{DType, Device, Tensor, Var};
+use compact::CompactWeights;
 use inputs::{attention_mask, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
@@ -306,32 +308,54 @@ impl Transformer {
         })
     }
 
-    /// Whether products with `x` go through the no-grad kernels for a few rows (decode steps).
-    fn few_rows_nograd(&self, x: &Tensor, track: bool) -> bool {
-        !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x)
+    /// Whether no-grad products with rows `x` go through the skinny kernels: always with bf16
+    /// weight copies, else for a few rows (decode steps).
+    fn skinny_route(&self, x: &Tensor, track: bool, compact: Option<&CompactWeights>) -> bool {
+        let max_rows = if compact.is_some() { usize::MAX } else { kernels::SKINNY_MAX_ROWS };
+        !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x, max_rows)
     }
 
-    fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
-        let train_base = track && self.lora.is_empty();
-        let y = if self.few_rows_nograd(x, track) {
-            kernels::skinny_matmul(x, lin.weight_t.as_tensor())?
-        } else if self.kernels == Kernels::Fused {
-            kernels::matmul(x, &self.get(&lin.weight_t, train_base))?
-        } else {
-            x.matmul(&self.get(&lin.weight_t, train_base))?
-        };
-        self.finish_linear(x, y, lin, track)
+    fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool, compact: Option<&CompactWeights>) -> Result<Tensor> {
+        let [y] = self.apply_linears(x, [lin], track, compact)?;
+        Ok(y)
     }
 
-    /// Several linear layers of the same input; in one pass over their weights for decode steps.
-    fn apply_linears<const N: usize>(&self, x: &Tensor, lins: [&Linear; N], track: bool) -> Result<[Tensor; N]> {
-        let ys = if self.few_rows_nograd(x, track) {
-            let weights = lins.map(|lin| lin.weight_t.as_tensor());
-            let products = kernels::skinny_matmul_many(x, &weights)?;
-            products.into_iter().zip(lins).map(|(y, lin)| self.finish_linear(x, y, lin, track)).collect::<Result<Vec<_>>>()?
+    /// Several linear layers of the same input; in one pass over their weights on the skinny route.
+    fn apply_linears<const N: usize>(
+        &self,
+        x: &Tensor,
+        lins: [&Linear; N],
+        track: bool,
+        compact: Option<&CompactWeights>,
+    ) -> Result<[Tensor; N]> {
+        let products = if self.skinny_route(x, track, compact) {
+            let weights = lins
+                .iter()
+                .map(|lin| match compact {
+                    Some(c) => c.linear(&lin.path).map(DecodeWeight::Bf16).ok_or_else(|| {
+                        WorkerError::Model(format!("no bf16 copy of `{}`", lin.path))
+                    }),
+                    None => Ok(DecodeWeight::F32(lin.weight_t.as_tensor())),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            kernels::skinny_matmul_many(x, &weights)?
         } else {
-            lins.iter().map(|lin| self.apply_linear(x, lin, track)).collect::<Result<Vec<_>>>()?
+            let train_base = track && self.lora.is_empty();
+            lins.iter()
+                .map(|lin| -> Result<Tensor> {
+                    let w = self.get(&lin.weight_t, train_base);
+                    Ok(match self.kernels {
+                        Kernels::Fused => kernels::matmul(x, &w)?,
+                        Kernels::Reference => x.matmul(&w)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?
         };
+        let ys = products
+            .into_iter()
+            .zip(lins)
+            .map(|(y, lin)| self.finish_linear(x, y, lin, track))
+            .collect::<Result<Vec<_>>>()?;
         ys.try_into().map_err(|_| WorkerError::InvalidArgument("linear layer count".into()))
     }
 
@@ -409,30 +433,31 @@ impl Transformer {
     }
 
     /// One decoder layer on rows `x`; `attention` turns the projected q/k/v rows into attention
-    /// output rows (it owns the sequence layout).
+    /// output rows (it owns the sequence layout). No-grad products read `compact` when given.
     fn decoder_layer(
         &self,
         layer: &Layer,
         x: Tensor,
-        track: bool,
+        (track, compact): (bool, Option<&CompactWeights>),
         attention: impl FnOnce([Tensor; 3]) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let train_base = track && self.lora.is_empty();
         let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
-        let attn = attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track)?)?;
-        let x = (x + self.apply_linear(&attn, &layer.o, track)?)?;
+        let attn = attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
+        let x = (x + self.apply_linear(&attn, &layer.o, track, compact)?)?;
         let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
-        let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track)?;
+        let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track, compact)?;
         let act = match self.kernels {
             Kernels::Fused => kernels::swiglu(&gate, &up)?,
             Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
         };
-        Ok((x + self.apply_linear(&act, &layer.down, track)?)?)
+        Ok((x + self.apply_linear(&act, &layer.down, track, compact)?)?)
     }
 
     /// Runs the decoder on `(batch, t)` ids and returns the final-normed hidden states
     /// `(batch * t, hidden)`. `positions` are `(batch * t)` RoPE positions, `first_valid` the
-    /// first real key index of each row; with a cache, keys/values are appended to it.
+    /// first real key index of each row; with a cache, keys/values are appended to it and the
+    /// cache's weight copies (if any) serve the no-grad products.
     pub fn hidden_states(
         &self,
         ids: &[u32],
@@ -455,9 +480,10 @@ impl Transformer {
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         let rope = self.rotary.tables(positions, batch, t, &self.device)?;
         let mask = attention_mask(first_valid, past, t, &self.device)?;
+        let compact = cache.as_ref().and_then(|c| c.weights().cloned());
         let mut x = self.embed_rows(ids, track)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            x = self.decoder_layer(layer, x, track, |qkv| {
+            x = self.decoder_layer(layer, x, (track, compact.as_deref()), |qkv| {
                 let [q, k, v] = self.attention_heads(layer, qkv, (batch, t), &rope, track)?;
                 let (k, v) = match cache.as_deref_mut() {
                     Some(c) => c.append(li, &k, &v)?,
@@ -482,39 +508,51 @@ impl Transformer {
         };
         // Per group: one causal sequence (prompt, or prompt + its only completion), then the
         // completions of a shared prompt, which see all of it.
+        struct Causal {
+            first: usize,
+            len: usize,
+            rope: (Tensor, Tensor),
+            mask: Tensor,
+        }
+        struct Tails {
+            count: usize,
+            width: usize,
+            rope: (Tensor, Tensor),
+            mask: Tensor,
+        }
         struct Parts {
-            head: (usize, usize, (Tensor, Tensor), Tensor),
-            tails: Option<(usize, usize, (Tensor, Tensor), Tensor)>,
+            head: Causal,
+            tails: Option<Tails>,
         }
         let parts = layout
             .groups
             .iter()
             .map(|g| -> Result<Parts> {
                 let (p, n, w) = (g.prompt_len, g.members.len(), g.width);
+                let causal = |first: usize, len: usize| -> Result<Causal> {
+                    Ok(Causal { first, len, rope: rope_of(first, 1, len)?, mask: attention_mask(&[0], 0, len, dev)? })
+                };
                 Ok(if n == 1 || w == 0 {
-                    let rows = g.rows();
-                    Parts { head: (g.offset, rows, rope_of(g.offset, 1, rows)?, attention_mask(&[0], 0, rows, dev)?), tails: None }
+                    Parts { head: causal(g.offset, g.rows())?, tails: None }
                 } else {
                     let off = g.completion_offset();
-                    Parts {
-                        head: (g.offset, p, rope_of(g.offset, 1, p)?, attention_mask(&[0], 0, p, dev)?),
-                        tails: Some((n, w, rope_of(off, n, w)?, attention_mask(&vec![0; n], p, w, dev)?)),
-                    }
+                    let tails = Tails { count: n, width: w, rope: rope_of(off, n, w)?, mask: attention_mask(&vec![0; n], p, w, dev)? };
+                    Parts { head: causal(g.offset, p)?, tails: Some(tails) }
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let mut x = self.embed_rows(&layout.ids, track)?;
         for layer in &self.layers {
-            x = self.decoder_layer(layer, x, track, |qkv| {
+            x = self.decoder_layer(layer, x, (track, None), |qkv| {
                 let rows = |start: usize, len: usize| -> Result<[Tensor; 3]> {
                     Ok([qkv[0].narrow(0, start, len)?, qkv[1].narrow(0, start, len)?, qkv[2].narrow(0, start, len)?])
                 };
                 let mut outs = Vec::with_capacity(parts.len() * 2);
                 for part in &parts {
-                    let (start, len, rope, mask) = &part.head;
+                    let Causal { first: start, len, rope, mask } = &part.head;
                     let [q, k, v] = self.attention_heads(layer, rows(*start, *len)?, (1, *len), rope, track)?;
                     outs.push(self.attend(&q, &k, &v, mask, track)?);
-                    if let Some((n, w, rope, mask)) = &part.tails {
+                    if let Some(Tails { count: n, width: w, rope, mask }) = &part.tails {
                         let [qc, kc, vc] = self.attention_heads(layer, rows(start + len, n * w)?, (*n, *w), rope, track)?;
                         let after_prompt = |prompt: &Tensor, own: &Tensor| {
                             Tensor::cat(&[&prompt.broadcast_as((*n, kvh, *len, dh))?, own], 2)?.contiguous()
@@ -528,12 +566,18 @@ impl Transformer {
         self.rms_norm(&x, &self.norm, track && self.lora.is_empty())
     }
 
-    /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient).
-    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+    /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient); with a
+    /// cache holding weight copies, from the bf16 LM head.
+    pub fn logits(&self, hidden: &Tensor, cache: Option<&KvCache>) -> Result<Tensor> {
         let hidden = hidden.detach();
         let w = self.lm_weight(false);
-        if self.kernels == Kernels::Fused && kernels::skinny_applies(&hidden) {
-            return Ok(kernels::skinny_matmul_nt(&hidden, &w)?);
+        let compact = cache.and_then(|c| c.weights()).map(|c| &**c);
+        if self.skinny_route(&hidden, false, compact) {
+            let weight = match compact {
+                Some(c) => DecodeWeight::Bf16(c.lm_head()),
+                None => DecodeWeight::F32(&w),
+            };
+            return Ok(kernels::skinny_matmul_nt(&hidden, weight)?);
         }
         Ok(hidden.matmul(&w.t()?)?)
     }
@@ -545,7 +589,7 @@ impl Transformer {
         let hidden =
             self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, false)?;
         Ok(self
-            .logits(&hidden)?
+            .logits(&hidden, None)?
             .reshape((pb.batch, pb.len, self.config.vocab_size))?)
     }
 

@@ -43,7 +43,11 @@ fn median(values: &mut [f64]) -> f64 {
 /// at most `max_tokens` tokens on the model in `model_dir`; returns one JSON object with the
 /// median `seconds_per_step` and median `sampling_s`, `grading_s`, `training_s`, plus
 /// `peak_rss_mib`.
-pub fn bench_grpo_step(model_dir: &Path, prompts: usize, group: usize, max_tokens: usize, steps: usize) -> Result<Value> {
+pub fn bench_grpo_step(
+    model_dir: &Path,
+    (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
+    rollout_dtype: verity_core::spec::RolloutDtype,
+) -> Result<Value> {
     let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
     let train = Dataset::from_jsonl(&arithmetic_jsonl(prompts.max(1) * steps.max(1)), "bench", &loaded.tokenizer, 2048)?;
     let hp = Hyperparameters {
@@ -53,12 +57,14 @@ pub fn bench_grpo_step(model_dir: &Path, prompts: usize, group: usize, max_token
         max_steps: Some(steps),
         max_completion_tokens: max_tokens,
         micro_batch_size: group * prompts,
+        rollout_dtype,
         seed: Some(0),
         ..Hyperparameters::default()
     };
     let options = TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
     let mut trainer = Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
     let (mut total, mut sampling, mut grading, mut training, mut rewards) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut sampler_kl = vec![];
     for _ in 0..steps {
         let started = Instant::now();
         let out = trainer.train_step()?;
@@ -67,6 +73,7 @@ pub fn bench_grpo_step(model_dir: &Path, prompts: usize, group: usize, max_token
         grading.push(out.metrics.grading_seconds);
         training.push(out.metrics.training_seconds);
         rewards.push(out.metrics.reward_mean);
+        sampler_kl.push(out.metrics.sampler_kl);
     }
     Ok(json!({
         "bench": "grpo-step",
@@ -80,6 +87,8 @@ pub fn bench_grpo_step(model_dir: &Path, prompts: usize, group: usize, max_token
         "grading_s": median(&mut grading),
         "training_s": median(&mut training),
         "reward_mean": rewards,
+        "rollout_dtype": rollout_dtype,
+        "sampler_kl": sampler_kl,
         "peak_rss_mib": crate::api::peak_rss_mib(),
     }))
 }

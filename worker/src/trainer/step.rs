@@ -317,6 +317,7 @@ impl Trainer {
             max_new_tokens: self.hp.max_completion_tokens,
             stop_strings: self.hp.stop.clone(),
             seed,
+            rollout_dtype: self.hp.rollout_dtype,
         }
     }
 
