@@ -64,7 +64,7 @@ pub fn bench_grpo_step(
     let options = TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
     let mut trainer = Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
     let (mut total, mut sampling, mut grading, mut training, mut rewards) = (vec![], vec![], vec![], vec![], vec![]);
-    let mut sampler_kl = vec![];
+    let (mut sampler_kl, mut lengths) = (vec![], vec![]);
     for _ in 0..steps {
         let started = Instant::now();
         let out = trainer.train_step()?;
@@ -74,6 +74,7 @@ pub fn bench_grpo_step(
         training.push(out.metrics.training_seconds);
         rewards.push(out.metrics.reward_mean);
         sampler_kl.push(out.metrics.sampler_kl);
+        lengths.push(out.metrics.completion_length_mean);
     }
     Ok(json!({
         "bench": "grpo-step",
@@ -89,6 +90,7 @@ pub fn bench_grpo_step(
         "reward_mean": rewards,
         "rollout_dtype": rollout_dtype,
         "sampler_kl": sampler_kl,
+        "completion_length_mean": lengths,
         "peak_rss_mib": crate::api::peak_rss_mib(),
     }))
 }
