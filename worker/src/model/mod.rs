@@ -287,6 +287,12 @@ impl Transformer {
         })
     }
 
+    /// Whether a forward with `track` records gradients for the base weights (full fine-tuning;
+    /// with LoRA only the adapters train).
+    fn trains_base(&self, track: bool) -> bool {
+        track && self.lora.is_empty()
+    }
+
     fn get(&self, v: &Var, track: bool) -> Tensor {
         if track {
             v.as_tensor().clone()
@@ -340,7 +346,7 @@ impl Transformer {
                 .collect::<Result<Vec<_>>>()?;
             kernels::skinny_matmul_many(x, &weights)?
         } else {
-            let train_base = track && self.lora.is_empty();
+            let train_base = self.trains_base(track);
             lins.iter()
                 .map(|lin| -> Result<Tensor> {
                     let w = self.get(&lin.weight_t, train_base);
@@ -361,7 +367,7 @@ impl Transformer {
 
     /// Adds the bias and the LoRA update of `lin` to `y = x · W`.
     fn finish_linear(&self, x: &Tensor, mut y: Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
-        let train_base = track && self.lora.is_empty();
+        let train_base = self.trains_base(track);
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
@@ -382,7 +388,7 @@ impl Transformer {
             )));
         }
         let ids_t = Tensor::new(ids, &self.device)?;
-        Ok(self.get(&self.embed, track && self.lora.is_empty()).index_select(&ids_t, 0)?)
+        Ok(self.get(&self.embed, self.trains_base(track)).index_select(&ids_t, 0)?)
     }
 
     /// Query/key/value heads `(batch, heads, t, head_dim)` of projected rows `(batch * t, _)`,
@@ -404,7 +410,7 @@ impl Transformer {
         let (mut q, mut k) = (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
         let v = heads(v, cfg.num_key_value_heads)?;
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            let train_base = track && self.lora.is_empty();
+            let train_base = self.trains_base(track);
             q = self.rms_norm(&q, qn, train_base)?;
             k = self.rms_norm(&k, kn, train_base)?;
         }
@@ -441,7 +447,7 @@ impl Transformer {
         (track, compact): (bool, Option<&CompactWeights>),
         attention: impl FnOnce([Tensor; 3]) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let train_base = track && self.lora.is_empty();
+        let train_base = self.trains_base(track);
         let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
         let attn = attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
         let x = (x + self.apply_linear(&attn, &layer.o, track, compact)?)?;
@@ -495,7 +501,7 @@ impl Transformer {
         if let Some(c) = cache {
             c.advance(t);
         }
-        self.rms_norm(&x, &self.norm, track && self.lora.is_empty())
+        self.rms_norm(&x, &self.norm, self.trains_base(track))
     }
 
     /// Final-normed hidden states of the rows of `layout` (see [`PromptGroups`]): each shared
@@ -563,7 +569,7 @@ impl Transformer {
                 Ok(if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? })
             })?;
         }
-        self.rms_norm(&x, &self.norm, track && self.lora.is_empty())
+        self.rms_norm(&x, &self.norm, self.trains_base(track))
     }
 
     /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient); with a
@@ -640,7 +646,7 @@ impl Transformer {
             }
         }
         let picked = hidden.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
-        let lm = self.lm_weight(track && self.lora.is_empty());
+        let lm = self.lm_weight(self.trains_base(track));
         let out = match self.kernels {
             Kernels::Fused => kernels::token_logprobs(&picked, &lm, &targets, temperature)?,
             Kernels::Reference => {
