@@ -182,158 +182,150 @@ pub fn sample(
     pad_id: u32,
     tokenizer: Option<&ChatTokenizer>,
 ) -> Result<Vec<Completion>> {
-    crate::kernels::on_pool(|| sample_on_pool(model, prompts, params, eos_ids, pad_id, tokenizer))
-}
-
-fn sample_on_pool(
-    model: &Transformer,
-    prompts: &[Vec<u32>],
-    params: &SamplingParams,
-    eos_ids: &[u32],
-    pad_id: u32,
-    tokenizer: Option<&ChatTokenizer>,
-) -> Result<Vec<Completion>> {
-    if params.n == 0 || params.max_new_tokens == 0 {
-        return Err(WorkerError::InvalidArgument(
-            "n and max_new_tokens must be at least 1".into(),
-        ));
-    }
-    if !params.stop_strings.is_empty() && tokenizer.is_none() {
-        return Err(WorkerError::InvalidArgument(
-            "stop strings need a tokenizer".into(),
-        ));
-    }
-    if !(params.top_p > 0.0 && params.top_p <= 1.0) {
-        return Err(WorkerError::InvalidArgument(format!(
-            "top_p must be in (0, 1], got {}",
-            params.top_p
-        )));
-    }
-    let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-    let pb = PaddedBatch::new(&refs, pad_id)?;
-    let mut cache = model.new_cache(pb.batch, pb.len + params.max_new_tokens)?;
-    // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved, and
-    // the f32 weights are read as they are.
-    if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
-        cache.use_weights(CompactWeights::of(model)?);
-    }
-    let hidden = model.hidden_states(
-        &pb.ids,
-        &pb.positions(),
-        pb.batch,
-        &pb.pads,
-        Some(&mut cache),
-        false,
-    )?;
-    let last: Vec<u32> = (0..pb.batch)
-        .map(|i| ((i + 1) * pb.len - 1) as u32)
-        .collect();
-    let last = hidden.index_select(
-        &candle_core::Tensor::new(last.as_slice(), model.device())?,
-        0,
-    )?;
-    let prompt_logits: Vec<Vec<f32>> = model.logits(&last, Some(&cache))?.to_vec2()?;
-
-    let g = params.n;
-    let mut seqs: Vec<Sequence> = (0..pb.batch * g)
-        .map(|r| {
-            let (p, s) = (r / g, r % g);
-            Sequence {
-                prompt_index: p,
-                sample_index: s,
-                rng: sequence_rng(params.seed, p, s),
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                finish: None,
-                first_valid: pb.pads[p],
-                next_pos: prompts[p].len() as u32,
-            }
-        })
-        .collect();
-    let expand: Vec<u32> = (0..seqs.len()).map(|r| (r / g) as u32).collect();
-    cache.select_rows(&expand)?;
-    // `rows[k]` is the sequence held in cache row k; `logits[k]` its next-token logits.
-    let mut rows: Vec<usize> = (0..seqs.len()).collect();
-    let mut logits: Vec<Vec<f32>> = expand
-        .iter()
-        .map(|&p| prompt_logits[p as usize].clone())
-        .collect();
-    let stop_len = params
-        .stop_strings
-        .iter()
-        .map(|s| s.len())
-        .max()
-        .unwrap_or(0);
-
-    for _ in 0..params.max_new_tokens {
-        let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(rows.len());
-        {
-            let mut by_index: Vec<Option<&mut Sequence>> = seqs.iter_mut().map(Some).collect();
-            for &r in &rows {
-                if let Some(s) = by_index[r].take() {
-                    row_seqs.push(s);
-                }
-            }
+    // The whole decode runs on a pool thread (see `kernels::on_pool`).
+    crate::kernels::on_pool(|| -> Result<Vec<Completion>> {
+        if params.n == 0 || params.max_new_tokens == 0 {
+            return Err(WorkerError::InvalidArgument(
+                "n and max_new_tokens must be at least 1".into(),
+            ));
         }
-        row_seqs
-            .par_iter_mut()
-            .zip(logits.par_iter())
-            .try_for_each(|(seq, row_logits)| -> Result<()> {
-                if seq.finish.is_some() {
-                    return Ok(());
+        if !params.stop_strings.is_empty() && tokenizer.is_none() {
+            return Err(WorkerError::InvalidArgument(
+                "stop strings need a tokenizer".into(),
+            ));
+        }
+        if !(params.top_p > 0.0 && params.top_p <= 1.0) {
+            return Err(WorkerError::InvalidArgument(format!(
+                "top_p must be in (0, 1], got {}",
+                params.top_p
+            )));
+        }
+        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let pb = PaddedBatch::new(&refs, pad_id)?;
+        let mut cache = model.new_cache(pb.batch, pb.len + params.max_new_tokens)?;
+        // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved, and
+        // the f32 weights are read as they are.
+        if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
+            cache.use_weights(CompactWeights::of(model)?);
+        }
+        let hidden = model.hidden_states(
+            &pb.ids,
+            &pb.positions(),
+            pb.batch,
+            &pb.pads,
+            Some(&mut cache),
+            false,
+        )?;
+        let last: Vec<u32> = (0..pb.batch)
+            .map(|i| ((i + 1) * pb.len - 1) as u32)
+            .collect();
+        let last = hidden.index_select(
+            &candle_core::Tensor::new(last.as_slice(), model.device())?,
+            0,
+        )?;
+        let prompt_logits: Vec<Vec<f32>> = model.logits(&last, Some(&cache))?.to_vec2()?;
+
+        let g = params.n;
+        let mut seqs: Vec<Sequence> = (0..pb.batch * g)
+            .map(|r| {
+                let (p, s) = (r / g, r % g);
+                Sequence {
+                    prompt_index: p,
+                    sample_index: s,
+                    rng: sequence_rng(params.seed, p, s),
+                    tokens: Vec::new(),
+                    logprobs: Vec::new(),
+                    finish: None,
+                    first_valid: pb.pads[p],
+                    next_pos: prompts[p].len() as u32,
                 }
-                let (tok, lp) = pick_token(row_logits, params, &mut seq.rng);
-                seq.tokens.push(tok);
-                seq.logprobs.push(lp);
-                seq.next_pos += 1;
-                if eos_ids.contains(&tok) {
-                    seq.finish = Some(FinishReason::Eos);
-                } else if let (Some(t), true) = (tokenizer, stop_len > 0) {
-                    // Only the tail can contain a stop string that was not there before.
-                    let tail_tokens = &seq.tokens[seq.tokens.len().saturating_sub(stop_len + 8)..];
-                    let text = t.decode(tail_tokens, false)?;
-                    if params
-                        .stop_strings
-                        .iter()
-                        .any(|s| text.contains(s.as_str()))
-                    {
-                        seq.finish = Some(FinishReason::Stop);
+            })
+            .collect();
+        let expand: Vec<u32> = (0..seqs.len()).map(|r| (r / g) as u32).collect();
+        cache.select_rows(&expand)?;
+        // `rows[k]` is the sequence held in cache row k; `logits[k]` its next-token logits.
+        let mut rows: Vec<usize> = (0..seqs.len()).collect();
+        let mut logits: Vec<Vec<f32>> = expand
+            .iter()
+            .map(|&p| prompt_logits[p as usize].clone())
+            .collect();
+        let stop_len = params
+            .stop_strings
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(0);
+
+        for _ in 0..params.max_new_tokens {
+            let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(rows.len());
+            {
+                let mut by_index: Vec<Option<&mut Sequence>> = seqs.iter_mut().map(Some).collect();
+                for &r in &rows {
+                    if let Some(s) = by_index[r].take() {
+                        row_seqs.push(s);
                     }
                 }
-                if seq.finish.is_none() && seq.tokens.len() >= params.max_new_tokens {
-                    seq.finish = Some(FinishReason::Length);
-                }
-                Ok(())
-            })?;
-        let live: Vec<usize> = (0..rows.len())
-            .filter(|&k| seqs[rows[k]].finish.is_none())
-            .collect();
-        if live.is_empty() {
-            break;
+            }
+            row_seqs
+                .par_iter_mut()
+                .zip(logits.par_iter())
+                .try_for_each(|(seq, row_logits)| -> Result<()> {
+                    if seq.finish.is_some() {
+                        return Ok(());
+                    }
+                    let (tok, lp) = pick_token(row_logits, params, &mut seq.rng);
+                    seq.tokens.push(tok);
+                    seq.logprobs.push(lp);
+                    seq.next_pos += 1;
+                    if eos_ids.contains(&tok) {
+                        seq.finish = Some(FinishReason::Eos);
+                    } else if let (Some(t), true) = (tokenizer, stop_len > 0) {
+                        // Only the tail can contain a stop string that was not there before.
+                        let tail_tokens = &seq.tokens[seq.tokens.len().saturating_sub(stop_len + 8)..];
+                        let text = t.decode(tail_tokens, false)?;
+                        if params
+                            .stop_strings
+                            .iter()
+                            .any(|s| text.contains(s.as_str()))
+                        {
+                            seq.finish = Some(FinishReason::Stop);
+                        }
+                    }
+                    if seq.finish.is_none() && seq.tokens.len() >= params.max_new_tokens {
+                        seq.finish = Some(FinishReason::Length);
+                    }
+                    Ok(())
+                })?;
+            let live: Vec<usize> = (0..rows.len())
+                .filter(|&k| seqs[rows[k]].finish.is_none())
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            let dead = rows.len() - live.len();
+            if dead > 0 && dead * 8 >= rows.len() {
+                let keep: Vec<u32> = live.iter().map(|&k| k as u32).collect();
+                cache.select_rows(&keep)?;
+                rows = live.iter().map(|&k| rows[k]).collect();
+            }
+            let ids: Vec<u32> = rows
+                .iter()
+                .map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id))
+                .collect();
+            let pos: Vec<u32> = rows.iter().map(|&r| seqs[r].next_pos - 1).collect();
+            let fv: Vec<usize> = rows.iter().map(|&r| seqs[r].first_valid).collect();
+            let hidden = model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
+            logits = model.logits(&hidden, Some(&cache))?.to_vec2()?;
         }
-        let dead = rows.len() - live.len();
-        if dead > 0 && dead * 8 >= rows.len() {
-            let keep: Vec<u32> = live.iter().map(|&k| k as u32).collect();
-            cache.select_rows(&keep)?;
-            rows = live.iter().map(|&k| rows[k]).collect();
-        }
-        let ids: Vec<u32> = rows
-            .iter()
-            .map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id))
-            .collect();
-        let pos: Vec<u32> = rows.iter().map(|&r| seqs[r].next_pos - 1).collect();
-        let fv: Vec<usize> = rows.iter().map(|&r| seqs[r].first_valid).collect();
-        let hidden = model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
-        logits = model.logits(&hidden, Some(&cache))?.to_vec2()?;
-    }
-    Ok(seqs
-        .into_iter()
-        .map(|s| Completion {
-            prompt_index: s.prompt_index,
-            sample_index: s.sample_index,
-            token_ids: s.tokens,
-            logprobs: s.logprobs,
-            finish_reason: s.finish.unwrap_or(FinishReason::Length),
-        })
-        .collect())
+        Ok(seqs
+            .into_iter()
+            .map(|s| Completion {
+                prompt_index: s.prompt_index,
+                sample_index: s.sample_index,
+                token_ids: s.tokens,
+                logprobs: s.logprobs,
+                finish_reason: s.finish.unwrap_or(FinishReason::Length),
+            })
+            .collect())
+    })
 }

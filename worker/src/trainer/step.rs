@@ -431,7 +431,7 @@ impl Trainer {
                 advantages: advantages.iter().map(|&a| a as f32).collect(),
                 keep,
             };
-            self.optimise(&batch, &mut metrics)?;
+            crate::kernels::on_pool(|| self.optimise(&batch, &mut metrics))?;
         } else {
             metrics.learning_rate = self.schedule.lr_at(self.optimizer.step_count());
         }
