@@ -403,6 +403,11 @@ impl Transformer {
     ) -> Result<[Tensor; 3]> {
         let cfg = &self.config;
         let heads = |y: Tensor, n: usize| -> Result<Tensor> {
+            // One position per row (a decode step): the head-major layout is the same memory,
+            // so a reshape of the contiguous rows avoids a strided copy.
+            if t == 1 {
+                return Ok(y.contiguous()?.reshape((batch, n, 1, cfg.head_dim))?);
+            }
             Ok(y.reshape((batch, t, n, cfg.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?)
