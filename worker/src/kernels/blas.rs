@@ -197,9 +197,15 @@ pub unsafe fn sgemm(p: Product) {
     }
 }
 
-/// [`sgemm`] through BLAS; false (nothing written) when BLAS is not loaded or cannot read a
-/// layout.
+/// [`sgemm`] through BLAS, split across the rayon threads when large; false (nothing written)
+/// when BLAS is not loaded or cannot read a layout.
 unsafe fn blas_sgemm(p: &Product) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { blas_sgemm_with(p, true) }
+}
+
+/// [`blas_sgemm`], split across threads only when `parallel`.
+unsafe fn blas_sgemm_with(p: &Product, parallel: bool) -> bool {
     let (Some(blas), Ok(m), Ok(n), Ok(k)) = (blas(), i32::try_from(p.m), i32::try_from(p.n), i32::try_from(p.k)) else {
         return false;
     };
@@ -210,7 +216,7 @@ unsafe fn blas_sgemm(p: &Product) -> bool {
         return false;
     };
     let beta = if p.accumulate { 1.0 } else { 0.0 };
-    let Some(split) = Split::of(p) else {
+    let Some(split) = Split::of(p).filter(|_| parallel) else {
         // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
         unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
         return true;
@@ -267,14 +273,16 @@ impl Split {
     }
 }
 
-/// [`sgemm`] on the calling thread only, through the `gemm` crate: for the many small products
-/// that kernels run in parallel themselves.
+/// [`sgemm`] on the calling thread only (one single-threaded BLAS call, else the `gemm`
+/// crate): for the many small products that kernels run in parallel themselves.
 ///
 /// # Safety
 /// As for [`sgemm`].
 pub unsafe fn serial_sgemm(p: Product) {
-    // SAFETY: forwarded from the caller.
-    unsafe { gemm_with(&p, gemm::Parallelism::None) }
+    // SAFETY (both calls): forwarded from the caller.
+    if !unsafe { blas_sgemm_with(&p, false) } {
+        unsafe { gemm_with(&p, gemm::Parallelism::None) }
+    }
 }
 
 /// [`sgemm`] through the `gemm` crate.
