@@ -37,6 +37,19 @@ pub enum RolloutDtype {
     Bf16,
 }
 
+impl std::str::FromStr for RolloutDtype {
+    type Err = String;
+
+    /// Parses the JSON spelling (`f32`, `bf16`), as command-line flags take it.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" => Ok(RolloutDtype::F32),
+            "bf16" => Ok(RolloutDtype::Bf16),
+            _ => Err(format!("expected f32 or bf16, got `{s}`")),
+        }
+    }
+}
+
 /// The policy-loss family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -417,6 +430,18 @@ mod tests {
         m.validate().unwrap();
         let dr = method(json!({"loss": "dr_grpo"})).unwrap();
         assert!(!dr.reinforcement().hyperparameters.scale_rewards());
+    }
+
+    #[test]
+    fn rollout_dtype_has_one_spelling_in_json_and_on_the_command_line() {
+        for (text, dtype) in [("f32", RolloutDtype::F32), ("bf16", RolloutDtype::Bf16)] {
+            let m = method(json!({ "rollout_dtype": text })).unwrap();
+            assert_eq!(m.reinforcement().hyperparameters.rollout_dtype, dtype);
+            assert_eq!(text.parse::<RolloutDtype>(), Ok(dtype));
+            assert_eq!(serde_json::to_value(dtype).unwrap(), json!(text));
+        }
+        assert!(method(json!({"rollout_dtype": "fp8"})).is_err());
+        assert!("fp8".parse::<RolloutDtype>().unwrap_err().contains("fp8"));
     }
 
     #[test]

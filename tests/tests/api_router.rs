@@ -141,6 +141,7 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": 3}})), "method.reinforcement.hyperparameters"),
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"group_size": 1}}})), "method.reinforcement.hyperparameters.group_size"),
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"bogus": 1}}})), "method.reinforcement.hyperparameters"),
+        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"rollout_dtype": "fp8"}}})), "method.reinforcement.hyperparameters"),
         (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "extra": 1}})), "method.reinforcement"),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),

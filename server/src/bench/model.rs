@@ -18,13 +18,8 @@ pub struct RolloutArgs {
     #[arg(long = "new-tokens", default_value_t = 64)]
     pub new_tokens: usize,
     /// Precision of the weights decoding reads: f32 or bf16.
-    #[arg(long = "rollout-dtype", default_value = "f32", value_parser = parse_rollout_dtype)]
+    #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
-}
-
-/// Parses `f32` / `bf16` (the hyperparameter's JSON spelling).
-pub fn parse_rollout_dtype(s: &str) -> Result<RolloutDtype, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| format!("expected f32 or bf16, got `{s}`"))
 }
 
 /// Options of `verity bench train-step`.
@@ -60,7 +55,7 @@ pub struct GrpoStepArgs {
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
     /// Precision of the weights rollouts read: f32 or bf16.
-    #[arg(long = "rollout-dtype", default_value = "f32", value_parser = parse_rollout_dtype)]
+    #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
 }
 

@@ -36,7 +36,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "cpu", env = "VERITY_DEVICE")]
     pub device: String,
     /// Precision of the weights sampling reads: f32 or bf16 (faster decoding on a CPU).
-    #[arg(long = "rollout-dtype", default_value = "f32", value_parser = crate::bench::model::parse_rollout_dtype)]
+    #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: verity_core::spec::RolloutDtype,
 }
 
