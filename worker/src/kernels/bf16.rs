@@ -41,11 +41,6 @@ impl Bf16Matrix {
     pub(super) fn bits(&self) -> &[u16] {
         &self.bits
     }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.bits.len() * 2
-    }
 }
 
 /// `v` rounded to the nearest bf16 (ties to even), as bits; NaN stays NaN (quieted).

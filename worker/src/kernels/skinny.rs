@@ -246,8 +246,9 @@ pub fn skinny_matmul(x: &Tensor, wt: DecodeWeight) -> Result<Tensor> {
 }
 
 /// `x (m, k) @ wt (k, n_i)` for several weights at once (the query, key and value projections of
-/// one input, say), without gradient: one parallel pass over all their columns. Rows are taken
-/// [`SKINNY_MAX_ROWS`] at a time, so each row's result does not depend on the others.
+/// one input, say), without gradient: one parallel pass over all their columns. Rows are taken in
+/// groups of fixed size, each output summed in one fixed order, so each row's result does not
+/// depend on the others.
 pub fn skinny_matmul_many(x: &Tensor, wts: &[DecodeWeight]) -> Result<Vec<Tensor>> {
     let (m, k) = x.dims2()?;
     let mut widths = Vec::with_capacity(wts.len());

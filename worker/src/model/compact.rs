@@ -35,9 +35,4 @@ impl CompactWeights {
     pub(super) fn lm_head(&self) -> &Bf16Matrix {
         &self.lm_head
     }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.linears.values().map(Bf16Matrix::bytes).sum::<usize>() + self.lm_head.bytes()
-    }
 }
