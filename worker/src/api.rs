@@ -200,7 +200,8 @@ pub fn bench_rollout(
 /// `verity bench train-step`: one full-fine-tuning step on `batch` random sequences of
 /// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
 /// backward, gradient accumulation and an AdamW step, timed after one warm-up step. Reports
-/// `seconds` (forward + backward + optimizer) with its parts and `peak_rss_mib`.
+/// `seconds` (forward + backward + optimizer) with its parts, `peak_rss_mib` and the peak before
+/// the optimizer's state existed (`peak_rss_fwd_bwd_mib`: what forward + backward alone need).
 pub fn bench_train_step(
     model_dir: &Path,
     batch: usize,
@@ -231,30 +232,30 @@ pub fn bench_train_step(
         })
         .collect();
     let params = model.trainable_params();
-    let mut opt = AdamW::new(
-        AdamWConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        &params,
-    );
+    // Made after the first forward + backward, whose peak is then that of those two alone.
+    let mut opt = None;
     let mut acc = GradAccumulator::new(&params);
     let mut timings = Vec::new();
     let mut rss = (0.0, 0.0);
+    let mut peak_fwd_bwd = None;
     let rss_loaded = rss_mib();
     let timings = crate::kernels::on_pool(|| -> Result<_> {
         for _ in 0..2 {
             acc.reset();
             let t0 = Instant::now();
-            let lp = model.completion_logprobs(&prompts, &completions, 1.0, 0, true)?;
+            let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
             let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
             let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
             let t1 = Instant::now();
             rss.0 = rss_mib();
-            let grads = loss.backward()?;
+            let grads = tape.backward(&loss)?;
             rss.1 = rss_mib();
             acc.accumulate(grads, &params, 1.0)?;
             let t2 = Instant::now();
+            peak_fwd_bwd.get_or_insert_with(peak_rss_mib);
+            let opt = opt.get_or_insert_with(|| {
+                AdamW::new(AdamWConfig { weight_decay: 0.01, ..Default::default() }, &params)
+            });
             let (clip, _) = acc.clip_factor(1.0);
             opt.step(&params, &acc, 1e-5, clip)?;
             let t3 = Instant::now();
@@ -281,6 +282,7 @@ pub fn bench_train_step(
         "rss_after_load_mib": rss_loaded,
         "rss_after_forward_mib": rss.0,
         "rss_after_backward_mib": rss.1,
+        "peak_rss_fwd_bwd_mib": peak_fwd_bwd,
         "peak_rss_mib": peak_rss_mib(),
     }))
 }

@@ -3,6 +3,7 @@
 
 use crate::checkpoint::TRAINER_STATE;
 use crate::error::Result;
+use crate::model::tape::Tape;
 use crate::model::Transformer;
 use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
 use candle_core::{Tensor, Var};
@@ -79,6 +80,14 @@ impl PolicyOptimizer {
     /// average over micro-batches (e.g. `1 / micro_batches`, or a token-count weight).
     pub fn backward(&mut self, loss: &Tensor, scale: f32) -> Result<()> {
         let grads = loss.backward()?;
+        self.grads.accumulate(grads, &self.params, scale)
+    }
+
+    /// [`PolicyOptimizer::backward`] for a loss built from
+    /// [`Transformer::completion_logprobs_layered`]: back-propagates through its `tape`, layer
+    /// by layer (lower peak memory, same gradients).
+    pub fn backward_layered(&mut self, loss: &Tensor, tape: Tape, scale: f32) -> Result<()> {
+        let grads = tape.backward(loss)?;
         self.grads.accumulate(grads, &self.params, scale)
     }
 

@@ -19,7 +19,10 @@ fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
 /// A loss that weights every completion token differently, so all gradients are exercised.
 fn loss(model: &Transformer, track: bool) -> Tensor {
     let (p, c) = prompts();
-    let lp = model.completion_logprobs(&p, &c, 0.7, 0, track).unwrap();
+    weighted_loss(model.completion_logprobs(&p, &c, 0.7, 0, track).unwrap())
+}
+
+fn weighted_loss(lp: verity_worker::model::CompletionLogprobs) -> Tensor {
     let (b, l) = lp.logprobs.dims2().unwrap();
     let w: Vec<f32> = (0..b * l).map(|i| 1.0 + (i % 5) as f32 * 0.3).collect();
     let w = Tensor::from_vec(w, (b, l), &Device::Cpu).unwrap();
@@ -66,6 +69,42 @@ fn every_trainable_tensor_gets_a_gradient_matching_the_reference() {
                 "{family:?}: gradient of {name} differs by {diff} (scale {scale})"
             );
         }
+    }
+}
+
+#[test]
+fn the_layer_by_layer_backward_gives_the_gradients_of_the_whole_graph() {
+    let (p, c) = prompts();
+    let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
+    let lora = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets, lora_dropout: 0.0 };
+    for (family, with_lora) in [(Family::Llama, false), (Family::Qwen2, false), (Family::Qwen3, false), (Family::Qwen2, true)] {
+        let mut model = tiny_model(family, 5).unwrap();
+        if with_lora {
+            model.enable_lora(lora.clone(), 4).unwrap();
+            for (name, var) in model.lora_params() {
+                if name.contains("lora_B") {
+                    var.set(&(var.as_tensor().ones_like().unwrap() * 0.05).unwrap()).unwrap();
+                }
+            }
+        }
+        let whole = loss(&model, true).backward().unwrap();
+        let (lp, tape) = model.completion_logprobs_layered(&p, &c, 0.7, 0).unwrap();
+        let layered_loss = weighted_loss(lp);
+        // A plain backward stops at the last cut: only the final norm and the LM head get gradients.
+        let cut_short = layered_loss.backward().unwrap();
+        let layered = tape.backward(&layered_loss).unwrap();
+        let params = model.trainable_params();
+        assert!(params.len() > 4, "{family:?}");
+        let mut stopped_at_cut = 0;
+        for (name, var) in &params {
+            let w = whole.get(var.as_tensor()).unwrap_or_else(|| panic!("{family:?}: {name}"));
+            let l = layered.get(var.as_tensor()).unwrap_or_else(|| panic!("{family:?} layered: no gradient for {name}"));
+            let scale = max_abs_diff(w, &w.zeros_like().unwrap()).max(1e-3);
+            let diff = max_abs_diff(w, l);
+            assert!(diff <= 1e-5 * scale, "{family:?} lora={with_lora}: {name} differs by {diff} (scale {scale})");
+            stopped_at_cut += usize::from(cut_short.get(var.as_tensor()).is_none());
+        }
+        assert!(stopped_at_cut > 0, "{family:?}: the tape cut nothing");
     }
 }
 

@@ -192,10 +192,15 @@ impl Tensor {
                         *rhs_sum_grad = rhs_sum_grad.sub(&grad)?;
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Mul) => {
-                        let lhs_grad = grad.mul(rhs)?;
-                        grads.accumulate(lhs, &lhs_grad)?;
-                        let rhs_grad = grad.mul(lhs)?;
-                        grads.accumulate(rhs, &rhs_grad)?;
+                        // Only for operands that record operations (verity patch).
+                        if lhs.track_op() {
+                            let lhs_grad = grad.mul(rhs)?;
+                            grads.accumulate(lhs, &lhs_grad)?;
+                        }
+                        if rhs.track_op() {
+                            let rhs_grad = grad.mul(lhs)?;
+                            grads.accumulate(rhs, &rhs_grad)?;
+                        }
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Div) => {
                         let lhs_grad = grad.div(rhs)?;
@@ -727,6 +732,12 @@ impl GradStore {
     /// contiguous) instead of being added to a fresh tensor of zeros, which cost two extra
     /// passes over every gradient and an allocation (verity patch).
     fn accumulate(&mut self, tensor: &Tensor, grad: &Tensor) -> Result<()> {
+        // A tensor that records nothing is not back-propagated through and is not a variable:
+        // its gradient would never be read, and it can hold the forward graph alive (`mul`'s
+        // gradient for a constant is computed from the other operand) (verity patch).
+        if !tensor.track_op() {
+            return Ok(());
+        }
         match self.0.entry(tensor.id()) {
             Entry::Occupied(mut entry) => {
                 let sum = entry.get().add(grad)?;

@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod kv_cache;
 pub mod lora;
 pub mod prompt_groups;
+pub mod tape;
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{Result, WorkerError};
@@ -17,6 +18,7 @@ use inputs::{attention_mask, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
 use prompt_groups::PromptGroups;
+use tape::Tape;
 use std::collections::{BTreeMap, HashMap};
 
 /// Which implementation of norm / softmax / rope / log-prob the forward uses.
@@ -511,7 +513,17 @@ impl Transformer {
 
     /// Final-normed hidden states of the rows of `layout` (see [`PromptGroups`]): each shared
     /// prompt runs once and its keys/values serve every completion of its group.
-    pub fn grouped_hidden_states(&self, layout: &PromptGroups, track: bool) -> Result<Tensor> {
+    /// With a `tape`, the graph is cut at each layer's input and before the final norm.
+    pub fn grouped_hidden_states(
+        &self,
+        layout: &PromptGroups,
+        track: bool,
+        mut tape: Option<&mut Tape>,
+    ) -> Result<Tensor> {
+        let mut cut = |x: Tensor| match tape.as_deref_mut() {
+            Some(tape) => tape.cut(x),
+            None => Ok(x),
+        };
         let (kvh, dh) = (self.config.num_key_value_heads, self.config.head_dim);
         let dev = &self.device;
         let rope_of = |start: usize, batch: usize, t: usize| {
@@ -554,7 +566,7 @@ impl Transformer {
             .collect::<Result<Vec<_>>>()?;
         let mut x = self.embed_rows(&layout.ids, track)?;
         for layer in &self.layers {
-            x = self.decoder_layer(layer, x, (track, None), |qkv| {
+            x = self.decoder_layer(layer, cut(x)?, (track, None), |qkv| {
                 let rows = |start: usize, len: usize| -> Result<[Tensor; 3]> {
                     Ok([qkv[0].narrow(0, start, len)?, qkv[1].narrow(0, start, len)?, qkv[2].narrow(0, start, len)?])
                 };
@@ -574,7 +586,7 @@ impl Transformer {
                 Ok(if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? })
             })?;
         }
-        self.rms_norm(&x, &self.norm, self.trains_base(track))
+        self.rms_norm(&cut(x)?, &self.norm, self.trains_base(track))
     }
 
     /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient); with a
@@ -615,6 +627,34 @@ impl Transformer {
         pad_id: u32,
         track: bool,
     ) -> Result<CompletionLogprobs> {
+        self.scored_completions(prompts, completions, (temperature, pad_id), track, None)
+    }
+
+    /// [`Transformer::completion_logprobs`] with gradients, recorded for a layer-by-layer
+    /// backward: back-propagate a loss built from `logprobs` with [`Tape::backward`] (a plain
+    /// `backward()` would stop at the last layer). Same gradients; the activations of each layer
+    /// are freed as soon as the backward has passed it, which lowers peak memory.
+    pub fn completion_logprobs_layered(
+        &self,
+        prompts: &[Vec<u32>],
+        completions: &[Vec<u32>],
+        temperature: f32,
+        pad_id: u32,
+    ) -> Result<(CompletionLogprobs, Tape)> {
+        let mut tape = Tape::default();
+        let scored =
+            self.scored_completions(prompts, completions, (temperature, pad_id), true, Some(&mut tape))?;
+        Ok((scored, tape))
+    }
+
+    fn scored_completions(
+        &self,
+        prompts: &[Vec<u32>],
+        completions: &[Vec<u32>],
+        (temperature, pad_id): (f32, u32),
+        track: bool,
+        tape: Option<&mut Tape>,
+    ) -> Result<CompletionLogprobs> {
         if prompts.len() != completions.len() || prompts.is_empty() {
             return Err(WorkerError::InvalidArgument(
                 "need as many prompts as completions (at least one)".into(),
@@ -636,7 +676,7 @@ impl Transformer {
             });
         }
         let layout = PromptGroups::new(prompts, completions, pad_id)?;
-        let hidden = self.grouped_hidden_states(&layout, track)?;
+        let hidden = self.grouped_hidden_states(&layout, track, tape)?;
         // Rows of `hidden` that predict each completion token, and the tokens themselves.
         let mut rows = Vec::new();
         let mut targets = Vec::new();

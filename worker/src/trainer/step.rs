@@ -508,12 +508,11 @@ impl Trainer {
         for _ in 0..self.hp.inner_epochs {
             accumulator.reset();
             for (m, &(start, len)) in micros.iter_mut().zip(&ranges) {
-                let current = self.model.completion_logprobs(
+                let (current, tape) = self.model.completion_logprobs_layered(
                     &batch.prompts[start..start + len],
                     &batch.completions[start..start + len],
                     temperature,
                     pad,
-                    true,
                 )?;
                 let logp_old = match m.logp_old.take() {
                     Some(old) => old,
@@ -534,7 +533,7 @@ impl Trainer {
                 let output = policy_loss(&inputs, &self.loss, &normalizer)?;
                 m.logp_old = Some(logp_old);
                 stats.merge(&output.stats);
-                let grads = output.loss.backward()?;
+                let grads = tape.backward(&output.loss)?;
                 accumulator.accumulate(grads, &self.params, 1.0)?;
             }
             let (factor, norm) = accumulator.clip_factor(self.hp.max_grad_norm);

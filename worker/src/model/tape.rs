@@ -1,0 +1,48 @@
+//! Layer-by-layer back-propagation. The trainable forward cuts its graph at the input of every
+//! decoder layer; the backward then runs one segment at a time, from the loss back to the
+//! embedding, and frees each segment's activations as soon as its gradients are out. The
+//! gradients are the same as one backward over the whole graph (sums are only regrouped), but
+//! the activations of all layers and the gradients of all weights are never held at once.
+
+use crate::error::Result;
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+
+/// The cuts of one tracked forward: for each, the tensor that ended the segment before it and
+/// the fresh leaf the next segment started from.
+#[derive(Default)]
+pub struct Tape {
+    cuts: Vec<(Tensor, Var)>,
+}
+
+impl Tape {
+    /// Cuts the graph at `x`: returns a leaf holding the same values that the forward goes on
+    /// from. A tensor that records no operation is returned as is (nothing before it trains).
+    pub fn cut(&mut self, x: Tensor) -> Result<Tensor> {
+        if !x.track_op() {
+            return Ok(x);
+        }
+        let leaf = Var::from_tensor(&x)?;
+        let next = leaf.as_tensor().clone();
+        self.cuts.push((x, leaf));
+        Ok(next)
+    }
+
+    /// Back-propagates the scalar `loss` (built from the forward that recorded this tape) and
+    /// returns the gradients of every parameter, as `loss.backward()` over the uncut graph
+    /// would. A parameter used in several segments (a tied embedding) gets their sum.
+    pub fn backward(self, loss: &Tensor) -> Result<GradStore> {
+        let mut grads = loss.backward()?;
+        for (end, leaf) in self.cuts.into_iter().rev() {
+            let Some(upstream) = grads.remove(leaf.as_tensor()) else {
+                break;
+            };
+            drop(leaf);
+            // d(sum(end ⊙ g))/d(end) = g continues the chain rule through the earlier segment;
+            // dropping `end` afterwards frees that segment's activations (`g` records nothing,
+            // so no gradient is kept for it: see vendor/candle-core/VERITY-PATCH.md).
+            grads.extend((end * upstream)?.sum_all()?.backward()?)?;
+        }
+        Ok(grads)
+    }
+}
