@@ -403,10 +403,12 @@ impl CustomOp2 for Matmul {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // An operand that records nothing (a frozen base weight under LoRA, the first layer's
+        // input) needs no gradient: skipping it saves a product as large as the forward's.
         let grad = grad.contiguous()?;
-        let grad_x = grad.apply_op2_no_bwd(&w.t()?, &Matmul)?;
-        let grad_w = x.t()?.apply_op2_no_bwd(&grad, &Matmul)?;
-        Ok((Some(grad_x), Some(grad_w)))
+        let grad_x = x.track_op().then(|| grad.apply_op2_no_bwd(&w.t()?, &Matmul)).transpose()?;
+        let grad_w = w.track_op().then(|| x.t()?.apply_op2_no_bwd(&grad, &Matmul)).transpose()?;
+        Ok((grad_x, grad_w))
     }
 }
 

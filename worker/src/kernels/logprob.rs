@@ -167,7 +167,9 @@ impl CustomOp2 for TokenLogprobs {
         let (v, _) = weight.dims2()?;
         let chunk = (CHUNK_FLOATS / v.max(1)).clamp(1, n.max(1));
         let mut dh = vec![0f32; n * d];
-        let mut dw = vec![0f32; v * d];
+        // A frozen LM head (LoRA) needs no gradient: no (vocab × hidden) product, no buffer.
+        let train_weight = weight.track_op();
+        let mut dw = if train_weight { vec![0f32; v * d] } else { Vec::new() };
         with_f32(hidden, |h| {
             with_f32(weight, |w| {
                 let mut dlogits = vec![0f32; chunk * v];
@@ -204,6 +206,9 @@ impl CustomOp2 for TokenLogprobs {
                             rhs_cs: 1,
                             rhs_rs: d as isize,
                         });
+                        if !train_weight {
+                            continue;
+                        }
                         super::sgemm(super::Product {
                             m: v,
                             n: d,
@@ -227,7 +232,7 @@ impl CustomOp2 for TokenLogprobs {
         let dev = Device::Cpu;
         Ok((
             Some(Tensor::from_vec(dh, (n, d), &dev)?),
-            Some(Tensor::from_vec(dw, (v, d), &dev)?),
+            train_weight.then(|| Tensor::from_vec(dw, (v, d), &dev)).transpose()?,
         ))
     }
 }
