@@ -199,17 +199,17 @@ pub fn bench_rollout(
 
 /// `verity bench train-step`: one full-fine-tuning step on `batch` random sequences of
 /// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
-/// backward, gradient accumulation and an AdamW step, timed after one warm-up step. Reports
-/// `seconds` (forward + backward + optimizer) with its parts, `peak_rss_mib` and the peak before
+/// backward, gradient accumulation and an AdamW step, timed over `steps` steps after a warm-up.
+/// Reports the median step's `seconds` (forward + backward + optimizer) with its parts, `peak_rss_mib` and the peak before
 /// the optimizer's state existed (`peak_rss_fwd_bwd_mib`: what forward + backward alone need).
 pub fn bench_train_step(
     model_dir: &Path,
-    batch: usize,
-    seq_len: usize,
+    (batch, seq_len): (usize, usize),
+    steps: usize,
 ) -> Result<serde_json::Value> {
-    if batch == 0 || seq_len < 2 {
+    if batch == 0 || seq_len < 2 || steps == 0 {
         return Err(WorkerError::InvalidArgument(
-            "batch must be >= 1 and seq_len >= 2".into(),
+            "batch and steps must be >= 1 and seq_len >= 2".into(),
         ));
     }
     let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
@@ -240,7 +240,7 @@ pub fn bench_train_step(
     let mut peak_fwd_bwd = None;
     let rss_loaded = rss_mib();
     let timings = crate::kernels::on_pool(|| -> Result<_> {
-        for _ in 0..2 {
+        for _ in 0..=steps {
             acc.reset();
             let t0 = Instant::now();
             let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
@@ -267,7 +267,10 @@ pub fn bench_train_step(
         }
         Ok(timings)
     })?;
-    let (f, b, o) = timings[timings.len() - 1];
+    let warmup = timings[0];
+    let mut measured = timings[1..].to_vec();
+    measured.sort_by(|x, y| (x.0 + x.1 + x.2).total_cmp(&(y.0 + y.1 + y.2)));
+    let (f, b, o) = measured[measured.len() / 2];
     Ok(serde_json::json!({
         "bench": "train-step",
         "batch": batch,
@@ -276,7 +279,10 @@ pub fn bench_train_step(
         "forward_s": f,
         "backward_s": b,
         "optimizer_s": o,
-        "warmup_seconds": timings[0].0 + timings[0].1 + timings[0].2,
+        "steps": steps,
+        "seconds_each": measured.iter().map(|(f, b, o)| f + b + o).collect::<Vec<_>>(),
+        "warmup_seconds": warmup.0 + warmup.1 + warmup.2,
+        "blas": crate::kernels::blas_core(),
         "trainable_params": params.iter().map(|(_, v)| v.elem_count()).sum::<usize>(),
         "threads": rayon::current_num_threads(),
         "rss_after_load_mib": rss_loaded,

@@ -34,6 +34,9 @@ pub struct TrainStepArgs {
     /// Tokens per sequence.
     #[arg(long = "seq-len", default_value_t = 128)]
     pub seq_len: usize,
+    /// Steps measured after the warm-up (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
 }
 
 /// Options of `verity bench grpo-step`.
@@ -90,8 +93,8 @@ pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
 
 /// One forward + backward + AdamW step.
 pub async fn train_step(args: &TrainStepArgs) -> anyhow::Result<()> {
-    let (model, batch, seq_len) = (args.model.clone(), args.batch, args.seq_len);
-    print_blocking(move || Ok(verity_worker::bench_train_step(&model, batch, seq_len)?)).await
+    let (model, shape, steps) = (args.model.clone(), (args.batch, args.seq_len), args.steps);
+    print_blocking(move || Ok(verity_worker::bench_train_step(&model, shape, steps)?)).await
 }
 
 /// Math and sandboxed-code gradings per second.

@@ -21,7 +21,7 @@ mod tiles;
 pub use attention::attention_nograd;
 pub use attention_train::{attention, attention_reference};
 pub use bf16::Bf16Matrix;
-pub use blas::{blas_in_use, matmul, serial_sgemm, sgemm, Product};
+pub use blas::{blas_core, blas_in_use, matmul, serial_sgemm, sgemm, Product};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
