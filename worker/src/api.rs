@@ -248,9 +248,8 @@ pub fn bench_train_step(
             let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
             let t1 = Instant::now();
             rss.0 = rss_mib();
-            let grads = tape.backward(&loss)?;
+            acc.accumulate_layered(&loss, tape, &params, 1.0)?;
             rss.1 = rss_mib();
-            acc.accumulate(grads, &params, 1.0)?;
             let t2 = Instant::now();
             peak_fwd_bwd.get_or_insert_with(peak_rss_mib);
             let opt = opt.get_or_insert_with(|| {

@@ -3,6 +3,7 @@
 //! state save/restore.
 
 use crate::error::{Result, WorkerError};
+use crate::model::tape::Tape;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Tensor, Var};
 use rayon::prelude::*;
@@ -81,13 +82,30 @@ impl GradAccumulator {
     }
 
     /// Adds `scale * grad` of every parameter found in `grads` (consumed: its tensors are moved
-    /// or freed as they are added). A parameter without a gradient contributes zero.
-    pub fn accumulate(
+    /// or freed as they are added) as one micro-batch. A parameter without a gradient
+    /// contributes zero.
+    pub fn accumulate(&mut self, grads: GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
+        self.add(grads, params, scale)?;
+        self.micro_batches += 1;
+        Ok(())
+    }
+
+    /// [`GradAccumulator::accumulate`] for a loss built from
+    /// [`crate::model::Transformer::completion_logprobs_layered`]: back-propagates it through
+    /// its `tape` layer by layer, adding each layer's gradients in place as they come.
+    pub fn accumulate_layered(
         &mut self,
-        mut grads: GradStore,
+        loss: &Tensor,
+        tape: Tape,
         params: &[(String, Var)],
         scale: f32,
     ) -> Result<()> {
+        tape.backward(loss, |grads| self.add(grads, params, scale))?;
+        self.micro_batches += 1;
+        Ok(())
+    }
+
+    fn add(&mut self, mut grads: GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
         if params.len() != self.sums.len() {
             return Err(WorkerError::InvalidArgument(
                 "parameter list changed since the accumulator was made".into(),
@@ -120,7 +138,6 @@ impl GradAccumulator {
                 }
             }
         }
-        self.micro_batches += 1;
         Ok(())
     }
 

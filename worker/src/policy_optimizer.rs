@@ -87,8 +87,7 @@ impl PolicyOptimizer {
     /// [`Transformer::completion_logprobs_layered`]: back-propagates through its `tape`, layer
     /// by layer (lower peak memory, same gradients).
     pub fn backward_layered(&mut self, loss: &Tensor, tape: Tape, scale: f32) -> Result<()> {
-        let grads = tape.backward(loss)?;
-        self.grads.accumulate(grads, &self.params, scale)
+        self.grads.accumulate_layered(loss, tape, &self.params, scale)
     }
 
     /// Clips the summed gradients to `max_grad_norm`, applies AdamW at the scheduled rate and

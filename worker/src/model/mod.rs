@@ -389,8 +389,7 @@ impl Transformer {
                 "token id {bad} outside vocabulary"
             )));
         }
-        let ids_t = Tensor::new(ids, &self.device)?;
-        Ok(self.get(&self.embed, self.trains_base(track)).index_select(&ids_t, 0)?)
+        Ok(kernels::embedding(&self.get(&self.embed, self.trains_base(track)), ids)?)
     }
 
     /// Query/key/value heads `(batch, heads, t, head_dim)` of projected rows `(batch * t, _)`,

@@ -29,20 +29,23 @@ impl Tape {
     }
 
     /// Back-propagates the scalar `loss` (built from the forward that recorded this tape) and
-    /// returns the gradients of every parameter, as `loss.backward()` over the uncut graph
-    /// would. A parameter used in several segments (a tied embedding) gets their sum.
-    pub fn backward(self, loss: &Tensor) -> Result<GradStore> {
+    /// hands the gradients of each segment's parameters to `sink`, last segment first; summed,
+    /// they are what `loss.backward()` over the uncut graph gives. A parameter used in several
+    /// segments (a tied embedding) reaches `sink` once per segment, so `sink` must add.
+    pub fn backward(self, loss: &Tensor, mut sink: impl FnMut(GradStore) -> Result<()>) -> Result<()> {
         let mut grads = loss.backward()?;
         for (end, leaf) in self.cuts.into_iter().rev() {
-            let Some(upstream) = grads.remove(leaf.as_tensor()) else {
-                break;
-            };
+            let upstream = grads.remove(leaf.as_tensor());
+            sink(grads)?;
             drop(leaf);
+            let Some(upstream) = upstream else {
+                return Ok(());
+            };
             // d(sum(end ⊙ g))/d(end) = g continues the chain rule through the earlier segment;
             // dropping `end` afterwards frees that segment's activations (`g` records nothing,
             // so no gradient is kept for it: see vendor/candle-core/VERITY-PATCH.md).
-            grads.extend((end * upstream)?.sum_all()?.backward()?)?;
+            grads = (end * upstream)?.sum_all()?.backward()?;
         }
-        Ok(grads)
+        sink(grads)
     }
 }

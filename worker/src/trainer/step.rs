@@ -533,8 +533,7 @@ impl Trainer {
                 let output = policy_loss(&inputs, &self.loss, &normalizer)?;
                 m.logp_old = Some(logp_old);
                 stats.merge(&output.stats);
-                let grads = tape.backward(&output.loss)?;
-                accumulator.accumulate(grads, &self.params, 1.0)?;
+                accumulator.accumulate_layered(&output.loss, tape, &self.params, 1.0)?;
             }
             let (factor, norm) = accumulator.clip_factor(self.hp.max_grad_norm);
             if !norm.is_finite() {
