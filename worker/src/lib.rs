@@ -40,7 +40,6 @@ pub mod grpo;
 pub mod job;
 pub mod kernels;
 pub mod loader;
-pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod policy_optimizer;

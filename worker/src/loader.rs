@@ -19,12 +19,6 @@ pub struct LoadedModel {
 
 /// Loads an HF folder (`config.json`, safetensors, `tokenizer.json`) or a `.gguf` file.
 pub fn load_model(path: &Path, device: &Device) -> Result<LoadedModel> {
-    let loaded = load_model_from(path, device);
-    crate::memory::release_free_heap();
-    loaded
-}
-
-fn load_model_from(path: &Path, device: &Device) -> Result<LoadedModel> {
     if path.is_dir() {
         let config = ModelConfig::from_hf_file(&path.join("config.json"))?;
         let tokenizer = ChatTokenizer::from_hf_dir(path, &config.eos_token_ids)?;
