@@ -197,7 +197,8 @@ pub fn bench_rollout(
     }))
 }
 
-/// `verity bench train-step`: one full-fine-tuning step on `batch` random sequences of
+/// `verity bench train-step`: one training step (full fine-tuning, or LoRA of rank `lora_rank`
+/// on every projection when it is > 0) on `batch` random sequences of
 /// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
 /// backward, gradient accumulation and an AdamW step, timed over `steps` steps after a warm-up.
 /// Reports the median step's `seconds` (forward + backward + optimizer) with its parts, `peak_rss_mib` and the peak before
@@ -206,13 +207,24 @@ pub fn bench_train_step(
     model_dir: &Path,
     (batch, seq_len): (usize, usize),
     steps: usize,
+    lora_rank: usize,
 ) -> Result<serde_json::Value> {
     if batch == 0 || seq_len < 2 || steps == 0 {
         return Err(WorkerError::InvalidArgument(
             "batch and steps must be >= 1 and seq_len >= 2".into(),
         ));
     }
-    let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    let mut lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    if lora_rank > 0 {
+        let all_projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+        let config = crate::model::lora::LoraConfig {
+            r: lora_rank,
+            lora_alpha: 2.0 * lora_rank as f64,
+            target_modules: all_projections.map(String::from).to_vec(),
+            lora_dropout: 0.0,
+        };
+        lm.model.enable_lora(config, 0)?;
+    }
     let model = &lm.model;
     let vocab = model.config.vocab_size as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
@@ -282,6 +294,7 @@ pub fn bench_train_step(
         "seconds_each": measured.iter().map(|(f, b, o)| f + b + o).collect::<Vec<_>>(),
         "warmup_seconds": warmup.0 + warmup.1 + warmup.2,
         "blas": crate::kernels::blas_core(),
+        "lora_rank": lora_rank,
         "trainable_params": params.iter().map(|(_, v)| v.elem_count()).sum::<usize>(),
         "threads": rayon::current_num_threads(),
         "rss_after_load_mib": rss_loaded,

@@ -37,6 +37,9 @@ pub struct TrainStepArgs {
     /// Steps measured after the warm-up (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
+    /// LoRA rank on every projection (0: full fine-tuning).
+    #[arg(long = "lora-rank", default_value_t = 0)]
+    pub lora_rank: usize,
 }
 
 /// Options of `verity bench grpo-step`.
@@ -93,8 +96,8 @@ pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
 
 /// One forward + backward + AdamW step.
 pub async fn train_step(args: &TrainStepArgs) -> anyhow::Result<()> {
-    let (model, shape, steps) = (args.model.clone(), (args.batch, args.seq_len), args.steps);
-    print_blocking(move || Ok(verity_worker::bench_train_step(&model, shape, steps)?)).await
+    let (model, shape, steps, rank) = (args.model.clone(), (args.batch, args.seq_len), args.steps, args.lora_rank);
+    print_blocking(move || Ok(verity_worker::bench_train_step(&model, shape, steps, rank)?)).await
 }
 
 /// Math and sandboxed-code gradings per second.

@@ -353,11 +353,11 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     }
 }
 
-struct Matmul;
+pub(super) struct Matmul;
 
 /// The f32 data of a 2-D operand from its first element, with its row and column strides,
 /// checked to hold the whole strided matrix.
-fn strided_matrix<'a>(
+pub(super) fn strided_matrix<'a>(
     s: &'a CpuStorage,
     l: &Layout,
 ) -> Result<(&'a [f32], usize, usize, isize, isize)> {

@@ -1,7 +1,7 @@
 //! LoRA adapters on chosen projections, saved and loaded in PEFT format
 //! (`adapter_config.json` + `adapter_model.safetensors`).
 
-use super::Transformer;
+use super::{Kernels, Linear, Transformer};
 use crate::error::{read_json, write_json, Result, WorkerError};
 use candle_core::{DType, Tensor, Var};
 use rand::{Rng, SeedableRng};
@@ -122,6 +122,19 @@ impl Transformer {
     }
 
     /// `x` with LoRA dropout applied (inverted scaling) when training with `p > 0`.
+    /// The adapter of `lin` when its product with `x` can run as one fused op (CPU f32, fused
+    /// kernels, no dropout to apply): `None` leaves it to the plain composition.
+    pub(super) fn one_op_lora(&self, lin: &Linear, x: &Tensor, track: bool) -> Option<&LoraAdapter> {
+        let dropout = self.lora_config.as_ref().map(|c| c.lora_dropout).unwrap_or(0.0);
+        let fusable = self.adapters_enabled
+            && self.kernels == Kernels::Fused
+            && x.device().is_cpu()
+            && x.dtype() == DType::F32
+            && x.rank() == 2
+            && (!track || dropout <= 0.0);
+        self.lora.get(&lin.path).filter(|_| fusable)
+    }
+
     pub(super) fn lora_dropout_input(&self, x: &Tensor, track: bool) -> Result<Tensor> {
         let p = self.lora_config.as_ref().map(|c| c.lora_dropout).unwrap_or(0.0);
         if !track || p <= 0.0 {

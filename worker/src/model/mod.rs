@@ -346,38 +346,47 @@ impl Transformer {
                     None => Ok(DecodeWeight::F32(lin.weight_t.as_tensor())),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            kernels::skinny_matmul_many(x, &weights)?
+            kernels::skinny_matmul_many(x, &weights)?.into_iter().map(|y| (y, false)).collect()
         } else {
             let train_base = self.trains_base(track);
             lins.iter()
-                .map(|lin| -> Result<Tensor> {
+                .map(|lin| -> Result<(Tensor, bool)> {
                     let w = self.get(&lin.weight_t, train_base);
-                    Ok(match self.kernels {
-                        Kernels::Fused => kernels::matmul(x, &w)?,
-                        Kernels::Reference => x.matmul(&w)?,
-                    })
+                    if let Some(ad) = self.one_op_lora(lin, x, track) {
+                        let (a, b) = (self.get(&ad.a, track), self.get(&ad.b, track));
+                        return Ok((kernels::lora_matmul(x, &w, &a, &b, ad.scale as f32)?, true));
+                    }
+                    Ok((
+                        match self.kernels {
+                            Kernels::Fused => kernels::matmul(x, &w)?,
+                            Kernels::Reference => x.matmul(&w)?,
+                        },
+                        false,
+                    ))
                 })
                 .collect::<Result<Vec<_>>>()?
         };
         let ys = products
             .into_iter()
             .zip(lins)
-            .map(|(y, lin)| self.finish_linear(x, y, lin, track))
+            .map(|((y, adapted), lin)| self.finish_linear(x, y, lin, (track, adapted)))
             .collect::<Result<Vec<_>>>()?;
         ys.try_into().map_err(|_| WorkerError::InvalidArgument("linear layer count".into()))
     }
 
-    /// Adds the bias and the LoRA update of `lin` to `y = x · W`.
-    fn finish_linear(&self, x: &Tensor, mut y: Tensor, lin: &Linear, track: bool) -> Result<Tensor> {
+    /// Adds the bias and (unless `adapted`: already in `y`) the LoRA update of `lin` to `y = x · W`.
+    fn finish_linear(&self, x: &Tensor, mut y: Tensor, lin: &Linear, (track, adapted): (bool, bool)) -> Result<Tensor> {
         let train_base = self.trains_base(track);
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
         }
-        if let Some(ad) = self.lora.get(&lin.path).filter(|_| self.adapters_enabled) {
+        if let Some(ad) = self.lora.get(&lin.path).filter(|_| self.adapters_enabled && !adapted) {
             let a = self.get(&ad.a, track);
             let b = self.get(&ad.b, track);
             let x = self.lora_dropout_input(x, track)?;
-            y = (y + (x.matmul(&a.t()?)?.matmul(&b.t()?)? * ad.scale)?)?;
+            // The scale goes on the rank-r product: one fewer (rows × out) tensor in the graph.
+            let h = (x.matmul(&a.t()?)? * ad.scale)?;
+            y = (y + h.matmul(&b.t()?)?)?;
         }
         Ok(y)
     }

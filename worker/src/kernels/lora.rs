@@ -1,0 +1,135 @@
+//! A LoRA linear layer in one op: `x · W + s · (x · Aᵀ) · Bᵀ` with `W` frozen.
+//!
+//! Composed of candle ops, the graph keeps the base product, the rank-r product, the adapter's
+//! full-width product and their sum alive for the backward: three tensors as wide as the output
+//! more than a plain linear layer, for each adapted projection. This op keeps only its inputs and
+//! recomputes the small rank-r product in the backward.
+
+use super::blas::{strided_matrix, Matmul};
+use super::{f32_slice, sgemm, Product};
+use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+
+/// `x · w + scale · (x · aᵀ) · bᵀ` for `x` `(m, in)`, frozen `w` `(in, out)`, `a` `(r, in)` and
+/// `b` `(out, r)`: differentiable in `x`, `a` and `b`. CPU f32 only.
+pub fn lora_matmul(x: &Tensor, w: &Tensor, a: &Tensor, b: &Tensor, scale: f32) -> Result<Tensor> {
+    let op = LoraMatmul { w: w.detach().contiguous()?, scale };
+    x.apply_op3(&a.contiguous()?, &b.contiguous()?, op)
+}
+
+struct LoraMatmul {
+    w: Tensor,
+    scale: f32,
+}
+
+impl CustomOp3 for LoraMatmul {
+    fn name(&self) -> &'static str {
+        "verity-lora-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, m, k, x_rs, x_cs) = strided_matrix(s1, l1)?;
+        let (a, b) = (f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let (r, k_a) = l2.shape().dims2()?;
+        let (n, r_b) = l3.shape().dims2()?;
+        let (k_w, n_w) = self.w.dims2()?;
+        if k_a != k || k_w != k || n_w != n || r_b != r {
+            bail!("lora matmul: x {m}×{k}, w {k_w}×{n_w}, a {r}×{k_a}, b {n}×{r_b}");
+        }
+        let (storage, layout) = self.w.storage_and_layout();
+        let candle_core::Storage::Cpu(w_storage) = &*storage else {
+            bail!("lora matmul: the base weight is not on the CPU")
+        };
+        let w = f32_slice(w_storage, layout)?;
+        let mut out = vec![0f32; m * n];
+        let mut h = vec![0f32; m * r];
+        // SAFETY: `strided_matrix` checked `x`; `w`, `a`, `b` are contiguous with the shapes
+        // checked above; `out` and `h` hold m×n and m×r floats.
+        unsafe {
+            sgemm(Product {
+                m, n, k,
+                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
+                lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
+                rhs: w.as_ptr(), rhs_cs: 1, rhs_rs: n as isize,
+            });
+            // h = x · aᵀ: a read as its transpose (column stride k).
+            sgemm(Product {
+                m, n: r, k,
+                dst: h.as_mut_ptr(), dst_cs: 1, dst_rs: r as isize, accumulate: false,
+                lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
+                rhs: a.as_ptr(), rhs_cs: k as isize, rhs_rs: 1,
+            });
+        }
+        h.iter_mut().for_each(|v| *v *= self.scale);
+        // SAFETY: as above; b read as its transpose (column stride r).
+        unsafe {
+            sgemm(Product {
+                m, n, k: r,
+                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: true,
+                lhs: h.as_ptr(), lhs_cs: 1, lhs_rs: r as isize,
+                rhs: b.as_ptr(), rhs_cs: r as isize, rhs_rs: 1,
+            });
+        }
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let product = |l: &Tensor, r: &Tensor| l.apply_op2_no_bwd(r, &Matmul);
+        let g = grad.contiguous()?;
+        let h = (product(x, &a.t()?)? * self.scale as f64)?;
+        let g_b = (product(&g, b)? * self.scale as f64)?;
+        let grad_x = if x.track_op() {
+            Some((product(&g, &self.w.t()?)? + product(&g_b, a)?)?)
+        } else {
+            None
+        };
+        let grad_a = product(&g_b.t()?, x)?;
+        let grad_b = product(&g.t()?, &h)?;
+        Ok((grad_x, Some(grad_a), Some(grad_b)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::max_abs_diff;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn product_and_gradients_match_the_composition() {
+        let dev = Device::Cpu;
+        let t = |shape: (usize, usize), seed: f32| {
+            let n = shape.0 * shape.1;
+            let v: Vec<f32> = (0..n).map(|i| ((i as f32 * 0.37 + seed).sin()) * 0.5).collect();
+            Var::from_tensor(&Tensor::from_vec(v, shape, &dev).unwrap()).unwrap()
+        };
+        let (x, w, a, b) = (t((5, 6), 0.1), t((6, 7), 0.2), t((3, 6), 0.3), t((7, 3), 0.4));
+        let weights = Tensor::arange(0f32, 35.0, &dev).unwrap().reshape((5, 7)).unwrap();
+        let fused = lora_matmul(x.as_tensor(), w.as_tensor(), a.as_tensor(), b.as_tensor(), 2.5).unwrap();
+        let plain = (x.matmul(&w.as_tensor().detach()).unwrap()
+            + (x.matmul(&a.t().unwrap()).unwrap() * 2.5).unwrap().matmul(&b.t().unwrap()).unwrap())
+        .unwrap();
+        assert!(max_abs_diff(&fused, &plain) < 1e-5);
+        let g1 = (fused * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (plain * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        for v in [&x, &a, &b] {
+            let (p, q) = (g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
+            assert!(max_abs_diff(p, q) < 1e-4, "{}", max_abs_diff(p, q));
+        }
+        assert!(g1.get(w.as_tensor()).is_none(), "the base weight is frozen");
+    }
+}
