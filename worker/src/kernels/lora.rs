@@ -6,7 +6,7 @@
 //! recomputes the small rank-r product in the backward.
 
 use super::blas::{strided_matrix, Matmul};
-use super::{f32_slice, sgemm, Product};
+use super::{f32_slice, sgemm, with_f32, Product};
 use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 /// `x · w + scale · (x · aᵀ) · bᵀ` for `x` `(m, in)`, frozen `w` `(in, out)`, `a` `(r, in)` and
@@ -43,22 +43,23 @@ impl CustomOp3 for LoraMatmul {
         if k_a != k || k_w != k || n_w != n || r_b != r {
             bail!("lora matmul: x {m}×{k}, w {k_w}×{n_w}, a {r}×{k_a}, b {n}×{r_b}");
         }
-        let (storage, layout) = self.w.storage_and_layout();
-        let candle_core::Storage::Cpu(w_storage) = &*storage else {
-            bail!("lora matmul: the base weight is not on the CPU")
-        };
-        let w = f32_slice(w_storage, layout)?;
         let mut out = vec![0f32; m * n];
         let mut h = vec![0f32; m * r];
-        // SAFETY: `strided_matrix` checked `x`; `w`, `a`, `b` are contiguous with the shapes
-        // checked above; `out` and `h` hold m×n and m×r floats.
+        with_f32(&self.w, |w| {
+            // SAFETY: `strided_matrix` checked `x`; `w` is contiguous `k × n` (checked above);
+            // `out` holds m×n floats.
+            unsafe {
+                sgemm(Product {
+                    m, n, k,
+                    dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
+                    lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
+                    rhs: w.as_ptr(), rhs_cs: 1, rhs_rs: n as isize,
+                })
+            };
+            Ok(())
+        })?;
+        // SAFETY: `a` and `b` are contiguous with the shapes checked above; `h` holds m×r floats.
         unsafe {
-            sgemm(Product {
-                m, n, k,
-                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
-                lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
-                rhs: w.as_ptr(), rhs_cs: 1, rhs_rs: n as isize,
-            });
             // h = x · aᵀ: a read as its transpose (column stride k).
             sgemm(Product {
                 m, n: r, k,
