@@ -31,7 +31,7 @@ pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
 pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, DecodeWeight, SKINNY_MAX_ROWS};
 pub use softmax::masked_softmax_reference;
-pub use swiglu::{swiglu, swiglu_reference};
+pub use swiglu::{swiglu, swiglu_matmul, swiglu_reference};
 
 use candle_core::{bail, CpuStorage, Layout, Result, Tensor};
 

@@ -1,7 +1,8 @@
 //! SwiGLU `silu(gate) * up` fused into one pass, with a hand-written backward (saves the
 //! `silu(gate)` intermediate and several elementwise temporaries per layer).
 
-use super::{f32_slice, use_cpu_kernel};
+use super::blas::{strided_matrix, Matmul};
+use super::{f32_slice, sgemm, use_cpu_kernel, Product};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -19,6 +20,13 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// The same function composed of candle ops (test reference and GPU path).
 pub fn swiglu_reference(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     gate.silu()? * up
+}
+
+/// `swiglu(gate, up) · w` (the MLP's down projection), differentiable in all three. The SwiGLU
+/// activation is not kept for the backward, which recomputes it: one `(rows × intermediate)`
+/// tensor less per layer held between forward and backward. CPU f32 only.
+pub fn swiglu_matmul(gate: &Tensor, up: &Tensor, w: &Tensor) -> Result<Tensor> {
+    gate.contiguous()?.apply_op3(&up.contiguous()?, w, SwiGluMatmul)
 }
 
 #[inline(always)]
@@ -40,18 +48,7 @@ impl CustomOp2 for SwiGlu {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (g, u) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
-        if g.len() != u.len() {
-            bail!("swiglu: shapes {:?} and {:?}", l1.dims(), l2.dims());
-        }
-        let mut out = vec![0f32; g.len()];
-        out.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-            .for_each(|(o, (g, u))| {
-                for i in 0..o.len() {
-                    o[i] = g[i] * sigmoid(g[i]) * u[i];
-                }
-            });
+        let out = activation(s1, l1, s2, l2)?;
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -64,6 +61,79 @@ impl CustomOp2 for SwiGlu {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let both = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
         Ok((Some(both.get(0)?), Some(both.get(1)?)))
+    }
+}
+
+/// `silu(gate) * up` of two contiguous f32 operands of one shape.
+fn activation(s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<Vec<f32>> {
+    let (g, u) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+    if l1.dims() != l2.dims() {
+        bail!("swiglu: shapes {:?} and {:?}", l1.dims(), l2.dims());
+    }
+    let mut out = vec![0f32; g.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+        .for_each(|(o, (g, u))| {
+            for i in 0..o.len() {
+                o[i] = g[i] * sigmoid(g[i]) * u[i];
+            }
+        });
+    Ok(out)
+}
+
+struct SwiGluMatmul;
+
+impl CustomOp3 for SwiGluMatmul {
+    fn name(&self) -> &'static str {
+        "verity-swiglu-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (m, k) = l1.shape().dims2()?;
+        let act = activation(s1, l1, s2, l2)?;
+        let (w, k_w, n, w_rs, w_cs) = strided_matrix(s3, l3)?;
+        if k_w != k {
+            bail!("swiglu matmul: activation {m}×{k} by weight {k_w}×{n}");
+        }
+        let mut out = vec![0f32; m * n];
+        // SAFETY: `act` is m×k contiguous, `strided_matrix` checked `w`, `out` holds m×n floats.
+        unsafe {
+            sgemm(Product {
+                m, n, k,
+                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
+                lhs: act.as_ptr(), lhs_cs: 1, lhs_rs: k as isize,
+                rhs: w.as_ptr(), rhs_cs: w_cs, rhs_rs: w_rs,
+            })
+        };
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let grad_w = if w.track_op() {
+            let act = gate.apply_op2_no_bwd(up, &SwiGlu)?;
+            Some(act.t()?.apply_op2_no_bwd(&grad, &Matmul)?)
+        } else {
+            None
+        };
+        let grad_act = grad.apply_op2_no_bwd(&w.t()?, &Matmul)?;
+        let both = gate.apply_op3_no_bwd(up, &grad_act, &SwiGluGrad)?;
+        Ok((Some(both.get(0)?), Some(both.get(1)?), grad_w))
     }
 }
 
@@ -105,5 +175,32 @@ impl CustomOp3 for SwiGluGrad {
         let mut dims = vec![2];
         dims.extend_from_slice(l1.dims());
         Ok((CpuStorage::F32(out), Shape::from(dims)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::max_abs_diff;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn swiglu_matmul_matches_the_composition_with_gradients() {
+        let dev = Device::Cpu;
+        let t = |shape: (usize, usize), seed: f32| {
+            let v: Vec<f32> = (0..shape.0 * shape.1).map(|i| (i as f32 * 0.61 + seed).sin()).collect();
+            Var::from_tensor(&Tensor::from_vec(v, shape, &dev).unwrap()).unwrap()
+        };
+        let (gate, up, w) = (t((5, 8), 0.3), t((5, 8), 0.9), t((8, 3), 1.7));
+        let weights = Tensor::arange(0f32, 15.0, &dev).unwrap().reshape((5, 3)).unwrap();
+        let fused = swiglu_matmul(gate.as_tensor(), up.as_tensor(), w.as_tensor()).unwrap();
+        let plain = swiglu_reference(gate.as_tensor(), up.as_tensor()).unwrap().matmul(w.as_tensor()).unwrap();
+        assert!(max_abs_diff(&fused, &plain) < 1e-5);
+        let g1 = (fused * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (plain * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        for v in [&gate, &up, &w] {
+            let (a, b) = (g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
+            assert!(max_abs_diff(a, b) < 1e-4, "{}", max_abs_diff(a, b));
+        }
     }
 }

@@ -468,11 +468,29 @@ impl Transformer {
         let x = (x + self.apply_linear(&attn, &layer.o, track, compact)?)?;
         let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
         let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track, compact)?;
-        let act = match self.kernels {
-            Kernels::Fused => kernels::swiglu(&gate, &up)?,
-            Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+        let down = if self.activation_into_down(&layer.down, &gate, track) {
+            kernels::swiglu_matmul(&gate, &up, &self.get(&layer.down.weight_t, train_base))?
+        } else {
+            let act = match self.kernels {
+                Kernels::Fused => kernels::swiglu(&gate, &up)?,
+                Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+            };
+            self.apply_linear(&act, &layer.down, track, compact)?
         };
-        Ok((x + self.apply_linear(&act, &layer.down, track, compact)?)?)
+        Ok((x + down)?)
+    }
+
+    /// Whether a tracked MLP runs its activation and down projection as one op that keeps no
+    /// activation for the backward (fused CPU f32 kernels, a plain down projection: no bias, no
+    /// active adapter).
+    fn activation_into_down(&self, down: &Linear, gate: &Tensor, track: bool) -> bool {
+        track
+            && self.kernels == Kernels::Fused
+            && gate.device().is_cpu()
+            && gate.dtype() == DType::F32
+            && gate.rank() == 2
+            && down.bias.is_none()
+            && !(self.adapters_enabled && self.lora.contains_key(&down.path))
     }
 
     /// Runs the decoder on `(batch, t)` ids and returns the final-normed hidden states
