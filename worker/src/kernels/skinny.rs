@@ -42,7 +42,8 @@ struct Cols {
 fn cols_per_task(n: usize, rows: usize) -> usize {
     let per_thread = n.div_ceil(rayon::current_num_threads().max(1));
     let widest = if rows > SKINNY_MAX_ROWS { MAX_COLS_PER_TASK / 4 } else { MAX_COLS_PER_TASK };
-    per_thread.next_multiple_of(16).clamp(16, widest)
+    // Multiples of 32: whole AVX-512 strips (two AVX2 strips).
+    per_thread.next_multiple_of(32).clamp(32, widest)
 }
 
 /// `acc[r][..w] += sum_k x[r][k] * wt[k][j0..j0 + w]` for all `m` rows, streaming the weight
@@ -159,6 +160,30 @@ fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: C
     }
 }
 
+/// Whether the AVX-512 stream tiles can run here.
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Calls tile function `$tile::<bf16, R>($args)` for `R = min(rows, 4)` rows of f32 or bf16 data.
+macro_rules! for_rows {
+    ($tile:ident, $bf16:expr, $rows:expr, $($args:expr),*) => {
+        match ($bf16, $rows) {
+            (false, 1) => $tile::<false, 1>($($args),*),
+            (false, 2) => $tile::<false, 2>($($args),*),
+            (false, 3) => $tile::<false, 3>($($args),*),
+            (false, _) => $tile::<false, 4>($($args),*),
+            (true, 1) => $tile::<true, 1>($($args),*),
+            (true, 2) => $tile::<true, 2>($($args),*),
+            (true, 3) => $tile::<true, 3>($($args),*),
+            (true, _) => $tile::<true, 4>($($args),*),
+        }
+    };
+}
+
 /// Whether the AVX2/FMA register tiles can run here.
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -196,34 +221,35 @@ fn stream_columns(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) 
 }
 
 /// [`stream_columns`] with [`tiles::stream_tile`]: reduction bands of [`tiles::BAND`] rows, each
-/// swept over the block's 16-column strips (the weight rows stream in order), up to four input
-/// rows per tile. Columns past the last whole strip go through [`stream_columns_impl`].
+/// swept over the block's column strips (the weight rows stream in order) — 32 columns wide with
+/// AVX-512, else (and for a last 16-column strip) 16 — up to four input rows per tile. Columns
+/// past the last whole strip go through [`stream_columns_impl`].
 #[cfg(target_arch = "x86_64")]
 fn stream_columns_tiled(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
-    use tiles::{stream_tile, BAND, TILE_COLS, TILE_ROWS};
+    use tiles::{stream_tile, stream_tile_wide, BAND, TILE_COLS, TILE_ROWS, WIDE_TILE_COLS};
+    let wide_strips = if has_avx512() { c.w - c.w % WIDE_TILE_COLS } else { 0 };
     let strips = c.w - c.w % TILE_COLS;
     assert!(acc.len() >= d.m * c.w && x.len() >= d.m * d.k && wt.len() >= d.k * d.n && c.j0 + c.w <= d.n);
     for k0 in (0..d.k).step_by(BAND) {
         let kb = BAND.min(d.k - k0);
-        for jc in (0..strips).step_by(TILE_COLS) {
+        let wide = (0..wide_strips).step_by(WIDE_TILE_COLS).map(|jc| (jc, true));
+        let narrow = (wide_strips..strips).step_by(TILE_COLS).map(|jc| (jc, false));
+        for (jc, is_wide) in wide.chain(narrow) {
             let (bf16, w) = wt.at(k0 * d.n + c.j0 + jc);
             for r0 in (0..d.m).step_by(TILE_ROWS) {
                 let a = acc[r0 * c.w + jc..].as_mut_ptr();
                 let xs = (x[r0 * d.k + k0..].as_ptr(), d.k);
                 let ws = (w, d.n);
-                // SAFETY: AVX2/FMA are present (checked by the caller); the asserts above bound
-                // every element the tile touches: rows r0..r0 + R < m, columns jc..jc + 16 <= w,
-                // reduction rows k0..k0 + kb <= k.
+                let rows = TILE_ROWS.min(d.m - r0);
+                // SAFETY: AVX2/FMA are present (checked by the caller), AVX-512F for the wide
+                // strips (`has_avx512`); the asserts above bound every element the tile touches:
+                // rows r0..r0 + R < m, columns jc..jc + 32 (wide) or + 16 <= w, reduction rows
+                // k0..k0 + kb <= k.
                 unsafe {
-                    match (bf16, TILE_ROWS.min(d.m - r0)) {
-                        (false, 1) => stream_tile::<false, 1>(a, c.w, xs, ws, kb),
-                        (false, 2) => stream_tile::<false, 2>(a, c.w, xs, ws, kb),
-                        (false, 3) => stream_tile::<false, 3>(a, c.w, xs, ws, kb),
-                        (false, _) => stream_tile::<false, 4>(a, c.w, xs, ws, kb),
-                        (true, 1) => stream_tile::<true, 1>(a, c.w, xs, ws, kb),
-                        (true, 2) => stream_tile::<true, 2>(a, c.w, xs, ws, kb),
-                        (true, 3) => stream_tile::<true, 3>(a, c.w, xs, ws, kb),
-                        (true, _) => stream_tile::<true, 4>(a, c.w, xs, ws, kb),
+                    if is_wide {
+                        for_rows!(stream_tile_wide, bf16, rows, a, c.w, xs, ws, kb)
+                    } else {
+                        for_rows!(stream_tile, bf16, rows, a, c.w, xs, ws, kb)
                     }
                 }
             }
@@ -334,18 +360,7 @@ fn dot_rows_tiled(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m
             let ws = (wp, k);
             // SAFETY: AVX2/FMA are present (checked by the caller); the assert above bounds
             // every element: rows r0..r0 + R <= m, weight rows v0 + v, v0 + v + 1 < v0 + nv.
-            unsafe {
-                match (bf16, TILE_ROWS.min(m - r0)) {
-                    (false, 1) => dot_tile::<false, 1>(o, xs, ws, k),
-                    (false, 2) => dot_tile::<false, 2>(o, xs, ws, k),
-                    (false, 3) => dot_tile::<false, 3>(o, xs, ws, k),
-                    (false, _) => dot_tile::<false, 4>(o, xs, ws, k),
-                    (true, 1) => dot_tile::<true, 1>(o, xs, ws, k),
-                    (true, 2) => dot_tile::<true, 2>(o, xs, ws, k),
-                    (true, 3) => dot_tile::<true, 3>(o, xs, ws, k),
-                    (true, _) => dot_tile::<true, 4>(o, xs, ws, k),
-                }
-            }
+            unsafe { for_rows!(dot_tile, bf16, TILE_ROWS.min(m - r0), o, xs, ws, k) }
         }
     }
     if pairs < nv {

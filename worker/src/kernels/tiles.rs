@@ -1,7 +1,9 @@
-//! AVX2/FMA register tiles for the skinny no-grad products. A tile keeps its accumulators in
-//! registers, so each weight vector it loads (f32, or bf16 widened in a register) feeds the
-//! multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in the same
-//! order whatever the other rows are, so results do not depend on batch composition.
+//! AVX2/FMA and AVX-512 register tiles for the skinny no-grad products. A tile keeps its
+//! accumulators in registers, so each weight vector it loads (f32, or bf16 widened in a register)
+//! feeds the multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in
+//! the same order whatever the other rows are, so results do not depend on batch composition;
+//! the stream tiles of both widths do the same fused multiply-adds per element, in the same
+//! order, so they give identical results.
 
 use std::arch::x86_64::*;
 
@@ -58,6 +60,61 @@ pub(super) unsafe fn stream_tile<const BF16: bool, const R: usize>(
     for (r, ar) in a.iter().enumerate() {
         _mm256_storeu_ps(acc.add(r * ldacc), ar[0]);
         _mm256_storeu_ps(acc.add(r * ldacc + 8), ar[1]);
+    }
+}
+
+/// Output columns one AVX-512 stream tile handles (two 16-lane vectors).
+pub(super) const WIDE_TILE_COLS: usize = 32;
+
+/// Sixteen weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns widened.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load16<const BF16: bool>(w: *const u8, idx: usize) -> __m512 {
+    if BF16 {
+        let p = (w as *const u16).add(idx) as *const __m256i;
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p))))
+    } else {
+        _mm512_loadu_ps((w as *const f32).add(idx))
+    }
+}
+
+/// [`stream_tile`] over 32 output columns with AVX-512 vectors (twice the multiply-adds per
+/// instruction; per element the same operations in the same order).
+///
+/// # Safety
+/// The CPU must support AVX-512F, and every addressed element must be in bounds.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn stream_tile_wide<const BF16: bool, const R: usize>(
+    acc: *mut f32,
+    ldacc: usize,
+    (x, ldx): (*const f32, usize),
+    (w, ldw): (*const u8, usize),
+    kb: usize,
+) {
+    let mut a = [[_mm512_setzero_ps(); 2]; R];
+    for (r, ar) in a.iter_mut().enumerate() {
+        ar[0] = _mm512_loadu_ps(acc.add(r * ldacc));
+        ar[1] = _mm512_loadu_ps(acc.add(r * ldacc + 16));
+    }
+    let elem = if BF16 { 2 } else { 4 };
+    for kk in 0..kb {
+        // 32 f32 weights span two cache lines (32 bf16 weights, one).
+        let next = w.wrapping_add((kk + BAND) * ldw * elem);
+        _mm_prefetch::<_MM_HINT_T0>(next as *const i8);
+        if !BF16 {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64) as *const i8);
+        }
+        let w0 = load16::<BF16>(w, kk * ldw);
+        let w1 = load16::<BF16>(w, kk * ldw + 16);
+        for (r, ar) in a.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(*x.add(r * ldx + kk));
+            ar[0] = _mm512_fmadd_ps(b, w0, ar[0]);
+            ar[1] = _mm512_fmadd_ps(b, w1, ar[1]);
+        }
+    }
+    for (r, ar) in a.iter().enumerate() {
+        _mm512_storeu_ps(acc.add(r * ldacc), ar[0]);
+        _mm512_storeu_ps(acc.add(r * ldacc + 16), ar[1]);
     }
 }
 
