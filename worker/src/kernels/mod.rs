@@ -45,7 +45,7 @@ fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
 }
 
 /// Whether the fused CPU kernels apply to this tensor.
-fn use_cpu_kernel(t: &Tensor) -> bool {
+pub(crate) fn use_cpu_kernel(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == candle_core::DType::F32
 }
 

@@ -1,7 +1,7 @@
 //! LoRA adapters on chosen projections, saved and loaded in PEFT format
 //! (`adapter_config.json` + `adapter_model.safetensors`).
 
-use super::{Kernels, Linear, Transformer};
+use super::{Linear, Transformer};
 use crate::error::{read_json, write_json, Result, WorkerError};
 use candle_core::{DType, Tensor, Var};
 use rand::{Rng, SeedableRng};
@@ -126,12 +126,7 @@ impl Transformer {
     /// kernels, no dropout to apply): `None` leaves it to the plain composition.
     pub(super) fn one_op_lora(&self, lin: &Linear, x: &Tensor, track: bool) -> Option<&LoraAdapter> {
         let dropout = self.lora_config.as_ref().map(|c| c.lora_dropout).unwrap_or(0.0);
-        let fusable = self.adapters_enabled
-            && self.kernels == Kernels::Fused
-            && x.device().is_cpu()
-            && x.dtype() == DType::F32
-            && x.rank() == 2
-            && (!track || dropout <= 0.0);
+        let fusable = self.adapters_enabled && self.fused_cpu_rows(x) && (!track || dropout <= 0.0);
         self.lora.get(&lin.path).filter(|_| fusable)
     }
 

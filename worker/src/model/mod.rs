@@ -485,12 +485,14 @@ impl Transformer {
     /// active adapter).
     fn activation_into_down(&self, down: &Linear, gate: &Tensor, track: bool) -> bool {
         track
-            && self.kernels == Kernels::Fused
-            && gate.device().is_cpu()
-            && gate.dtype() == DType::F32
-            && gate.rank() == 2
+            && self.fused_cpu_rows(gate)
             && down.bias.is_none()
             && !(self.adapters_enabled && self.lora.contains_key(&down.path))
+    }
+
+    /// Whether the fused CPU kernels take rows `x` (a 2-D f32 CPU tensor).
+    fn fused_cpu_rows(&self, x: &Tensor) -> bool {
+        self.kernels == Kernels::Fused && kernels::use_cpu_kernel(x) && x.rank() == 2
     }
 
     /// Runs the decoder on `(batch, t)` ids and returns the final-normed hidden states
