@@ -355,12 +355,40 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 
 pub(super) struct Matmul;
 
-/// The f32 data of a 2-D operand from its first element, with its row and column strides,
-/// checked to hold the whole strided matrix.
-pub(super) fn strided_matrix<'a>(
-    s: &'a CpuStorage,
-    l: &Layout,
-) -> Result<(&'a [f32], usize, usize, isize, isize)> {
+/// A 2-D f32 operand checked to lie inside its data: elements from `data[0]` with row stride
+/// `rs` and column stride `cs`.
+#[derive(Clone, Copy)]
+pub(super) struct Strided<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+}
+
+impl<'a> Strided<'a> {
+    /// `rows × cols` elements of `data` at strides `(rs, cs)`; an error if they run past its end.
+    pub(super) fn new(data: &'a [f32], (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> Result<Self> {
+        let last = if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 };
+        if last > data.len() {
+            bail!("matrix operand of {rows}×{cols} with strides ({rs}, {cs}) exceeds its storage");
+        }
+        Ok(Self { data, rows, cols, rs: rs as isize, cs: cs as isize })
+    }
+
+    /// A contiguous row-major `rows × cols` matrix.
+    pub(super) fn dense(data: &'a [f32], rows: usize, cols: usize) -> Result<Self> {
+        Self::new(data, (rows, cols), (cols, 1))
+    }
+
+    /// The transpose of this operand (a view: strides swapped).
+    pub(super) fn t(self) -> Self {
+        Self { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
+    }
+}
+
+/// A 2-D operand of a custom op, as stored.
+pub(super) fn strided_matrix<'a>(s: &'a CpuStorage, l: &Layout) -> Result<Strided<'a>> {
     let (rows, cols) = l.shape().dims2()?;
     let (rs, cs) = match l.stride() {
         [rs, cs] => (*rs, *cs),
@@ -370,15 +398,41 @@ pub(super) fn strided_matrix<'a>(
         Some(_) => f32_slice(s, l)?,
         None => &s.as_slice::<f32>()?[l.start_offset()..],
     };
-    let last = if rows == 0 || cols == 0 {
-        0
-    } else {
-        (rows - 1) * rs + (cols - 1) * cs + 1
-    };
-    if last > data.len() {
-        bail!("matmul operand of {rows}×{cols} with strides ({rs}, {cs}) exceeds its storage");
+    Strided::new(data, (rows, cols), (rs, cs))
+}
+
+/// `dst = lhs · rhs`, or `dst += lhs · rhs` with `accumulate`; `dst` is contiguous row-major.
+pub(super) fn product_into(dst: &mut [f32], lhs: Strided, rhs: Strided, accumulate: bool) -> Result<()> {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    if rhs.rows != k || dst.len() != m * n {
+        bail!("product of {m}×{k} by {}×{n} into {} elements", rhs.rows, dst.len());
     }
-    Ok((data, rows, cols, rs as isize, cs as isize))
+    // SAFETY: `Strided::new` checked both operands against their data; `dst` holds m×n floats.
+    unsafe {
+        sgemm(Product {
+            m,
+            n,
+            k,
+            dst: dst.as_mut_ptr(),
+            dst_cs: 1,
+            dst_rs: n as isize,
+            accumulate,
+            lhs: lhs.data.as_ptr(),
+            lhs_cs: lhs.cs,
+            lhs_rs: lhs.rs,
+            rhs: rhs.data.as_ptr(),
+            rhs_cs: rhs.cs,
+            rhs_rs: rhs.rs,
+        })
+    };
+    Ok(())
+}
+
+/// `lhs · rhs` in a new contiguous row-major buffer.
+pub(super) fn product(lhs: Strided, rhs: Strided) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; lhs.rows * rhs.cols];
+    product_into(&mut out, lhs, rhs, false)?;
+    Ok(out)
 }
 
 impl CustomOp2 for Matmul {
@@ -393,30 +447,9 @@ impl CustomOp2 for Matmul {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (x, m, k, x_rs, x_cs) = strided_matrix(s1, l1)?;
-        let (w, k2, n, w_rs, w_cs) = strided_matrix(s2, l2)?;
-        if k != k2 {
-            bail!("matmul of {m}×{k} by {k2}×{n}");
-        }
-        let mut out = vec![0f32; m * n];
-        // SAFETY: `strided_matrix` checked both inputs; `out` holds m×n contiguous floats.
-        unsafe {
-            sgemm(Product {
-                m,
-                n,
-                k,
-                dst: out.as_mut_ptr(),
-                dst_cs: 1,
-                dst_rs: n as isize,
-                accumulate: false,
-                lhs: x.as_ptr(),
-                lhs_cs: x_cs,
-                lhs_rs: x_rs,
-                rhs: w.as_ptr(),
-                rhs_cs: w_cs,
-                rhs_rs: w_rs,
-            })
-        };
+        let (x, w) = (strided_matrix(s1, l1)?, strided_matrix(s2, l2)?);
+        let out = product(x, w)?;
+        let (m, n) = (x.rows, w.cols);
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 

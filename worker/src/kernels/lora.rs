@@ -5,8 +5,8 @@
 //! more than a plain linear layer, for each adapted projection. This op keeps only its inputs and
 //! recomputes the small rank-r product in the backward.
 
-use super::blas::{strided_matrix, Matmul};
-use super::{f32_slice, sgemm, with_f32, Product};
+use super::blas::{product, product_into, strided_matrix, Matmul, Strided};
+use super::{f32_slice, with_f32};
 use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 /// `x · w + scale · (x · aᵀ) · bᵀ` for `x` `(m, in)`, frozen `w` `(in, out)`, `a` `(r, in)` and
@@ -35,49 +35,20 @@ impl CustomOp3 for LoraMatmul {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (x, m, k, x_rs, x_cs) = strided_matrix(s1, l1)?;
-        let (a, b) = (f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let x = strided_matrix(s1, l1)?;
+        let (m, k) = l1.shape().dims2()?;
         let (r, k_a) = l2.shape().dims2()?;
         let (n, r_b) = l3.shape().dims2()?;
         let (k_w, n_w) = self.w.dims2()?;
         if k_a != k || k_w != k || n_w != n || r_b != r {
             bail!("lora matmul: x {m}×{k}, w {k_w}×{n_w}, a {r}×{k_a}, b {n}×{r_b}");
         }
-        let mut out = vec![0f32; m * n];
-        let mut h = vec![0f32; m * r];
-        with_f32(&self.w, |w| {
-            // SAFETY: `strided_matrix` checked `x`; `w` is contiguous `k × n` (checked above);
-            // `out` holds m×n floats.
-            unsafe {
-                sgemm(Product {
-                    m, n, k,
-                    dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
-                    lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
-                    rhs: w.as_ptr(), rhs_cs: 1, rhs_rs: n as isize,
-                })
-            };
-            Ok(())
-        })?;
-        // SAFETY: `a` and `b` are contiguous with the shapes checked above; `h` holds m×r floats.
-        unsafe {
-            // h = x · aᵀ: a read as its transpose (column stride k).
-            sgemm(Product {
-                m, n: r, k,
-                dst: h.as_mut_ptr(), dst_cs: 1, dst_rs: r as isize, accumulate: false,
-                lhs: x.as_ptr(), lhs_cs: x_cs, lhs_rs: x_rs,
-                rhs: a.as_ptr(), rhs_cs: k as isize, rhs_rs: 1,
-            });
-        }
+        let mut out = with_f32(&self.w, |w| product(x, Strided::dense(w, k, n)?))?;
+        // h = s · x · aᵀ (m × r), then out += h · bᵀ.
+        let mut h = product(x, Strided::dense(f32_slice(s2, l2)?, r, k)?.t())?;
         h.iter_mut().for_each(|v| *v *= self.scale);
-        // SAFETY: as above; b read as its transpose (column stride r).
-        unsafe {
-            sgemm(Product {
-                m, n, k: r,
-                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: true,
-                lhs: h.as_ptr(), lhs_cs: 1, lhs_rs: r as isize,
-                rhs: b.as_ptr(), rhs_cs: r as isize, rhs_rs: 1,
-            });
-        }
+        let b = Strided::dense(f32_slice(s3, l3)?, n, r)?.t();
+        product_into(&mut out, Strided::dense(&h, m, r)?, b, true)?;
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 

@@ -1,8 +1,8 @@
 //! SwiGLU `silu(gate) * up` fused into one pass, with a hand-written backward (saves the
 //! `silu(gate)` intermediate and several elementwise temporaries per layer).
 
-use super::blas::{strided_matrix, Matmul};
-use super::{f32_slice, sgemm, use_cpu_kernel, Product};
+use super::blas::{product, strided_matrix, Matmul, Strided};
+use super::{f32_slice, use_cpu_kernel};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -99,20 +99,9 @@ impl CustomOp3 for SwiGluMatmul {
     ) -> Result<(CpuStorage, Shape)> {
         let (m, k) = l1.shape().dims2()?;
         let act = activation(s1, l1, s2, l2)?;
-        let (w, k_w, n, w_rs, w_cs) = strided_matrix(s3, l3)?;
-        if k_w != k {
-            bail!("swiglu matmul: activation {m}×{k} by weight {k_w}×{n}");
-        }
-        let mut out = vec![0f32; m * n];
-        // SAFETY: `act` is m×k contiguous, `strided_matrix` checked `w`, `out` holds m×n floats.
-        unsafe {
-            sgemm(Product {
-                m, n, k,
-                dst: out.as_mut_ptr(), dst_cs: 1, dst_rs: n as isize, accumulate: false,
-                lhs: act.as_ptr(), lhs_cs: 1, lhs_rs: k as isize,
-                rhs: w.as_ptr(), rhs_cs: w_cs, rhs_rs: w_rs,
-            })
-        };
+        let w = strided_matrix(s3, l3)?;
+        let out = product(Strided::dense(&act, m, k)?, w)?;
+        let (_, n) = l3.shape().dims2()?;
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 
