@@ -26,43 +26,6 @@ unsafe fn load8<const BF16: bool>(w: *const u8, idx: usize) -> __m256 {
     }
 }
 
-/// `acc[r][0..16] += sum_kk x[r][kk] * w[kk][0..16]` for `R` rows and `kb` reduction rows.
-/// `acc`, `x` and `w` point at the tile's first element; `ld*` are their row strides
-/// (elements).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA, and every addressed element must be in bounds.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn stream_tile<const BF16: bool, const R: usize>(
-    acc: *mut f32,
-    ldacc: usize,
-    (x, ldx): (*const f32, usize),
-    (w, ldw): (*const u8, usize),
-    kb: usize,
-) {
-    let mut a = [[_mm256_setzero_ps(); 2]; R];
-    for (r, ar) in a.iter_mut().enumerate() {
-        ar[0] = _mm256_loadu_ps(acc.add(r * ldacc));
-        ar[1] = _mm256_loadu_ps(acc.add(r * ldacc + 8));
-    }
-    let elem = if BF16 { 2 } else { 4 };
-    for kk in 0..kb {
-        // The same strip of the next band, needed one sweep over the block's strips from now.
-        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((kk + BAND) * ldw * elem) as *const i8);
-        let w0 = load8::<BF16>(w, kk * ldw);
-        let w1 = load8::<BF16>(w, kk * ldw + 8);
-        for (r, ar) in a.iter_mut().enumerate() {
-            let b = _mm256_set1_ps(*x.add(r * ldx + kk));
-            ar[0] = _mm256_fmadd_ps(b, w0, ar[0]);
-            ar[1] = _mm256_fmadd_ps(b, w1, ar[1]);
-        }
-    }
-    for (r, ar) in a.iter().enumerate() {
-        _mm256_storeu_ps(acc.add(r * ldacc), ar[0]);
-        _mm256_storeu_ps(acc.add(r * ldacc + 8), ar[1]);
-    }
-}
-
 /// Output columns one AVX-512 stream tile handles (two 16-lane vectors).
 pub(super) const WIDE_TILE_COLS: usize = 32;
 
@@ -78,45 +41,69 @@ unsafe fn load16<const BF16: bool>(w: *const u8, idx: usize) -> __m512 {
     }
 }
 
-/// [`stream_tile`] over 32 output columns with AVX-512 vectors (twice the multiply-adds per
-/// instruction; per element the same operations in the same order).
-///
-/// # Safety
-/// The CPU must support AVX-512F, and every addressed element must be in bounds.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn stream_tile_wide<const BF16: bool, const R: usize>(
-    acc: *mut f32,
-    ldacc: usize,
-    (x, ldx): (*const f32, usize),
-    (w, ldw): (*const u8, usize),
-    kb: usize,
-) {
-    let mut a = [[_mm512_setzero_ps(); 2]; R];
-    for (r, ar) in a.iter_mut().enumerate() {
-        ar[0] = _mm512_loadu_ps(acc.add(r * ldacc));
-        ar[1] = _mm512_loadu_ps(acc.add(r * ldacc + 16));
-    }
-    let elem = if BF16 { 2 } else { 4 };
-    for kk in 0..kb {
-        // 32 f32 weights span two cache lines (32 bf16 weights, one).
-        let next = w.wrapping_add((kk + BAND) * ldw * elem);
-        _mm_prefetch::<_MM_HINT_T0>(next as *const i8);
-        if !BF16 {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64) as *const i8);
+/// Defines a stream tile: `acc[r][0..2·lanes] += sum_kk x[r][kk] * w[kk][0..2·lanes]` for `R`
+/// rows and `kb` reduction rows, with two vectors of `lanes` f32 per row. `acc`, `x` and `w`
+/// point at the tile's first element; `ld*` are their row strides (elements). Both widths run
+/// the same fused multiply-adds per element in the same order.
+macro_rules! stream_tile {
+    ($(#[$doc:meta])* $name:ident, $feature:literal, $vec:ty, $lanes:literal, $load:ident,
+     $zero:ident, $loadu:ident, $storeu:ident, $set1:ident, $fmadd:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must support the tile's instruction set, and every addressed element must be
+        /// in bounds.
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name<const BF16: bool, const R: usize>(
+            acc: *mut f32,
+            ldacc: usize,
+            (x, ldx): (*const f32, usize),
+            (w, ldw): (*const u8, usize),
+            kb: usize,
+        ) {
+            let mut a: [[$vec; 2]; R] = [[$zero(); 2]; R];
+            for (r, ar) in a.iter_mut().enumerate() {
+                ar[0] = $loadu(acc.add(r * ldacc));
+                ar[1] = $loadu(acc.add(r * ldacc + $lanes));
+            }
+            let elem: usize = if BF16 { 2 } else { 4 };
+            // Cache lines one strip of a weight row spans.
+            let lines = (2 * $lanes * elem).div_ceil(64);
+            for kk in 0..kb {
+                // The same strip of the next band, needed one sweep over the block's strips
+                // from now.
+                let next = w.wrapping_add((kk + BAND) * ldw * elem);
+                for line in 0..lines {
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line) as *const i8);
+                }
+                let w0 = $load::<BF16>(w, kk * ldw);
+                let w1 = $load::<BF16>(w, kk * ldw + $lanes);
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let b = $set1(*x.add(r * ldx + kk));
+                    ar[0] = $fmadd(b, w0, ar[0]);
+                    ar[1] = $fmadd(b, w1, ar[1]);
+                }
+            }
+            for (r, ar) in a.iter().enumerate() {
+                $storeu(acc.add(r * ldacc), ar[0]);
+                $storeu(acc.add(r * ldacc + $lanes), ar[1]);
+            }
         }
-        let w0 = load16::<BF16>(w, kk * ldw);
-        let w1 = load16::<BF16>(w, kk * ldw + 16);
-        for (r, ar) in a.iter_mut().enumerate() {
-            let b = _mm512_set1_ps(*x.add(r * ldx + kk));
-            ar[0] = _mm512_fmadd_ps(b, w0, ar[0]);
-            ar[1] = _mm512_fmadd_ps(b, w1, ar[1]);
-        }
-    }
-    for (r, ar) in a.iter().enumerate() {
-        _mm512_storeu_ps(acc.add(r * ldacc), ar[0]);
-        _mm512_storeu_ps(acc.add(r * ldacc + 16), ar[1]);
-    }
+    };
 }
+
+stream_tile!(
+    /// The AVX2/FMA stream tile: [`TILE_COLS`] output columns.
+    stream_tile, "avx2,fma", __m256, 8, load8,
+    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps
+);
+
+stream_tile!(
+    /// The AVX-512 stream tile: [`WIDE_TILE_COLS`] output columns (twice the multiply-adds per
+    /// instruction).
+    stream_tile_wide, "avx512f", __m512, 16, load16,
+    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps
+);
 
 /// Horizontal sum of a vector (fixed order).
 #[target_feature(enable = "avx2,fma")]
