@@ -36,7 +36,10 @@ async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
 /// background task, which re-subscribes (with backoff) whenever the connection drops. Calls
 /// `on_change(Subscribed)` once subscribed, before returning; fails only if that first
 /// subscription fails.
-pub async fn listen_for_job_changes<F>(pool: &PgPool, on_change: F) -> Result<JoinHandle<()>, sqlx::Error>
+pub async fn listen_for_job_changes<F>(
+    pool: &PgPool,
+    on_change: F,
+) -> Result<JoinHandle<()>, sqlx::Error>
 where
     F: Fn(JobChange) + Send + Sync + 'static,
 {
@@ -46,7 +49,9 @@ where
     Ok(tokio::spawn(async move {
         loop {
             match listener.try_recv().await {
-                Ok(Some(notification)) => on_change(JobChange::Changed(notification.payload().to_string())),
+                Ok(Some(notification)) => {
+                    on_change(JobChange::Changed(notification.payload().to_string()))
+                }
                 outcome => {
                     if let Err(error) = outcome {
                         tracing::warn!(%error, "job change listener failed; re-subscribing");

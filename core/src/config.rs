@@ -25,7 +25,11 @@ pub struct StorageConfig {
     #[arg(long = "s3-path-style", env = "VERITY_S3_PATH_STYLE", default_value_t = true, action = clap::ArgAction::Set)]
     pub s3_path_style: bool,
     /// Objects larger than this are uploaded in parts (MiB; at least 5).
-    #[arg(long = "multipart-threshold-mib", env = "VERITY_MULTIPART_THRESHOLD_MIB", default_value_t = 16)]
+    #[arg(
+        long = "multipart-threshold-mib",
+        env = "VERITY_MULTIPART_THRESHOLD_MIB",
+        default_value_t = 16
+    )]
     pub multipart_threshold_mib: u64,
     /// Secret used to sign download URLs of the local backend.
     #[arg(long = "signing-secret", env = "VERITY_SIGNING_SECRET", default_value = "")]

@@ -53,7 +53,11 @@ pub async fn insert_file(pool: &PgPool, file: &FileRecord) -> Result<(), sqlx::E
 }
 
 /// The org's file `id`, if it exists.
-pub async fn get_file(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<FileRecord>, sqlx::Error> {
+pub async fn get_file(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<FileRecord>, sqlx::Error> {
     sqlx::query_as!(
         FileRecord,
         r#"SELECT id, org_id, filename, purpose, bytes, line_count, status, status_details, storage_key, created_at
@@ -92,8 +96,16 @@ pub async fn list_files(
 }
 
 /// Deletes the org's file `id`; returns its storage key when it existed.
-pub async fn delete_file(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!("DELETE FROM files WHERE org_id = $1 AND id = $2 RETURNING storage_key", org_id, id)
-        .fetch_optional(pool)
-        .await
+pub async fn delete_file(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "DELETE FROM files WHERE org_id = $1 AND id = $2 RETURNING storage_key",
+        org_id,
+        id
+    )
+    .fetch_optional(pool)
+    .await
 }

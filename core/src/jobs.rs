@@ -44,7 +44,11 @@ pub struct JobRecord {
 }
 
 /// The org's job `id`.
-pub async fn get_job(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<JobRecord>, sqlx::Error> {
+pub async fn get_job(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<JobRecord>, sqlx::Error> {
     sqlx::query_as!(
         JobRecord,
         r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
@@ -58,7 +62,12 @@ pub async fn get_job(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<Job
 }
 
 /// The org's jobs, newest first, after job `after` (exclusive); at most `limit`.
-pub async fn list_jobs(pool: &PgPool, org_id: Uuid, after: Option<&str>, limit: i64) -> Result<Vec<JobRecord>, sqlx::Error> {
+pub async fn list_jobs(
+    pool: &PgPool,
+    org_id: Uuid,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobRecord>, sqlx::Error> {
     sqlx::query_as!(
         JobRecord,
         r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
@@ -95,7 +104,12 @@ pub struct EventRecord {
 }
 
 /// Events of a job, newest first, older than event `before_id` when given; at most `limit`.
-pub async fn list_events(pool: &PgPool, job_id: &str, before_id: Option<i64>, limit: i64) -> Result<Vec<EventRecord>, sqlx::Error> {
+pub async fn list_events(
+    pool: &PgPool,
+    job_id: &str,
+    before_id: Option<i64>,
+    limit: i64,
+) -> Result<Vec<EventRecord>, sqlx::Error> {
     sqlx::query_as!(
         EventRecord,
         r#"SELECT id, level, kind, message, data, created_at FROM job_events
@@ -149,7 +163,11 @@ pub async fn list_checkpoints(
 }
 
 /// The checkpoint `id` of a job.
-pub async fn get_checkpoint(pool: &PgPool, job_id: &str, id: &str) -> Result<Option<CheckpointRecord>, sqlx::Error> {
+pub async fn get_checkpoint(
+    pool: &PgPool,
+    job_id: &str,
+    id: &str,
+) -> Result<Option<CheckpointRecord>, sqlx::Error> {
     sqlx::query_as!(
         CheckpointRecord,
         r#"SELECT id, job_id, step, storage_prefix, bytes, metrics, created_at FROM checkpoints
@@ -162,7 +180,10 @@ pub async fn get_checkpoint(pool: &PgPool, job_id: &str, id: &str) -> Result<Opt
 }
 
 /// Every checkpoint of the org's jobs (for the model list), newest first.
-pub async fn org_checkpoints(pool: &PgPool, org_id: Uuid) -> Result<Vec<(CheckpointRecord, String)>, sqlx::Error> {
+pub async fn org_checkpoints(
+    pool: &PgPool,
+    org_id: Uuid,
+) -> Result<Vec<(CheckpointRecord, String)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"SELECT c.id, c.job_id, c.step, c.storage_prefix, c.bytes, c.metrics, c.created_at, j.model
            FROM checkpoints c JOIN jobs j ON j.id = c.job_id
@@ -214,7 +235,11 @@ impl MetricsWindow {
 /// A window of a job's per-step metrics as one JSON array text (`[{"step": n, …}, …]`, by
 /// step), built by Postgres so that large jobs cost one round trip and no re-encoding, and
 /// whether rows after the window exist.
-pub async fn metrics_json(pool: &PgPool, job_id: &str, window: MetricsWindow) -> Result<(String, bool), sqlx::Error> {
+pub async fn metrics_json(
+    pool: &PgPool,
+    job_id: &str,
+    window: MetricsWindow,
+) -> Result<(String, bool), sqlx::Error> {
     let row = sqlx::query!(
         r#"WITH page AS (
                SELECT step, data FROM job_metrics WHERE job_id = $1 AND step > $2 ORDER BY step LIMIT $3)
@@ -232,7 +257,10 @@ pub async fn metrics_json(pool: &PgPool, job_id: &str, window: MetricsWindow) ->
 }
 
 /// Every per-step metrics row of a job as JSON object text (`{"step": n, …}`), by step.
-pub async fn metrics_row_texts(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, String)>, sqlx::Error> {
+pub async fn metrics_row_texts(
+    pool: &PgPool,
+    job_id: &str,
+) -> Result<Vec<(i32, String)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"SELECT step, (jsonb_build_object('step', step) || data)::text AS "row!"
            FROM job_metrics WHERE job_id = $1 ORDER BY step"#,
@@ -249,7 +277,11 @@ pub async fn metrics_rows(pool: &PgPool, job_id: &str) -> Result<Vec<(i32, Value
 }
 
 /// A window of a job's per-step metrics, by step.
-pub async fn metrics_rows_in(pool: &PgPool, job_id: &str, window: MetricsWindow) -> Result<Vec<(i32, Value)>, sqlx::Error> {
+pub async fn metrics_rows_in(
+    pool: &PgPool,
+    job_id: &str,
+    window: MetricsWindow,
+) -> Result<Vec<(i32, Value)>, sqlx::Error> {
     let rows = sqlx::query!(
         "SELECT step, data FROM job_metrics WHERE job_id = $1 AND step > $2 ORDER BY step LIMIT $3",
         job_id,
@@ -296,7 +328,12 @@ pub struct SampleFilter {
 }
 
 /// A job's samples by (step, idx), filtered; at most `limit`.
-pub async fn list_samples(pool: &PgPool, job_id: &str, filter: &SampleFilter, limit: i64) -> Result<Vec<SampleRecord>, sqlx::Error> {
+pub async fn list_samples(
+    pool: &PgPool,
+    job_id: &str,
+    filter: &SampleFilter,
+    limit: i64,
+) -> Result<Vec<SampleRecord>, sqlx::Error> {
     let (after_step, after_idx) = filter.after.map_or((None, None), |(s, i)| (Some(s), Some(i)));
     sqlx::query_as!(
         SampleRecord,
@@ -332,15 +369,18 @@ pub struct QueueStats {
 
 /// Job counts by state, runnable queue depth, and workers seen in the last `window_secs`.
 pub async fn queue_stats(pool: &PgPool, window_secs: f64) -> Result<QueueStats, sqlx::Error> {
-    let by_state = sqlx::query!(r#"SELECT state, count(*) AS "n!" FROM jobs GROUP BY state ORDER BY state"#)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.state, r.n))
-        .collect();
-    let queue_depth = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM jobs WHERE state = 'queued' AND run_after <= now()"#)
-        .fetch_one(pool)
-        .await?;
+    let by_state =
+        sqlx::query!(r#"SELECT state, count(*) AS "n!" FROM jobs GROUP BY state ORDER BY state"#)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| (r.state, r.n))
+            .collect();
+    let queue_depth = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM jobs WHERE state = 'queued' AND run_after <= now()"#
+    )
+    .fetch_one(pool)
+    .await?;
     let workers_seen = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM workers WHERE last_seen_at > now() - make_interval(secs => $1)"#,
         window_secs

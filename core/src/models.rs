@@ -39,7 +39,11 @@ pub async fn list_models(pool: &PgPool, org_id: Uuid) -> Result<Vec<ModelRecord>
 }
 
 /// The model `id` if `org_id` can see it.
-pub async fn get_model(pool: &PgPool, org_id: Uuid, id: &str) -> Result<Option<ModelRecord>, sqlx::Error> {
+pub async fn get_model(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<ModelRecord>, sqlx::Error> {
     sqlx::query_as!(
         ModelRecord,
         r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at FROM models

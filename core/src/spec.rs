@@ -20,7 +20,9 @@ where
         None => Ok(None),
         Some(AutoOr::Value(v)) => Ok(Some(v)),
         Some(AutoOr::Auto(s)) if s == "auto" => Ok(None),
-        Some(AutoOr::Auto(s)) => Err(serde::de::Error::custom(format!("expected a number or \"auto\", got {s:?}"))),
+        Some(AutoOr::Auto(s)) => {
+            Err(serde::de::Error::custom(format!("expected a number or \"auto\", got {s:?}")))
+        }
     }
 }
 
@@ -286,7 +288,9 @@ impl Hyperparameters {
 
     /// Checks every field; `prefix` is the JSON path of this object for error messages.
     pub fn validate(&self, prefix: &str) -> Result<(), SpecError> {
-        let err = |field: &str, message: String| Err(SpecError { param: format!("{prefix}.{field}"), message });
+        let err = |field: &str, message: String| {
+            Err(SpecError { param: format!("{prefix}.{field}"), message })
+        };
         let positive = |field: &str, value: usize, max: usize| {
             if value == 0 || value > max {
                 err(field, format!("must be between 1 and {max}, got {value}"))
@@ -297,7 +301,10 @@ impl Hyperparameters {
         positive("batch_size", self.batch_size(), 4096)?;
         positive("group_size", self.group_size, 1024)?;
         if self.group_size < 2 {
-            return err("group_size", "must be at least 2: advantages compare completions of one prompt".into());
+            return err(
+                "group_size",
+                "must be at least 2: advantages compare completions of one prompt".into(),
+            );
         }
         positive("n_epochs", self.n_epochs(), 1000)?;
         if let Some(steps) = self.max_steps {
@@ -310,7 +317,10 @@ impl Hyperparameters {
         positive("eval_samples", self.eval_samples(), 1024)?;
         let lr = self.effective_learning_rate();
         if !(lr.is_finite() && lr > 0.0 && lr <= 1.0) {
-            return err("learning_rate", format!("must be in (0, 1] after the multiplier, got {lr}"));
+            return err(
+                "learning_rate",
+                format!("must be in (0, 1] after the multiplier, got {lr}"),
+            );
         }
         if !(self.temperature.is_finite() && self.temperature > 0.0 && self.temperature <= 10.0) {
             return err("temperature", format!("must be in (0, 10], got {}", self.temperature));
@@ -319,10 +329,16 @@ impl Hyperparameters {
             return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
         }
         if self.stop.len() > MAX_STOP_STRINGS {
-            return err("stop", format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()));
+            return err(
+                "stop",
+                format!("at most {MAX_STOP_STRINGS} stop strings, got {}", self.stop.len()),
+            );
         }
         if let Some(bad) = self.stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
-            return err("stop", format!("each stop string must be 1 to {MAX_STOP_LEN} bytes, got {bad:?}"));
+            return err(
+                "stop",
+                format!("each stop string must be 1 to {MAX_STOP_LEN} bytes, got {bad:?}"),
+            );
         }
         let (low, high) = self.clip_range();
         if !(low.is_finite() && low > 0.0 && low <= 1.0) {
@@ -335,7 +351,13 @@ impl Hyperparameters {
             return err("beta", format!("must be in [0, 10], got {}", self.beta));
         }
         if self.overlong_buffer >= self.max_completion_tokens && self.overlong_buffer > 0 {
-            return err("overlong_buffer", format!("must be smaller than max_completion_tokens ({})", self.max_completion_tokens));
+            return err(
+                "overlong_buffer",
+                format!(
+                    "must be smaller than max_completion_tokens ({})",
+                    self.max_completion_tokens
+                ),
+            );
         }
         if !(self.overlong_penalty.is_finite() && self.overlong_penalty >= 0.0) {
             return err("overlong_penalty", "must be a non-negative number".into());
@@ -353,7 +375,10 @@ impl Hyperparameters {
         }
         if let Some(drawn) = self.max_groups_drawn {
             if drawn < self.batch_size() {
-                return err("max_groups_drawn", format!("must be at least batch_size ({})", self.batch_size()));
+                return err(
+                    "max_groups_drawn",
+                    format!("must be at least batch_size ({})", self.batch_size()),
+                );
             }
         }
         if let Some(lora) = &self.lora {
@@ -416,7 +441,9 @@ mod tests {
     use serde_json::json;
 
     fn method(hp: Value) -> Result<Method, serde_json::Error> {
-        serde_json::from_value(json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}, "hyperparameters": hp}}))
+        serde_json::from_value(
+            json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}, "hyperparameters": hp}}),
+        )
     }
 
     #[test]
@@ -461,7 +488,10 @@ mod tests {
     fn stop_strings_are_bounded() {
         let ok = method(json!({"stop": ["</answer>", "\n\n"]})).unwrap();
         ok.validate().unwrap();
-        assert_eq!(ok.reinforcement().hyperparameters.stop, vec!["</answer>".to_string(), "\n\n".to_string()]);
+        assert_eq!(
+            ok.reinforcement().hyperparameters.stop,
+            vec!["</answer>".to_string(), "\n\n".to_string()]
+        );
         let e = method(json!({"stop": [""]})).unwrap().validate().unwrap_err();
         assert!(e.param.ends_with("hyperparameters.stop"), "{e:?}");
         let e = method(json!({"stop": ["a", "b", "c", "d", "e"]})).unwrap().validate().unwrap_err();

@@ -178,7 +178,10 @@ pub async fn insert_api_key(
 }
 
 /// The API key whose stored prefix is `prefix`, with its user's role.
-pub async fn find_api_key(pool: &PgPool, prefix: &str) -> Result<Option<ApiKeyRecord>, TenancyError> {
+pub async fn find_api_key(
+    pool: &PgPool,
+    prefix: &str,
+) -> Result<Option<ApiKeyRecord>, TenancyError> {
     let key = sqlx::query_as!(
         ApiKeyRecord,
         r#"SELECT k.id, k.org_id, k.user_id, k.key_hash, u.role, k.revoked_at
@@ -240,14 +243,20 @@ pub async fn revoke_api_key(pool: &PgPool, org_id: Uuid, id: Uuid) -> Result<boo
 
 /// Records that key `id` was just used.
 pub async fn touch_api_key(pool: &PgPool, id: Uuid) -> Result<(), TenancyError> {
-    sqlx::query!("UPDATE api_keys SET last_used_at = now() WHERE id = $1", id).execute(pool).await?;
+    sqlx::query!("UPDATE api_keys SET last_used_at = now() WHERE id = $1", id)
+        .execute(pool)
+        .await?;
     Ok(())
 }
 
 /// The user with this id, if any.
 pub async fn find_user_by_id(pool: &PgPool, id: Uuid) -> Result<Option<User>, TenancyError> {
-    let user = sqlx::query_as!(User, "SELECT id, org_id, email, password_hash, role FROM users WHERE id = $1", id)
-        .fetch_optional(pool)
-        .await?;
+    let user = sqlx::query_as!(
+        User,
+        "SELECT id, org_id, email, password_hash, role FROM users WHERE id = $1",
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
     Ok(user)
 }

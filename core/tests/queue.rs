@@ -5,8 +5,8 @@ use sqlx::PgPool;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use verity_core::queue::{
-    DeviceKind, EventLevel, FailOutcome, JobWaker, NewJob, Queue, QueueError, QueueSettings, SampleIndexRow, Wake,
-    WorkerInfo,
+    DeviceKind, EventLevel, FailOutcome, JobWaker, NewJob, Queue, QueueError, QueueSettings,
+    SampleIndexRow, Wake, WorkerInfo,
 };
 use verity_core::{ControlSignal, JobState};
 
@@ -34,11 +34,13 @@ fn cpu_worker() -> WorkerInfo {
 }
 
 async fn event_kinds(pool: &PgPool, job: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind || ':' || message FROM job_events WHERE job_id = $1 ORDER BY id")
-        .bind(job)
-        .fetch_all(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT kind || ':' || message FROM job_events WHERE job_id = $1 ORDER BY id",
+    )
+    .bind(job)
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -73,10 +75,11 @@ async fn eight_workers_claim_each_of_200_jobs_exactly_once(pool: PgPool) {
     }
     assert_eq!(all.len(), 200, "every job claimed exactly once");
     assert_eq!(all.iter().cloned().collect::<HashSet<_>>(), ids);
-    let succeeded: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'succeeded' AND attempt = 1")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let succeeded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'succeeded' AND attempt = 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(succeeded, 200);
 }
 
@@ -100,7 +103,10 @@ async fn claims_follow_priority_and_worker_capabilities(pool: PgPool) {
     let cpu = cpu_worker();
     assert_eq!(queue.claim(&cpu).await.unwrap().unwrap().job().id, high);
     assert_eq!(queue.claim(&cpu).await.unwrap().unwrap().job().id, low);
-    assert!(queue.claim(&cpu).await.unwrap().is_none(), "cpu worker must not take the cuda or 64 GB job");
+    assert!(
+        queue.claim(&cpu).await.unwrap().is_none(),
+        "cpu worker must not take the cuda or 64 GB job"
+    );
     let gpu = WorkerInfo::new(DeviceKind::Cuda, 80_000);
     assert_eq!(queue.claim(&gpu).await.unwrap().unwrap().job().id, gpu_job);
 }
@@ -122,17 +128,32 @@ async fn a_stale_attempt_can_write_nothing(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(queue.rescue_expired().await.unwrap(), vec![job.clone()]);
-    assert!(matches!(old.heartbeat(None).await, Err(QueueError::LeaseLost { .. })), "no heartbeat while queued");
+    assert!(
+        matches!(old.heartbeat(None).await, Err(QueueError::LeaseLost { .. })),
+        "no heartbeat while queued"
+    );
     let new = queue.claim(&new_worker).await.unwrap().unwrap();
     assert_eq!(new.job().attempt, 2);
 
-    let lost = |r: Result<(), QueueError>| matches!(r, Err(QueueError::LeaseLost { attempt: 1, .. }));
+    let lost =
+        |r: Result<(), QueueError>| matches!(r, Err(QueueError::LeaseLost { attempt: 1, .. }));
     assert!(lost(old.heartbeat(None).await.map(|_| ())));
     assert!(lost(old.event(EventLevel::Info, "step", "stale", None).await));
     assert!(lost(old.metric(1, &json!({"loss": 9.0})).await));
-    assert!(lost(old.metric(0, &json!({"loss": 9.0})).await), "cannot overwrite its own old row either");
+    assert!(
+        lost(old.metric(0, &json!({"loss": 9.0})).await),
+        "cannot overwrite its own old row either"
+    );
     assert!(lost(old.checkpoint(1, "jobs/x/step-1", 1, None).await.map(|_| ())));
-    let row = SampleIndexRow { idx: 0, prompt_idx: 0, score: Some(1.0), advantage: None, finish_reason: None, storage_key: "k".into(), line_no: 0 };
+    let row = SampleIndexRow {
+        idx: 0,
+        prompt_idx: 0,
+        score: Some(1.0),
+        advantage: None,
+        finish_reason: None,
+        storage_key: "k".into(),
+        line_no: 0,
+    };
     assert!(lost(old.samples(1, &[row.clone()]).await));
     assert!(lost(old.complete(&json!({}), None).await));
     assert!(lost(old.fail("stale", true).await.map(|_| ())));
@@ -140,10 +161,12 @@ async fn a_stale_attempt_can_write_nothing(pool: PgPool) {
     assert!(lost(old.ack_pause().await));
 
     // The database itself refuses the stale attempt, whatever client writes.
-    let raw = sqlx::query("INSERT INTO job_metrics (job_id, step, attempt, data) VALUES ($1, 5, 1, '{}')")
-        .bind(&job)
-        .execute(&pool)
-        .await;
+    let raw = sqlx::query(
+        "INSERT INTO job_metrics (job_id, step, attempt, data) VALUES ($1, 5, 1, '{}')",
+    )
+    .bind(&job)
+    .execute(&pool)
+    .await;
     assert!(raw.unwrap_err().to_string().contains("no longer holds"));
 
     // The new attempt writes normally and its rows replace the old attempt's.
@@ -167,10 +190,11 @@ async fn state_rules_are_enforced_by_the_database(pool: PgPool) {
     let org = org(&pool).await;
     let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
     // Running without a lease violates a CHECK constraint.
-    let no_lease = sqlx::query("UPDATE jobs SET state = 'running', attempt = attempt + 1 WHERE id = $1")
-        .bind(&job)
-        .execute(&pool)
-        .await;
+    let no_lease =
+        sqlx::query("UPDATE jobs SET state = 'running', attempt = attempt + 1 WHERE id = $1")
+            .bind(&job)
+            .execute(&pool)
+            .await;
     assert!(no_lease.unwrap_err().to_string().contains("running_has_lease"));
     queue.cancel(&job).await.unwrap();
     // A terminal job cannot move again.
@@ -178,11 +202,17 @@ async fn state_rules_are_enforced_by_the_database(pool: PgPool) {
         .bind(&job)
         .execute(&pool)
         .await;
-    assert!(revive.unwrap_err().to_string().contains("invalid job state transition cancelled -> queued"));
+    assert!(revive
+        .unwrap_err()
+        .to_string()
+        .contains("invalid job state transition cancelled -> queued"));
     assert!(matches!(queue.cancel(&job).await, Err(QueueError::InvalidState { .. })));
     assert!(matches!(queue.resume(&job).await, Err(QueueError::InvalidState { .. })));
     assert!(matches!(queue.cancel("ftjob-missing").await, Err(QueueError::NotFound(_))));
-    assert_eq!(event_kinds(&pool, &job).await, vec!["created:job created in state queued", "state:queued -> cancelled"]);
+    assert_eq!(
+        event_kinds(&pool, &job).await,
+        vec!["created:job created in state queued", "state:queued -> cancelled"]
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -251,7 +281,10 @@ async fn retries_back_off_exponentially_then_fail(pool: PgPool) {
         match lease.fail("boom", true).await.unwrap() {
             FailOutcome::Retrying { at } => {
                 delays.push((at - before).num_milliseconds());
-                assert!(queue.claim(&worker).await.unwrap().is_none(), "not claimable during backoff");
+                assert!(
+                    queue.claim(&worker).await.unwrap().is_none(),
+                    "not claimable during backoff"
+                );
             }
             FailOutcome::Failed => assert_eq!(attempt, 3, "fails only when attempts are spent"),
             FailOutcome::Cancelled => panic!("not cancelled"),
@@ -261,11 +294,12 @@ async fn retries_back_off_exponentially_then_fail(pool: PgPool) {
     assert!((350..2000).contains(&delays[0]), "first delay ~400 ms: {delays:?}");
     assert!((750..4000).contains(&delays[1]), "second delay ~800 ms: {delays:?}");
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
-    let (failures, error): (i32, serde_json::Value) = sqlx::query_as("SELECT failures, error FROM jobs WHERE id = $1")
-        .bind(&job)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let (failures, error): (i32, serde_json::Value) =
+        sqlx::query_as("SELECT failures, error FROM jobs WHERE id = $1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(failures, 3);
     assert_eq!(error["message"], "boom");
 
@@ -283,7 +317,10 @@ async fn expired_leases_are_rescued_until_attempts_run_out(pool: PgPool) {
     let mut job = NewJob::new(org, "m", json!({}));
     job.max_attempts = 2;
     let job = queue.enqueue(&job).await.unwrap();
-    let expire = || sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1").bind(&job);
+    let expire = || {
+        sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+            .bind(&job)
+    };
     let worker = cpu_worker();
     queue.claim(&worker).await.unwrap().unwrap();
     assert!(queue.rescue_expired().await.unwrap().is_empty(), "a live lease is left alone");
@@ -295,7 +332,11 @@ async fn expired_leases_are_rescued_until_attempts_run_out(pool: PgPool) {
     queue.rescue_expired().await.unwrap();
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
     let events = event_kinds(&pool, &job).await;
-    assert_eq!(events.iter().filter(|e| e.starts_with("state:running -> ")).count(), 2, "{events:?}");
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("state:running -> ")).count(),
+        2,
+        "{events:?}"
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -336,7 +377,11 @@ async fn polling_still_finds_jobs_when_the_listener_is_dead(pool: PgPool) {
     // A lost connection wakes waiters once (notifications may have been missed): take that.
     waker.wait(Duration::from_millis(50)).await;
     let job = queue.enqueue(&NewJob::new(org, "m", json!({}))).await.unwrap();
-    assert_eq!(waker.wait(Duration::from_millis(300)).await, Wake::Poll, "no notification can arrive");
+    assert_eq!(
+        waker.wait(Duration::from_millis(300)).await,
+        Wake::Poll,
+        "no notification can arrive"
+    );
     let lease = queue.claim(&cpu_worker()).await.unwrap().expect("the poll finds the job");
     assert_eq!(lease.job().id, job);
 }

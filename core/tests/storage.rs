@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use verity_core::storage::{
-    download_folder, publish_folder, read_manifest, LocalStore, ObjectStore, S3Options, S3Store, StorageError,
-    UrlSigner, MANIFEST,
+    download_folder, publish_folder, read_manifest, LocalStore, ObjectStore, S3Options, S3Store,
+    StorageError, UrlSigner, MANIFEST,
 };
 
 /// Deterministic pseudo-random bytes.
@@ -40,14 +40,24 @@ async fn suite(store: Arc<dyn ObjectStore>) {
 
     // Bad keys are refused before anything is touched.
     for bad in ["../escape", "/abs", "a//b", ""] {
-        assert!(matches!(store.put_bytes(bad, Bytes::new()).await, Err(StorageError::InvalidKey { .. })), "{bad}");
+        assert!(
+            matches!(
+                store.put_bytes(bad, Bytes::new()).await,
+                Err(StorageError::InvalidKey { .. })
+            ),
+            "{bad}"
+        );
     }
 
     // Listing by prefix, including a prefix that ends inside a name.
-    for key in ["jobs/j1/samples/step-1.jsonl", "jobs/j1/samples/step-2.jsonl", "jobs/j10/x", "jobs/j2/y"] {
+    for key in
+        ["jobs/j1/samples/step-1.jsonl", "jobs/j1/samples/step-2.jsonl", "jobs/j10/x", "jobs/j2/y"]
+    {
         store.put_bytes(key, Bytes::from(key.as_bytes().to_vec())).await.unwrap();
     }
-    let keys = |list: Vec<verity_core::storage::ObjectMeta>| list.into_iter().map(|o| o.key).collect::<Vec<_>>();
+    let keys = |list: Vec<verity_core::storage::ObjectMeta>| {
+        list.into_iter().map(|o| o.key).collect::<Vec<_>>()
+    };
     assert_eq!(
         keys(store.list("jobs/j1/").await.unwrap()),
         vec!["jobs/j1/samples/step-1.jsonl", "jobs/j1/samples/step-2.jsonl"]
@@ -65,7 +75,10 @@ async fn suite(store: Arc<dyn ObjectStore>) {
 
     // A 12 MiB object streamed in and out (multipart on S3 with a 5 MiB threshold).
     let big = payload(12 * 1024 * 1024 + 123, 7);
-    let written = store.put_reader("models/big.bin", Box::pin(std::io::Cursor::new(big.clone()))).await.unwrap();
+    let written = store
+        .put_reader("models/big.bin", Box::pin(std::io::Cursor::new(big.clone())))
+        .await
+        .unwrap();
     assert_eq!(written, big.len() as u64);
     let mut reader = store.get_reader("models/big.bin").await.unwrap();
     let mut hasher = Sha256::new();
@@ -100,21 +113,33 @@ async fn suite(store: Arc<dyn ObjectStore>) {
     let prefix = "jobs/j3/checkpoints/step-2";
     assert!(read_manifest(store.as_ref(), prefix).await.unwrap().is_none());
     let manifest = publish_folder(store.as_ref(), &ckpt, prefix).await.unwrap();
-    assert_eq!(manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), vec!["config.json", "model.safetensors", "sub/extra.txt"]);
+    assert_eq!(
+        manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+        vec!["config.json", "model.safetensors", "sub/extra.txt"]
+    );
     assert_eq!(read_manifest(store.as_ref(), prefix).await.unwrap().unwrap(), manifest);
     let copy = dir.path().join("copy");
     download_folder(store.as_ref(), prefix, &copy).await.unwrap();
-    assert_eq!(std::fs::read(copy.join("model.safetensors")).unwrap(), payload(6 * 1024 * 1024, 11));
+    assert_eq!(
+        std::fs::read(copy.join("model.safetensors")).unwrap(),
+        payload(6 * 1024 * 1024, 11)
+    );
     assert_eq!(std::fs::read(copy.join("sub/extra.txt")).unwrap(), b"x");
     // A half-written folder (files, no manifest) is invisible to readers.
-    store.put_bytes("jobs/j3/checkpoints/step-3/model.safetensors", Bytes::from_static(b"partial")).await.unwrap();
+    store
+        .put_bytes("jobs/j3/checkpoints/step-3/model.safetensors", Bytes::from_static(b"partial"))
+        .await
+        .unwrap();
     assert!(read_manifest(store.as_ref(), "jobs/j3/checkpoints/step-3").await.unwrap().is_none());
     assert!(matches!(
         download_folder(store.as_ref(), "jobs/j3/checkpoints/step-3", &dir.path().join("x")).await,
         Err(StorageError::NotFound(_))
     ));
     // A corrupted file is caught on download.
-    store.put_bytes(&format!("{prefix}/config.json"), Bytes::from_static(b"{\"tampered\":1}")).await.unwrap();
+    store
+        .put_bytes(&format!("{prefix}/config.json"), Bytes::from_static(b"{\"tampered\":1}"))
+        .await
+        .unwrap();
     assert!(matches!(
         download_folder(store.as_ref(), prefix, &dir.path().join("y")).await,
         Err(StorageError::Integrity { .. })
@@ -147,10 +172,19 @@ async fn local_backend_signs_download_urls() {
     store.put_bytes("jobs/a/model.bin", Bytes::from_static(b"w")).await.unwrap();
     let url = store.presign_get("jobs/a/model.bin", Duration::from_secs(60)).await.unwrap();
     let query = url.split_once('?').unwrap().1;
-    let params: std::collections::HashMap<_, _> = query.split('&').filter_map(|p| p.split_once('=')).collect();
+    let params: std::collections::HashMap<_, _> =
+        query.split('&').filter_map(|p| p.split_once('=')).collect();
     let expires: i64 = params["expires"].parse().unwrap();
-    assert!(signer.verify("jobs/a/model.bin", expires, params["signature"], chrono::Utc::now().timestamp()));
-    assert!(matches!(store.presign_get("jobs/none", Duration::from_secs(60)).await, Err(StorageError::NotFound(_))));
+    assert!(signer.verify(
+        "jobs/a/model.bin",
+        expires,
+        params["signature"],
+        chrono::Utc::now().timestamp()
+    ));
+    assert!(matches!(
+        store.presign_get("jobs/none", Duration::from_secs(60)).await,
+        Err(StorageError::NotFound(_))
+    ));
 }
 
 /// The S3 server's endpoint, or `None` (with a loud note) when it is not configured.
@@ -161,7 +195,9 @@ fn s3_endpoint() -> Option<String> {
             panic!("VERITY_REQUIRE_S3 is set but VERITY_TEST_S3_ENDPOINT is not")
         }
         Err(_) => {
-            eprintln!("SKIPPED: S3 storage tests (set VERITY_TEST_S3_ENDPOINT; .ci/run starts a server)");
+            eprintln!(
+                "SKIPPED: S3 storage tests (set VERITY_TEST_S3_ENDPOINT; .ci/run starts a server)"
+            );
             None
         }
     }
@@ -201,7 +237,10 @@ async fn s3_backend_with_a_key_prefix_passes_the_suite() {
 async fn s3_presigned_url_downloads_over_http() {
     let Some(store) = s3_store("").await else { return };
     let body = payload(200_000, 5);
-    store.put_bytes("jobs/j/checkpoints/step-1/model.safetensors", Bytes::from(body.clone())).await.unwrap();
+    store
+        .put_bytes("jobs/j/checkpoints/step-1/model.safetensors", Bytes::from(body.clone()))
+        .await
+        .unwrap();
     let url = store
         .presign_get("jobs/j/checkpoints/step-1/model.safetensors", Duration::from_secs(300))
         .await

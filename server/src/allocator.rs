@@ -4,7 +4,8 @@
 //! Raising the mmap threshold and keeping freed memory lets the heap reuse it instead.
 
 /// Variables with which a user sets glibc's malloc policy; any of them leaves it alone.
-const USER_SETTINGS: [&str; 4] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"];
+const USER_SETTINGS: [&str; 4] =
+    ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"];
 
 /// Largest block served from the heap rather than its own mapping (glibc's maximum).
 const MMAP_THRESHOLD: i32 = 32 << 20;

@@ -11,7 +11,9 @@ fn the_committed_api_reference_is_current() {
         committed == generated,
         "docs/api-reference.md is stale: regenerate it with `cargo run --bin verity -- openapi --markdown > docs/api-reference.md`"
     );
-    for path in ["/v1/files", "/v1/fine_tuning/jobs", "/v1/fine_tuning/alpha/graders/run", "/v1/api_keys"] {
+    for path in
+        ["/v1/files", "/v1/fine_tuning/jobs", "/v1/fine_tuning/alpha/graders/run", "/v1/api_keys"]
+    {
         assert!(generated.contains(&format!(" {path}`")), "{path} is in the reference");
     }
 }

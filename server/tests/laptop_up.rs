@@ -8,7 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, write_tiny_model_dir};
+use verity_worker::trainer::testing::{
+    first_token_grader, target_token_jsonl, write_tiny_model_dir,
+};
 use verity_worker::Family;
 
 /// A running `verity up`, killed on drop.
@@ -27,7 +29,11 @@ impl Drop for Up {
 
 fn verity() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_verity"));
-    command.env_remove("DATABASE_URL").env_remove("VERITY_API_KEY").env_remove("VERITY_STORAGE").env("RUST_LOG", "warn");
+    command
+        .env_remove("DATABASE_URL")
+        .env_remove("VERITY_API_KEY")
+        .env_remove("VERITY_STORAGE")
+        .env("RUST_LOG", "warn");
     command
 }
 
@@ -85,7 +91,9 @@ async fn start_up(data: &Path) -> Up {
 async fn cli(up: &Up, data: &Path, args: &[&str]) -> Output {
     let mut command = verity();
     command.args(args).env("VERITY_URL", &up.base).env("VERITY_DATA_DIR", data);
-    tokio::task::spawn_blocking(move || command.output().expect("running the verity CLI")).await.unwrap()
+    tokio::task::spawn_blocking(move || command.output().expect("running the verity CLI"))
+        .await
+        .unwrap()
 }
 
 fn stdout(output: &Output) -> String {
@@ -93,12 +101,18 @@ fn stdout(output: &Output) -> String {
 }
 
 fn ok(output: Output, what: &str) -> String {
-    assert!(output.status.success(), "{what} failed: {}\n{}", String::from_utf8_lossy(&output.stderr), stdout(&output));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        stdout(&output)
+    );
     stdout(&output)
 }
 
 async fn job_json(up: &Up, data: &Path, id: &str) -> Value {
-    serde_json::from_str(&ok(cli(up, data, &["jobs", "show", id, "--json"]).await, "jobs show")).unwrap()
+    serde_json::from_str(&ok(cli(up, data, &["jobs", "show", id, "--json"]).await, "jobs show"))
+        .unwrap()
 }
 
 fn sigterm(child: &mut Child) -> std::process::ExitStatus {
@@ -137,33 +151,71 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
     let train = write(work.path(), "train.jsonl", &target_token_jsonl(6));
     let valid = write(work.path(), "valid.jsonl", &target_token_jsonl(3));
     let bad = write(work.path(), "bad.jsonl", "{\"prompt\": 3}\n");
-    let train_id = ok(cli(&up, &data, &["files", "upload", train.to_str().unwrap()]).await, "upload");
-    let valid_id = ok(cli(&up, &data, &["files", "upload", valid.to_str().unwrap()]).await, "upload");
+    let train_id =
+        ok(cli(&up, &data, &["files", "upload", train.to_str().unwrap()]).await, "upload");
+    let valid_id =
+        ok(cli(&up, &data, &["files", "upload", valid.to_str().unwrap()]).await, "upload");
     assert!(train_id.starts_with("file-"), "{train_id}");
     let rejected = cli(&up, &data, &["files", "upload", bad.to_str().unwrap()]).await;
     assert!(!rejected.status.success());
     let message = String::from_utf8_lossy(&rejected.stderr);
-    assert!(message.contains("rejected") && message.contains("line 1") && message.contains("prompt"), "{message}");
+    assert!(
+        message.contains("rejected") && message.contains("line 1") && message.contains("prompt"),
+        "{message}"
+    );
     let listed = ok(cli(&up, &data, &["files", "list"]).await, "files list");
     assert!(listed.contains(&train_id) && listed.contains("processed"), "{listed}");
 
     // models import into the private cluster and local store of `up`.
     let model_dir = work.path().join("tiny");
     write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
-    let database_url = verity_server::commands::postgres_cluster::database_url_for(&data.join("pg"));
+    let database_url =
+        verity_server::commands::postgres_cluster::database_url_for(&data.join("pg"));
     let import = |args: Vec<String>| {
         let mut command = verity();
-        command.arg("models").arg("import").args(args).env("DATABASE_URL", &database_url).env("VERITY_STORAGE", data.join("objects"));
+        command
+            .arg("models")
+            .arg("import")
+            .args(args)
+            .env("DATABASE_URL", &database_url)
+            .env("VERITY_STORAGE", data.join("objects"));
         command
     };
     let empty = work.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let refused = import(vec!["--name".into(), "broken".into(), "--hf".into(), empty.display().to_string()]).output().unwrap();
-    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("does not load"), "{refused:?}");
-    ok(import(vec!["--name".into(), "tiny".into(), "--hf".into(), model_dir.display().to_string()]).output().unwrap(), "models import");
+    let refused =
+        import(vec!["--name".into(), "broken".into(), "--hf".into(), empty.display().to_string()])
+            .output()
+            .unwrap();
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("does not load"),
+        "{refused:?}"
+    );
+    ok(
+        import(vec![
+            "--name".into(),
+            "tiny".into(),
+            "--hf".into(),
+            model_dir.display().to_string(),
+        ])
+        .output()
+        .unwrap(),
+        "models import",
+    );
     assert!(data.join("objects/models/tiny/manifest.json").is_file());
-    let again = import(vec!["--name".into(), "tiny".into(), "--hf".into(), model_dir.display().to_string()]).output().unwrap();
-    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let again = import(vec![
+        "--name".into(),
+        "tiny".into(),
+        "--hf".into(),
+        model_dir.display().to_string(),
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        !again.status.success()
+            && String::from_utf8_lossy(&again.stderr).contains("already exists")
+    );
 
     // A short job, watched to success.
     let method = |steps: u32| {
@@ -175,7 +227,16 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
     };
     let spec = write(work.path(), "job.json", &method(4));
     let spec = spec.to_str().unwrap();
-    let create = ["jobs", "create", "--file", spec, "--training-file", &train_id, "--validation-file", &valid_id];
+    let create = [
+        "jobs",
+        "create",
+        "--file",
+        spec,
+        "--training-file",
+        &train_id,
+        "--validation-file",
+        &valid_id,
+    ];
     let job = ok(cli(&up, &data, &create).await, "jobs create");
     assert!(job.starts_with("ftjob-"), "{job}");
     let watched = ok(cli(&up, &data, &["jobs", "watch", &job]).await, "jobs watch");
@@ -184,7 +245,10 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
     assert!(listed.lines().any(|l| l.starts_with(&job) && l.contains("succeeded")), "{listed}");
     assert_eq!(job_json(&up, &data, &job).await["status"], "succeeded");
     let missing = cli(&up, &data, &["jobs", "show", "ftjob-nope"]).await;
-    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("404"), "{missing:?}");
+    assert!(
+        !missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("404"),
+        "{missing:?}"
+    );
 
     // Checkpoint downloads, verified against the stored manifest.
     for (step, out) in [(None, "latest"), (Some("2"), "step2")] {
@@ -195,24 +259,55 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
         }
         ok(cli(&up, &data, &args).await, "checkpoints download");
         let n = step.unwrap_or("4");
-        let stored: Value =
-            serde_json::from_slice(&std::fs::read(data.join(format!("objects/jobs/{job}/checkpoints/step-{n}/manifest.json"))).unwrap()).unwrap();
+        let stored: Value = serde_json::from_slice(
+            &std::fs::read(
+                data.join(format!("objects/jobs/{job}/checkpoints/step-{n}/manifest.json")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
         let files = stored["files"].as_array().unwrap();
         assert!(files.iter().any(|f| f["path"] == "model.safetensors"), "{stored}");
         for file in files {
             let path = file["path"].as_str().unwrap();
             let bytes = std::fs::read(out.join(path)).unwrap();
             assert_eq!(bytes.len() as u64, file["size"].as_u64().unwrap(), "{path}");
-            let stored_bytes = std::fs::read(data.join(format!("objects/jobs/{job}/checkpoints/step-{n}/{path}"))).unwrap();
+            let stored_bytes =
+                std::fs::read(data.join(format!("objects/jobs/{job}/checkpoints/step-{n}/{path}")))
+                    .unwrap();
             assert!(bytes == stored_bytes, "{path} differs from the stored file");
         }
     }
-    let no_step = cli(&up, &data, &["checkpoints", "download", &job, "--step", "3", "--out", work.path().join("x").to_str().unwrap()]).await;
-    assert!(!no_step.status.success() && String::from_utf8_lossy(&no_step.stderr).contains("no checkpoint at step 3"));
+    let no_step = cli(
+        &up,
+        &data,
+        &[
+            "checkpoints",
+            "download",
+            &job,
+            "--step",
+            "3",
+            "--out",
+            work.path().join("x").to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(
+        !no_step.status.success()
+            && String::from_utf8_lossy(&no_step.stderr).contains("no checkpoint at step 3")
+    );
 
     // A second, long job: pause, resume, cancel; watch exits non-zero for a cancelled job.
     let long = write(work.path(), "long.json", &method(100_000));
-    let second = ok(cli(&up, &data, &["jobs", "create", "--file", long.to_str().unwrap(), "--training-file", &train_id]).await, "create");
+    let second = ok(
+        cli(
+            &up,
+            &data,
+            &["jobs", "create", "--file", long.to_str().unwrap(), "--training-file", &train_id],
+        )
+        .await,
+        "create",
+    );
     ok(cli(&up, &data, &["jobs", "pause", &second]).await, "pause");
     let started = Instant::now();
     while job_json(&up, &data, &second).await["status"] != "paused" {
@@ -255,5 +350,10 @@ async fn verity_up_without_postgres_binaries_says_how_to_get_them() {
         .unwrap();
     assert!(!output.status.success());
     let message = String::from_utf8_lossy(&output.stderr);
-    assert!(message.contains("initdb") && message.contains("apt install postgresql") && message.contains("DATABASE_URL"), "{message}");
+    assert!(
+        message.contains("initdb")
+            && message.contains("apt install postgresql")
+            && message.contains("DATABASE_URL"),
+        "{message}"
+    );
 }

@@ -42,8 +42,19 @@ async fn start(pool: &sqlx::PgPool) -> (Server, String) {
     let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), None).await.unwrap());
     store.put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
     verity_core::db::migrate(pool).await.unwrap();
-    verity_core::models::insert_base_model(pool, None, "tiny", "models/tiny", "hf", &serde_json::json!({})).await.unwrap();
-    verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None).await.unwrap();
+    verity_core::models::insert_base_model(
+        pool,
+        None,
+        "tiny",
+        "models/tiny",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
+    verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None)
+        .await
+        .unwrap();
     let key = verity_server::commands::admin::create_key(pool, "sdk@x.io", "sdk").await.unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_verity"))
         .arg("serve")
@@ -65,7 +76,8 @@ async fn start(pool: &sqlx::PgPool) -> (Server, String) {
     .await
     .unwrap()
     .unwrap();
-    let listening: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
+    let listening: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
     let base = listening["listening"].as_str().unwrap().to_string();
     (Server { child, base, _dir: dir }, key)
 }
@@ -151,7 +163,10 @@ async fn openai_python_sdk_drives_the_api(pool: sqlx::PgPool) {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success() && stdout.contains("SDK OK"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        output.status.success() && stdout.contains("SDK OK"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -160,7 +175,12 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
     let (server, key) = start(&pool).await;
     let output = tokio::process::Command::new(st)
         .args(["run", &format!("{}/openapi.json", server.base)])
-        .args(["--checks", "not_a_server_error,response_schema_conformance", "--experimental", "openapi-3.1"])
+        .args([
+            "--checks",
+            "not_a_server_error,response_schema_conformance",
+            "--experimental",
+            "openapi-3.1",
+        ])
         .args(["--hypothesis-max-examples", "8", "--hypothesis-derandomize", "--workers", "2"])
         .args(["--request-timeout", "10000"])
         .args(["-H", &format!("Authorization: Bearer {key}")])
@@ -169,5 +189,9 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "schemathesis failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "schemathesis failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

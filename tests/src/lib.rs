@@ -7,6 +7,8 @@ use sqlx::PgPool;
 pub async fn database_url_of(pool: &PgPool) -> anyhow::Result<String> {
     let base = std::env::var("DATABASE_URL")?;
     let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await?;
-    let (server, _) = base.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("DATABASE_URL has no database part"))?;
+    let (server, _) = base
+        .rsplit_once('/')
+        .ok_or_else(|| anyhow::anyhow!("DATABASE_URL has no database part"))?;
     Ok(format!("{server}/{name}"))
 }

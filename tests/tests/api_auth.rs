@@ -8,8 +8,8 @@ use axum::http::{Method, StatusCode};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
-use verity_server::api::auth::tokens::{Claims, TokenService, TokenSettings};
 use verity_core::tenancy::Role;
+use verity_server::api::auth::tokens::{Claims, TokenService, TokenSettings};
 
 fn b64(value: &Value) -> String {
     URL_SAFE_NO_PAD.encode(value.to_string())
@@ -30,7 +30,12 @@ async fn tokens_are_minted_and_tampering_is_rejected(pool: sqlx::PgPool) {
     let jwt = by_password.json()["access_token"].as_str().unwrap().to_string();
     assert_eq!(get(&app.router, "/v1/files", &jwt).await.status, StatusCode::OK);
     let by_key = token(&app, json!({"api_key": key})).await.json();
-    assert_eq!(get(&app.router, "/v1/fine_tuning/jobs", by_key["access_token"].as_str().unwrap()).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&app.router, "/v1/fine_tuning/jobs", by_key["access_token"].as_str().unwrap())
+            .await
+            .status,
+        StatusCode::OK
+    );
 
     for body in [
         json!({"email": "a@x.io", "password": "wrong-password"}),
@@ -42,13 +47,16 @@ async fn tokens_are_minted_and_tampering_is_rejected(pool: sqlx::PgPool) {
     assert_eq!(token(&app, json!({"email": "a@x.io"})).await.status, StatusCode::BAD_REQUEST);
 
     let parts: Vec<&str> = jwt.split('.').collect();
-    let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    let payload: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
     let mut escalated = payload.clone();
     escalated["role"] = json!("admin");
     escalated["org"] = json!(uuid::Uuid::new_v4());
     let alg_none = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), parts[1]);
-    let alg_none_signed = format!("{}.{}.{}", b64(&json!({"alg": "none", "typ": "JWT"})), parts[1], parts[2]);
-    let hs512_header = format!("{}.{}.{}", b64(&json!({"alg": "HS512", "typ": "JWT"})), parts[1], parts[2]);
+    let alg_none_signed =
+        format!("{}.{}.{}", b64(&json!({"alg": "none", "typ": "JWT"})), parts[1], parts[2]);
+    let hs512_header =
+        format!("{}.{}.{}", b64(&json!({"alg": "HS512", "typ": "JWT"})), parts[1], parts[2]);
     let tampered = format!("{}.{}.{}", parts[0], b64(&escalated), parts[2]);
     let truncated_sig = format!("{}.{}.{}", parts[0], parts[1], &parts[2][..parts[2].len() - 2]);
 
@@ -70,12 +78,18 @@ async fn tokens_are_minted_and_tampering_is_rejected(pool: sqlx::PgPool) {
         exp: chrono::Utc::now().timestamp() + exp_offset,
     };
     let ours = service(JWT_SECRET, "verity", "verity-api");
-    let wrong_key = service("another-secret-another-secret-another", "verity", "verity-api").mint_claims(&claims(600, "verity", "verity-api")).unwrap();
+    let wrong_key = service("another-secret-another-secret-another", "verity", "verity-api")
+        .mint_claims(&claims(600, "verity", "verity-api"))
+        .unwrap();
     let expired = ours.mint_claims(&claims(-120, "verity", "verity-api")).unwrap();
     let wrong_issuer = ours.mint_claims(&claims(600, "evil", "verity-api")).unwrap();
     let wrong_audience = ours.mint_claims(&claims(600, "verity", "other-api")).unwrap();
     let valid = ours.mint_claims(&claims(600, "verity", "verity-api")).unwrap();
-    assert_eq!(get(&app.router, "/v1/files", &valid).await.status, StatusCode::OK, "control: a well-formed token works");
+    assert_eq!(
+        get(&app.router, "/v1/files", &valid).await.status,
+        StatusCode::OK,
+        "control: a well-formed token works"
+    );
 
     for (name, bad) in [
         ("alg none", alg_none),
@@ -111,7 +125,11 @@ async fn rate_limit_answers_429_with_retry_after(pool: sqlx::PgPool) {
     assert_eq!(limited.json()["error"]["code"], "rate_limit_exceeded");
     let retry: u64 = limited.headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=2).contains(&retry), "{retry}");
-    assert_eq!(get(&app.router, "/v1/files", &other).await.status, StatusCode::OK, "buckets are per key");
+    assert_eq!(
+        get(&app.router, "/v1/files", &other).await.status,
+        StatusCode::OK,
+        "buckets are per key"
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -129,7 +147,9 @@ async fn another_orgs_ids_answer_404_everywhere(pool: sqlx::PgPool) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.bin"), b"x").unwrap();
     let prefix = format!("jobs/{job}/checkpoints/step-1");
-    verity_core::storage::publish_folder(app.state.store.as_ref(), dir.path(), &prefix).await.unwrap();
+    verity_core::storage::publish_folder(app.state.store.as_ref(), dir.path(), &prefix)
+        .await
+        .unwrap();
     let ckpt = lease.checkpoint(1, &prefix, 1, None).await.unwrap();
     lease.metric(1, &json!({"reward": 1})).await.unwrap();
 
@@ -155,7 +175,12 @@ async fn another_orgs_ids_answer_404_everywhere(pool: sqlx::PgPool) {
     for (method, uri) in &requests {
         let body = (method == Method::POST).then(|| json!({}));
         let reply = call(&app.router, method.clone(), uri, Some(&mallory), body).await;
-        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{method} {uri}: {}", String::from_utf8_lossy(&reply.bytes));
+        assert_eq!(
+            reply.status,
+            StatusCode::NOT_FOUND,
+            "{method} {uri}: {}",
+            String::from_utf8_lossy(&reply.bytes)
+        );
         assert_eq!(reply.json()["error"]["code"], "not_found");
     }
     // Lists do not leak, and org A's file cannot be used in org B's job.
@@ -164,15 +189,28 @@ async fn another_orgs_ids_answer_404_everywhere(pool: sqlx::PgPool) {
     }
     let models = get(&app.router, "/v1/models", &mallory).await.json();
     assert_eq!(models["data"].as_array().unwrap().len(), 1, "only the shared base model: {models}");
-    let steal = post(&app.router, "/v1/fine_tuning/jobs", &mallory, json!({"model": "tiny", "training_file": file, "method": method()})).await;
+    let steal = post(
+        &app.router,
+        "/v1/fine_tuning/jobs",
+        &mallory,
+        json!({"model": "tiny", "training_file": file, "method": method()}),
+    )
+    .await;
     assert_eq!(steal.status, StatusCode::BAD_REQUEST);
     assert_eq!(steal.json()["error"]["param"], "training_file");
 
     // Nothing changed for org A.
     for (method, uri) in &requests {
         if method == Method::GET {
-            assert_eq!(call(&app.router, method.clone(), uri, Some(&alice), None).await.status.is_success()
-                || uri.contains("redirect"), true, "{uri}");
+            assert_eq!(
+                call(&app.router, method.clone(), uri, Some(&alice), None)
+                    .await
+                    .status
+                    .is_success()
+                    || uri.contains("redirect"),
+                true,
+                "{uri}"
+            );
         }
     }
     assert_eq!(get(&app.router, &jobs, &alice).await.json()["status"], "running");

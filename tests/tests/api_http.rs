@@ -15,7 +15,9 @@ use verity_core::storage::{publish_folder, ObjectStore, S3Options, S3Store};
 async fn s3_store() -> Option<S3Store> {
     let endpoint = match std::env::var("VERITY_TEST_S3_ENDPOINT") {
         Ok(endpoint) => endpoint,
-        Err(_) if std::env::var("VERITY_REQUIRE_S3").is_ok() => panic!("VERITY_REQUIRE_S3 is set but VERITY_TEST_S3_ENDPOINT is not"),
+        Err(_) if std::env::var("VERITY_REQUIRE_S3").is_ok() => {
+            panic!("VERITY_REQUIRE_S3 is set but VERITY_TEST_S3_ENDPOINT is not")
+        }
         Err(_) => {
             eprintln!("SKIPPED: API over S3 (set VERITY_TEST_S3_ENDPOINT; scripts/test-services.sh starts a server)");
             return None;
@@ -43,27 +45,48 @@ async fn files_jobs_and_checkpoints_over_http_and_s3(pool: sqlx::PgPool) {
     let store: Arc<dyn ObjectStore> = Arc::new(store);
     let state = app_on(pool.clone(), store.clone()).await;
     store.put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
-    verity_core::models::insert_base_model(&pool, None, "tiny", "models/tiny", "hf", &json!({})).await.unwrap();
+    verity_core::models::insert_base_model(&pool, None, "tiny", "models/tiny", "hf", &json!({}))
+        .await
+        .unwrap();
     let key = user(&pool, "a@x.io", "acme", "member").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(axum::serve(listener, verity_server::api::app(state.clone())).into_future());
-    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let server =
+        tokio::spawn(axum::serve(listener, verity_server::api::app(state.clone())).into_future());
+    let client =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let auth = format!("Bearer {key}");
 
     // 6 MiB of records, sent as a stream of chunks: the store receives a multi-part upload.
     let line = b"{\"prompt\": \"What is 12345 * 6789? Show the steps.\", \"reference_answer\": \"83810205\"}\n";
     let count = 6 * 1024 * 1024 / line.len() + 1;
     let dataset: Vec<u8> = line.iter().copied().cycle().take(line.len() * count).collect();
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = dataset.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
-    let part = reqwest::multipart::Part::stream(reqwest::Body::wrap_stream(futures::stream::iter(chunks))).file_name("big.jsonl");
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        dataset.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    let part =
+        reqwest::multipart::Part::stream(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+            .file_name("big.jsonl");
     let form = reqwest::multipart::Form::new().text("purpose", "fine-tune").part("file", part);
-    let file: serde_json::Value = client.post(format!("{base}/v1/files")).header("authorization", &auth).multipart(form).send().await.unwrap().json().await.unwrap();
+    let file: serde_json::Value = client
+        .post(format!("{base}/v1/files"))
+        .header("authorization", &auth)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(file["status"], "processed", "{file}");
     assert_eq!(file["bytes"], dataset.len());
     assert_eq!(file["records"], count);
     let file_id = file["id"].as_str().unwrap();
-    let content = client.get(format!("{base}/v1/files/{file_id}/content")).header("authorization", &auth).send().await.unwrap();
+    let content = client
+        .get(format!("{base}/v1/files/{file_id}/content"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(content.status(), 200);
     assert!(content.bytes().await.unwrap() == dataset, "downloaded content differs");
 
@@ -108,14 +131,27 @@ async fn files_jobs_and_checkpoints_over_http_and_s3(pool: sqlx::PgPool) {
     }
     assert!(found, "weights missing from the archive");
 
-    let redirect = client.get(format!("{url}?redirect=1&path=model.safetensors")).header("authorization", &auth).send().await.unwrap();
+    let redirect = client
+        .get(format!("{url}?redirect=1&path=model.safetensors"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(redirect.status(), 302);
     let location = redirect.headers()["location"].to_str().unwrap().to_string();
     let direct = reqwest::get(&location).await.unwrap();
     assert_eq!(direct.status(), 200, "{location}");
     assert!(direct.bytes().await.unwrap() == weights);
 
-    let cancelled: serde_json::Value = client.post(format!("{base}/v1/fine_tuning/jobs/{job_id}/cancel")).header("authorization", &auth).send().await.unwrap().json().await.unwrap();
+    let cancelled: serde_json::Value = client
+        .post(format!("{base}/v1/fine_tuning/jobs/{job_id}/cancel"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(cancelled["pending_control"], "cancel");
     server.abort();
 }

@@ -26,15 +26,35 @@ async fn health_auth_and_error_shape(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;
     assert_eq!(call(&app.router, Method::GET, "/healthz", None, None).await.status, StatusCode::OK);
     assert_eq!(call(&app.router, Method::GET, "/readyz", None, None).await.status, StatusCode::OK);
-    assert_error(&call(&app.router, Method::GET, "/v1/files", None, None).await, StatusCode::UNAUTHORIZED, None);
-    assert_error(&call(&app.router, Method::GET, "/v1/files", Some("vt-nonsense"), None).await, StatusCode::UNAUTHORIZED, None);
+    assert_error(
+        &call(&app.router, Method::GET, "/v1/files", None, None).await,
+        StatusCode::UNAUTHORIZED,
+        None,
+    );
+    assert_error(
+        &call(&app.router, Method::GET, "/v1/files", Some("vt-nonsense"), None).await,
+        StatusCode::UNAUTHORIZED,
+        None,
+    );
     let fake = format!("vt-{}", "a".repeat(40));
-    assert_error(&call(&app.router, Method::GET, "/v1/files", Some(&fake), None).await, StatusCode::UNAUTHORIZED, None);
+    assert_error(
+        &call(&app.router, Method::GET, "/v1/files", Some(&fake), None).await,
+        StatusCode::UNAUTHORIZED,
+        None,
+    );
     let key = user(&pool, "a@x.io", "acme", "member").await;
     assert_eq!(get(&app.router, "/v1/files", &key).await.status, StatusCode::OK);
     assert_error(&get(&app.router, "/v1/nothing-here", &key).await, StatusCode::NOT_FOUND, None);
-    assert_error(&get(&app.router, "/v1/files?limit=0", &key).await, StatusCode::BAD_REQUEST, Some("limit"));
-    assert_error(&get(&app.router, "/v1/files?limit=abc", &key).await, StatusCode::BAD_REQUEST, Some("query"));
+    assert_error(
+        &get(&app.router, "/v1/files?limit=0", &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("limit"),
+    );
+    assert_error(
+        &get(&app.router, "/v1/files?limit=abc", &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("query"),
+    );
     let bad_json = axum::http::Request::builder()
         .method(Method::POST)
         .uri("/v1/fine_tuning/jobs")
@@ -61,11 +81,22 @@ async fn files_upload_validate_list_read_delete(pool: sqlx::PgPool) {
     assert_eq!(file["filename"], "train.jsonl");
     assert_eq!(file["purpose"], "fine-tune");
 
-    let bad = upload(&app.router, &key, "bad.jsonl", b"{\"prompt\":\"a\"}\n{\"messages\":[{\"role\":\"user\"}]}\n").await;
+    let bad = upload(
+        &app.router,
+        &key,
+        "bad.jsonl",
+        b"{\"prompt\":\"a\"}\n{\"messages\":[{\"role\":\"user\"}]}\n",
+    )
+    .await;
     assert_eq!(bad.status, StatusCode::OK);
     assert_eq!(bad.json()["status"], "error");
     let details = bad.json()["status_details"].as_str().unwrap().to_string();
-    assert!(details.contains("line 2") && details.contains("messages[0].content") && details.contains("missing"), "{details}");
+    assert!(
+        details.contains("line 2")
+            && details.contains("messages[0].content")
+            && details.contains("missing"),
+        "{details}"
+    );
 
     let (content_type, body) = multipart("x.jsonl", "assistants", DATASET);
     let request = axum::http::Request::builder()
@@ -76,7 +107,11 @@ async fn files_upload_validate_list_read_delete(pool: sqlx::PgPool) {
         .body(axum::body::Body::from(body))
         .unwrap();
     assert_error(&send(&app.router, request).await, StatusCode::BAD_REQUEST, Some("purpose"));
-    assert_error(&post(&app.router, "/v1/files", &key, json!({})).await, StatusCode::BAD_REQUEST, Some("file"));
+    assert_error(
+        &post(&app.router, "/v1/files", &key, json!({})).await,
+        StatusCode::BAD_REQUEST,
+        Some("file"),
+    );
 
     // Pagination: newest first.
     let third = upload(&app.router, &key, "c.jsonl", DATASET).await.json();
@@ -96,15 +131,21 @@ async fn files_upload_validate_list_read_delete(pool: sqlx::PgPool) {
     let content = get(&app.router, &format!("/v1/files/{id}/content"), &key).await;
     assert_eq!(content.status, StatusCode::OK);
     assert_eq!(&content.bytes[..], DATASET);
-    let deleted = call(&app.router, Method::DELETE, &format!("/v1/files/{id}"), Some(&key), None).await;
+    let deleted =
+        call(&app.router, Method::DELETE, &format!("/v1/files/{id}"), Some(&key), None).await;
     assert_eq!(deleted.json(), json!({"id": id, "object": "file", "deleted": true}));
-    assert_error(&get(&app.router, &format!("/v1/files/{id}"), &key).await, StatusCode::NOT_FOUND, None);
+    assert_error(
+        &get(&app.router, &format!("/v1/files/{id}"), &key).await,
+        StatusCode::NOT_FOUND,
+        None,
+    );
     assert!(app.state.store.head(&format!("files/{id}.jsonl")).await.unwrap().is_none());
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn uploads_beyond_the_limit_are_413_and_leave_nothing(pool: sqlx::PgPool) {
-    let app = app_with(pool.clone(), api_config(), |state| state.limits.max_upload_bytes = 1000).await;
+    let app =
+        app_with(pool.clone(), api_config(), |state| state.limits.max_upload_bytes = 1000).await;
     let key = user(&pool, "a@x.io", "acme", "member").await;
     let line = b"{\"prompt\": \"0123456789012345678901234567890123456789\"}\n";
     let big: Vec<u8> = line.iter().copied().cycle().take(line.len() * 40).collect();
@@ -119,8 +160,14 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;
     base_model(&app).await;
     let key = user(&pool, "a@x.io", "acme", "member").await;
-    let file_id = upload(&app.router, &key, "t.jsonl", DATASET).await.json()["id"].as_str().unwrap().to_string();
-    let bad_file = upload(&app.router, &key, "b.jsonl", b"[1]\n").await.json()["id"].as_str().unwrap().to_string();
+    let file_id = upload(&app.router, &key, "t.jsonl", DATASET).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bad_file = upload(&app.router, &key, "b.jsonl", b"[1]\n").await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let ok = json!({"model": "tiny", "training_file": file_id, "method": method()});
     let with = |field: &str, value: Value| {
         let mut body = ok.clone();
@@ -134,15 +181,66 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("validation_file", json!("file-missing")), "validation_file"),
         (with("method", json!({"type": "supervised"})), "method.type"),
         (with("method", json!({"type": "reinforcement"})), "method.reinforcement"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": []}})), "method.reinforcement.grader"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"name": "x"}}})), "method.reinforcement.grader.type"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}}})), "method.reinforcement.grader"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "string_check", "name": "x", "input": "{{sample.output_text}}", "reference": "a", "operation": "nearly"}}})), "method.reinforcement.grader.operation"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": 3}})), "method.reinforcement.hyperparameters"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"group_size": 1}}})), "method.reinforcement.hyperparameters.group_size"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"bogus": 1}}})), "method.reinforcement.hyperparameters"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"rollout_dtype": "fp8"}}})), "method.reinforcement.hyperparameters"),
-        (with("method", json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "extra": 1}})), "method.reinforcement"),
+        (
+            with("method", json!({"type": "reinforcement", "reinforcement": {"grader": []}})),
+            "method.reinforcement.grader",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": {"name": "x"}}}),
+            ),
+            "method.reinforcement.grader.type",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "math"}}}),
+            ),
+            "method.reinforcement.grader",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": {"type": "string_check", "name": "x", "input": "{{sample.output_text}}", "reference": "a", "operation": "nearly"}}}),
+            ),
+            "method.reinforcement.grader.operation",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": 3}}),
+            ),
+            "method.reinforcement.hyperparameters",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"group_size": 1}}}),
+            ),
+            "method.reinforcement.hyperparameters.group_size",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"bogus": 1}}}),
+            ),
+            "method.reinforcement.hyperparameters",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"rollout_dtype": "fp8"}}}),
+            ),
+            "method.reinforcement.hyperparameters",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "extra": 1}}),
+            ),
+            "method.reinforcement",
+        ),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),
         (json!({"training_file": file_id, "method": method()}), "model"),
@@ -150,9 +248,17 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (json!({"model": "tiny", "training_file": file_id}), "method"),
     ];
     for (body, param) in cases {
-        assert_error(&post(&app.router, "/v1/fine_tuning/jobs", &key, body).await, StatusCode::BAD_REQUEST, Some(param));
+        assert_error(
+            &post(&app.router, "/v1/fine_tuning/jobs", &key, body).await,
+            StatusCode::BAD_REQUEST,
+            Some(param),
+        );
     }
-    assert_eq!(get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"], json!([]), "bad input changed nothing");
+    assert_eq!(
+        get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"],
+        json!([]),
+        "bad input changed nothing"
+    );
 
     let mut body = with("suffix", json!("mine"));
     body["seed"] = json!(7);
@@ -170,7 +276,9 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
     assert_eq!(job["method"], method());
     assert_eq!(job["hyperparameters"], json!({"n_epochs": 1, "batch_size": 2}));
     assert_eq!(job["training_file"], file_id);
-    for null_field in ["error", "fine_tuned_model", "finished_at", "trained_tokens", "estimated_finish"] {
+    for null_field in
+        ["error", "fine_tuned_model", "finished_at", "trained_tokens", "estimated_finish"]
+    {
         assert!(job[null_field].is_null(), "{null_field}");
     }
     assert!(job["created_at"].is_i64());
@@ -189,36 +297,68 @@ async fn cancel_pause_resume_follow_the_queue(pool: sqlx::PgPool) {
     let (_, job) = file_and_job(&app, &key).await;
     let action = |name: &str| format!("/v1/fine_tuning/jobs/{job}/{name}");
 
-    assert_eq!(post(&app.router, &action("pause"), &key, json!({})).await.json()["status"], "paused");
-    assert_error(&post(&app.router, &action("pause"), &key, json!({})).await, StatusCode::CONFLICT, None);
-    assert_eq!(post(&app.router, &action("resume"), &key, json!({})).await.json()["status"], "queued");
+    assert_eq!(
+        post(&app.router, &action("pause"), &key, json!({})).await.json()["status"],
+        "paused"
+    );
+    assert_error(
+        &post(&app.router, &action("pause"), &key, json!({})).await,
+        StatusCode::CONFLICT,
+        None,
+    );
+    assert_eq!(
+        post(&app.router, &action("resume"), &key, json!({})).await.json()["status"],
+        "queued"
+    );
 
     // A running job gets a pending request that its worker sees.
     let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
     app.state.queue.register_worker(&worker).await.unwrap();
     let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
     let paused = post(&app.router, &action("pause"), &key, json!({})).await.json();
-    assert_eq!((paused["status"].as_str(), paused["pending_control"].as_str()), (Some("running"), Some("pause")));
+    assert_eq!(
+        (paused["status"].as_str(), paused["pending_control"].as_str()),
+        (Some("running"), Some("pause"))
+    );
     let cancelled = post(&app.router, &action("cancel"), &key, json!({})).await;
     assert_eq!(cancelled.status, StatusCode::OK, "{:?}", cancelled.json());
     lease.ack_cancel().await.unwrap();
-    assert_eq!(get(&app.router, &format!("/v1/fine_tuning/jobs/{job}"), &key).await.json()["status"], "cancelled");
+    assert_eq!(
+        get(&app.router, &format!("/v1/fine_tuning/jobs/{job}"), &key).await.json()["status"],
+        "cancelled"
+    );
     let again = post(&app.router, &action("cancel"), &key, json!({})).await;
     assert_error(&again, StatusCode::CONFLICT, None);
     assert!(again.json()["error"]["message"].as_str().unwrap().contains("cancelled"));
-    assert_error(&post(&app.router, &action("resume"), &key, json!({})).await, StatusCode::CONFLICT, None);
+    assert_error(
+        &post(&app.router, &action("resume"), &key, json!({})).await,
+        StatusCode::CONFLICT,
+        None,
+    );
 
     // Events: newest first, paginated with `after`.
-    let events = get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?limit=2"), &key).await.json();
+    let events =
+        get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?limit=2"), &key).await.json();
     assert_eq!(events["data"].as_array().unwrap().len(), 2);
     assert_eq!(events["has_more"], true);
     assert_eq!(events["data"][0]["object"], "fine_tuning.job.event");
     assert!(events["data"][0]["message"].as_str().unwrap().contains("cancelled"));
     let after = events["last_id"].as_str().unwrap();
-    let older = get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?limit=100&after={after}"), &key).await.json();
-    let all: Vec<&str> = older["data"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    let older = get(
+        &app.router,
+        &format!("/v1/fine_tuning/jobs/{job}/events?limit=100&after={after}"),
+        &key,
+    )
+    .await
+    .json();
+    let all: Vec<&str> =
+        older["data"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
     assert_eq!(all.last(), Some(&"job created in state queued"), "{all:?}");
-    assert_error(&get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?after=x"), &key).await, StatusCode::BAD_REQUEST, Some("after"));
+    assert_error(
+        &get(&app.router, &format!("/v1/fine_tuning/jobs/{job}/events?after=x"), &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("after"),
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -241,7 +381,8 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     std::fs::write(folder.path().join("config.json"), b"{\"layers\": 2}").unwrap();
     let prefix = format!("jobs/{job}/checkpoints/step-2");
     publish_folder(app.state.store.as_ref(), folder.path(), &prefix).await.unwrap();
-    let ckpt = lease.checkpoint(2, &prefix, 1013, Some(&json!({"reward_mean": 0.2}))).await.unwrap();
+    let ckpt =
+        lease.checkpoint(2, &prefix, 1013, Some(&json!({"reward_mean": 0.2}))).await.unwrap();
     let samples_key = format!("jobs/{job}/samples/step-1.jsonl");
     let lines = "{\"completion\": \"4\", \"scores\": {\"exact\": 1.0}}\n{\"completion\": \"5\", \"scores\": {\"exact\": 0.0}}\n{\"completion\": \"6\"}\n";
     app.state.store.put_bytes(&samples_key, bytes::Bytes::from(lines)).await.unwrap();
@@ -262,26 +403,46 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     let metrics = get(&app.router, &format!("{base}/metrics"), &key).await.json();
     assert_eq!(metrics["data"].as_array().unwrap().len(), 3);
     assert_eq!(metrics["data"][1], json!({"step": 2, "reward_mean": 0.2, "kl": 0.01}));
-    assert_eq!(get(&app.router, &format!("{base}/metrics"), &key).await.json(), metrics, "the same answer again");
+    assert_eq!(
+        get(&app.router, &format!("{base}/metrics"), &key).await.json(),
+        metrics,
+        "the same answer again"
+    );
     lease.metric(2, &json!({"reward_mean": 0.25})).await.unwrap();
     lease.metric(4, &json!({"reward_mean": 0.4})).await.unwrap();
     let updated = get(&app.router, &format!("{base}/metrics"), &key).await.json();
     assert_eq!(updated["data"].as_array().unwrap().len(), 4, "a new step invalidates the cache");
-    assert_eq!(updated["data"][1], json!({"step": 2, "reward_mean": 0.25}), "a rewritten step invalidates the cache");
+    assert_eq!(
+        updated["data"][1],
+        json!({"step": 2, "reward_mean": 0.25}),
+        "a rewritten step invalidates the cache"
+    );
     let csv = get(&app.router, &format!("{base}/metrics?format=csv"), &key).await;
     assert_eq!(csv.headers["content-type"], "text/csv; charset=utf-8");
-    assert_eq!(std::str::from_utf8(&csv.bytes).unwrap(), "step,kl,reward_mean\n1,0.01,0.1\n2,,0.25\n3,0.01,0.3\n4,,0.4\n");
-    assert_error(&get(&app.router, &format!("{base}/metrics?format=xml"), &key).await, StatusCode::BAD_REQUEST, Some("format"));
+    assert_eq!(
+        std::str::from_utf8(&csv.bytes).unwrap(),
+        "step,kl,reward_mean\n1,0.01,0.1\n2,,0.25\n3,0.01,0.3\n4,,0.4\n"
+    );
+    assert_error(
+        &get(&app.router, &format!("{base}/metrics?format=xml"), &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("format"),
+    );
     assert_eq!(updated["has_more"], false);
     // Incremental polling: steps after the last one seen, a page at a time.
     let page = get(&app.router, &format!("{base}/metrics?after_step=1&limit=2"), &key).await.json();
-    let steps: Vec<i64> = page["data"].as_array().unwrap().iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    let steps: Vec<i64> =
+        page["data"].as_array().unwrap().iter().map(|r| r["step"].as_i64().unwrap()).collect();
     assert_eq!((steps, &page["has_more"]), (vec![2, 3], &json!(true)));
     let rest = get(&app.router, &format!("{base}/metrics?after_step=3"), &key).await.json();
-    assert_eq!((rest["data"].clone(), &rest["has_more"]), (json!([{"step": 4, "reward_mean": 0.4}]), &json!(false)));
+    assert_eq!(
+        (rest["data"].clone(), &rest["has_more"]),
+        (json!([{"step": 4, "reward_mean": 0.4}]), &json!(false))
+    );
     let none = get(&app.router, &format!("{base}/metrics?after_step=4"), &key).await.json();
     assert_eq!((none["data"].clone(), &none["has_more"]), (json!([]), &json!(false)));
-    let csv_page = get(&app.router, &format!("{base}/metrics?format=csv&after_step=2&limit=1"), &key).await;
+    let csv_page =
+        get(&app.router, &format!("{base}/metrics?format=csv&after_step=2&limit=1"), &key).await;
     assert_eq!(std::str::from_utf8(&csv_page.bytes).unwrap(), "step,kl,reward_mean\n3,0.01,0.3\n");
     for bad in ["limit=0", "limit=10001", "after_step=x"] {
         let response = get(&app.router, &format!("{base}/metrics?{bad}"), &key).await;
@@ -316,7 +477,12 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     assert_eq!(names, vec![format!("{ckpt}/config.json"), format!("{ckpt}/model.safetensors")]);
 
     // Redirect to a signed URL, which the server itself serves.
-    let redirect = get(&app.router, &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=config.json"), &key).await;
+    let redirect = get(
+        &app.router,
+        &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=config.json"),
+        &key,
+    )
+    .await;
     assert_eq!(redirect.status, StatusCode::FOUND);
     let location = redirect.headers["location"].to_str().unwrap().to_string();
     let local = location.strip_prefix(PUBLIC_URL).unwrap();
@@ -324,30 +490,60 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     assert_eq!(object.status, StatusCode::OK);
     assert_eq!(&object.bytes[..], b"{\"layers\": 2}");
     let forged = local.replace("signature=", "signature=00");
-    assert_error(&call(&app.router, Method::GET, &forged, None, None).await, StatusCode::FORBIDDEN, None);
-    assert_error(&get(&app.router, &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=nope"), &key).await, StatusCode::BAD_REQUEST, Some("path"));
+    assert_error(
+        &call(&app.router, Method::GET, &forged, None, None).await,
+        StatusCode::FORBIDDEN,
+        None,
+    );
+    assert_error(
+        &get(&app.router, &format!("{base}/checkpoints/{ckpt}/content?redirect=1&path=nope"), &key)
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("path"),
+    );
 
     // Samples: filters and pagination, with the stored line attached.
     let all = get(&app.router, &format!("{base}/samples?step=1"), &key).await.json();
     assert_eq!(all["data"].as_array().unwrap().len(), 3);
     assert_eq!(all["data"][1]["sample"]["completion"], "5");
     let good = get(&app.router, &format!("{base}/samples?min_score=0.5"), &key).await.json();
-    let ids: Vec<&str> = good["data"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        good["data"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec!["sample-1-0", "sample-1-2"]);
-    let page = get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5"), &key).await.json();
-    assert_eq!((page["data"][0]["id"].as_str(), page["has_more"].as_bool()), (Some("sample-1-1"), Some(true)));
-    let next = get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5&after=sample-1-1"), &key).await.json();
+    let page =
+        get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5"), &key).await.json();
+    assert_eq!(
+        (page["data"][0]["id"].as_str(), page["has_more"].as_bool()),
+        (Some("sample-1-1"), Some(true))
+    );
+    let next =
+        get(&app.router, &format!("{base}/samples?limit=1&max_score=0.5&after=sample-1-1"), &key)
+            .await
+            .json();
     assert_eq!(next["data"][0]["score"], 0.5);
-    assert!(get(&app.router, &format!("{base}/samples?step=9"), &key).await.json()["data"].as_array().unwrap().is_empty());
+    assert!(get(&app.router, &format!("{base}/samples?step=9"), &key).await.json()["data"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 
     // Models list the checkpoint; deleting it removes row and files.
     let models = get(&app.router, "/v1/models", &key).await.json();
-    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert!(ids.contains(&"tiny") && ids.contains(&format!("ft:tiny:{job}:ckpt-step-2").as_str()), "{ids:?}");
-    let deleted = call(&app.router, Method::DELETE, &format!("{base}/checkpoints/{ckpt}"), Some(&key), None).await;
+    let ids: Vec<&str> =
+        models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert!(
+        ids.contains(&"tiny") && ids.contains(&format!("ft:tiny:{job}:ckpt-step-2").as_str()),
+        "{ids:?}"
+    );
+    let deleted =
+        call(&app.router, Method::DELETE, &format!("{base}/checkpoints/{ckpt}"), Some(&key), None)
+            .await;
     assert_eq!(deleted.json()["deleted"], true);
     assert!(app.state.store.list(&format!("{prefix}/")).await.unwrap().is_empty());
-    assert_error(&get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await, StatusCode::NOT_FOUND, None);
+    assert_error(
+        &get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await,
+        StatusCode::NOT_FOUND,
+        None,
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -355,19 +551,59 @@ async fn models_register_and_roles(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;
     let member = user(&pool, "m@x.io", "acme", "member").await;
     let admin = user(&pool, "a@x.io", "acme", "admin").await;
-    app.state.store.put_bytes("models/small/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
+    app.state
+        .store
+        .put_bytes("models/small/config.json", bytes::Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
     let body = json!({"id": "small", "storage_prefix": "models/small"});
-    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "models/none"})).await, StatusCode::BAD_REQUEST, Some("storage_prefix"));
-    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "../etc"})).await, StatusCode::BAD_REQUEST, Some("storage_prefix"));
-    assert_error(&post(&app.router, "/v1/models", &member, json!({"id": "small", "storage_prefix": "models/small", "shared": true})).await, StatusCode::FORBIDDEN, None);
+    assert_error(
+        &post(
+            &app.router,
+            "/v1/models",
+            &member,
+            json!({"id": "x", "storage_prefix": "models/none"}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        Some("storage_prefix"),
+    );
+    assert_error(
+        &post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "../etc"}))
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("storage_prefix"),
+    );
+    assert_error(
+        &post(
+            &app.router,
+            "/v1/models",
+            &member,
+            json!({"id": "small", "storage_prefix": "models/small", "shared": true}),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        None,
+    );
     let registered = post(&app.router, "/v1/models", &member, body.clone()).await;
     assert_eq!(registered.status, StatusCode::OK, "{:?}", registered.json());
     assert_eq!(registered.json()["kind"], "base");
     assert_error(&post(&app.router, "/v1/models", &admin, body).await, StatusCode::CONFLICT, None);
-    let shared = post(&app.router, "/v1/models", &admin, json!({"id": "shared-small", "storage_prefix": "models/small", "shared": true})).await;
+    let shared = post(
+        &app.router,
+        "/v1/models",
+        &admin,
+        json!({"id": "shared-small", "storage_prefix": "models/small", "shared": true}),
+    )
+    .await;
     assert_eq!(shared.json()["owned_by"], "verity");
     let other = user(&pool, "o@y.io", "other", "member").await;
-    let ids: Vec<String> = get(&app.router, "/v1/models", &other).await.json()["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = get(&app.router, "/v1/models", &other).await.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(ids, vec!["shared-small"], "the org's private model is not visible elsewhere");
 }
 
@@ -383,10 +619,17 @@ async fn prometheus_and_openapi(pool: sqlx::PgPool) {
     assert!(text.contains("verity_queue_depth 1"));
     assert!(text.contains("verity_workers_seen 0"));
     assert!(text.contains("verity_http_requests_total{method=\"POST\",route=\"/v1/fine_tuning/jobs\",status=\"200\"} 1"), "{text}");
-    assert!(text.contains("verity_http_request_duration_seconds_bucket{route=\"/v1/files\",le=\"+Inf\"} 1"), "{text}");
+    assert!(
+        text.contains(
+            "verity_http_request_duration_seconds_bucket{route=\"/v1/files\",le=\"+Inf\"} 1"
+        ),
+        "{text}"
+    );
     let doc = call(&app.router, Method::GET, "/openapi.json", None, None).await.json();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for path in ["/v1/files", "/v1/fine_tuning/jobs/{job_id}/checkpoints", "/v1/auth/token", "/v1/models"] {
+    for path in
+        ["/v1/files", "/v1/fine_tuning/jobs/{job_id}/checkpoints", "/v1/auth/token", "/v1/models"]
+    {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
 }
@@ -396,35 +639,67 @@ async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;
     let key = user(&pool, "a@x.io", "acme", "member").await;
     let math = json!({"type": "math", "name": "acc", "reference": "{{item.answer}}"});
-    let run = |sample: &str, item: Value| json!({"grader": math, "model_sample": sample, "item": item});
-    let reply = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("So it is \\boxed{\\frac{3}{4}}.", json!({"answer": "0.75"}))).await;
+    let run =
+        |sample: &str, item: Value| json!({"grader": math, "model_sample": sample, "item": item});
+    let reply = post(
+        &app.router,
+        "/v1/fine_tuning/alpha/graders/run",
+        &key,
+        run("So it is \\boxed{\\frac{3}{4}}.", json!({"answer": "0.75"})),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
     assert_eq!(reply.json()["reward"], 1.0);
-    let wrong = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{2} or \\boxed{3}", json!({"answer": "3"}))).await;
+    let wrong = post(
+        &app.router,
+        "/v1/fine_tuning/alpha/graders/run",
+        &key,
+        run("\\boxed{2} or \\boxed{3}", json!({"answer": "3"})),
+    )
+    .await;
     assert_eq!(wrong.json()["reward"], 0.0, "several different answers score 0");
     // A field the grader reads is missing: an error result, not a wrong answer.
-    let missing = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{3}", json!({}))).await;
+    let missing =
+        post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{3}", json!({})))
+            .await;
     assert_eq!(missing.status, StatusCode::OK);
     assert!(missing.json()["metadata"]["errors"]["kind"].is_string(), "{:?}", missing.json());
     let invalid = json!({"grader": {"type": "math", "reference": "1", "extract": "telepathy"}, "model_sample": "1"});
-    assert_error(&post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, invalid).await, StatusCode::BAD_REQUEST, Some("grader.extract"));
-    let valid = post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": math})).await;
+    assert_error(
+        &post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, invalid).await,
+        StatusCode::BAD_REQUEST,
+        Some("grader.extract"),
+    );
+    let valid =
+        post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": math}))
+            .await;
     assert_eq!(valid.status, StatusCode::OK);
     assert_eq!(valid.json()["grader"], math);
     let bad = json!({"grader": {"type": "multi", "graders": {"a": math}, "calculate_output": "a + import"}});
-    assert_eq!(post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, bad).await.status, StatusCode::BAD_REQUEST);
-    let anonymous = tower::ServiceExt::oneshot(app.router.clone(),
+    assert_eq!(
+        post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, bad).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let anonymous = tower::ServiceExt::oneshot(
+        app.router.clone(),
         axum::http::Request::post("/v1/fine_tuning/alpha/graders/validate")
             .header("content-type", "application/json")
             .body(axum::body::Body::from(json!({"grader": math}).to_string()))
             .unwrap(),
-    ).await.unwrap();
+    )
+    .await
+    .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }
 
 /// Polls `GET uri` until `check` holds for its answer (change announcements are asynchronous);
 /// the last answer, or `None` if it never held.
-async fn answer_becomes(app: &TestApp, key: &str, uri: &str, check: impl Fn(&Value) -> bool) -> Option<Value> {
+async fn answer_becomes(
+    app: &TestApp,
+    key: &str,
+    uri: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Option<Value> {
     for _ in 0..250 {
         let answer = get(&app.router, uri, key).await.json();
         if check(&answer) {
@@ -441,7 +716,9 @@ async fn job_becomes(app: &TestApp, key: &str, job: &str, check: impl Fn(&Value)
 }
 
 /// An app that follows job changes, two users of different orgs and a job of the first.
-async fn listening_app_with_job(pool: &sqlx::PgPool) -> (TestApp, tokio::task::JoinHandle<()>, String, String, String) {
+async fn listening_app_with_job(
+    pool: &sqlx::PgPool,
+) -> (TestApp, tokio::task::JoinHandle<()>, String, String, String) {
     let app = app(pool.clone()).await;
     let listener = app.state.start_job_change_listener().await.expect("LISTEN works");
     base_model(&app).await;
@@ -466,23 +743,41 @@ async fn cached_job_rows_follow_changes_made_elsewhere(pool: sqlx::PgPool) {
     let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
     app.state.queue.register_worker(&worker).await.unwrap();
     let lease = app.state.queue.claim(&worker).await.unwrap().unwrap();
-    assert!(job_becomes(&app, &key, &job, |j| j["status"] == "running").await, "the claim never showed");
+    assert!(
+        job_becomes(&app, &key, &job, |j| j["status"] == "running").await,
+        "the claim never showed"
+    );
     // This server's own change shows at once.
     let paused = post(&app.router, &format!("{uri}/pause"), &key, json!({})).await.json();
     assert_eq!(paused["pending_control"], "pause");
     assert_eq!(get(&app.router, &uri, &key).await.json()["pending_control"], "pause");
     lease.ack_pause().await.unwrap();
-    assert!(job_becomes(&app, &key, &job, |j| j["status"] == "paused").await, "the pause never showed");
+    assert!(
+        job_becomes(&app, &key, &job, |j| j["status"] == "paused").await,
+        "the pause never showed"
+    );
     // A change made straight in the database shows too.
-    sqlx::query("UPDATE jobs SET metadata = '{\"team\": \"rl\"}' WHERE id = $1").bind(&job).execute(&pool).await.unwrap();
-    assert!(job_becomes(&app, &key, &job, |j| j["metadata"]["team"] == "rl").await, "a direct UPDATE never showed");
+    sqlx::query("UPDATE jobs SET metadata = '{\"team\": \"rl\"}' WHERE id = $1")
+        .bind(&job)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(
+        job_becomes(&app, &key, &job, |j| j["metadata"]["team"] == "rl").await,
+        "a direct UPDATE never showed"
+    );
     // Let the test database go: the listener holds a connection to it.
     listener.abort();
     let _ = listener.await;
 }
 
 /// Polls a metrics URI until `check` holds for its answer.
-async fn metrics_become(app: &TestApp, key: &str, uri: &str, check: impl Fn(&Value) -> bool) -> Value {
+async fn metrics_become(
+    app: &TestApp,
+    key: &str,
+    uri: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
     match answer_becomes(app, key, uri, check).await {
         Some(answer) => answer,
         None => panic!("{uri} never showed the change"),
@@ -502,7 +797,9 @@ async fn cached_metrics_follow_new_and_rewritten_steps(pool: sqlx::PgPool) {
     for step in 1..=5 {
         lease.metric(step, &json!({"reward_mean": f64::from(step) / 10.0})).await.unwrap();
     }
-    let whole = metrics_become(&app, &key, &uri, |m| m["data"].as_array().is_some_and(|d| d.len() == 5)).await;
+    let whole =
+        metrics_become(&app, &key, &uri, |m| m["data"].as_array().is_some_and(|d| d.len() == 5))
+            .await;
     // Once the writes' announcements have arrived, a read leaves the rendered metrics cached.
     let mut cached = false;
     for _ in 0..250 {
@@ -518,20 +815,37 @@ async fn cached_metrics_follow_new_and_rewritten_steps(pool: sqlx::PgPool) {
     assert_error(&get(&app.router, &uri, &other).await, StatusCode::NOT_FOUND, None);
     // Windows cut from the cached document answer what the database query answers.
     for (after_step, limit) in [(0, 2), (1, 2), (3, 10), (4, 1), (5, 3), (-7, 5), (2, 3)] {
-        let cached = get(&app.router, &format!("{uri}?after_step={after_step}&limit={limit}"), &key).await.json();
+        let cached =
+            get(&app.router, &format!("{uri}?after_step={after_step}&limit={limit}"), &key)
+                .await
+                .json();
         let window = verity_core::jobs::MetricsWindow { after_step, limit };
         let (data, has_more) = verity_core::jobs::metrics_json(&pool, &job, window).await.unwrap();
         let expected: Value = serde_json::from_str(&data).unwrap();
-        assert_eq!((&cached["data"], &cached["has_more"]), (&expected, &json!(has_more)), "after_step={after_step}&limit={limit}");
+        assert_eq!(
+            (&cached["data"], &cached["has_more"]),
+            (&expected, &json!(has_more)),
+            "after_step={after_step}&limit={limit}"
+        );
     }
     // A new step and a rewritten one (a resumed attempt) both show.
     lease.metric(6, &json!({"reward_mean": 0.6})).await.unwrap();
-    let polled = metrics_become(&app, &key, &format!("{uri}?after_step=5"), |m| m["data"].as_array().is_some_and(|d| d.len() == 1)).await;
+    let polled = metrics_become(&app, &key, &format!("{uri}?after_step=5"), |m| {
+        m["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
     assert_eq!(polled["data"][0], json!({"step": 6, "reward_mean": 0.6}));
     lease.metric(2, &json!({"reward_mean": 0.25})).await.unwrap();
-    metrics_become(&app, &key, &format!("{uri}?after_step=1&limit=1"), |m| m["data"][0]["reward_mean"] == json!(0.25)).await;
+    metrics_become(&app, &key, &format!("{uri}?after_step=1&limit=1"), |m| {
+        m["data"][0]["reward_mean"] == json!(0.25)
+    })
+    .await;
     // A change made straight in the database shows too.
-    sqlx::query("DELETE FROM job_metrics WHERE job_id = $1 AND step > 4").bind(&job).execute(&pool).await.unwrap();
+    sqlx::query("DELETE FROM job_metrics WHERE job_id = $1 AND step > 4")
+        .bind(&job)
+        .execute(&pool)
+        .await
+        .unwrap();
     metrics_become(&app, &key, &uri, |m| m["data"].as_array().is_some_and(|d| d.len() == 4)).await;
     listener.abort();
     let _ = listener.await;

@@ -39,15 +39,19 @@ async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
     let mut first = spawn_worker(&url, root.path());
     let started = Instant::now();
     loop {
-        let checkpoints: i64 = sqlx::query_scalar("SELECT count(*) FROM checkpoints WHERE job_id = $1")
-            .bind(&job)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let checkpoints: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM checkpoints WHERE job_id = $1")
+                .bind(&job)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
         if checkpoints >= 1 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint from the first worker");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint from the first worker"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     first.kill().expect("SIGKILL the worker");
@@ -64,16 +68,27 @@ async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
     }
     assert!(second.wait().unwrap().success());
 
-    assert_eq!(metric_steps(&pool, &job).await, (1..=STEPS).collect::<Vec<_>>(), "each step exactly once");
-    let metrics = String::from_utf8(store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec()).unwrap();
-    let lines: Vec<i64> =
-        metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_i64().unwrap()).collect();
+    assert_eq!(
+        metric_steps(&pool, &job).await,
+        (1..=STEPS).collect::<Vec<_>>(),
+        "each step exactly once"
+    );
+    let metrics = String::from_utf8(
+        store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec(),
+    )
+    .unwrap();
+    let lines: Vec<i64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_i64().unwrap())
+        .collect();
     assert_eq!(lines, (1..=STEPS as i64).collect::<Vec<_>>());
-    let attempts: Vec<i32> = sqlx::query_scalar("SELECT DISTINCT attempt FROM job_metrics WHERE job_id = $1 ORDER BY attempt")
-        .bind(&job)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let attempts: Vec<i32> = sqlx::query_scalar(
+        "SELECT DISTINCT attempt FROM job_metrics WHERE job_id = $1 ORDER BY attempt",
+    )
+    .bind(&job)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
     assert_eq!(attempts, vec![1, 2], "both attempts wrote steps");
     assert!(event_kinds(&pool, &job).await.contains(&"resumed".to_string()));
 }

@@ -15,16 +15,33 @@ use verity_core::storage::download_folder;
 use verity_core::JobState;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 
-async fn run_one_job(queue: &Queue, store: Arc<dyn verity_core::storage::ObjectStore>, cache: &std::path::Path) {
+async fn run_one_job(
+    queue: &Queue,
+    store: Arc<dyn verity_core::storage::ObjectStore>,
+    cache: &std::path::Path,
+) {
     let handler = TrainingHandler::new(
         store,
-        TrainingHandlerConfig { cache_dir: cache.to_path_buf(), device: candle_core::Device::Cpu, grader_workers: 2 },
+        TrainingHandlerConfig {
+            cache_dir: cache.to_path_buf(),
+            device: candle_core::Device::Cpu,
+            grader_workers: 2,
+        },
     );
-    let options =
-        RunnerOptions { poll_interval: Duration::from_millis(100), heartbeat_interval: Duration::from_millis(200), max_jobs: Some(1) };
-    let done = run_worker(queue.clone(), WorkerInfo::new(DeviceKind::Cpu, 1024), Arc::new(handler), options, CancellationToken::new())
-        .await
-        .unwrap();
+    let options = RunnerOptions {
+        poll_interval: Duration::from_millis(100),
+        heartbeat_interval: Duration::from_millis(200),
+        max_jobs: Some(1),
+    };
+    let done = run_worker(
+        queue.clone(),
+        WorkerInfo::new(DeviceKind::Cpu, 1024),
+        Arc::new(handler),
+        options,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(done, 1);
 }
 
@@ -54,39 +71,73 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(eval_steps, vec![0, 2, 3], "the baseline before training, every 2 steps, and at the end");
-    let metrics = String::from_utf8(store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec()).unwrap();
-    let steps: Vec<u64> =
-        metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        eval_steps,
+        vec![0, 2, 3],
+        "the baseline before training, every 2 steps, and at the end"
+    );
+    let metrics = String::from_utf8(
+        store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec(),
+    )
+    .unwrap();
+    let steps: Vec<u64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .collect();
     assert_eq!(steps, vec![1, 2, 3]);
-    let row: serde_json::Value = sqlx::query_scalar("SELECT data FROM job_metrics WHERE job_id = $1 AND step = 2")
+    let row: serde_json::Value =
+        sqlx::query_scalar("SELECT data FROM job_metrics WHERE job_id = $1 AND step = 2")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(row["eval"]["pass_at_k"]["pass@1"].is_number(), "{row}");
+    assert!(
+        row["grad_norm"].as_f64().unwrap() >= 0.0 && row["learning_rate"].as_f64().unwrap() > 0.0
+    );
+    let samples: i64 = sqlx::query_scalar("SELECT count(*) FROM samples WHERE job_id = $1")
         .bind(&job)
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert!(row["eval"]["pass_at_k"]["pass@1"].is_number(), "{row}");
-    assert!(row["grad_norm"].as_f64().unwrap() >= 0.0 && row["learning_rate"].as_f64().unwrap() > 0.0);
-    let samples: i64 = sqlx::query_scalar("SELECT count(*) FROM samples WHERE job_id = $1").bind(&job).fetch_one(&pool).await.unwrap();
     assert_eq!(samples, 3 * 2 * 4);
-    let first_sample = String::from_utf8(store.get_bytes(&format!("jobs/{job}/samples/step-1.jsonl")).await.unwrap().to_vec()).unwrap();
-    let first: serde_json::Value = serde_json::from_str(first_sample.lines().next().unwrap()).unwrap();
-    assert!(first["per_grader"]["similarity"].is_number() && first["finish_reason"].is_string(), "{first}");
+    let first_sample = String::from_utf8(
+        store.get_bytes(&format!("jobs/{job}/samples/step-1.jsonl")).await.unwrap().to_vec(),
+    )
+    .unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(first_sample.lines().next().unwrap()).unwrap();
+    assert!(
+        first["per_grader"]["similarity"].is_number() && first["finish_reason"].is_string(),
+        "{first}"
+    );
 
-    let checkpoints: Vec<(i32, String)> = sqlx::query_as("SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step")
-        .bind(&job)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let checkpoints: Vec<(i32, String)> = sqlx::query_as(
+        "SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step",
+    )
+    .bind(&job)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
     assert_eq!(checkpoints.iter().map(|c| c.0).collect::<Vec<_>>(), vec![2, 3]);
     let dir = root.path().join("downloaded");
     download_folder(store.as_ref(), &checkpoints[1].1, &dir).await.unwrap();
     let reloaded = verity_worker::load_model(&dir, &candle_core::Device::Cpu).unwrap();
-    let base = verity_worker::load_model(&root.path().join("tiny-model"), &candle_core::Device::Cpu).unwrap();
-    let changed = reloaded.model.export_weights().unwrap().iter().zip(base.model.export_weights().unwrap()).any(|((_, a), (_, b))| {
-        a.sub(&b).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0
-    });
+    let base =
+        verity_worker::load_model(&root.path().join("tiny-model"), &candle_core::Device::Cpu)
+            .unwrap();
+    let changed = reloaded
+        .model
+        .export_weights()
+        .unwrap()
+        .iter()
+        .zip(base.model.export_weights().unwrap())
+        .any(|((_, a), (_, b))| {
+            a.sub(&b).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0
+        });
     assert!(changed, "the checkpoint holds trained weights");
-    let progress: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("trainer_progress.json")).unwrap()).unwrap();
+    let progress: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("trainer_progress.json")).unwrap()).unwrap();
     assert_eq!(progress["step"], 3);
 }
 
@@ -99,14 +150,26 @@ async fn user_errors_fail_the_job_without_retries(pool: PgPool) {
     let job = enqueue(&pool, &queue, bad_grader).await;
     run_one_job(&queue, store.clone(), &root.path().join("cache")).await;
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
-    let error: serde_json::Value = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1").bind(&job).fetch_one(&pool).await.unwrap();
+    let error: serde_json::Value = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert!(error["message"].as_str().unwrap().starts_with("invalid grader"), "{error}");
     assert!(event_kinds(&pool, &job).await.contains(&"failed".to_string()));
 
-    store.put_bytes("files/file-train.jsonl", "{\"prompt\": \"t3\"}\n{\"oops\": 1}\n".into()).await.unwrap();
-    let job = enqueue(&pool, &queue, method(json!({"max_steps": 1, "max_completion_tokens": 4}))).await;
+    store
+        .put_bytes("files/file-train.jsonl", "{\"prompt\": \"t3\"}\n{\"oops\": 1}\n".into())
+        .await
+        .unwrap();
+    let job =
+        enqueue(&pool, &queue, method(json!({"max_steps": 1, "max_completion_tokens": 4}))).await;
     run_one_job(&queue, store.clone(), &root.path().join("cache")).await;
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed);
-    let error: serde_json::Value = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1").bind(&job).fetch_one(&pool).await.unwrap();
+    let error: serde_json::Value = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert!(error["message"].as_str().unwrap().contains("line 2"), "{error}");
 }

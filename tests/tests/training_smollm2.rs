@@ -7,7 +7,9 @@ use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use verity_core::queue::{run_worker, DeviceKind, NewJob, Queue, QueueSettings, RunnerOptions, WorkerInfo};
+use verity_core::queue::{
+    run_worker, DeviceKind, NewJob, Queue, QueueSettings, RunnerOptions, WorkerInfo,
+};
 use verity_core::storage::{download_folder, publish_folder, LocalStore, ObjectStore};
 use verity_core::JobState;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
@@ -15,9 +17,14 @@ use verity_worker::trainer::bench::arithmetic_jsonl;
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
-    let Some(model_dir) = verity_worker::testing::smollm2_dir("smollm2_trains_three_steps_with_the_math_grader") else { return };
+    let Some(model_dir) =
+        verity_worker::testing::smollm2_dir("smollm2_trains_three_steps_with_the_math_grader")
+    else {
+        return;
+    };
     let root = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(root.path().join("objects"), None).await.unwrap());
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(root.path().join("objects"), None).await.unwrap());
     publish_folder(store.as_ref(), &model_dir, "models/smollm2").await.unwrap();
     sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ('smollm2', 'base', 'models/smollm2', 'hf')")
         .execute(&pool)
@@ -25,7 +32,11 @@ async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
         .unwrap();
     store.put_bytes("files/file-math.jsonl", arithmetic_jsonl(4).into()).await.unwrap();
     let org = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'smol')").bind(org).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'smol')")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
     let method = json!({"type": "reinforcement", "reinforcement": {
         "grader": {"type": "math", "name": "math", "reference": "{{item.answer}}"},
         "hyperparameters": {"batch_size": 1, "group_size": 4, "max_steps": 3, "max_completion_tokens": 24,
@@ -37,18 +48,39 @@ async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
     let job = queue.enqueue(&job).await.unwrap();
     let handler = TrainingHandler::new(
         store.clone(),
-        TrainingHandlerConfig { cache_dir: root.path().join("cache"), device: candle_core::Device::Cpu, grader_workers: 2 },
+        TrainingHandlerConfig {
+            cache_dir: root.path().join("cache"),
+            device: candle_core::Device::Cpu,
+            grader_workers: 2,
+        },
     );
-    let options =
-        RunnerOptions { poll_interval: Duration::from_millis(100), heartbeat_interval: Duration::from_secs(1), max_jobs: Some(1) };
-    run_worker(queue.clone(), WorkerInfo::new(DeviceKind::Cpu, 4096), Arc::new(handler), options, CancellationToken::new())
-        .await
-        .unwrap();
+    let options = RunnerOptions {
+        poll_interval: Duration::from_millis(100),
+        heartbeat_interval: Duration::from_secs(1),
+        max_jobs: Some(1),
+    };
+    run_worker(
+        queue.clone(),
+        WorkerInfo::new(DeviceKind::Cpu, 4096),
+        Arc::new(handler),
+        options,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let error: Option<serde_json::Value> =
-        sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1").bind(&job).fetch_one(&pool).await.unwrap();
+        sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Succeeded, "{error:?}");
     let steps: Vec<i32> =
-        sqlx::query_scalar("SELECT step FROM job_metrics WHERE job_id = $1 ORDER BY step").bind(&job).fetch_all(&pool).await.unwrap();
+        sqlx::query_scalar("SELECT step FROM job_metrics WHERE job_id = $1 ORDER BY step")
+            .bind(&job)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert_eq!(steps, vec![1, 2, 3]);
     let dir = root.path().join("downloaded");
     download_folder(store.as_ref(), &format!("jobs/{job}/checkpoints/step-3"), &dir).await.unwrap();

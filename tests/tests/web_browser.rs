@@ -15,10 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use webdriver::Client;
 use verity_core::queue::{run_worker, DeviceKind, RunnerOptions, WorkerInfo};
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, TARGET_TOKEN};
+use webdriver::Client;
 
 /// Longest wait for anything in the browser (generous: 2 shared cores, a training job).
 const PATIENCE: Duration = Duration::from_secs(240);
@@ -42,10 +42,19 @@ fn free_port() -> u16 {
 
 impl Driver {
     async fn start() -> Driver {
-        let path = std::env::var("VERITY_TEST_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
-        assert!(std::path::Path::new(&path).exists(), "chromedriver not found at {path}: run `. scripts/test-services.sh` first");
+        let path = std::env::var("VERITY_TEST_CHROMEDRIVER")
+            .unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        assert!(
+            std::path::Path::new(&path).exists(),
+            "chromedriver not found at {path}: run `. scripts/test-services.sh` first"
+        );
         let port = free_port();
-        let child = Command::new(&path).arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let child = Command::new(&path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let driver = Driver { child, port };
         let status = format!("http://127.0.0.1:{port}/status");
         let client = reqwest::Client::new();
@@ -59,7 +68,8 @@ impl Driver {
     }
 
     async fn browser(&self) -> Client {
-        let chromium = std::env::var("VERITY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let chromium =
+            std::env::var("VERITY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let caps = json!({"browserName": "chrome", "goog:chromeOptions": {"binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}});
         Client::connect(&format!("http://127.0.0.1:{}", self.port), caps).await
@@ -68,7 +78,9 @@ impl Driver {
 
 /// Where screenshots go.
 fn shots_dir() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("dashboard-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -94,7 +106,11 @@ async fn until(c: &Client, expression: &str) -> Value {
         if truthy {
             return value;
         }
-        assert!(started.elapsed() < PATIENCE, "timed out waiting for `{expression}` on {}", c.current_url().await);
+        assert!(
+            started.elapsed() < PATIENCE,
+            "timed out waiting for `{expression}` on {}",
+            c.current_url().await
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -113,7 +129,8 @@ async fn click(c: &Client, css: &str) {
 async fn serve(state: verity_server::api::state::AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = verity_server::api::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let app = verity_server::api::app(state)
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await });
     base
 }
@@ -147,17 +164,23 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     click(&c, "#new-job").await;
     until(&c, "document.querySelector('#training-upload')").await;
     c.find("#training-upload").await.send_keys(files.join("bad.jsonl").to_str().unwrap()).await;
-    let error = until(&c, "document.querySelector('#training-preview .line-error').textContent").await;
+    let error =
+        until(&c, "document.querySelector('#training-preview .line-error').textContent").await;
     assert!(error.as_str().unwrap().contains("line 2"), "{error}");
     c.find("#training-upload").await.send_keys(files.join("train.jsonl").to_str().unwrap()).await;
     until(&c, "document.querySelector('#training-preview .preview[data-status=processed]')").await;
     let training_file = until(&c, "document.querySelector('#training-file').value").await;
     c.find("#validation-upload").await.send_keys(files.join("valid.jsonl").to_str().unwrap()).await;
-    until(&c, "document.querySelector('#validation-preview .preview[data-status=processed]')").await;
+    until(&c, "document.querySelector('#validation-preview .preview[data-status=processed]')")
+        .await;
 
     // Write a grader and test it on a pasted completion and a dataset row.
     click(&c, "[data-template=format]").await;
-    assert!(until(&c, "document.querySelector('#grader').value").await.as_str().unwrap().contains("think_answer_tag"));
+    assert!(until(&c, "document.querySelector('#grader').value")
+        .await
+        .as_str()
+        .unwrap()
+        .contains("think_answer_tag"));
     fill(&c, "#grader", &first_token_grader().to_string()).await;
     fill(&c, "#test-completion", TARGET_TOKEN).await;
     fill(&c, "#test-item", &json!({"answer": TARGET_TOKEN}).to_string()).await;
@@ -165,36 +188,78 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     assert_eq!(until(&c, "document.querySelector('#test-reward').dataset.reward").await, "1");
     fill(&c, "#test-completion", "t3").await;
     click(&c, "#test-grader").await;
-    assert_eq!(until(&c, "document.querySelector('#test-reward[data-reward=\"0\"]') && '0'").await, "0");
+    assert_eq!(
+        until(&c, "document.querySelector('#test-reward[data-reward=\"0\"]') && '0'").await,
+        "0"
+    );
 
     // Hyperparameters: a preset fills fields; then the tiny job's values.
     click(&c, "[data-preset=dapo]").await;
     assert_eq!(until(&c, "document.querySelector('#hp-loss').value").await, "dapo");
     click(&c, "[data-preset=grpo]").await;
-    for (name, value) in [("max_steps", "3"), ("batch_size", "2"), ("group_size", "4"), ("learning_rate", "0.01"),
-                          ("max_completion_tokens", "4"), ("checkpoint_interval", "2"), ("eval_interval", "2"),
-                          ("eval_samples", "2"), ("micro_batch_size", "4")] {
+    for (name, value) in [
+        ("max_steps", "3"),
+        ("batch_size", "2"),
+        ("group_size", "4"),
+        ("learning_rate", "0.01"),
+        ("max_completion_tokens", "4"),
+        ("checkpoint_interval", "2"),
+        ("eval_interval", "2"),
+        ("eval_samples", "2"),
+        ("micro_batch_size", "4"),
+    ] {
         fill(&c, &format!("#hp-{name}"), value).await;
     }
     shot(&c, "03-new-job").await;
     click(&c, "#create-job").await;
-    let job_id = until(&c, "location.pathname.startsWith('/jobs/ftjob-') && location.pathname.slice(6)").await.as_str().unwrap().to_string();
-    assert_eq!(until(&c, "document.querySelector('#charts').dataset.points").await, "0", "no steps before the worker starts");
-    let job = verity_core::jobs::get_job(&pool, state_org(&pool).await, &job_id).await.unwrap().unwrap();
+    let job_id =
+        until(&c, "location.pathname.startsWith('/jobs/ftjob-') && location.pathname.slice(6)")
+            .await
+            .as_str()
+            .unwrap()
+            .to_string();
+    assert_eq!(
+        until(&c, "document.querySelector('#charts').dataset.points").await,
+        "0",
+        "no steps before the worker starts"
+    );
+    let job =
+        verity_core::jobs::get_job(&pool, state_org(&pool).await, &job_id).await.unwrap().unwrap();
     assert_eq!(job.training_file.as_deref(), training_file.as_str());
 
     // Train it in-process; the page's charts gain points over server-sent events, no reload.
     let handler = TrainingHandler::new(
         store.clone(),
-        TrainingHandlerConfig { cache_dir: root.path().join("cache"), device: candle_core::Device::Cpu, grader_workers: 2 },
+        TrainingHandlerConfig {
+            cache_dir: root.path().join("cache"),
+            device: candle_core::Device::Cpu,
+            grader_workers: 2,
+        },
     );
-    let options = RunnerOptions { poll_interval: Duration::from_millis(100), heartbeat_interval: Duration::from_millis(200), max_jobs: Some(1) };
-    let worker = tokio::spawn(run_worker(state.queue.clone(), WorkerInfo::new(DeviceKind::Cpu, 1024), Arc::new(handler), options, CancellationToken::new()));
+    let options = RunnerOptions {
+        poll_interval: Duration::from_millis(100),
+        heartbeat_interval: Duration::from_millis(200),
+        max_jobs: Some(1),
+    };
+    let worker = tokio::spawn(run_worker(
+        state.queue.clone(),
+        WorkerInfo::new(DeviceKind::Cpu, 1024),
+        Arc::new(handler),
+        options,
+        CancellationToken::new(),
+    ));
     c.execute("window.__marker = 'same page'", vec![]).await;
     until(&c, "Number(document.querySelector('#charts').dataset.points) >= 1").await;
     until(&c, "Number(document.querySelector('#charts').dataset.points) >= 3 && document.querySelector('#job-status').textContent === 'succeeded'").await;
-    assert_eq!(c.execute("return window.__marker", vec![]).await, "same page", "updated without a reload");
-    assert!(until(&c, "document.querySelectorAll('#charts .uplot').length").await.as_u64().unwrap() >= 8);
+    assert_eq!(
+        c.execute("return window.__marker", vec![]).await,
+        "same page",
+        "updated without a reload"
+    );
+    assert!(
+        until(&c, "document.querySelectorAll('#charts .uplot').length").await.as_u64().unwrap()
+            >= 8
+    );
     assert_eq!(worker.await.unwrap().unwrap(), 1);
     shot(&c, "04-job").await;
     click(&c, "#theme-toggle").await;
@@ -206,18 +271,33 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     click(&c, "#open-completions").await;
     until(&c, "document.querySelectorAll('.completion').length === 8").await;
     let body = until(&c, "document.querySelector('#completions').textContent").await;
-    assert!(body.as_str().unwrap().contains("first_token") && body.as_str().unwrap().contains("step 3"));
+    assert!(
+        body.as_str().unwrap().contains("first_token") && body.as_str().unwrap().contains("step 3")
+    );
     shot(&c, "06-completions").await;
 
     // Checkpoints: download the last one through the page's link, with the browser's session.
     c.goto(&format!("{base}/jobs/{job_id}/checkpoints")).await;
-    let href = until(&c, "document.querySelector('a[data-step=\"3\"]').href").await.as_str().unwrap().to_string();
+    let href = until(&c, "document.querySelector('a[data-step=\"3\"]').href")
+        .await
+        .as_str()
+        .unwrap()
+        .to_string();
     shot(&c, "07-checkpoints").await;
     let session = c.cookie("verity_session").await;
-    let download = reqwest::Client::new().get(&href).header("cookie", format!("verity_session={session}")).send().await.unwrap();
+    let download = reqwest::Client::new()
+        .get(&href)
+        .header("cookie", format!("verity_session={session}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(download.status(), 200);
     let archive = download.bytes().await.unwrap();
-    let names: Vec<String> = tar::Archive::new(&archive[..]).entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
+    let names: Vec<String> = tar::Archive::new(&archive[..])
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
     assert!(names.iter().any(|n| n.ends_with(".safetensors")), "{names:?}");
 
     // A second job, cancelled from its page.
@@ -238,7 +318,12 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     c.goto(&format!("{base}/keys")).await;
     fill(&c, "#key-name", "from-browser").await;
     click(&c, "#create-key").await;
-    let secret = until(&c, "document.querySelector('#new-key').textContent").await.as_str().unwrap().trim().to_string();
+    let secret = until(&c, "document.querySelector('#new-key').textContent")
+        .await
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string();
     let http = reqwest::Client::new();
     let files_url = format!("{base}/v1/files");
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 200);
@@ -255,7 +340,12 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     c.set_window_size(375, 812).await;
     c.goto(&format!("{base}/jobs/{job_id}")).await;
     until(&c, "document.querySelectorAll('#charts .uplot').length >= 8").await;
-    let overflow = c.execute("return document.documentElement.scrollWidth - document.documentElement.clientWidth", vec![]).await;
+    let overflow = c
+        .execute(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+            vec![],
+        )
+        .await;
     assert!(overflow.as_i64().unwrap() <= 1, "no horizontal scrolling at 375 px: {overflow}");
     shot(&c, "11-job-phone").await;
 

@@ -4,15 +4,24 @@
 
 mod api_support;
 
-use api_support::{app, call, file_and_job, get, post, send, base_model, user, Reply, TestApp};
+use api_support::{app, base_model, call, file_and_job, get, post, send, user, Reply, TestApp};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
 
 /// A form POST with optional cookie and extra headers.
-async fn form(app: &TestApp, uri: &str, body: &str, cookie: Option<&str>, headers: &[(&str, &str)]) -> Reply {
-    let mut builder = Request::builder().method(Method::POST).uri(uri).header("content-type", "application/x-www-form-urlencoded");
+async fn form(
+    app: &TestApp,
+    uri: &str,
+    body: &str,
+    cookie: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut builder = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header("content-type", "application/x-www-form-urlencoded");
     if let Some(cookie) = cookie {
         builder = builder.header("cookie", cookie);
     }
@@ -24,7 +33,11 @@ async fn form(app: &TestApp, uri: &str, body: &str, cookie: Option<&str>, header
 
 /// A GET with the session cookie.
 async fn page(app: &TestApp, uri: &str, cookie: &str) -> Reply {
-    send(&app.router, Request::builder().uri(uri).header("cookie", cookie).body(Body::empty()).unwrap()).await
+    send(
+        &app.router,
+        Request::builder().uri(uri).header("cookie", cookie).body(Body::empty()).unwrap(),
+    )
+    .await
 }
 
 fn text(reply: &Reply) -> String {
@@ -33,7 +46,14 @@ fn text(reply: &Reply) -> String {
 
 /// Signs in with the password of `email`; the `name=value` of the session cookie.
 async fn sign_in(app: &TestApp, email: &str) -> String {
-    let reply = form(app, "/login", &format!("email={}&password=password123&next=%2Fjobs", email.replace('@', "%40")), None, &[]).await;
+    let reply = form(
+        app,
+        "/login",
+        &format!("email={}&password=password123&next=%2Fjobs", email.replace('@', "%40")),
+        None,
+        &[],
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", text(&reply));
     assert_eq!(reply.headers["location"], "/jobs");
     let cookie = reply.headers["set-cookie"].to_str().unwrap().to_string();
@@ -50,23 +70,30 @@ async fn pages_need_a_session_and_render_once_signed_in(pool: PgPool) {
     base_model(&app).await;
     let (file_id, job_id) = file_and_job(&app, &key).await;
 
-    let signed_out = send(&app.router, Request::builder().uri("/jobs/new").body(Body::empty()).unwrap()).await;
+    let signed_out =
+        send(&app.router, Request::builder().uri("/jobs/new").body(Body::empty()).unwrap()).await;
     assert_eq!(signed_out.status, StatusCode::SEE_OTHER);
     assert_eq!(signed_out.headers["location"], "/login?next=/jobs/new");
-    let login = send(&app.router, Request::builder().uri("/login").body(Body::empty()).unwrap()).await;
+    let login =
+        send(&app.router, Request::builder().uri("/login").body(Body::empty()).unwrap()).await;
     assert_eq!(login.status, StatusCode::OK);
     assert!(text(&login).contains("name=\"api_key\""));
     let wrong = form(&app, "/login", "email=ada%40example.com&password=nope", None, &[]).await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert!(text(&wrong).contains("wrong e-mail or password"));
     // An absolute next= is not followed.
-    let by_key = form(&app, "/login", &format!("api_key={key}&next=https%3A%2F%2Fevil.example"), None, &[]).await;
+    let by_key =
+        form(&app, "/login", &format!("api_key={key}&next=https%3A%2F%2Fevil.example"), None, &[])
+            .await;
     assert_eq!(by_key.status, StatusCode::SEE_OTHER);
     assert_eq!(by_key.headers["location"], "/jobs");
 
     let cookie = sign_in(&app, "ada@example.com").await;
     let jobs = text(&page(&app, "/jobs", &cookie).await);
-    assert!(jobs.contains("Created by") && jobs.contains("ada@example.com"), "the jobs list names who created each job");
+    assert!(
+        jobs.contains("Created by") && jobs.contains("ada@example.com"),
+        "the jobs list names who created each job"
+    );
     for (uri, needle) in [
         ("/jobs".to_string(), job_id.as_str()),
         ("/jobs/new".to_string(), "Test grader"),
@@ -84,9 +111,14 @@ async fn pages_need_a_session_and_render_once_signed_in(pool: PgPool) {
     }
     let missing = page(&app, "/jobs/ftjob-nope", &cookie).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    let bad_filter = page(&app, &format!("/jobs/{job_id}/completions?min_score=abc"), &cookie).await;
+    let bad_filter =
+        page(&app, &format!("/jobs/{job_id}/completions?min_score=abc"), &cookie).await;
     assert_eq!(bad_filter.status, StatusCode::BAD_REQUEST);
-    let css = send(&app.router, Request::builder().uri("/static/vendor/uPlot.min.css").body(Body::empty()).unwrap()).await;
+    let css = send(
+        &app.router,
+        Request::builder().uri("/static/vendor/uPlot.min.css").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(css.status, StatusCode::OK);
     assert!(css.headers["cache-control"].to_str().unwrap().contains("max-age"));
     // The session also authenticates the JSON API (the dashboard's scripts use it).
@@ -105,22 +137,40 @@ async fn cross_origin_writes_with_the_session_are_refused(pool: PgPool) {
     let cookie = sign_in(&app, "ada@example.com").await;
     let cancel = format!("/jobs/{job_id}/control/cancel");
     let api_cancel = format!("/v1/fine_tuning/jobs/{job_id}/cancel");
-    for headers in [[("sec-fetch-site", "cross-site"), ("host", "verity.test")], [("origin", "http://evil.example"), ("host", "verity.test")]] {
+    for headers in [
+        [("sec-fetch-site", "cross-site"), ("host", "verity.test")],
+        [("origin", "http://evil.example"), ("host", "verity.test")],
+    ] {
         for uri in [&cancel, &api_cancel] {
             let reply = form(&app, uri, "", Some(&cookie), &headers).await;
             assert_eq!(reply.status, StatusCode::FORBIDDEN, "{uri} {headers:?}");
         }
-        let login = form(&app, "/login", "email=ada%40example.com&password=password123", None, &headers).await;
+        let login =
+            form(&app, "/login", "email=ada%40example.com&password=password123", None, &headers)
+                .await;
         assert_eq!(login.status, StatusCode::FORBIDDEN);
     }
-    assert_eq!(get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await.json()["status"], "queued", "nothing was cancelled");
+    assert_eq!(
+        get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await.json()["status"],
+        "queued",
+        "nothing was cancelled"
+    );
     // A bearer credential is not ambient: a cross-origin call with it is the caller's own choice.
-    let mut request = Request::builder().method(Method::GET).uri("/v1/files").header("authorization", format!("Bearer {key}"));
+    let mut request = Request::builder()
+        .method(Method::GET)
+        .uri("/v1/files")
+        .header("authorization", format!("Bearer {key}"));
     request = request.header("origin", "http://elsewhere.example");
-    assert_eq!(send(&app.router, request.body(Body::empty()).unwrap()).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app.router, request.body(Body::empty()).unwrap()).await.status,
+        StatusCode::OK
+    );
     let same = form(&app, &cancel, "", Some(&cookie), &[("sec-fetch-site", "same-origin")]).await;
     assert_eq!(same.status, StatusCode::SEE_OTHER);
-    assert_eq!(get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await.json()["status"], "cancelled");
+    assert_eq!(
+        get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await.json()["status"],
+        "cancelled"
+    );
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -130,19 +180,41 @@ async fn repeated_failed_logins_are_throttled(pool: PgPool) {
     user(&pool, "bob@example.com", "acme", "member").await;
     let attempt = |email: &str, password: &str| json!({"email": email, "password": password});
     for _ in 0..verity_server::api::auth::throttle::MAX_FAILURES_PER_USER {
-        let reply = call(&app.router, Method::POST, "/v1/auth/token", None, Some(attempt("ada@example.com", "wrong"))).await;
+        let reply = call(
+            &app.router,
+            Method::POST,
+            "/v1/auth/token",
+            None,
+            Some(attempt("ada@example.com", "wrong")),
+        )
+        .await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     }
     // Even the right password is refused while throttled; Retry-After says for how long.
-    let refused = call(&app.router, Method::POST, "/v1/auth/token", None, Some(attempt("ada@example.com", "password123"))).await;
+    let refused = call(
+        &app.router,
+        Method::POST,
+        "/v1/auth/token",
+        None,
+        Some(attempt("ada@example.com", "password123")),
+    )
+    .await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", refused.json());
     let retry: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!(retry > 0 && retry <= verity_server::api::auth::throttle::WINDOW.as_secs());
-    let page = form(&app, "/login", "email=ada%40example.com&password=password123", None, &[]).await;
+    let page =
+        form(&app, "/login", "email=ada%40example.com&password=password123", None, &[]).await;
     assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(page.headers.contains_key("retry-after"));
     // Another user is unaffected.
-    let other = call(&app.router, Method::POST, "/v1/auth/token", None, Some(attempt("bob@example.com", "password123"))).await;
+    let other = call(
+        &app.router,
+        Method::POST,
+        "/v1/auth/token",
+        None,
+        Some(attempt("bob@example.com", "password123")),
+    )
+    .await;
     assert_eq!(other.status, StatusCode::OK);
 }
 
@@ -156,7 +228,10 @@ async fn api_keys_are_listed_created_and_revoked_at_once(pool: PgPool) {
     let listed = get(&app.router, "/v1/api_keys", &admin).await;
     assert_eq!(listed.status, StatusCode::OK);
     assert_eq!(listed.json()["data"].as_array().unwrap().len(), 2, "the org's two keys");
-    assert!(listed.json()["data"][0].get("secret").is_none() && listed.json()["data"][0].get("key_hash").is_none());
+    assert!(
+        listed.json()["data"][0].get("secret").is_none()
+            && listed.json()["data"][0].get("key_hash").is_none()
+    );
 
     let created = post(&app.router, "/v1/api_keys", &admin, json!({"name": "ci"})).await;
     assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
@@ -164,22 +239,52 @@ async fn api_keys_are_listed_created_and_revoked_at_once(pool: PgPool) {
     let id = created.json()["id"].as_str().unwrap().to_string();
     assert_eq!(created.json()["name"], "ci");
     assert!(secret.starts_with(created.json()["prefix"].as_str().unwrap()));
-    assert_eq!(get(&app.router, "/v1/files", &secret).await.status, StatusCode::OK, "the new key works (and is now cached)");
+    assert_eq!(
+        get(&app.router, "/v1/files", &secret).await.status,
+        StatusCode::OK,
+        "the new key works (and is now cached)"
+    );
     let used = get(&app.router, "/v1/api_keys", &admin).await.json();
-    let row = used["data"].as_array().unwrap().iter().find(|k| k["id"] == id.as_str()).unwrap().clone();
+    let row =
+        used["data"].as_array().unwrap().iter().find(|k| k["id"] == id.as_str()).unwrap().clone();
     assert!(row["last_used_at"].is_number() && row["revoked"] == false, "{row}");
 
-    assert_eq!(post(&app.router, "/v1/api_keys", &member, json!({"name": "x"})).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&member), None).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&outsider), None).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(post(&app.router, "/v1/api_keys", &admin, json!({"name": "x".repeat(101)})).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        post(&app.router, "/v1/api_keys", &member, json!({"name": "x"})).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&member), None)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&outsider), None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        post(&app.router, "/v1/api_keys", &admin, json!({"name": "x".repeat(101)})).await.status,
+        StatusCode::BAD_REQUEST
+    );
 
-    let revoked = call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&admin), None).await;
+    let revoked =
+        call(&app.router, Method::DELETE, &format!("/v1/api_keys/{id}"), Some(&admin), None).await;
     assert_eq!(revoked.status, StatusCode::OK);
     assert_eq!(revoked.json()["revoked"], true);
     let after = get(&app.router, "/v1/files", &secret).await;
-    assert_eq!(after.status, StatusCode::UNAUTHORIZED, "revocation is immediate despite the key cache");
-    assert_eq!(get(&app.router, "/v1/files", &admin).await.status, StatusCode::OK, "other keys still work");
+    assert_eq!(
+        after.status,
+        StatusCode::UNAUTHORIZED,
+        "revocation is immediate despite the key cache"
+    );
+    assert_eq!(
+        get(&app.router, "/v1/files", &admin).await.status,
+        StatusCode::OK,
+        "other keys still work"
+    );
 
     // The keys page: create shows the secret once; revoke by form.
     let cookie = sign_in(&app, "ada@example.com").await;
@@ -189,19 +294,42 @@ async fn api_keys_are_listed_created_and_revoked_at_once(pool: PgPool) {
     let start = html.find("id=\"new-key\">").unwrap() + "id=\"new-key\">".len();
     let page_secret = html[start..start + 43].to_string();
     assert_eq!(get(&app.router, "/v1/files", &page_secret).await.status, StatusCode::OK);
-    let page_id = get(&app.router, "/v1/api_keys", &admin).await.json()["data"][0]["id"].as_str().unwrap().to_string();
+    let page_id = get(&app.router, "/v1/api_keys", &admin).await.json()["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let gone = form(&app, &format!("/keys/{page_id}/revoke"), "", Some(&cookie), &[]).await;
     assert_eq!(gone.status, StatusCode::SEE_OTHER);
     assert_eq!(get(&app.router, "/v1/files", &page_secret).await.status, StatusCode::UNAUTHORIZED);
-    assert!(!text(&page(&app, "/keys", &cookie).await).contains(&page_secret), "a secret is shown once");
+    assert!(
+        !text(&page(&app, "/keys", &cookie).await).contains(&page_secret),
+        "a secret is shown once"
+    );
 
     // A dashboard session opened with a key ends when that key is revoked.
     let fresh = post(&app.router, "/v1/api_keys", &admin, json!({"name": "session"})).await.json();
-    let signed_in = form(&app, "/login", &format!("api_key={}&next=%2Fjobs", fresh["secret"].as_str().unwrap()), None, &[]).await;
+    let signed_in = form(
+        &app,
+        "/login",
+        &format!("api_key={}&next=%2Fjobs", fresh["secret"].as_str().unwrap()),
+        None,
+        &[],
+    )
+    .await;
     assert_eq!(signed_in.status, StatusCode::SEE_OTHER);
-    let key_cookie = signed_in.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let key_cookie =
+        signed_in.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     assert_eq!(page(&app, "/jobs", &key_cookie).await.status, StatusCode::OK);
     let fresh_id = fresh["id"].as_str().unwrap();
-    assert_eq!(call(&app.router, Method::DELETE, &format!("/v1/api_keys/{fresh_id}"), Some(&admin), None).await.status, StatusCode::OK);
-    assert_eq!(page(&app, "/jobs", &key_cookie).await.status, StatusCode::SEE_OTHER, "back to the sign-in page");
+    assert_eq!(
+        call(&app.router, Method::DELETE, &format!("/v1/api_keys/{fresh_id}"), Some(&admin), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        page(&app, "/jobs", &key_cookie).await.status,
+        StatusCode::SEE_OTHER,
+        "back to the sign-in page"
+    );
 }

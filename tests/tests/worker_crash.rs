@@ -33,7 +33,11 @@ where
 async fn sigkilled_worker_is_replaced_and_the_job_finishes(pool: PgPool) {
     let url = verity_tests::database_url_of(&pool).await.unwrap();
     let org = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'crash')").bind(org).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'crash')")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
     let queue = Queue::new(pool.clone(), QueueSettings::default());
     let job = queue
         .enqueue(&NewJob::new(org, "m", serde_json::json!({ "steps": 12, "step_ms": 150 })))
@@ -52,12 +56,19 @@ async fn sigkilled_worker_is_replaced_and_the_job_finishes(pool: PgPool) {
     };
 
     let mut first = spawn_worker(&url);
-    wait_until("the first worker's progress", Duration::from_secs(60), || async { metric_rows().await >= 3 }).await;
+    wait_until("the first worker's progress", Duration::from_secs(60), || async {
+        metric_rows().await >= 3
+    })
+    .await;
     first.kill().expect("SIGKILL the worker"); // Child::kill sends SIGKILL on Unix.
     first.wait().unwrap();
     let at_kill = metric_rows().await;
     assert!(at_kill < 12, "killed mid-job");
-    assert_eq!(queue.state(&job).await.unwrap(), JobState::Running, "the dead worker still holds the lease");
+    assert_eq!(
+        queue.state(&job).await.unwrap(),
+        JobState::Running,
+        "the dead worker still holds the lease"
+    );
 
     let mut second = spawn_worker(&url);
     wait_until("the job to finish", Duration::from_secs(120), || async {
@@ -66,24 +77,34 @@ async fn sigkilled_worker_is_replaced_and_the_job_finishes(pool: PgPool) {
     .await;
     assert!(second.wait().unwrap().success());
 
-    let rows: Vec<(i32, i32)> = sqlx::query_as("SELECT step, attempt FROM job_metrics WHERE job_id = $1 ORDER BY step")
-        .bind(&job)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), (0..12).collect::<Vec<_>>(), "each step exactly once");
-    assert!(rows.iter().any(|r| r.1 == 1) && rows.iter().any(|r| r.1 == 2), "both attempts contributed: {rows:?}");
-    let (attempt, failures): (i32, i32) = sqlx::query_as("SELECT attempt, failures FROM jobs WHERE id = $1")
-        .bind(&job)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows: Vec<(i32, i32)> =
+        sqlx::query_as("SELECT step, attempt FROM job_metrics WHERE job_id = $1 ORDER BY step")
+            .bind(&job)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (0..12).collect::<Vec<_>>(),
+        "each step exactly once"
+    );
+    assert!(
+        rows.iter().any(|r| r.1 == 1) && rows.iter().any(|r| r.1 == 2),
+        "both attempts contributed: {rows:?}"
+    );
+    let (attempt, failures): (i32, i32) =
+        sqlx::query_as("SELECT attempt, failures FROM jobs WHERE id = $1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!((attempt, failures), (2, 1));
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id")
-        .bind(&job)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id")
+            .bind(&job)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert!(kinds.contains(&"resumed".to_string()), "{kinds:?}");
     let lease_error: serde_json::Value = sqlx::query_scalar(
         "SELECT data FROM job_events WHERE job_id = $1 AND message = 'running -> queued'",

@@ -4,7 +4,9 @@
 use verity_verifiers::cli::{bench, BenchOptions};
 
 fn main() {
-    let arg = |i: usize, default: usize| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let arg = |i: usize, default: usize| {
+        std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default)
+    };
     let defaults = BenchOptions::default();
     let options = BenchOptions {
         jobs: arg(1, defaults.jobs),
@@ -12,5 +14,8 @@ fn main() {
         code_gradings: arg(3, defaults.code_gradings),
     };
     let report = bench(&options);
-    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    );
 }

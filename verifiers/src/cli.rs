@@ -57,7 +57,12 @@ pub struct RunSummary {
 /// Grades each JSONL line `{"item": {...}, "sample": {"output_text": "..."}}` and writes one
 /// JSON result per line, in input order, with up to `jobs` gradings in parallel (0 = cores).
 /// A malformed line yields a `bad_item` error result for that line; blank lines are skipped.
-pub fn run_jsonl(grader: &Grader, input: impl BufRead, mut out: impl Write, jobs: usize) -> Result<RunSummary, RunError> {
+pub fn run_jsonl(
+    grader: &Grader,
+    input: impl BufRead,
+    mut out: impl Write,
+    jobs: usize,
+) -> Result<RunSummary, RunError> {
     let started = Instant::now();
     let pool = GraderPool::new(jobs);
     let chunk = pool.workers() * ROWS_PER_WORKER;
@@ -75,7 +80,9 @@ pub fn run_jsonl(grader: &Grader, input: impl BufRead, mut out: impl Write, jobs
             }
             batch.push(match serde_json::from_str::<InputRow>(&line) {
                 Ok(row) => Ok((row.item, row.sample)),
-                Err(e) => Err(GradeResult::failed(ErrorKind::BadItem, format!("line {}: {e}", index + 1))),
+                Err(e) => {
+                    Err(GradeResult::failed(ErrorKind::BadItem, format!("line {}: {e}", index + 1)))
+                }
             });
             if batch.len() == chunk {
                 break;
@@ -84,11 +91,14 @@ pub fn run_jsonl(grader: &Grader, input: impl BufRead, mut out: impl Write, jobs
         if batch.is_empty() {
             break;
         }
-        let rows: Vec<(Value, Sample)> = batch.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        let rows: Vec<(Value, Sample)> =
+            batch.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
         let mut graded = pool.grade_batch_blocking(grader, &rows).into_iter();
         for entry in batch {
             let result = match entry {
-                Ok(_) => graded.next().unwrap_or_else(|| GradeResult::failed(ErrorKind::Internal, "missing result")),
+                Ok(_) => graded
+                    .next()
+                    .unwrap_or_else(|| GradeResult::failed(ErrorKind::Internal, "missing result")),
                 Err(result) => result,
             };
             match &result.error {
@@ -158,7 +168,11 @@ fn check_dataset(grader: &Grader, path: &Path, report: &mut ValidationReport) {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
-            report.errors.push(ValidationIssue { path: "dataset".into(), line: None, message: format!("{}: {e}", path.display()) });
+            report.errors.push(ValidationIssue {
+                path: "dataset".into(),
+                line: None,
+                message: format!("{}: {e}", path.display()),
+            });
             return;
         }
     };
@@ -173,7 +187,14 @@ fn check_dataset(grader: &Grader, path: &Path, report: &mut ValidationReport) {
         let line = match line {
             Ok(l) => l,
             Err(e) => {
-                push(report, ValidationIssue { path: "dataset".into(), line: Some(line_no), message: e.to_string() });
+                push(
+                    report,
+                    ValidationIssue {
+                        path: "dataset".into(),
+                        line: Some(line_no),
+                        message: e.to_string(),
+                    },
+                );
                 break;
             }
         };
@@ -184,18 +205,39 @@ fn check_dataset(grader: &Grader, path: &Path, report: &mut ValidationReport) {
         let item: Value = match serde_json::from_str(&line) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
-                push(report, ValidationIssue { path: "item".into(), line: Some(line_no), message: "a row must be a JSON object".into() });
+                push(
+                    report,
+                    ValidationIssue {
+                        path: "item".into(),
+                        line: Some(line_no),
+                        message: "a row must be a JSON object".into(),
+                    },
+                );
                 continue;
             }
             Err(e) => {
-                push(report, ValidationIssue { path: "item".into(), line: Some(line_no), message: format!("invalid JSON: {e}") });
+                push(
+                    report,
+                    ValidationIssue {
+                        path: "item".into(),
+                        line: Some(line_no),
+                        message: format!("invalid JSON: {e}"),
+                    },
+                );
                 continue;
             }
         };
         for field in &fields {
             if !item_has_path(&item, field) {
                 let dotted = format!("item.{}", field.join("."));
-                push(report, ValidationIssue { path: dotted.clone(), line: Some(line_no), message: format!("missing field '{dotted}'") });
+                push(
+                    report,
+                    ValidationIssue {
+                        path: dotted.clone(),
+                        line: Some(line_no),
+                        message: format!("missing field '{dotted}'"),
+                    },
+                );
             }
         }
     }
@@ -227,11 +269,14 @@ const HUMANEVAL_PROGRAM: &str = "Here is my solution.\n\n```python\nfrom typing 
 const HUMANEVAL_TESTS: &str = "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True\n    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.8) == False\n    assert candidate([1.0, 2.0, 3.0, 4.0, 5.0, 2.0], 0.1) == True\n    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 1.0) == True\n    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 0.5) == False\n\ncheck(has_close_elements)\n";
 
 fn bench_code(pool: &GraderPool, program: &str, tests: &str, gradings: usize) -> Value {
-    let grader = match Grader::from_json(&json!({"type": "code", "tests": "{{item.tests}}"}).to_string()) {
-        Ok(g) => g,
-        Err(e) => return json!({"error": e.to_string()}),
-    };
-    let rows: Vec<(Value, Sample)> = (0..gradings.max(1)).map(|_| (json!({"tests": tests}), Sample::from_text(program))).collect();
+    let grader =
+        match Grader::from_json(&json!({"type": "code", "tests": "{{item.tests}}"}).to_string()) {
+            Ok(g) => g,
+            Err(e) => return json!({"error": e.to_string()}),
+        };
+    let rows: Vec<(Value, Sample)> = (0..gradings.max(1))
+        .map(|_| (json!({"tests": tests}), Sample::from_text(program)))
+        .collect();
     let started = Instant::now();
     let results = pool.grade_batch_blocking(&grader, &rows);
     let elapsed = started.elapsed().as_secs_f64();
@@ -248,7 +293,8 @@ fn bench_code(pool: &GraderPool, program: &str, tests: &str, gradings: usize) ->
 pub fn bench(options: &BenchOptions) -> Value {
     let pool = GraderPool::new(options.jobs);
     let cases = math::cases::table();
-    let completions: Vec<(String, String)> = cases.iter().map(|c| (c.completion(), c.reference.clone())).collect();
+    let completions: Vec<(String, String)> =
+        cases.iter().map(|c| (c.completion(), c.reference.clone())).collect();
     let rounds = options.math_rounds.max(1);
     let started = Instant::now();
     let mut agree = 0;
@@ -264,7 +310,11 @@ pub fn bench(options: &BenchOptions) -> Value {
     let math_grader = Grader::from_json(r#"{"type":"math","reference":"{{item.reference}}"}"#);
     let pool_rate = math_grader.map(|grader| {
         let rows: Vec<(Value, Sample)> = (0..rounds)
-            .flat_map(|_| completions.iter().map(|(c, r)| (json!({"reference": r}), Sample::from_text(c.clone()))))
+            .flat_map(|_| {
+                completions
+                    .iter()
+                    .map(|(c, r)| (json!({"reference": r}), Sample::from_text(c.clone())))
+            })
             .collect();
         let started = Instant::now();
         let results = pool.grade_batch_blocking(&grader, &rows);

@@ -71,7 +71,11 @@ pub fn startup_failure(outcome: &RunOutcome) -> Option<GradeResult> {
         if outcome.timed_out {
             "the sandbox did not start before the time limit".to_string()
         } else {
-            format!("the sandbox did not start (exit code {:?}): {}", outcome.exit_code, stderr.trim())
+            format!(
+                "the sandbox did not start (exit code {:?}): {}",
+                outcome.exit_code,
+                stderr.trim()
+            )
         },
     ))
 }
@@ -114,7 +118,13 @@ fn ending(outcome: &RunOutcome) -> &'static str {
     }
 }
 
-fn grade_tests(sandbox: &SandboxConfig, program: &str, tests: &str, scoring: CodeScoring, limits: &Limits) -> GradeResult {
+fn grade_tests(
+    sandbox: &SandboxConfig,
+    program: &str,
+    tests: &str,
+    scoring: CodeScoring,
+    limits: &Limits,
+) -> GradeResult {
     let request = json!({"mode": "tests", "program": program, "tests": tests});
     let outcome = match run_harness(sandbox, &request, &limits.run_limits(1)) {
         Ok(outcome) => outcome,
@@ -124,7 +134,10 @@ fn grade_tests(sandbox: &SandboxConfig, program: &str, tests: &str, scoring: Cod
         return failure;
     }
     if let Some(e) = outcome.of_kind("tests_invalid").next() {
-        return GradeResult::failed(ErrorKind::BadItem, format!("the tests do not parse: {}", e["message"]));
+        return GradeResult::failed(
+            ErrorKind::BadItem,
+            format!("the tests do not parse: {}", e["message"]),
+        );
     }
     let Some(total) = outcome.of_kind("plan").next().and_then(|e| e["total"].as_u64()) else {
         return GradeResult::pass_fail(false, format!("no test ran{}", ending(&outcome)));
@@ -145,12 +158,20 @@ fn grade_tests(sandbox: &SandboxConfig, program: &str, tests: &str, scoring: Cod
     let passed = if outcome.finished() { passed } else { passed.min(total) };
     let mut reason = format!("{passed}/{total} tests passed{}", ending(&outcome));
     if let Some(e) = outcome.of_kind("program_error").next() {
-        reason.push_str(&format!("; the program failed to load: {}", e["message"].as_str().unwrap_or("")));
+        reason.push_str(&format!(
+            "; the program failed to load: {}",
+            e["message"].as_str().unwrap_or("")
+        ));
     } else if let Some(f) = first_failure {
         reason.push_str(&format!("; first failure: {f}"));
     }
-    let score = if outcome.finished() || scoring == CodeScoring::Fraction { score_of(passed, total, scoring) } else { 0.0 };
-    GradeResult::scored(score, reason).with_sub_scores(BTreeMap::from([("pass_rate".into(), passed as f64 / total as f64)]))
+    let score = if outcome.finished() || scoring == CodeScoring::Fraction {
+        score_of(passed, total, scoring)
+    } else {
+        0.0
+    };
+    GradeResult::scored(score, reason)
+        .with_sub_scores(BTreeMap::from([("pass_rate".into(), passed as f64 / total as f64)]))
 }
 
 /// One stdin/stdout case.
@@ -167,7 +188,8 @@ pub fn parse_cases(value: &Value) -> Result<Vec<Case>, String> {
     let parsed;
     let value = match value {
         Value::String(text) => {
-            parsed = serde_json::from_str::<Value>(text).map_err(|e| format!("cases are not JSON: {e}"))?;
+            parsed = serde_json::from_str::<Value>(text)
+                .map_err(|e| format!("cases are not JSON: {e}"))?;
             &parsed
         }
         other => other,
@@ -180,7 +202,9 @@ pub fn parse_cases(value: &Value) -> Result<Vec<Case>, String> {
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            let field = |a: &str, b: &str| item.get(a).or_else(|| item.get(b)).and_then(Value::as_str).map(str::to_string);
+            let field = |a: &str, b: &str| {
+                item.get(a).or_else(|| item.get(b)).and_then(Value::as_str).map(str::to_string)
+            };
             match (field("input", "stdin"), field("output", "stdout")) {
                 (Some(input), Some(output)) => Ok(Case { input, output }),
                 _ => Err(format!("case {i} needs string 'input' and 'output'")),
@@ -198,7 +222,13 @@ fn normalize_output(text: &str) -> Vec<&str> {
     lines
 }
 
-fn grade_cases(sandbox: &SandboxConfig, program: &str, cases: &[Case], scoring: CodeScoring, limits: &Limits) -> GradeResult {
+fn grade_cases(
+    sandbox: &SandboxConfig,
+    program: &str,
+    cases: &[Case],
+    scoring: CodeScoring,
+    limits: &Limits,
+) -> GradeResult {
     let inputs: Vec<&str> = cases.iter().map(|c| c.input.as_str()).collect();
     let request = json!({
         "mode": "cases", "program": program, "inputs": inputs,
@@ -214,16 +244,22 @@ fn grade_cases(sandbox: &SandboxConfig, program: &str, cases: &[Case], scoring: 
     let mut passed = 0;
     let mut first_failure = None;
     for event in outcome.of_kind("case") {
-        let Some(case) = event["index"].as_u64().and_then(|i| cases.get(i as usize)) else { continue };
+        let Some(case) = event["index"].as_u64().and_then(|i| cases.get(i as usize)) else {
+            continue;
+        };
         let got = event["stdout"].as_str().unwrap_or("");
-        let ok = event["timed_out"] == false && normalize_output(got) == normalize_output(&case.output);
+        let ok =
+            event["timed_out"] == false && normalize_output(got) == normalize_output(&case.output);
         if ok {
             passed += 1;
         } else if first_failure.is_none() {
             first_failure = Some(if event["timed_out"] == true {
                 format!("case {} timed out", event["index"])
             } else {
-                format!("case {} printed the wrong output (exit code {})", event["index"], event["returncode"])
+                format!(
+                    "case {} printed the wrong output (exit code {})",
+                    event["index"], event["returncode"]
+                )
             });
         }
     }
@@ -243,7 +279,10 @@ mod tests {
     #[test]
     fn program_is_the_last_fenced_block() {
         assert_eq!(extract_program("x = 1"), "x = 1");
-        assert_eq!(extract_program("a\n```python\nprint(1)\n```\nthen\n```py\nprint(2)\n```"), "print(2)\n");
+        assert_eq!(
+            extract_program("a\n```python\nprint(1)\n```\nthen\n```py\nprint(2)\n```"),
+            "print(2)\n"
+        );
         assert_eq!(extract_program("```\nprint(3)\n```"), "print(3)\n");
     }
 

@@ -110,7 +110,8 @@ impl Formula {
                 }
             }
             Self::Call(name, args) => {
-                let args = args.iter().map(|a| a.eval_raw(values)).collect::<Result<Vec<_>, _>>()?;
+                let args =
+                    args.iter().map(|a| a.eval_raw(values)).collect::<Result<Vec<_>, _>>()?;
                 match name.as_str() {
                     "abs" => args[0].abs(),
                     "min" => args.iter().copied().fold(f64::INFINITY, f64::min),
@@ -203,7 +204,8 @@ impl Parser<'_> {
             Some(c) if c.is_ascii_alphabetic() || c == b'_' => {
                 let start = self.pos;
                 while self.pos < self.bytes.len()
-                    && (self.bytes[self.pos].is_ascii_alphanumeric() || self.bytes[self.pos] == b'_')
+                    && (self.bytes[self.pos].is_ascii_alphanumeric()
+                        || self.bytes[self.pos] == b'_')
                 {
                     self.pos += 1;
                 }
@@ -240,7 +242,9 @@ impl Parser<'_> {
 
     fn number(&mut self) -> Result<Formula, FormulaError> {
         let start = self.pos;
-        while self.pos < self.bytes.len() && (self.bytes[self.pos].is_ascii_digit() || self.bytes[self.pos] == b'.') {
+        while self.pos < self.bytes.len()
+            && (self.bytes[self.pos].is_ascii_digit() || self.bytes[self.pos] == b'.')
+        {
             self.pos += 1;
         }
         let text = String::from_utf8_lossy(&self.bytes[start..self.pos]).into_owned();
@@ -278,7 +282,17 @@ mod tests {
 
     #[test]
     fn rejects_everything_else() {
-        for bad in ["__import__('os')", "acc ** 2", "acc; fmt", "pow(acc, 2)", "acc[0]", "'a'", "acc.real", "", "((acc)"] {
+        for bad in [
+            "__import__('os')",
+            "acc ** 2",
+            "acc; fmt",
+            "pow(acc, 2)",
+            "acc[0]",
+            "'a'",
+            "acc.real",
+            "",
+            "((acc)",
+        ] {
             assert!(Formula::parse(bad).is_err(), "{bad} should be rejected");
         }
         let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));

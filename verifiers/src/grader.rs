@@ -13,7 +13,8 @@ use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
 use crate::sandbox::SandboxConfig;
 use crate::spec::{
-    CodeScoring, ConstraintCheck, FormatPreset, GraderSpec, MathExtract, SimilarityMetric, StringOperation,
+    CodeScoring, ConstraintCheck, FormatPreset, GraderSpec, MathExtract, SimilarityMetric,
+    StringOperation,
 };
 use crate::template::{MissingField, Template};
 use crate::{code, math, python};
@@ -43,21 +44,57 @@ pub struct Grader {
 
 #[derive(Debug, Clone)]
 enum Compiled {
-    StringCheck { input: Template, reference: Template, operation: StringOperation },
-    TextSimilarity { input: Template, reference: Template, metric: SimilarityMetric, threshold: Option<f64> },
-    Python { source: String, limits: code::Limits },
-    Multi { graders: BTreeMap<String, Grader>, formula: Formula, range: Option<[f64; 2]> },
-    Math { input: Template, reference: Template, extract: MathExtract },
-    Code { input: Template, tests: Option<Template>, cases: Option<Template>, scoring: CodeScoring, limits: code::Limits },
-    Format { input: Template, preset: FormatPreset, regex: Option<Regex> },
-    Constraints { input: Template, checks: Vec<ConstraintCheck>, checks_from: Option<Template>, scoring: CodeScoring },
+    StringCheck {
+        input: Template,
+        reference: Template,
+        operation: StringOperation,
+    },
+    TextSimilarity {
+        input: Template,
+        reference: Template,
+        metric: SimilarityMetric,
+        threshold: Option<f64>,
+    },
+    Python {
+        source: String,
+        limits: code::Limits,
+    },
+    Multi {
+        graders: BTreeMap<String, Grader>,
+        formula: Formula,
+        range: Option<[f64; 2]>,
+    },
+    Math {
+        input: Template,
+        reference: Template,
+        extract: MathExtract,
+    },
+    Code {
+        input: Template,
+        tests: Option<Template>,
+        cases: Option<Template>,
+        scoring: CodeScoring,
+        limits: code::Limits,
+    },
+    Format {
+        input: Template,
+        preset: FormatPreset,
+        regex: Option<Regex>,
+    },
+    Constraints {
+        input: Template,
+        checks: Vec<ConstraintCheck>,
+        checks_from: Option<Template>,
+        scoring: CodeScoring,
+    },
 }
 
 impl Grader {
     /// Parses and checks a JSON grader spec; every problem is reported with its JSON path.
     pub fn from_json(json: &str) -> Result<Self, InvalidGrader> {
-        let value: Value = serde_json::from_str(json)
-            .map_err(|e| InvalidGrader(vec![SpecError { path: ".".into(), message: e.to_string() }]))?;
+        let value: Value = serde_json::from_str(json).map_err(|e| {
+            InvalidGrader(vec![SpecError { path: ".".into(), message: e.to_string() }])
+        })?;
         let spec = parse_spec_value(&value, "").map_err(|e| InvalidGrader(vec![e]))?;
         Self::new(spec)
     }
@@ -74,7 +111,10 @@ impl Grader {
     }
 
     /// Like [`Grader::new`] with an explicit sandbox configuration.
-    pub fn with_sandbox(spec: GraderSpec, sandbox: Arc<SandboxConfig>) -> Result<Self, InvalidGrader> {
+    pub fn with_sandbox(
+        spec: GraderSpec,
+        sandbox: Arc<SandboxConfig>,
+    ) -> Result<Self, InvalidGrader> {
         let mut errors = Vec::new();
         let compiled = compile(&spec, "", &sandbox, &mut errors);
         match compiled {
@@ -111,7 +151,9 @@ impl Grader {
                 std::iter::once(input).chain(tests.iter()).chain(cases.iter()).collect()
             }
             Compiled::Format { input, .. } => vec![input],
-            Compiled::Constraints { input, checks_from, .. } => std::iter::once(input).chain(checks_from.iter()).collect(),
+            Compiled::Constraints { input, checks_from, .. } => {
+                std::iter::once(input).chain(checks_from.iter()).collect()
+            }
             Compiled::Python { .. } => vec![],
             Compiled::Multi { graders, .. } => {
                 graders.values().for_each(|g| g.collect_item_fields(out));
@@ -144,9 +186,11 @@ impl Grader {
 
     fn grade_inner(&self, item: &Value, sample: &Sample) -> Result<GradeResult, MissingField> {
         Ok(match &self.compiled {
-            Compiled::StringCheck { input, reference, operation } => {
-                string_check::grade(&input.render(item, sample)?, &reference.render(item, sample)?, *operation)
-            }
+            Compiled::StringCheck { input, reference, operation } => string_check::grade(
+                &input.render(item, sample)?,
+                &reference.render(item, sample)?,
+                *operation,
+            ),
             Compiled::TextSimilarity { input, reference, metric, threshold } => {
                 let value = text_similarity::similarity(
                     &input.render(item, sample)?,
@@ -159,22 +203,29 @@ impl Grader {
                     Some(t) => {
                         let passed = value >= *t;
                         subs.insert("passed".into(), f64::from(u8::from(passed)));
-                        format!("similarity {value:.4} {} threshold {t}", if passed { "meets" } else { "is below" })
+                        format!(
+                            "similarity {value:.4} {} threshold {t}",
+                            if passed { "meets" } else { "is below" }
+                        )
                     }
                     None => format!("similarity {value:.4}"),
                 };
                 GradeResult::scored(value, reason).with_sub_scores(subs)
             }
-            Compiled::Math { input, reference, extract } => {
-                math::grade(&input.render(item, sample)?, &reference.render(item, sample)?, *extract)
-            }
+            Compiled::Math { input, reference, extract } => math::grade(
+                &input.render(item, sample)?,
+                &reference.render(item, sample)?,
+                *extract,
+            ),
             Compiled::Format { input, preset, regex } => {
                 let text = input.render(item, sample)?;
                 match (preset, regex) {
                     (FormatPreset::ThinkAnswer, _) => format::think_answer(&text),
                     (FormatPreset::ThinkAnswerTag, _) => format::think_answer_tag(&text),
                     (FormatPreset::Regex, Some(re)) => format::regex_match(&text, re),
-                    (FormatPreset::Regex, None) => GradeResult::failed(ErrorKind::BadItem, "regex preset without pattern"),
+                    (FormatPreset::Regex, None) => {
+                        GradeResult::failed(ErrorKind::BadItem, "regex preset without pattern")
+                    }
                 }
             }
             Compiled::Constraints { input, checks, checks_from, scoring } => {
@@ -188,7 +239,8 @@ impl Grader {
                         };
                         match row_checks(value) {
                             Ok(extra) => {
-                                let all: Vec<ConstraintCheck> = checks.iter().cloned().chain(extra).collect();
+                                let all: Vec<ConstraintCheck> =
+                                    checks.iter().cloned().chain(extra).collect();
                                 constraints::grade(&text, &all, *scoring)
                             }
                             Err(message) => GradeResult::failed(ErrorKind::BadItem, message),
@@ -206,10 +258,21 @@ impl Grader {
                     }),
                     None => None,
                 };
-                code::grade(&self.sandbox, &completion, tests.as_deref(), cases.as_ref(), *scoring, limits)
+                code::grade(
+                    &self.sandbox,
+                    &completion,
+                    tests.as_deref(),
+                    cases.as_ref(),
+                    *scoring,
+                    limits,
+                )
             }
-            Compiled::Python { source, limits } => python::grade(&self.sandbox, source, item, sample, limits),
-            Compiled::Multi { graders, formula, range } => grade_multi(graders, formula, *range, item, sample),
+            Compiled::Python { source, limits } => {
+                python::grade(&self.sandbox, source, item, sample, limits)
+            }
+            Compiled::Multi { graders, formula, range } => {
+                grade_multi(graders, formula, *range, item, sample)
+            }
         })
     }
 }
@@ -217,7 +280,9 @@ impl Grader {
 /// Per-row constraint checks: a JSON array of checks or its JSON text.
 fn row_checks(value: Value) -> Result<Vec<ConstraintCheck>, String> {
     let value = match value {
-        Value::String(text) => serde_json::from_str(&text).map_err(|e| format!("checks_from is not JSON: {e}"))?,
+        Value::String(text) => {
+            serde_json::from_str(&text).map_err(|e| format!("checks_from is not JSON: {e}"))?
+        }
         other => other,
     };
     serde_path_to_error::deserialize::<_, Vec<ConstraintCheck>>(value)
@@ -244,7 +309,8 @@ fn grade_multi(
     for (name, grader) in graders {
         let result = grader.grade(item, sample);
         if let Some(error) = result.error {
-            let mut failed = GradeResult::failed(error.kind, format!("grader '{name}': {}", error.message));
+            let mut failed =
+                GradeResult::failed(error.kind, format!("grader '{name}': {}", error.message));
             failed.sub_scores = values;
             return failed;
         }
@@ -267,14 +333,28 @@ fn grade_multi(
         _ => raw,
     };
     let clamped = if (0.0..=1.0).contains(&score) { "" } else { " (clamped to [0, 1])" };
-    GradeResult::scored(score, format!("formula = {raw:.4}{clamped}; {}", reasons.join("; "))).with_sub_scores(values)
+    GradeResult::scored(score, format!("formula = {raw:.4}{clamped}; {}", reasons.join("; ")))
+        .with_sub_scores(values)
 }
 
 /// Parses one spec value so that errors inside nested graders keep their JSON path
 /// (serde loses paths inside internally tagged enums, so each level is checked on its own).
 pub fn parse_spec_value(value: &Value, prefix: &str) -> Result<GraderSpec, SpecError> {
-    let at = |path: &str| if path.is_empty() || path == "." { if prefix.is_empty() { ".".to_string() } else { prefix.to_string() } } else { join_path(prefix, path) };
-    let object = value.as_object().ok_or_else(|| SpecError { path: at(""), message: "a grader must be a JSON object".into() })?;
+    let at = |path: &str| {
+        if path.is_empty() || path == "." {
+            if prefix.is_empty() {
+                ".".to_string()
+            } else {
+                prefix.to_string()
+            }
+        } else {
+            join_path(prefix, path)
+        }
+    };
+    let object = value.as_object().ok_or_else(|| SpecError {
+        path: at(""),
+        message: "a grader must be a JSON object".into(),
+    })?;
     let kind = object.get("type").and_then(Value::as_str).ok_or_else(|| SpecError {
         path: at("type"),
         message: "missing or non-string 'type'".into(),
@@ -289,7 +369,10 @@ pub fn parse_spec_value(value: &Value, prefix: &str) -> Result<GraderSpec, SpecE
     let mut body = object.clone();
     body.remove("type");
     let body = Value::Object(body);
-    fn typed<T: serde::de::DeserializeOwned>(body: Value, at: &dyn Fn(&str) -> String) -> Result<T, SpecError> {
+    fn typed<T: serde::de::DeserializeOwned>(
+        body: Value,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<T, SpecError> {
         serde_path_to_error::deserialize::<_, T>(body).map_err(|e| {
             let path = e.path().to_string();
             SpecError { path: at(&path), message: e.into_inner().to_string() }
@@ -333,14 +416,25 @@ fn template(text: &str, path: String, errors: &mut Vec<SpecError>) -> Template {
 
 fn check_limits(limits: &code::Limits, prefix: &str, errors: &mut Vec<SpecError>) {
     if limits.timeout_ms == 0 || limits.timeout_ms > 600_000 {
-        errors.push(SpecError { path: join_path(prefix, "timeout_ms"), message: "must be in 1..=600000".into() });
+        errors.push(SpecError {
+            path: join_path(prefix, "timeout_ms"),
+            message: "must be in 1..=600000".into(),
+        });
     }
     if limits.memory_mb < 64 || limits.memory_mb > 65_536 {
-        errors.push(SpecError { path: join_path(prefix, "memory_mb"), message: "must be in 64..=65536".into() });
+        errors.push(SpecError {
+            path: join_path(prefix, "memory_mb"),
+            message: "must be in 64..=65536".into(),
+        });
     }
 }
 
-fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors: &mut Vec<SpecError>) -> Option<Compiled> {
+fn compile(
+    spec: &GraderSpec,
+    prefix: &str,
+    sandbox: &Arc<SandboxConfig>,
+    errors: &mut Vec<SpecError>,
+) -> Option<Compiled> {
     let p = |f: &str| join_path(prefix, f);
     Some(match spec {
         GraderSpec::StringCheck(s) => Compiled::StringCheck {
@@ -351,7 +445,10 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
         GraderSpec::TextSimilarity(s) => {
             if let Some(t) = s.pass_threshold {
                 if !(0.0..=1.0).contains(&t) {
-                    errors.push(SpecError { path: p("pass_threshold"), message: "must be in [0, 1]".into() });
+                    errors.push(SpecError {
+                        path: p("pass_threshold"),
+                        message: "must be in [0, 1]".into(),
+                    });
                 }
             }
             Compiled::TextSimilarity {
@@ -363,7 +460,10 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
         }
         GraderSpec::Python(s) => {
             if !s.source.contains("def grade") {
-                errors.push(SpecError { path: p("source"), message: "must define grade(sample, item)".into() });
+                errors.push(SpecError {
+                    path: p("source"),
+                    message: "must define grade(sample, item)".into(),
+                });
             }
             let limits = code::Limits::from_spec(s.timeout_ms, s.memory_mb);
             check_limits(&limits, prefix, errors);
@@ -399,7 +499,10 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
             }
             if let Some([lo, hi]) = s.range {
                 if hi <= lo {
-                    errors.push(SpecError { path: p("range"), message: "must be [low, high] with low < high".into() });
+                    errors.push(SpecError {
+                        path: p("range"),
+                        message: "must be [low, high] with low < high".into(),
+                    });
                 }
             }
             Compiled::Multi { graders, formula, range: s.range }
@@ -411,7 +514,10 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
         },
         GraderSpec::Code(s) => {
             if s.tests.is_none() == s.cases.is_none() {
-                errors.push(SpecError { path: p("tests"), message: "exactly one of 'tests' or 'cases' is required".into() });
+                errors.push(SpecError {
+                    path: p("tests"),
+                    message: "exactly one of 'tests' or 'cases' is required".into(),
+                });
             }
             let limits = code::Limits::from_spec(s.timeout_ms, s.memory_mb);
             check_limits(&limits, prefix, errors);
@@ -426,7 +532,10 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
         GraderSpec::Format(s) => {
             let regex = match (s.preset, &s.pattern) {
                 (FormatPreset::Regex, None) => {
-                    errors.push(SpecError { path: p("pattern"), message: "required by preset 'regex'".into() });
+                    errors.push(SpecError {
+                        path: p("pattern"),
+                        message: "required by preset 'regex'".into(),
+                    });
                     None
                 }
                 (FormatPreset::Regex, Some(pattern)) => match format::compile_full_match(pattern) {
@@ -437,23 +546,36 @@ fn compile(spec: &GraderSpec, prefix: &str, sandbox: &Arc<SandboxConfig>, errors
                     }
                 },
                 (_, Some(_)) => {
-                    errors.push(SpecError { path: p("pattern"), message: "only used by preset 'regex'".into() });
+                    errors.push(SpecError {
+                        path: p("pattern"),
+                        message: "only used by preset 'regex'".into(),
+                    });
                     None
                 }
                 (_, None) => None,
             };
-            Compiled::Format { input: template(&s.input, p("input"), errors), preset: s.preset, regex }
+            Compiled::Format {
+                input: template(&s.input, p("input"), errors),
+                preset: s.preset,
+                regex,
+            }
         }
         GraderSpec::Constraints(s) => {
             for (i, check) in s.checks.iter().enumerate() {
                 if let ConstraintCheck::Language { language } = check {
                     if language.trim().is_empty() {
-                        errors.push(SpecError { path: format!("{}.{i}.language", p("checks")), message: "empty".into() });
+                        errors.push(SpecError {
+                            path: format!("{}.{i}.language", p("checks")),
+                            message: "empty".into(),
+                        });
                     }
                 }
             }
             if s.checks.is_empty() && s.checks_from.is_none() {
-                errors.push(SpecError { path: p("checks"), message: "give 'checks', 'checks_from' or both".into() });
+                errors.push(SpecError {
+                    path: p("checks"),
+                    message: "give 'checks', 'checks_from' or both".into(),
+                });
             }
             Compiled::Constraints {
                 input: template(&s.input, p("input"), errors),

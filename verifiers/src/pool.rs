@@ -62,7 +62,10 @@ impl GraderPool {
         } else {
             workers
         };
-        Self { workers, permits: Arc::new(Permits { free: Mutex::new(workers), freed: Condvar::new() }) }
+        Self {
+            workers,
+            permits: Arc::new(Permits { free: Mutex::new(workers), freed: Condvar::new() }),
+        }
     }
 
     /// The parallelism bound.
@@ -78,9 +81,14 @@ impl GraderPool {
     }
 
     /// Grades every row, blocking the calling thread; results are in row order.
-    pub fn grade_batch_blocking(&self, grader: &Grader, rows: &[(Value, Sample)]) -> Vec<GradeResult> {
+    pub fn grade_batch_blocking(
+        &self,
+        grader: &Grader,
+        rows: &[(Value, Sample)],
+    ) -> Vec<GradeResult> {
         let next = AtomicUsize::new(0);
-        let slots: Vec<Mutex<Option<GradeResult>>> = rows.iter().map(|_| Mutex::new(None)).collect();
+        let slots: Vec<Mutex<Option<GradeResult>>> =
+            rows.iter().map(|_| Mutex::new(None)).collect();
         let threads = self.workers.min(rows.len());
         std::thread::scope(|scope| {
             for _ in 0..threads {
@@ -95,22 +103,30 @@ impl GraderPool {
         slots
             .into_iter()
             .map(|slot| {
-                slot.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or_else(|| GradeResult::failed(ErrorKind::Internal, "row was not graded"))
+                slot.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| {
+                    GradeResult::failed(ErrorKind::Internal, "row was not graded")
+                })
             })
             .collect()
     }
 
     /// Grades every row on tokio's blocking threads (call from a tokio runtime); results are in
     /// row order. Infrastructure failures are `error`s in the results, never a missing row.
-    pub async fn grade_batch(&self, grader: &Grader, rows: Vec<(Value, Sample)>) -> Vec<GradeResult> {
+    pub async fn grade_batch(
+        &self,
+        grader: &Grader,
+        rows: Vec<(Value, Sample)>,
+    ) -> Vec<GradeResult> {
         let pool = self.clone();
         let grader = grader.clone();
         let count = rows.len();
         match tokio::task::spawn_blocking(move || pool.grade_batch_blocking(&grader, &rows)).await {
             Ok(results) => results,
-            Err(e) => (0..count).map(|_| GradeResult::failed(ErrorKind::Internal, format!("grading task failed: {e}"))).collect(),
+            Err(e) => (0..count)
+                .map(|_| {
+                    GradeResult::failed(ErrorKind::Internal, format!("grading task failed: {e}"))
+                })
+                .collect(),
         }
     }
 }
@@ -121,7 +137,14 @@ mod tests {
     use serde_json::json;
 
     fn rows(n: usize) -> Vec<(Value, Sample)> {
-        (0..n).map(|i| (json!({"answer": i.to_string()}), Sample::from_text(format!("\\boxed{{{}}}", i % 3)))).collect()
+        (0..n)
+            .map(|i| {
+                (
+                    json!({"answer": i.to_string()}),
+                    Sample::from_text(format!("\\boxed{{{}}}", i % 3)),
+                )
+            })
+            .collect()
     }
 
     fn grader() -> Grader {

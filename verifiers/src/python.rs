@@ -10,8 +10,15 @@ use crate::sample::Sample;
 use crate::sandbox::{run_harness, SandboxConfig};
 
 /// Runs the user's grader on one row.
-pub fn grade(sandbox: &SandboxConfig, source: &str, item: &Value, sample: &Sample, limits: &Limits) -> GradeResult {
-    let request = json!({"mode": "grade", "program": source, "sample": sample.to_json(), "item": item});
+pub fn grade(
+    sandbox: &SandboxConfig,
+    source: &str,
+    item: &Value,
+    sample: &Sample,
+    limits: &Limits,
+) -> GradeResult {
+    let request =
+        json!({"mode": "grade", "program": source, "sample": sample.to_json(), "item": item});
     let outcome = match run_harness(sandbox, &request, &limits.run_limits(1)) {
         Ok(outcome) => outcome,
         Err(e) => return GradeResult::failed(ErrorKind::Sandbox, e.to_string()),
@@ -20,7 +27,10 @@ pub fn grade(sandbox: &SandboxConfig, source: &str, item: &Value, sample: &Sampl
         return failure;
     }
     if let Some(e) = outcome.of_kind("grade_error").next() {
-        return GradeResult::failed(ErrorKind::GraderCode, e["message"].as_str().unwrap_or("grade() failed").to_string());
+        return GradeResult::failed(
+            ErrorKind::GraderCode,
+            e["message"].as_str().unwrap_or("grade() failed").to_string(),
+        );
     }
     let score = outcome.of_kind("grade").next().and_then(|e| e["score"].as_f64());
     match score {
@@ -28,8 +38,12 @@ pub fn grade(sandbox: &SandboxConfig, source: &str, item: &Value, sample: &Sampl
             let note = if (0.0..=1.0).contains(&score) { "" } else { " (clamped to [0, 1])" };
             GradeResult::scored(score, format!("grade() returned {score}{note}"))
         }
-        Some(_) => GradeResult::failed(ErrorKind::GraderCode, "grade() returned a non-finite number"),
-        None if outcome.timed_out => GradeResult::failed(ErrorKind::Timeout, "grade() ran past its time limit"),
+        Some(_) => {
+            GradeResult::failed(ErrorKind::GraderCode, "grade() returned a non-finite number")
+        }
+        None if outcome.timed_out => {
+            GradeResult::failed(ErrorKind::Timeout, "grade() ran past its time limit")
+        }
         None => GradeResult::failed(
             ErrorKind::GraderCode,
             format!("grade() ended without a result (exit code {:?})", outcome.exit_code),

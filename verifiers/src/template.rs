@@ -86,7 +86,11 @@ impl Template {
     }
 
     /// When the template is exactly one reference, the referenced JSON value (not stringified).
-    pub fn resolve_single(&self, item: &Value, sample: &Sample) -> Option<Result<Value, MissingField>> {
+    pub fn resolve_single(
+        &self,
+        item: &Value,
+        sample: &Sample,
+    ) -> Option<Result<Value, MissingField>> {
         match self.segments.as_slice() {
             [Segment::Field { root, path }] => Some(lookup(*root, path, item, sample)),
             _ => None,
@@ -131,7 +135,12 @@ fn dotted(root: Root, path: &[String]) -> String {
     format!("{head}.{}", path.join("."))
 }
 
-fn lookup(root: Root, path: &[String], item: &Value, sample: &Sample) -> Result<Value, MissingField> {
+fn lookup(
+    root: Root,
+    path: &[String],
+    item: &Value,
+    sample: &Sample,
+) -> Result<Value, MissingField> {
     let missing = || MissingField(dotted(root, path));
     let (first, rest) = path.split_first().ok_or_else(missing)?;
     let mut current = match root {
@@ -142,11 +151,9 @@ fn lookup(root: Root, path: &[String], item: &Value, sample: &Sample) -> Result<
     for key in rest {
         current = match &current {
             Value::Object(map) => map.get(key).cloned().ok_or_else(missing)?,
-            Value::Array(items) => key
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| items.get(i).cloned())
-                .ok_or_else(missing)?,
+            Value::Array(items) => {
+                key.parse::<usize>().ok().and_then(|i| items.get(i).cloned()).ok_or_else(missing)?
+            }
             _ => return Err(missing()),
         };
     }

@@ -15,7 +15,8 @@ fn run_jsonl_keeps_order_and_reports_bad_lines() {
     input.push_str("not json\n\n{\"item\":{},\"sample\":{\"output_text\":\"x\"}}\n");
     let mut out = Vec::new();
     let summary = run_jsonl(&grader, Cursor::new(input), &mut out, 3).unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 42);
     assert_eq!(summary.rows, 42);
     for (i, line) in lines.iter().take(40).enumerate() {
@@ -31,7 +32,10 @@ fn run_jsonl_keeps_order_and_reports_bad_lines() {
 
 #[test]
 fn validate_reports_paths_and_dataset_lines() {
-    let report = validate(r#"{"type":"multi","calculate_output":"a","graders":{"a":{"type":"math","reference":"{{item.answer}}","bogus":1}}}"#, None);
+    let report = validate(
+        r#"{"type":"multi","calculate_output":"a","graders":{"a":{"type":"math","reference":"{{item.answer}}","bogus":1}}}"#,
+        None,
+    );
     assert!(!report.valid);
     assert_eq!(report.errors[0].path, "graders.a.bogus");
     assert!(report.errors[0].message.contains("bogus"));
@@ -39,8 +43,15 @@ fn validate_reports_paths_and_dataset_lines() {
     let dir = std::env::temp_dir().join(format!("verity-validate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("d.jsonl");
-    std::fs::write(&data, "{\"answer\": \"1\", \"meta\": {\"id\": 1}}\n{\"question\": \"x\"}\n[1]\n").unwrap();
-    let report = validate(r#"{"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"eq"}"#, Some(&data));
+    std::fs::write(
+        &data,
+        "{\"answer\": \"1\", \"meta\": {\"id\": 1}}\n{\"question\": \"x\"}\n[1]\n",
+    )
+    .unwrap();
+    let report = validate(
+        r#"{"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"eq"}"#,
+        Some(&data),
+    );
     assert!(!report.valid);
     assert_eq!(report.rows_checked, 3);
     assert_eq!(report.errors.len(), 2);

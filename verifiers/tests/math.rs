@@ -15,7 +15,13 @@ fn table_of_at_least_200_cases() {
             failures.push(format!("{case:?} -> {} ({})", result.score, result.reason));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases wrong:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases wrong:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -27,7 +33,11 @@ fn chapter_example() {
 
 #[test]
 fn several_different_answers_score_zero() {
-    for resp in ["\\boxed{3} \\boxed{4}", "\\boxed{4} then \\boxed{3}", "<answer>3</answer> <answer>4</answer>"] {
+    for resp in [
+        "\\boxed{3} \\boxed{4}",
+        "\\boxed{4} then \\boxed{3}",
+        "<answer>3</answer> <answer>4</answer>",
+    ] {
         let r = math::grade(resp, "3", MathExtract::Auto);
         assert_eq!(r.score, 0.0, "{resp}");
         assert!(r.reason.contains("different"), "{}", r.reason);
@@ -83,11 +93,38 @@ fn longest_accepted_answers_fit_a_small_stack() {
 #[test]
 fn text_with_multibyte_characters_never_panics() {
     // The panic that found this: a model wrote "ARABA èi" and the extractor sliced inside 'è'.
-    let seen = "AWAAL-S iReal Depreciacionen ResumenARABA èi Unamado A Naruto\n\nGrace has 42 stickers.";
+    let seen =
+        "AWAAL-S iReal Depreciacionen ResumenARABA èi Unamado A Naruto\n\nGrace has 42 stickers.";
     assert_eq!(math::grade(seen, "42", MathExtract::Auto).score, 1.0);
     // Random text over pieces that mix LaTeX syntax with 2-, 3- and 4-byte characters.
-    let pieces = ["\\boxed{", "\\fbox", "}", "{", "\\", "è", "数", "🙂", "ß", " ", "7", "1/2", "$", "<answer>", "</answer>",
-                  "\\text{", "\\frac{", "the answer is ", ",", ".", "x", "=", "\\sqrt{", "^", "-", "é\\boxed{é}"];
+    let pieces = [
+        "\\boxed{",
+        "\\fbox",
+        "}",
+        "{",
+        "\\",
+        "è",
+        "数",
+        "🙂",
+        "ß",
+        " ",
+        "7",
+        "1/2",
+        "$",
+        "<answer>",
+        "</answer>",
+        "\\text{",
+        "\\frac{",
+        "the answer is ",
+        ",",
+        ".",
+        "x",
+        "=",
+        "\\sqrt{",
+        "^",
+        "-",
+        "é\\boxed{é}",
+    ];
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..5000 {
         let mut text = String::new();
@@ -97,7 +134,9 @@ fn text_with_multibyte_characters_never_panics() {
             state ^= state << 17;
             text.push_str(pieces[(state % pieces.len() as u64) as usize]);
         }
-        for extract in [MathExtract::Auto, MathExtract::Boxed, MathExtract::AnswerTag, MathExtract::LastNumber] {
+        for extract in
+            [MathExtract::Auto, MathExtract::Boxed, MathExtract::AnswerTag, MathExtract::LastNumber]
+        {
             let result = std::panic::catch_unwind(|| math::grade(&text, "7", extract));
             assert!(result.is_ok(), "grading panicked on {text:?}");
         }

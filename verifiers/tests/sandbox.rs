@@ -19,7 +19,8 @@ fn code_grader(timeout_ms: u64, memory_mb: u64) -> Grader {
 /// Runs `program` against `tests`; returns the result and the wall time.
 fn run(program: &str, tests: &str, timeout_ms: u64) -> (GradeResult, Duration) {
     let started = Instant::now();
-    let result = code_grader(timeout_ms, 256).grade(&json!({ "tests": tests }), &Sample::from_text(program));
+    let result =
+        code_grader(timeout_ms, 256).grade(&json!({ "tests": tests }), &Sample::from_text(program));
     let elapsed = started.elapsed();
     assert!(elapsed < CONTAINED_WITHIN, "not contained: {elapsed:?} {result:?}");
     (result, elapsed)
@@ -72,7 +73,8 @@ fn stdin_stdout_cases() {
     let grader = Grader::from_json(&spec.to_string()).unwrap();
     let item = json!({"cases": [
         {"input": "2 3\n", "output": "5\n"}, {"input": "10 20\n", "output": "30"}, {"input": "1 1\n", "output": "3\n"}]});
-    let r = grader.grade(&item, &Sample::from_text("a, b = map(int, input().split())\nprint(a + b)"));
+    let r =
+        grader.grade(&item, &Sample::from_text("a, b = map(int, input().split())\nprint(a + b)"));
     assert!((r.score - 2.0 / 3.0).abs() < 1e-9, "{r:?}");
 }
 
@@ -155,11 +157,13 @@ fn fork_bomb_is_contained() {
 
 #[test]
 fn memory_bomb_is_contained() {
-    let program = "def bomb():\n    hog = []\n    while True:\n        hog.append(bytearray(64 << 20))\n";
+    let program =
+        "def bomb():\n    hog = []\n    while True:\n        hog.append(bytearray(64 << 20))\n";
     let (result, _) = run(program, "bomb()", 10_000);
     assert_wrong(&result);
     assert!(result.reason.contains("MemoryError"), "{result:?}");
-    let (result, _) = run("x = bytearray(8 << 30)\ndef f():\n    return 1", "assert f() == 1", 10_000);
+    let (result, _) =
+        run("x = bytearray(8 << 30)\ndef f():\n    return 1", "assert f() == 1", 10_000);
     assert_wrong(&result);
 }
 
@@ -186,7 +190,10 @@ fn output_flood_is_capped() {
     // a flooding stdin/stdout case is capped by the file-size limit
     let spec = json!({"type": "code", "cases": "{{item.cases}}", "timeout_ms": 5000});
     let grader = Grader::from_json(&spec.to_string()).unwrap();
-    let r = grader.grade(&json!({"cases": [{"input": "", "output": "1"}]}), &Sample::from_text("while True:\n    print('x' * 100000)"));
+    let r = grader.grade(
+        &json!({"cases": [{"input": "", "output": "1"}]}),
+        &Sample::from_text("while True:\n    print('x' * 100000)"),
+    );
     assert_wrong(&r);
 }
 
@@ -246,7 +253,8 @@ fn always_equal_objects_do_not_pass() {
     assert_wrong(&run(program, TESTS, 10_000).0);
     let program = "class Two(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\ndef f(x):\n    return Two(0)";
     assert_wrong(&run(program, TESTS, 10_000).0);
-    let program = "class Yes:\n    def __bool__(self):\n        return True\ndef f(x):\n    return Yes()";
+    let program =
+        "class Yes:\n    def __bool__(self):\n        return True\ndef f(x):\n    return Yes()";
     assert_wrong(&run(program, "assert f(1)", 10_000).0);
     let program = "class Tiny(float):\n    def __sub__(self, o):\n        return 0.0\n    def __lt__(self, o):\n        return True\ndef f(x):\n    return Tiny(0)";
     assert_wrong(&run(program, "assert abs(f(1) - 2) < 1e-9", 10_000).0);
@@ -275,7 +283,8 @@ fn editing_the_tests_or_forging_the_channel_does_not_pass() {
 // ---------------------------------------------------------------- python grader
 
 fn python_grader(source: &str) -> Grader {
-    Grader::from_json(&json!({"type": "python", "source": source, "timeout_ms": 2000}).to_string()).unwrap()
+    Grader::from_json(&json!({"type": "python", "source": source, "timeout_ms": 2000}).to_string())
+        .unwrap()
 }
 
 #[test]
@@ -306,7 +315,14 @@ fn walking_frames_from_program_code_finds_no_test_namespace() {
     assert_wrong(&run(program, "assert list(f(1)) == [2]", 10_000).0);
     // a correct generator and a correct class still pass
     assert_passes(&run("def f(x):\n    yield 2 * x", "assert list(f(1)) == [2]", 10_000).0);
-    assert_passes(&run("class S:\n    def f(self, x):\n        return 2 * x", "assert S().f(1) == 2\nassert sorted([3, 1], key=lambda v: S().f(v)) == [1, 3]", 10_000).0);
+    assert_passes(
+        &run(
+            "class S:\n    def f(self, x):\n        return 2 * x",
+            "assert S().f(1) == 2\nassert sorted([3, 1], key=lambda v: S().f(v)) == [1, 3]",
+            10_000,
+        )
+        .0,
+    );
 }
 
 #[test]
@@ -334,7 +350,14 @@ fn test_helpers_cannot_be_patched_through_frames_or_finalisers() {
     assert!(r.reason.contains("garbage collector"), "{r:?}");
     // attribute and item access on program objects still work for honest class-based tasks
     let program = "class Box:\n    def __init__(self):\n        self.items = [1, 2, 3]\n    def __getitem__(self, i):\n        return self.items[i]\n    @property\n    def size(self):\n        return len(self.items)";
-    assert_passes(&run(program, "b = Box()\nassert b.size == 3\nassert b[1] == 2\nassert b.items == [1, 2, 3]", 10_000).0);
+    assert_passes(
+        &run(
+            program,
+            "b = Box()\nassert b.size == 3\nassert b[1] == 2\nassert b.items == [1, 2, 3]",
+            10_000,
+        )
+        .0,
+    );
 }
 
 #[test]
@@ -360,13 +383,20 @@ fn common_test_idioms_pass_for_a_correct_program() {
 
 #[test]
 fn site_packages_stay_importable() {
-    let site: Vec<String> =
-        SandboxConfig::default().python_site_paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let site: Vec<String> = SandboxConfig::default()
+        .python_site_paths
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     let program = format!("import sys\nSITE = {site:?}\ndef visible():\n    return all(p in sys.path for p in SITE)\n");
     assert_passes(&run(&program, "assert visible() == True", 10_000).0);
     let spec = json!({"type": "code", "cases": "{{item.cases}}", "timeout_ms": 5000});
     let grader = Grader::from_json(&spec.to_string()).unwrap();
-    let case_program = format!("import sys\nprint(all(p in sys.path for p in {site:?}))\nprint(__name__)");
-    let r = grader.grade(&json!({"cases": [{"input": "", "output": "True\n__main__\n"}]}), &Sample::from_text(case_program));
+    let case_program =
+        format!("import sys\nprint(all(p in sys.path for p in {site:?}))\nprint(__name__)");
+    let r = grader.grade(
+        &json!({"cases": [{"input": "", "output": "True\n__main__\n"}]}),
+        &Sample::from_text(case_program),
+    );
     assert_passes(&r);
 }

@@ -3,14 +3,22 @@
 use serde_json::json;
 use verity_verifiers::{grader_json_schema, ErrorKind, Grader, Sample};
 
-fn grade(spec: serde_json::Value, item: serde_json::Value, text: &str) -> verity_verifiers::GradeResult {
-    Grader::from_json(&spec.to_string()).expect("valid grader").grade(&item, &Sample::from_text(text))
+fn grade(
+    spec: serde_json::Value,
+    item: serde_json::Value,
+    text: &str,
+) -> verity_verifiers::GradeResult {
+    Grader::from_json(&spec.to_string())
+        .expect("valid grader")
+        .grade(&item, &Sample::from_text(text))
 }
 
 #[test]
 fn unknown_fields_are_rejected_with_their_path() {
-    let err = Grader::from_json(r#"{"type":"string_check","input":"a","reference":"b","operation":"eq","bogus":1}"#)
-        .unwrap_err();
+    let err = Grader::from_json(
+        r#"{"type":"string_check","input":"a","reference":"b","operation":"eq","bogus":1}"#,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("bogus"), "{err}");
     let err = Grader::from_json(
         r#"{"type":"multi","calculate_output":"a","graders":{"a":{"type":"math","reference":"x","extract":"nope"}}}"#,
@@ -40,7 +48,16 @@ fn semantic_errors_name_their_path() {
 #[test]
 fn schema_is_exported() {
     let schema = grader_json_schema().to_string();
-    for kind in ["string_check", "text_similarity", "python", "multi", "math", "code", "format", "constraints"] {
+    for kind in [
+        "string_check",
+        "text_similarity",
+        "python",
+        "multi",
+        "math",
+        "code",
+        "format",
+        "constraints",
+    ] {
         assert!(schema.contains(kind), "{kind} missing from schema");
     }
     assert!(schema.contains("additionalProperties"));
@@ -48,7 +65,11 @@ fn schema_is_exported() {
 
 #[test]
 fn missing_item_field_is_an_error_naming_it() {
-    let r = grade(json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"eq"}), json!({}), "x");
+    let r = grade(
+        json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"eq"}),
+        json!({}),
+        "x",
+    );
     assert_eq!(r.score, 0.0);
     let e = r.error.expect("error");
     assert_eq!(e.kind, ErrorKind::MissingField);
@@ -57,7 +78,11 @@ fn missing_item_field_is_an_error_naming_it() {
 
 #[test]
 fn result_serialises_error_as_null() {
-    let r = grade(json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.a.b}}","operation":"eq"}), json!({"a":{"b":"x"}}), "x");
+    let r = grade(
+        json!({"type":"string_check","input":"{{sample.output_text}}","reference":"{{item.a.b}}","operation":"eq"}),
+        json!({"a":{"b":"x"}}),
+        "x",
+    );
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["score"], 1.0);
     assert!(v["error"].is_null());

@@ -28,12 +28,18 @@ fn main() {
             )
             .map(|outs| serde_json::to_value(outs).unwrap_or_default())
         }
-        Some("bench-rollout") => {
-            verity_worker::bench_rollout(Path::new(model), arg(&args, 3, 1), arg(&args, 4, 64), Default::default())
-        }
-        Some("bench-train-step") => {
-            verity_worker::bench_train_step(Path::new(model), (arg(&args, 3, 8), arg(&args, 4, 128)), 3, 0)
-        }
+        Some("bench-rollout") => verity_worker::bench_rollout(
+            Path::new(model),
+            arg(&args, 3, 1),
+            arg(&args, 4, 64),
+            Default::default(),
+        ),
+        Some("bench-train-step") => verity_worker::bench_train_step(
+            Path::new(model),
+            (arg(&args, 3, 8), arg(&args, 4, 128)),
+            3,
+            0,
+        ),
         _ => {
             eprintln!("usage: verity_model generate|bench-rollout|bench-train-step MODEL ...");
             std::process::exit(2);

@@ -140,9 +140,7 @@ fn bench_prompts(lm: &LoadedModel, batch: usize) -> Result<Vec<Vec<u32>>> {
     (0..batch)
         .map(|i| {
             let q = format!("What is {} + {}?", 3 + 7 * i, 11 + 5 * i);
-            let text = lm
-                .tokenizer
-                .apply_chat_template(&[ChatMessage::new("user", q)], true)?;
+            let text = lm.tokenizer.apply_chat_template(&[ChatMessage::new("user", q)], true)?;
             lm.tokenizer.encode(&text)
         })
         .collect()
@@ -158,9 +156,7 @@ pub fn bench_rollout(
     rollout_dtype: RolloutDtype,
 ) -> Result<serde_json::Value> {
     if batch == 0 || new_tokens == 0 {
-        return Err(WorkerError::InvalidArgument(
-            "batch and new_tokens must be at least 1".into(),
-        ));
+        return Err(WorkerError::InvalidArgument("batch and new_tokens must be at least 1".into()));
     }
     let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
     let prompts = bench_prompts(&lm, batch)?;
@@ -173,14 +169,7 @@ pub fn bench_rollout(
         ..Default::default()
     };
     let start = Instant::now();
-    let out = sample(
-        &lm.model,
-        &prompts,
-        &params,
-        &[],
-        lm.tokenizer.pad_id(),
-        None,
-    )?;
+    let out = sample(&lm.model, &prompts, &params, &[], lm.tokenizer.pad_id(), None)?;
     let secs = start.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
     Ok(serde_json::json!({
@@ -216,7 +205,8 @@ pub fn bench_train_step(
     }
     let mut lm = load_model(model_dir, &candle_core::Device::Cpu)?;
     if lora_rank > 0 {
-        let all_projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+        let all_projections =
+            ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
         let config = crate::model::lora::LoraConfig {
             r: lora_rank,
             lora_alpha: 2.0 * lora_rank as f64,
@@ -229,19 +219,10 @@ pub fn bench_train_step(
     let vocab = model.config.vocab_size as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let prompt_len = (seq_len / 4).max(1);
-    let prompts: Vec<Vec<u32>> = (0..batch)
-        .map(|_| {
-            (0..prompt_len)
-                .map(|_| rng.random_range(0..vocab))
-                .collect()
-        })
-        .collect();
+    let prompts: Vec<Vec<u32>> =
+        (0..batch).map(|_| (0..prompt_len).map(|_| rng.random_range(0..vocab)).collect()).collect();
     let completions: Vec<Vec<u32>> = (0..batch)
-        .map(|_| {
-            (0..seq_len - prompt_len)
-                .map(|_| rng.random_range(0..vocab))
-                .collect()
-        })
+        .map(|_| (0..seq_len - prompt_len).map(|_| rng.random_range(0..vocab)).collect())
         .collect();
     let params = model.trainable_params();
     // Made after the first forward + backward, whose peak is then that of those two alone.

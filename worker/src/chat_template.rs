@@ -17,10 +17,7 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// Builds a message from a role and its text.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
+        Self { role: role.into(), content: content.into() }
     }
 }
 
@@ -46,15 +43,11 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> std::result::Result<String, Error> {
-                Err(Error::new(ErrorKind::InvalidOperation, msg))
-            },
-        );
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
         env.add_function("strftime_now", |_fmt: String| -> String { String::new() });
-        env.add_template_owned("chat", source.to_owned())
-            .map_err(template_err)?;
+        env.add_template_owned("chat", source.to_owned()).map_err(template_err)?;
         Ok(Self { env })
     }
 
@@ -88,26 +81,15 @@ mod tests {
              {% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
         )
         .unwrap();
-        let out = t
-            .render(&[ChatMessage::new("user", "Hi")], true, None, None)
-            .unwrap();
-        assert_eq!(
-            out,
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-        );
+        let out = t.render(&[ChatMessage::new("user", "Hi")], true, None, None).unwrap();
+        assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     }
 
     #[test]
     fn raise_exception_and_python_methods_work() {
         let t = ChatTemplate::new("{% if messages[0]['role'] == 'bad' %}{{ raise_exception('no') }}{% endif %}{{ messages[0]['content'].strip() }}").unwrap();
-        assert_eq!(
-            t.render(&[ChatMessage::new("user", "  x ")], false, None, None)
-                .unwrap(),
-            "x"
-        );
-        assert!(t
-            .render(&[ChatMessage::new("bad", "x")], false, None, None)
-            .is_err());
+        assert_eq!(t.render(&[ChatMessage::new("user", "  x ")], false, None, None).unwrap(), "x");
+        assert!(t.render(&[ChatMessage::new("bad", "x")], false, None, None).is_err());
         assert!(ChatTemplate::new("{% if %}").is_err());
     }
 }

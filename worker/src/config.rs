@@ -129,11 +129,9 @@ fn ids_of(v: &Option<serde_json::Value>) -> Vec<u32> {
         Some(serde_json::Value::Number(n)) => {
             n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
         }
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
+        Some(serde_json::Value::Array(a)) => {
+            a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect()
+        }
         _ => vec![],
     }
 }
@@ -161,11 +159,8 @@ impl ModelConfig {
                 )));
             }
         }
-        let scaling = raw
-            .rope_scaling
-            .as_ref()
-            .filter(|s| !s.is_null())
-            .or(raw.rope_parameters.as_ref());
+        let scaling =
+            raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(raw.rope_parameters.as_ref());
         let rope_scaling = match scaling
             .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
             .and_then(|t| t.as_str())
@@ -179,9 +174,7 @@ impl ModelConfig {
                 )
             }
             Some(kind) => {
-                return Err(WorkerError::Model(format!(
-                    "unsupported rope scaling `{kind}`"
-                )))
+                return Err(WorkerError::Model(format!("unsupported rope scaling `{kind}`")))
             }
         };
         let rope_theta = raw
@@ -214,9 +207,7 @@ impl ModelConfig {
             num_hidden_layers: raw.num_hidden_layers,
             num_attention_heads: raw.num_attention_heads,
             num_key_value_heads: kv,
-            head_dim: raw
-                .head_dim
-                .unwrap_or(raw.hidden_size / raw.num_attention_heads),
+            head_dim: raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads),
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
             rope_scaling,
@@ -225,10 +216,7 @@ impl ModelConfig {
             attention_bias: raw.attention_bias.unwrap_or(family == Family::Qwen2),
             bos_token_id: ids_of(&raw.bos_token_id).first().copied(),
             eos_token_ids: ids_of(&raw.eos_token_id),
-            torch_dtype: raw
-                .torch_dtype
-                .or(raw.dtype)
-                .unwrap_or_else(|| "float32".into()),
+            torch_dtype: raw.torch_dtype.or(raw.dtype).unwrap_or_else(|| "float32".into()),
         })
     }
 

@@ -17,11 +17,7 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<()> {
     let weights = file.weights(&Device::Cpu)?;
     std::fs::create_dir_all(out).map_err(|e| WorkerError::io("creating", out, e))?;
     write_json(&out.join("config.json"), &config.to_hf_json())?;
-    let pad = tokenizer
-        .special
-        .pad
-        .as_deref()
-        .and_then(|t| tokenizer.tokenizer.token_to_id(t));
+    let pad = tokenizer.special.pad.as_deref().and_then(|t| tokenizer.tokenizer.token_to_id(t));
     write_json(
         &out.join("generation_config.json"),
         &serde_json::json!({

@@ -11,12 +11,11 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     }
     let ordinal = match spec.strip_prefix("cuda") {
         Some("") => 0,
-        Some(rest) => rest
-            .strip_prefix(':')
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| {
+        Some(rest) => {
+            rest.strip_prefix(':').and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| {
                 WorkerError::InvalidArgument(format!("bad device `{spec}` (use cpu or cuda:N)"))
-            })?,
+            })?
+        }
         None => {
             return Err(WorkerError::InvalidArgument(format!(
                 "unknown device `{spec}` (use cpu or cuda:N)"

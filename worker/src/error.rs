@@ -46,11 +46,7 @@ pub type Result<T> = std::result::Result<T, WorkerError>;
 impl WorkerError {
     /// Builds an I/O error with the file it concerns.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Self::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        Self::Io { action, path: path.into(), source }
     }
 }
 
@@ -62,17 +58,12 @@ pub(crate) fn read_to_string(path: &std::path::Path) -> Result<String> {
 /// Reads and parses a JSON file, with the path in the error.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
     let text = read_to_string(path)?;
-    serde_json::from_str(&text).map_err(|source| WorkerError::Json {
-        path: path.into(),
-        source,
-    })
+    serde_json::from_str(&text).map_err(|source| WorkerError::Json { path: path.into(), source })
 }
 
 /// Writes a value as pretty JSON, with the path in the error.
 pub(crate) fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|source| WorkerError::Json {
-        path: path.into(),
-        source,
-    })?;
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|source| WorkerError::Json { path: path.into(), source })?;
     std::fs::write(path, text).map_err(|e| WorkerError::io("writing", path, e))
 }

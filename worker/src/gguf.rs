@@ -26,10 +26,7 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let mut f = File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
         let content = Content::read(&mut f).map_err(|e| gguf_err(path, e))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            content,
-        })
+        Ok(Self { path: path.to_path_buf(), content })
     }
 
     fn meta(&self, key: &str) -> Option<&Value> {
@@ -52,9 +49,7 @@ impl GgufFile {
     }
 
     fn meta_str(&self, key: &str) -> Option<&str> {
-        self.meta(key)
-            .and_then(|v| v.to_string().ok())
-            .map(String::as_str)
+        self.meta(key).and_then(|v| v.to_string().ok()).map(String::as_str)
     }
 
     /// The GGUF `general.architecture`.
@@ -70,10 +65,7 @@ impl GgufFile {
         let k = |s: &str| format!("{arch}.{s}");
         let hidden = self.meta_u32(&k("embedding_length"))? as usize;
         let heads = self.meta_u32(&k("attention.head_count"))? as usize;
-        let kv = self
-            .meta_u32(&k("attention.head_count_kv"))
-            .map(|v| v as usize)
-            .unwrap_or(heads);
+        let kv = self.meta_u32(&k("attention.head_count_kv")).map(|v| v as usize).unwrap_or(heads);
         let vocab = match self.meta_u32(&k("vocab_size")) {
             Ok(v) => v as usize,
             Err(_) => self
@@ -96,9 +88,8 @@ impl GgufFile {
             num_attention_heads: heads,
             num_key_value_heads: kv,
             head_dim,
-            rms_norm_eps: self
-                .meta_f32(&k("attention.layer_norm_rms_epsilon"))
-                .unwrap_or(1e-6) as f64,
+            rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6)
+                as f64,
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             // llama.cpp stores Llama 3 scaling as a precomputed `rope_freqs` tensor; not supported.
             rope_scaling: None,
@@ -109,11 +100,7 @@ impl GgufFile {
             tie_word_embeddings: tied,
             attention_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
             bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
-            eos_token_ids: self
-                .meta_u32("tokenizer.ggml.eos_token_id")
-                .ok()
-                .into_iter()
-                .collect(),
+            eos_token_ids: self.meta_u32("tokenizer.ggml.eos_token_id").ok().into_iter().collect(),
             torch_dtype: "float32".into(),
         })
     }
@@ -132,10 +119,8 @@ impl GgufFile {
                 tracing::debug!(tensor = %name, "skipping GGUF tensor without HF counterpart");
                 continue;
             };
-            let q = self
-                .content
-                .tensor(&mut f, name, device)
-                .map_err(|e| gguf_err(&self.path, e))?;
+            let q =
+                self.content.tensor(&mut f, name, device).map_err(|e| gguf_err(&self.path, e))?;
             let mut t = q.dequantize(device)?.to_dtype(DType::F32)?;
             if unpermute && name.ends_with("attn_q.weight") {
                 t = unpermute_rows(&t, cfg.num_attention_heads)?;
@@ -164,18 +149,12 @@ impl GgufFile {
             };
             tok.with_pre_tokenizer(Some(pre_tok));
         }
-        let tokens = self
-            .meta("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok());
+        let tokens = self.meta("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok());
         let token_at = |key: &str| -> Option<String> {
             let id = self.meta_u32(key).ok()? as usize;
             tokens?.get(id)?.to_string().ok().cloned()
         };
-        let eos_ids = self
-            .meta_u32("tokenizer.ggml.eos_token_id")
-            .ok()
-            .into_iter()
-            .collect();
+        let eos_ids = self.meta_u32("tokenizer.ggml.eos_token_id").ok().into_iter().collect();
         Ok(ChatTokenizer::new(
             tok,
             self.meta_str("tokenizer.chat_template").map(str::to_owned),
@@ -242,8 +221,5 @@ pub fn unpermute_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
             "cannot un-permute {rows} rows into {heads} heads"
         )));
     }
-    Ok(w.reshape((heads, half, 2, cols))?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((rows, cols))?)
+    Ok(w.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))?)
 }

@@ -44,18 +44,14 @@ impl InplaceOp1 for AddScaled<'_> {
         let (a, b) = layout
             .contiguous_offsets()
             .ok_or_else(|| candle_core::Error::Msg("accumulator not contiguous".into()))?;
-        let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("accumulator must be f32")
-        };
+        let CpuStorage::F32(data) = storage else { candle_core::bail!("accumulator must be f32") };
         let dst = &mut data[a..b];
         if dst.len() != self.src.len() {
             candle_core::bail!("gradient size changed between micro-batches");
         }
-        dst.par_chunks_mut(PAR_CHUNK)
-            .zip(self.src.par_chunks(PAR_CHUNK))
-            .for_each(|(d, s)| {
-                d.iter_mut().zip(s).for_each(|(d, &s)| *d += self.scale * s);
-            });
+        dst.par_chunks_mut(PAR_CHUNK).zip(self.src.par_chunks(PAR_CHUNK)).for_each(|(d, s)| {
+            d.iter_mut().zip(s).for_each(|(d, &s)| *d += self.scale * s);
+        });
         Ok(())
     }
 }
@@ -84,7 +80,12 @@ impl GradAccumulator {
     /// Adds `scale * grad` of every parameter found in `grads` (consumed: its tensors are moved
     /// or freed as they are added) as one micro-batch. A parameter without a gradient
     /// contributes zero.
-    pub fn accumulate(&mut self, grads: GradStore, params: &[(String, Var)], scale: f32) -> Result<()> {
+    pub fn accumulate(
+        &mut self,
+        grads: GradStore,
+        params: &[(String, Var)],
+        scale: f32,
+    ) -> Result<()> {
         self.add(grads, params, scale)?;
         self.micro_batches += 1;
         Ok(())
@@ -116,13 +117,9 @@ impl GradAccumulator {
                 continue;
             };
             if g.elem_count() != self.sizes[i] {
-                return Err(WorkerError::Model(format!(
-                    "gradient of {name} has the wrong size"
-                )));
+                return Err(WorkerError::Model(format!("gradient of {name} has the wrong size")));
             }
-            let g = g
-                .to_device(&Device::Cpu)?
-                .to_dtype(candle_core::DType::F32)?;
+            let g = g.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
             match &self.sums[i] {
                 None => {
                     let owned = if scale == 1.0 {
@@ -206,12 +203,7 @@ pub struct AdamWConfig {
 
 impl Default for AdamWConfig {
     fn default() -> Self {
-        Self {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-        }
+        Self { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
     }
 }
 
@@ -233,13 +225,7 @@ pub struct LrSchedule {
 impl LrSchedule {
     /// A constant rate with no warmup.
     pub fn constant(lr: f64) -> Self {
-        Self {
-            lr,
-            warmup_steps: 0,
-            total_steps: 0,
-            cosine: false,
-            min_lr_ratio: 0.0,
-        }
+        Self { lr, warmup_steps: 0, total_steps: 0, cosine: false, min_lr_ratio: 0.0 }
     }
 
     /// The learning rate of optimizer step `step` (0-based).
@@ -293,9 +279,7 @@ impl AdamUpdate<'_> {
             .map_err(|_| WorkerError::Model("optimizer state poisoned".into()))?;
         let (m, v) = &mut *guard;
         if p.len() != self.grad.len() || m.len() != p.len() {
-            return Err(WorkerError::Model(
-                "optimizer state does not match the parameter".into(),
-            ));
+            return Err(WorkerError::Model("optimizer state does not match the parameter".into()));
         }
         let step_size = self.lr / self.bias1;
         p.par_chunks_mut(PAR_CHUNK)
@@ -327,8 +311,7 @@ impl InplaceOp1 for AdamUpdate<'_> {
             CpuStorage::F32(d) => d,
             _ => candle_core::bail!("AdamW expects f32 parameters"),
         };
-        self.apply(&mut data[a..b])
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+        self.apply(&mut data[a..b]).map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 }
 
@@ -339,14 +322,8 @@ impl AdamW {
             config,
             step: 0,
             names: params.iter().map(|(n, _)| n.clone()).collect(),
-            exp_avg: params
-                .iter()
-                .map(|(_, v)| vec![0f32; v.elem_count()])
-                .collect(),
-            exp_avg_sq: params
-                .iter()
-                .map(|(_, v)| vec![0f32; v.elem_count()])
-                .collect(),
+            exp_avg: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
+            exp_avg_sq: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
         }
     }
 
@@ -398,11 +375,7 @@ impl AdamW {
                     moments: Mutex::new((&mut self.exp_avg[i], &mut self.exp_avg_sq[i])),
                     grad_scale,
                     lr: lr as f32,
-                    decay: if decays(name) {
-                        c.weight_decay as f32
-                    } else {
-                        0.0
-                    },
+                    decay: if decays(name) { c.weight_decay as f32 } else { 0.0 },
                     b1: c.beta1 as f32,
                     b2: c.beta2 as f32,
                     eps: c.eps as f32,
@@ -438,10 +411,7 @@ impl AdamW {
         }
         let mut meta = HashMap::from([
             ("step".to_string(), self.step.to_string()),
-            (
-                "adamw".to_string(),
-                serde_json::to_string(&self.config).unwrap_or_default(),
-            ),
+            ("adamw".to_string(), serde_json::to_string(&self.config).unwrap_or_default()),
         ]);
         meta.insert("format".into(), "pt".into());
         safetensors::serialize_to_file(

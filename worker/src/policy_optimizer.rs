@@ -66,13 +66,7 @@ impl PolicyOptimizer {
     ) -> Result<Self> {
         let params = model.trainable_params();
         let adamw = AdamW::load(&dir.join(TRAINER_STATE), &params)?;
-        Ok(Self {
-            grads: GradAccumulator::new(&params),
-            adamw,
-            params,
-            schedule,
-            max_grad_norm,
-        })
+        Ok(Self { grads: GradAccumulator::new(&params), adamw, params, schedule, max_grad_norm })
     }
 
     /// Back-propagates `loss` (a scalar built from [`Transformer::completion_logprobs`] with
@@ -96,16 +90,9 @@ impl PolicyOptimizer {
         let (clip_factor, grad_norm) = self.grads.clip_factor(self.max_grad_norm);
         let lr = self.schedule.lr_at(self.adamw.step_count());
         let micro_batches = self.grads.micro_batches();
-        self.adamw
-            .step(&self.params, &self.grads, lr, clip_factor)?;
+        self.adamw.step(&self.params, &self.grads, lr, clip_factor)?;
         self.grads.reset();
-        Ok(StepStats {
-            step: self.adamw.step_count(),
-            lr,
-            grad_norm,
-            clip_factor,
-            micro_batches,
-        })
+        Ok(StepStats { step: self.adamw.step_count(), lr, grad_norm, clip_factor, micro_batches })
     }
 
     /// Drops gradients accumulated since the last step (e.g. after a cancelled step).

@@ -107,26 +107,19 @@ pub fn sequence_rng(seed: u64, prompt: usize, sample: usize) -> StdRng {
 /// Picks the next token from a logits row; returns it with its log-probability.
 pub fn pick_token(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
     let greedy = params.temperature <= 0.0;
-    let inv_t = if greedy {
-        1.0
-    } else {
-        1.0 / params.temperature
-    };
+    let inv_t = if greedy { 1.0 } else { 1.0 / params.temperature };
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let probs: Vec<f32> = logits.iter().map(|&z| ((z - max) * inv_t).exp()).collect();
     let total: f32 = probs.iter().sum();
     let logprob_of = |t: usize| (probs[t] / total).ln();
     if greedy {
-        let best = probs
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |acc, (i, &p)| {
-                if p > acc.1 {
-                    (i, p)
-                } else {
-                    acc
-                }
-            });
+        let best = probs.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |acc, (i, &p)| {
+            if p > acc.1 {
+                (i, p)
+            } else {
+                acc
+            }
+        });
         return (best.0 as u32, logprob_of(best.0));
     }
     let mut cand: Vec<u32> = (0..probs.len() as u32).collect();
@@ -190,9 +183,7 @@ pub fn sample(
             ));
         }
         if !params.stop_strings.is_empty() && tokenizer.is_none() {
-            return Err(WorkerError::InvalidArgument(
-                "stop strings need a tokenizer".into(),
-            ));
+            return Err(WorkerError::InvalidArgument("stop strings need a tokenizer".into()));
         }
         if !(params.top_p > 0.0 && params.top_p <= 1.0) {
             return Err(WorkerError::InvalidArgument(format!(
@@ -216,13 +207,9 @@ pub fn sample(
             Some(&mut cache),
             false,
         )?;
-        let last: Vec<u32> = (0..pb.batch)
-            .map(|i| ((i + 1) * pb.len - 1) as u32)
-            .collect();
-        let last = hidden.index_select(
-            &candle_core::Tensor::new(last.as_slice(), model.device())?,
-            0,
-        )?;
+        let last: Vec<u32> = (0..pb.batch).map(|i| ((i + 1) * pb.len - 1) as u32).collect();
+        let last =
+            hidden.index_select(&candle_core::Tensor::new(last.as_slice(), model.device())?, 0)?;
         let prompt_logits: Vec<Vec<f32>> = model.logits(&last, Some(&cache))?.to_vec2()?;
 
         let g = params.n;
@@ -245,16 +232,9 @@ pub fn sample(
         cache.select_rows(&expand)?;
         // `rows[k]` is the sequence held in cache row k; `logits[k]` its next-token logits.
         let mut rows: Vec<usize> = (0..seqs.len()).collect();
-        let mut logits: Vec<Vec<f32>> = expand
-            .iter()
-            .map(|&p| prompt_logits[p as usize].clone())
-            .collect();
-        let stop_len = params
-            .stop_strings
-            .iter()
-            .map(|s| s.len())
-            .max()
-            .unwrap_or(0);
+        let mut logits: Vec<Vec<f32>> =
+            expand.iter().map(|&p| prompt_logits[p as usize].clone()).collect();
+        let stop_len = params.stop_strings.iter().map(|s| s.len()).max().unwrap_or(0);
 
         for _ in 0..params.max_new_tokens {
             let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(rows.len());
@@ -266,10 +246,8 @@ pub fn sample(
                     }
                 }
             }
-            row_seqs
-                .par_iter_mut()
-                .zip(logits.par_iter())
-                .try_for_each(|(seq, row_logits)| -> Result<()> {
+            row_seqs.par_iter_mut().zip(logits.par_iter()).try_for_each(
+                |(seq, row_logits)| -> Result<()> {
                     if seq.finish.is_some() {
                         return Ok(());
                     }
@@ -281,13 +259,10 @@ pub fn sample(
                         seq.finish = Some(FinishReason::Eos);
                     } else if let (Some(t), true) = (tokenizer, stop_len > 0) {
                         // Only the tail can contain a stop string that was not there before.
-                        let tail_tokens = &seq.tokens[seq.tokens.len().saturating_sub(stop_len + 8)..];
+                        let tail_tokens =
+                            &seq.tokens[seq.tokens.len().saturating_sub(stop_len + 8)..];
                         let text = t.decode(tail_tokens, false)?;
-                        if params
-                            .stop_strings
-                            .iter()
-                            .any(|s| text.contains(s.as_str()))
-                        {
+                        if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
                             seq.finish = Some(FinishReason::Stop);
                         }
                     }
@@ -295,10 +270,10 @@ pub fn sample(
                         seq.finish = Some(FinishReason::Length);
                     }
                     Ok(())
-                })?;
-            let live: Vec<usize> = (0..rows.len())
-                .filter(|&k| seqs[rows[k]].finish.is_none())
-                .collect();
+                },
+            )?;
+            let live: Vec<usize> =
+                (0..rows.len()).filter(|&k| seqs[rows[k]].finish.is_none()).collect();
             if live.is_empty() {
                 break;
             }
@@ -308,13 +283,12 @@ pub fn sample(
                 cache.select_rows(&keep)?;
                 rows = live.iter().map(|&k| rows[k]).collect();
             }
-            let ids: Vec<u32> = rows
-                .iter()
-                .map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id))
-                .collect();
+            let ids: Vec<u32> =
+                rows.iter().map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id)).collect();
             let pos: Vec<u32> = rows.iter().map(|&r| seqs[r].next_pos - 1).collect();
             let fv: Vec<usize> = rows.iter().map(|&r| seqs[r].first_valid).collect();
-            let hidden = model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
+            let hidden =
+                model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
             logits = model.logits(&hidden, Some(&cache))?.to_vec2()?;
         }
         Ok(seqs

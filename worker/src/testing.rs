@@ -37,16 +37,11 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
     let mut map = WeightMap::default();
     let mut add = |name: String, shape: &[usize], scale: f32, base: f32| -> Result<()> {
         let n: usize = shape.iter().product();
-        let data: Vec<f32> = (0..n)
-            .map(|_| base + scale * (rng.random::<f32>() * 2.0 - 1.0))
-            .collect();
+        let data: Vec<f32> =
+            (0..n).map(|_| base + scale * (rng.random::<f32>() * 2.0 - 1.0)).collect();
         map.insert(name, Tensor::from_vec(data, shape, device)?)
     };
-    let (d, v, f) = (
-        config.hidden_size,
-        config.vocab_size,
-        config.intermediate_size,
-    );
+    let (d, v, f) = (config.hidden_size, config.vocab_size, config.intermediate_size);
     let (qd, kd) = (
         config.num_attention_heads * config.head_dim,
         config.num_key_value_heads * config.head_dim,
@@ -55,12 +50,7 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
     for i in 0..config.num_hidden_layers {
         let p = format!("model.layers.{i}");
         add(format!("{p}.input_layernorm.weight"), &[d], 0.2, 1.0)?;
-        add(
-            format!("{p}.post_attention_layernorm.weight"),
-            &[d],
-            0.2,
-            1.0,
-        )?;
+        add(format!("{p}.post_attention_layernorm.weight"), &[d], 0.2, 1.0)?;
         for (name, o, inp) in [
             ("self_attn.q_proj", qd, d),
             ("self_attn.k_proj", kd, d),
@@ -70,12 +60,7 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
             ("mlp.up_proj", f, d),
             ("mlp.down_proj", d, f),
         ] {
-            add(
-                format!("{p}.{name}.weight"),
-                &[o, inp],
-                1.0 / (inp as f32).sqrt(),
-                0.0,
-            )?;
+            add(format!("{p}.{name}.weight"), &[o, inp], 1.0 / (inp as f32).sqrt(), 0.0)?;
         }
         if config.attention_bias {
             for (name, o) in [("q_proj", qd), ("k_proj", kd), ("v_proj", kd)] {
@@ -83,18 +68,8 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
             }
         }
         if config.family == Family::Qwen3 {
-            add(
-                format!("{p}.self_attn.q_norm.weight"),
-                &[config.head_dim],
-                0.2,
-                1.0,
-            )?;
-            add(
-                format!("{p}.self_attn.k_norm.weight"),
-                &[config.head_dim],
-                0.2,
-                1.0,
-            )?;
+            add(format!("{p}.self_attn.q_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+            add(format!("{p}.self_attn.k_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
         }
     }
     add("model.norm.weight".into(), &[d], 0.2, 1.0)?;
@@ -125,16 +100,12 @@ pub fn chat_prompt_ids(lm: &crate::LoadedModel, user: &str) -> Result<Vec<u32>> 
 /// The SmolLM2 HF folder from `VERITY_TEST_MODEL_DIR`, or the default cache location made by
 /// `scripts/fetch-test-model.sh`; `None` (after a loud `SKIPPED:` line) when absent.
 pub fn smollm2_dir(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("VERITY_TEST_MODEL_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("VERITY_MODEL_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models"))
-                })?;
-            Some(cache.join("smollm2-135m-instruct"))
-        });
+    let dir = std::env::var_os("VERITY_TEST_MODEL_DIR").map(PathBuf::from).or_else(|| {
+        let cache = std::env::var_os("VERITY_MODEL_CACHE").map(PathBuf::from).or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models"))
+        })?;
+        Some(cache.join("smollm2-135m-instruct"))
+    });
     match dir {
         Some(d) if d.join("model.safetensors").is_file() => Some(d),
         _ => {
@@ -146,16 +117,12 @@ pub fn smollm2_dir(test: &str) -> Option<PathBuf> {
 
 /// The SmolLM2 GGUF from `VERITY_TEST_GGUF` or the default cache; `None` (loudly) when absent.
 pub fn smollm2_gguf(test: &str) -> Option<PathBuf> {
-    let file = std::env::var_os("VERITY_TEST_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("VERITY_MODEL_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models"))
-                })?;
-            Some(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        });
+    let file = std::env::var_os("VERITY_TEST_GGUF").map(PathBuf::from).or_else(|| {
+        let cache = std::env::var_os("VERITY_MODEL_CACHE").map(PathBuf::from).or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models"))
+        })?;
+        Some(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    });
     match file {
         Some(f) if f.is_file() => Some(f),
         _ => {
@@ -178,8 +145,10 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 /// A trainable 2-D tensor of smooth, distinct values (`sin(0.37·i + seed) / 2`), for kernel tests.
 pub fn wave_var(shape: (usize, usize), seed: f32) -> Var {
-    let values: Vec<f32> = (0..shape.0 * shape.1).map(|i| (i as f32 * 0.37 + seed).sin() * 0.5).collect();
-    Var::from_tensor(&Tensor::from_vec(values, shape, &Device::Cpu).expect("shape matches")).expect("a new variable")
+    let values: Vec<f32> =
+        (0..shape.0 * shape.1).map(|i| (i as f32 * 0.37 + seed).sin() * 0.5).collect();
+    Var::from_tensor(&Tensor::from_vec(values, shape, &Device::Cpu).expect("shape matches"))
+        .expect("a new variable")
 }
 
 /// Asserts that two computations of one function agree in value (within `tol`) and in the
@@ -187,12 +156,16 @@ pub fn wave_var(shape: (usize, usize), seed: f32) -> Var {
 pub fn assert_same_function(fused: &Tensor, plain: &Tensor, vars: &[&Var], tol: f32) {
     assert!(max_abs_diff(fused, plain) < tol, "values differ by {}", max_abs_diff(fused, plain));
     let n = fused.elem_count();
-    let weights = Tensor::arange(0f32, n as f32, &Device::Cpu).and_then(|w| w.reshape(fused.shape())).expect("weights");
-    let loss = |t: &Tensor| (t * &weights).and_then(|p| p.sum_all()).and_then(|s| s.backward()).expect("backward");
+    let weights = Tensor::arange(0f32, n as f32, &Device::Cpu)
+        .and_then(|w| w.reshape(fused.shape()))
+        .expect("weights");
+    let loss = |t: &Tensor| {
+        (t * &weights).and_then(|p| p.sum_all()).and_then(|s| s.backward()).expect("backward")
+    };
     let (g1, g2) = (loss(fused), loss(plain));
     for v in vars {
-        let (a, b) = (g1.get(v.as_tensor()).expect("gradient"), g2.get(v.as_tensor()).expect("gradient"));
+        let (a, b) =
+            (g1.get(v.as_tensor()).expect("gradient"), g2.get(v.as_tensor()).expect("gradient"));
         assert!(max_abs_diff(a, b) < 10.0 * tol, "gradients differ by {}", max_abs_diff(a, b));
     }
 }
-

@@ -53,11 +53,7 @@ impl ChatTokenizer {
         special: SpecialTokens,
         mut eos_token_ids: Vec<u32>,
     ) -> Self {
-        if let Some(id) = special
-            .eos
-            .as_deref()
-            .and_then(|t| tokenizer.token_to_id(t))
-        {
+        if let Some(id) = special.eos.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
             if !eos_token_ids.contains(&id) {
                 eos_token_ids.push(id);
             }
@@ -69,13 +65,7 @@ impl ChatTokenizer {
                 None
             }
         });
-        Self {
-            tokenizer,
-            chat_template_source,
-            template,
-            special,
-            eos_token_ids,
-        }
+        Self { tokenizer, chat_template_source, template, special, eos_token_ids }
     }
 
     /// Loads `tokenizer.json`, `tokenizer_config.json` (or `chat_template.jinja`) and the EOS ids
@@ -85,11 +75,8 @@ impl ChatTokenizer {
         let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
             .map_err(|e| WorkerError::Tokenizer(format!("{}: {e}", tok_path.display())))?;
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: serde_json::Value = if cfg_path.is_file() {
-            read_json(&cfg_path)?
-        } else {
-            serde_json::json!({})
-        };
+        let cfg: serde_json::Value =
+            if cfg_path.is_file() { read_json(&cfg_path)? } else { serde_json::json!({}) };
         let mut template = match cfg.get("chat_template") {
             Some(serde_json::Value::String(s)) => Some(s.clone()),
             Some(serde_json::Value::Array(named)) => named
@@ -127,19 +114,12 @@ impl ChatTokenizer {
 
     /// Token ids of `text`, without adding special tokens (the chat template already has them).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self
-            .tokenizer
-            .encode(text, false)
-            .map_err(tok_err)?
-            .get_ids()
-            .to_vec())
+        Ok(self.tokenizer.encode(text, false).map_err(tok_err)?.get_ids().to_vec())
     }
 
     /// Text of `ids`, optionally dropping special tokens.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.tokenizer
-            .decode(ids, skip_special_tokens)
-            .map_err(tok_err)
+        self.tokenizer.decode(ids, skip_special_tokens).map_err(tok_err)
     }
 
     /// Renders messages with the chat template as HF `apply_chat_template(tokenize=False)` does.
@@ -172,11 +152,7 @@ impl ChatTokenizer {
     /// An HF `tokenizer_config.json` document describing this tokenizer.
     pub fn tokenizer_config_json(&self, model_max_length: usize) -> serde_json::Value {
         let mut added = serde_json::Map::new();
-        let mut decoder: Vec<_> = self
-            .tokenizer
-            .get_added_tokens_decoder()
-            .into_iter()
-            .collect();
+        let mut decoder: Vec<_> = self.tokenizer.get_added_tokens_decoder().into_iter().collect();
         decoder.sort_by_key(|(id, _)| *id);
         for (id, t) in decoder {
             added.insert(

@@ -50,20 +50,15 @@ pub fn read_safetensors(
     use std::io::{Read, Seek, SeekFrom};
     let bad = |msg: String| WorkerError::Model(format!("{}: {msg}", path.display()));
     let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
-    let file_len = f
-        .metadata()
-        .map_err(|e| WorkerError::io("reading", path, e))?
-        .len();
+    let file_len = f.metadata().map_err(|e| WorkerError::io("reading", path, e))?.len();
     let mut len8 = [0u8; 8];
-    f.read_exact(&mut len8)
-        .map_err(|e| WorkerError::io("reading", path, e))?;
+    f.read_exact(&mut len8).map_err(|e| WorkerError::io("reading", path, e))?;
     let header_len = u64::from_le_bytes(len8);
     if header_len > file_len.saturating_sub(8) || header_len > 100 << 20 {
         return Err(bad(format!("header length {header_len} is invalid")));
     }
     let mut header = vec![0u8; header_len as usize];
-    f.read_exact(&mut header)
-        .map_err(|e| WorkerError::io("reading", path, e))?;
+    f.read_exact(&mut header).map_err(|e| WorkerError::io("reading", path, e))?;
     let header: BTreeMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| bad(format!("header is not JSON: {e}")))?;
     let data_start = 8 + header_len;
@@ -79,11 +74,7 @@ pub fn read_safetensors(
         let shape: Vec<usize> = info
             .get("shape")
             .and_then(|s| s.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_u64().map(|x| x as usize))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as usize)).collect())
             .ok_or_else(|| bad(format!("`{name}` has no shape")))?;
         let offsets: Vec<u64> = info
             .get("data_offsets")
@@ -108,10 +99,8 @@ pub fn read_safetensors(
             other => return Err(bad(format!("`{name}` has unsupported dtype {other}"))),
         };
         let mut bytes = vec![0u8; (b - a) as usize];
-        f.seek(SeekFrom::Start(data_start + a))
-            .map_err(|e| WorkerError::io("reading", path, e))?;
-        f.read_exact(&mut bytes)
-            .map_err(|e| WorkerError::io("reading", path, e))?;
+        f.seek(SeekFrom::Start(data_start + a)).map_err(|e| WorkerError::io("reading", path, e))?;
+        f.read_exact(&mut bytes).map_err(|e| WorkerError::io("reading", path, e))?;
         if bytes.len() != shape.iter().product::<usize>() * dtype.size_in_bytes() {
             return Err(bad(format!("`{name}` size does not match its shape")));
         }

@@ -4,8 +4,12 @@
 #[test]
 #[ignore = "benchmark; run explicitly"]
 fn bench_grpo_step_on_smollm2() {
-    let Some(dir) = verity_worker::testing::smollm2_dir("bench_grpo_step_on_smollm2") else { return };
+    let Some(dir) = verity_worker::testing::smollm2_dir("bench_grpo_step_on_smollm2") else {
+        return;
+    };
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let report = verity_worker::trainer::bench_grpo_step(&dir, (1, 8, 64, steps), Default::default()).unwrap();
+    let report =
+        verity_worker::trainer::bench_grpo_step(&dir, (1, 8, 64, steps), Default::default())
+            .unwrap();
     println!("{report}");
 }

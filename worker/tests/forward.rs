@@ -12,8 +12,20 @@ const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
 fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (
         // Three completions share the first prompt (as a GRPO group does): its forward runs once.
-        vec![vec![5, 9, 13, 22, 7], vec![3, 4], vec![5, 9, 13, 22, 7], vec![11, 12, 13], vec![5, 9, 13, 22, 7]],
-        vec![vec![30, 31, 32], vec![40, 41, 42, 43, 44], vec![33, 34, 35, 36, 37, 38], vec![50], vec![60]],
+        vec![
+            vec![5, 9, 13, 22, 7],
+            vec![3, 4],
+            vec![5, 9, 13, 22, 7],
+            vec![11, 12, 13],
+            vec![5, 9, 13, 22, 7],
+        ],
+        vec![
+            vec![30, 31, 32],
+            vec![40, 41, 42, 43, 44],
+            vec![33, 34, 35, 36, 37, 38],
+            vec![50],
+            vec![60],
+        ],
     )
 }
 
@@ -27,12 +39,7 @@ fn weighted_loss(lp: verity_worker::model::CompletionLogprobs) -> Tensor {
     let (b, l) = lp.logprobs.dims2().unwrap();
     let w: Vec<f32> = (0..b * l).map(|i| 1.0 + (i % 5) as f32 * 0.3).collect();
     let w = Tensor::from_vec(w, (b, l), &Device::Cpu).unwrap();
-    (lp.logprobs * lp.mask)
-        .unwrap()
-        .mul(&w)
-        .unwrap()
-        .sum_all()
-        .unwrap()
+    (lp.logprobs * lp.mask).unwrap().mul(&w).unwrap().sum_all().unwrap()
 }
 
 #[test]
@@ -44,10 +51,7 @@ fn every_trainable_tensor_gets_a_gradient_matching_the_reference() {
         model.set_kernels(Kernels::Reference);
         let reference = loss(&model, true);
         let ref_grads = reference.backward().unwrap();
-        assert!(
-            max_abs_diff(&fused, &reference) < 1e-4,
-            "{family:?} loss differs"
-        );
+        assert!(max_abs_diff(&fused, &reference) < 1e-4, "{family:?} loss differs");
         for (name, var) in model.trainable_params() {
             let g = fused_grads
                 .get(var.as_tensor())
@@ -56,15 +60,8 @@ fn every_trainable_tensor_gets_a_gradient_matching_the_reference() {
             assert!(norm > 0.0, "{family:?}: zero gradient for {name}");
             let r = ref_grads.get(var.as_tensor()).unwrap();
             let diff = max_abs_diff(g, r);
-            let scale: f32 = r
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let scale: f32 =
+                r.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
             assert!(
                 diff <= 1e-3 * scale.max(1.0),
                 "{family:?}: gradient of {name} differs by {diff} (scale {scale})"
@@ -78,7 +75,12 @@ fn the_layer_by_layer_backward_gives_the_gradients_of_the_whole_graph() {
     let (p, c) = prompts();
     let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
     let lora = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets, lora_dropout: 0.0 };
-    for (family, with_lora) in [(Family::Llama, false), (Family::Qwen2, false), (Family::Qwen3, false), (Family::Qwen2, true)] {
+    for (family, with_lora) in [
+        (Family::Llama, false),
+        (Family::Qwen2, false),
+        (Family::Qwen3, false),
+        (Family::Qwen2, true),
+    ] {
         let mut model = tiny_model(family, 5).unwrap();
         if with_lora {
             model.enable_lora(lora.clone(), 4).unwrap();
@@ -104,7 +106,10 @@ fn the_layer_by_layer_backward_gives_the_gradients_of_the_whole_graph() {
             let l = Tensor::from_vec(layered.get(name).unwrap(), w.shape(), &Device::Cpu).unwrap();
             let scale = max_abs_diff(w, &w.zeros_like().unwrap()).max(1e-3);
             let diff = max_abs_diff(w, &l);
-            assert!(diff <= 1e-5 * scale, "{family:?} lora={with_lora}: {name} differs by {diff} (scale {scale})");
+            assert!(
+                diff <= 1e-5 * scale,
+                "{family:?} lora={with_lora}: {name} differs by {diff} (scale {scale})"
+            );
             stopped_at_cut += usize::from(cut_short.get(var.as_tensor()).is_none());
         }
         assert!(stopped_at_cut > 0, "{family:?}: the tape cut nothing");
@@ -117,20 +122,11 @@ fn gradients_match_finite_differences() {
         let model = tiny_model(family, 3).unwrap();
         let grads = loss(&model, true).backward().unwrap();
         for (name, var) in model.trainable_params() {
-            let g: Vec<f32> = grads
-                .get(var.as_tensor())
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
+            let g: Vec<f32> =
+                grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             // Probe the coordinate with the largest gradient and one fixed coordinate.
-            let big = g
-                .iter()
-                .enumerate()
-                .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
-                .unwrap()
-                .0;
+            let big =
+                g.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap().0;
             for idx in [big, g.len() / 3] {
                 let fd = finite_difference(&model, &var, idx, 1e-2);
                 let tol = 2e-2 * g[idx].abs().max(fd.abs()) + 2e-3;
@@ -151,14 +147,9 @@ fn finite_difference(model: &Transformer, var: &Var, idx: usize, eps: f32) -> f3
     let mut eval = |delta: f32| -> f64 {
         let base = data[idx];
         data[idx] = base + delta;
-        var.set(&Tensor::from_vec(data.clone(), &shape, &Device::Cpu).unwrap())
-            .unwrap();
+        var.set(&Tensor::from_vec(data.clone(), &shape, &Device::Cpu).unwrap()).unwrap();
         data[idx] = base;
-        loss(model, false)
-            .to_dtype(candle_core::DType::F64)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
+        loss(model, false).to_dtype(candle_core::DType::F64).unwrap().to_scalar::<f64>().unwrap()
     };
     let fd = (eval(eps) - eval(-eps)) / (2.0 * eps as f64);
     var.set(&orig).unwrap();
@@ -172,9 +163,7 @@ fn logprobs_do_not_depend_on_padding_or_batch_composition() {
         let (p, c) = prompts();
         let together = model.completion_logprobs(&p, &c, 1.0, 0, false).unwrap();
         for i in 0..p.len() {
-            let alone = model
-                .completion_logprobs(&p[i..=i], &c[i..=i], 1.0, 0, false)
-                .unwrap();
+            let alone = model.completion_logprobs(&p[i..=i], &c[i..=i], 1.0, 0, false).unwrap();
             let n = c[i].len();
             let a = together.logprobs.get(i).unwrap().narrow(0, 0, n).unwrap();
             let b = alone.logprobs.get(0).unwrap();
@@ -191,7 +180,9 @@ fn a_shared_prompt_gives_the_gradients_of_separate_sequences() {
     for family in FAMILIES {
         let model = tiny_model(family, 5).unwrap();
         let (p, c) = prompts();
-        let sum = |lp: &verity_worker::model::CompletionLogprobs| (&lp.logprobs * &lp.mask).unwrap().sum_all().unwrap();
+        let sum = |lp: &verity_worker::model::CompletionLogprobs| {
+            (&lp.logprobs * &lp.mask).unwrap().sum_all().unwrap()
+        };
         let together = sum(&model.completion_logprobs(&p, &c, 0.9, 0, true).unwrap());
         let mut separate = Tensor::new(0f32, &Device::Cpu).unwrap();
         for i in 0..p.len() {
@@ -202,9 +193,13 @@ fn a_shared_prompt_gives_the_gradients_of_separate_sequences() {
         let (g1, g2) = (together.backward().unwrap(), separate.backward().unwrap());
         for (name, var) in model.trainable_params() {
             let (a, b) = (g1.get(var.as_tensor()).unwrap(), g2.get(var.as_tensor()).unwrap());
-            let scale: f32 = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
+            let scale: f32 =
+                b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap();
             let diff = max_abs_diff(a, b);
-            assert!(diff <= 1e-4 * scale.max(1.0), "{family:?}: gradient of {name} differs by {diff}");
+            assert!(
+                diff <= 1e-4 * scale.max(1.0),
+                "{family:?}: gradient of {name} differs by {diff}"
+            );
         }
     }
 }
@@ -213,10 +208,8 @@ fn a_shared_prompt_gives_the_gradients_of_separate_sequences() {
 fn kv_cache_decode_equals_full_forward() {
     for family in FAMILIES {
         let model = tiny_model(family, 5).unwrap();
-        let seqs: Vec<Vec<u32>> = vec![
-            vec![1, 2, 3, 4, 5, 6, 7, 8],
-            vec![9, 10, 11, 12, 13, 14, 15, 16],
-        ];
+        let seqs: Vec<Vec<u32>> =
+            vec![vec![1, 2, 3, 4, 5, 6, 7, 8], vec![9, 10, 11, 12, 13, 14, 15, 16]];
         let prompt_lens = [3usize, 5];
         let full = model.sequence_logits(&[&seqs[0], &seqs[1]], 0).unwrap();
         // Prefill the (left-padded) prompts, then feed the rest one token at a time.
@@ -224,14 +217,7 @@ fn kv_cache_decode_equals_full_forward() {
         let pb = verity_worker::model::inputs::PaddedBatch::new(&prompts, 0).unwrap();
         let mut cache = model.new_cache(2, 4).unwrap();
         let h = model
-            .hidden_states(
-                &pb.ids,
-                &pb.positions(),
-                2,
-                &pb.pads,
-                Some(&mut cache),
-                false,
-            )
+            .hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false)
             .unwrap();
         let logits = model.logits(&h, None).unwrap().reshape((2, pb.len, 64)).unwrap();
         for (b, &l) in prompt_lens.iter().enumerate() {
@@ -242,9 +228,7 @@ fn kv_cache_decode_equals_full_forward() {
         for _ in 0..3 {
             let ids: Vec<u32> = (0..2).map(|b| seqs[b][pos[b]]).collect();
             let p: Vec<u32> = pos.iter().map(|&x| x as u32).collect();
-            let h = model
-                .hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false)
-                .unwrap();
+            let h = model.hidden_states(&ids, &p, 2, &pb.pads, Some(&mut cache), false).unwrap();
             let step = model.logits(&h, None).unwrap();
             for (b, &p) in pos.iter().enumerate() {
                 let want = full.get(b).unwrap().get(p).unwrap();
@@ -266,7 +250,11 @@ fn bf16_weight_copies_give_the_forward_of_the_rounded_weights() {
         let rounded = tiny_model(family, 6).unwrap();
         for (name, w) in model.export_weights().unwrap() {
             if Transformer::is_held_transposed(&name) {
-                let r = w.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+                let r = w
+                    .to_dtype(candle_core::DType::BF16)
+                    .unwrap()
+                    .to_dtype(candle_core::DType::F32)
+                    .unwrap();
                 rounded.import_weight(&name, &r).unwrap();
             }
         }
@@ -274,17 +262,29 @@ fn bf16_weight_copies_give_the_forward_of_the_rounded_weights() {
         let pb = verity_worker::model::inputs::PaddedBatch::new(&seqs, 0).unwrap();
         let mut cache = model.new_cache(2, 16).unwrap();
         cache.use_weights(verity_worker::model::compact::CompactWeights::of(&model).unwrap());
-        let got = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false).unwrap();
-        let want = rounded.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
+        let got = model
+            .hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false)
+            .unwrap();
+        let want =
+            rounded.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
         assert!(max_abs_diff(&got, &want) < 1e-4, "{family:?}");
-        let f32_hidden = model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
+        let f32_hidden =
+            model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
         assert!(max_abs_diff(&got, &f32_hidden) > 1e-6, "{family:?}: the copies were not used");
         // The LM head reads its bf16 copy too.
         let logits = model.logits(&got, Some(&cache)).unwrap();
         let weights = model.export_weights().unwrap();
-        let lm_name = if model.config.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+        let lm_name = if model.config.tie_word_embeddings {
+            "model.embed_tokens.weight"
+        } else {
+            "lm_head.weight"
+        };
         let lm = weights.into_iter().find(|(n, _)| n == lm_name).unwrap().1;
-        let lm = lm.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+        let lm = lm
+            .to_dtype(candle_core::DType::BF16)
+            .unwrap()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap();
         assert!(max_abs_diff(&logits, &got.matmul(&lm.t().unwrap()).unwrap()) < 1e-4, "{family:?}");
     }
 }
@@ -297,29 +297,18 @@ fn lora_with_zero_b_leaves_logits_unchanged_and_trains_only_adapters() {
     let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
     model
         .enable_lora(
-            LoraConfig {
-                r: 4,
-                lora_alpha: 8.0,
-                target_modules: targets,
-                lora_dropout: 0.0,
-            },
+            LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets, lora_dropout: 0.0 },
             9,
         )
         .unwrap();
     let after = model.sequence_logits(&[&seq], 0).unwrap();
     assert_eq!(max_abs_diff(&before, &after), 0.0);
     let params = model.trainable_params();
-    assert_eq!(
-        params.len(),
-        2 * 3 * 2,
-        "A and B for 3 projections in 2 layers"
-    );
+    assert_eq!(params.len(), 2 * 3 * 2, "A and B for 3 projections in 2 layers");
     let grads = loss(&model, true).backward().unwrap();
     for (name, var) in &params {
         assert!(name.starts_with("base_model.model.model.layers."), "{name}");
-        let g = grads
-            .get(var.as_tensor())
-            .unwrap_or_else(|| panic!("no grad for {name}"));
+        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no grad for {name}"));
         if name.contains("lora_B") {
             let n: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
             assert!(n > 0.0, "{name}");
@@ -342,7 +331,8 @@ fn lora_dropout_acts_only_on_training_forwards_and_follows_its_seed() {
     let targets = ["q_proj", "up_proj"].map(String::from).to_vec();
     let with_dropout = |p: f64| {
         let mut model = tiny_model(Family::Llama, 2).unwrap();
-        let config = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: p };
+        let config =
+            LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: p };
         model.enable_lora(config, 3).unwrap();
         for (name, var) in model.lora_params() {
             if name.contains("lora_B") {
@@ -367,7 +357,8 @@ fn lora_dropout_acts_only_on_training_forwards_and_follows_its_seed() {
     assert_eq!(first, again);
     assert_ne!(first, scalar(&loss(&plain, true)));
     assert_ne!(first, other_seed);
-    let bad = LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: 1.0 };
+    let bad =
+        LoraConfig { r: 4, lora_alpha: 8.0, target_modules: targets.clone(), lora_dropout: 1.0 };
     assert!(tiny_model(Family::Llama, 2).unwrap().enable_lora(bad, 0).is_err());
 }
 

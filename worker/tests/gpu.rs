@@ -16,37 +16,35 @@ fn tiny_model_trains_on_the_device() {
     let cfg = cpu.config.clone();
     let weights = verity_worker::testing::random_weights(&cfg, 1, &dev).unwrap();
     let model = verity_worker::Transformer::from_weights(cfg, weights, &dev).unwrap();
-    let lp = model
-        .completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, true)
-        .unwrap();
+    let lp = model.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, true).unwrap();
     let loss = (lp.logprobs * lp.mask).unwrap().sum_all().unwrap();
     let grads = loss.backward().unwrap();
     let params = model.trainable_params();
-    assert!(params
-        .iter()
-        .all(|(_, v)| grads.get(v.as_tensor()).is_some()));
+    assert!(params.iter().all(|(_, v)| grads.get(v.as_tensor()).is_some()));
     // The trainer's layer-by-layer backward gives the same gradients on the device.
-    let (layered, tape) = model
-        .completion_logprobs_layered(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0)
-        .unwrap();
+    let (layered, tape) =
+        model.completion_logprobs_layered(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0).unwrap();
     let layered_loss = (layered.logprobs * layered.mask).unwrap().sum_all().unwrap();
     let mut acc = verity_worker::optim::GradAccumulator::new(&params);
     acc.accumulate_layered(&layered_loss, tape, &params, 1.0).unwrap();
     for (name, var) in &params {
-        let whole: Vec<f32> = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap()
-            .to_device(&candle_core::Device::Cpu).unwrap().to_vec1().unwrap();
+        let whole: Vec<f32> = grads
+            .get(var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_device(&candle_core::Device::Cpu)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let by_layer = acc.get(name).unwrap();
         let d = whole.iter().zip(&by_layer).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(d < 1e-4, "{name}: layered gradient differs by {d}");
     }
-    let want = cpu
-        .completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false)
-        .unwrap()
-        .logprobs;
-    let got = model
-        .completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false)
-        .unwrap()
-        .logprobs;
+    let want =
+        cpu.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false).unwrap().logprobs;
+    let got =
+        model.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, false).unwrap().logprobs;
     let d: f32 = (want - got.to_device(&candle_core::Device::Cpu).unwrap())
         .unwrap()
         .abs()
@@ -68,12 +66,10 @@ fn smollm2_greedy_on_the_device() {
         return;
     };
     let lm = verity_worker::load_model(&dir, &device()).unwrap();
-    let ids = verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.").unwrap();
-    let params = SamplingParams {
-        temperature: 0.0,
-        max_new_tokens: 8,
-        ..Default::default()
-    };
+    let ids =
+        verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.")
+            .unwrap();
+    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, ..Default::default() };
     let out = sample(
         &lm.model,
         &[ids],

@@ -20,25 +20,16 @@ fn logits(model: &Transformer) -> Vec<f32> {
 fn sharded_and_single_folders_load_the_same_model() {
     let cfg = tiny_config(Family::Qwen2);
     let map = random_weights(&cfg, 5, &Device::Cpu).unwrap();
-    let tensors: Vec<(String, Tensor)> = map
-        .tensors
-        .iter()
-        .map(|(n, t)| (n.clone(), t.clone()))
-        .collect();
+    let tensors: Vec<(String, Tensor)> =
+        map.tensors.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
     let single = tempfile::tempdir().unwrap();
-    save_safetensors(
-        &single.path().join("model.safetensors"),
-        &tensors,
-        &HashMap::new(),
-    )
-    .unwrap();
+    save_safetensors(&single.path().join("model.safetensors"), &tensors, &HashMap::new()).unwrap();
     let sharded = tempfile::tempdir().unwrap();
     let (a, b) = tensors.split_at(tensors.len() / 2);
     let mut weight_map = serde_json::Map::new();
-    for (file, part) in [
-        ("model-00001-of-00002.safetensors", a),
-        ("model-00002-of-00002.safetensors", b),
-    ] {
+    for (file, part) in
+        [("model-00001-of-00002.safetensors", a), ("model-00002-of-00002.safetensors", b)]
+    {
         save_safetensors(&sharded.path().join(file), part, &HashMap::new()).unwrap();
         for (n, _) in part {
             weight_map.insert(n.clone(), file.into());
@@ -64,15 +55,10 @@ fn sharded_and_single_folders_load_the_same_model() {
 fn bf16_weights_load_as_f32_and_save_back_as_bf16() {
     let cfg = tiny_config(Family::Llama);
     let map = random_weights(&cfg, 2, &Device::Cpu).unwrap();
-    let tensors: Vec<(String, Tensor)> = map
-        .tensors
-        .iter()
-        .map(|(n, t)| (n.clone(), t.clone()))
-        .collect();
-    let dtypes: HashMap<String, DType> = tensors
-        .iter()
-        .map(|(n, _)| (n.clone(), DType::BF16))
-        .collect();
+    let tensors: Vec<(String, Tensor)> =
+        map.tensors.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
+    let dtypes: HashMap<String, DType> =
+        tensors.iter().map(|(n, _)| (n.clone(), DType::BF16)).collect();
     let dir = tempfile::tempdir().unwrap();
     save_safetensors(&dir.path().join("model.safetensors"), &tensors, &dtypes).unwrap();
     let loaded = WeightMap::load_hf_dir(dir.path(), &Device::Cpu).unwrap();
@@ -84,9 +70,8 @@ fn bf16_weights_load_as_f32_and_save_back_as_bf16() {
     let again = WeightMap::load_hf_dir(out.path(), &Device::Cpu).unwrap();
     assert!(again.dtypes.values().all(|d| *d == DType::BF16));
     for (name, t) in &again.tensors {
-        let before: Vec<f32> = WeightMap::load_hf_dir(dir.path(), &Device::Cpu)
-            .unwrap()
-            .tensors[name]
+        let before: Vec<f32> = WeightMap::load_hf_dir(dir.path(), &Device::Cpu).unwrap().tensors
+            [name]
             .flatten_all()
             .unwrap()
             .to_vec1()
@@ -114,20 +99,15 @@ fn config_json_round_trips_and_bad_configs_are_errors() {
         high_freq_factor: 4.0,
         original_max_position_embeddings: 8192.0,
     });
-    assert_eq!(
-        ModelConfig::from_hf_json(&llama3.to_hf_json().to_string()).unwrap(),
-        llama3
-    );
+    assert_eq!(ModelConfig::from_hf_json(&llama3.to_hf_json().to_string()).unwrap(), llama3);
     let mut v = tiny_config(Family::Llama).to_hf_json();
     v["num_key_value_heads"] = 3.into();
     assert!(ModelConfig::from_hf_json(&v.to_string()).is_err());
     v["num_key_value_heads"] = 2.into();
     v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
     assert!(ModelConfig::from_hf_json(&v.to_string()).is_err());
-    assert!(
-        verity_worker::load_model(std::path::Path::new("/nonexistent/model"), &Device::Cpu)
-            .is_err()
-    );
+    assert!(verity_worker::load_model(std::path::Path::new("/nonexistent/model"), &Device::Cpu)
+        .is_err());
 }
 
 #[test]

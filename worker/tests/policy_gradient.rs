@@ -14,10 +14,7 @@ const PROMPT: [u32; 3] = [5, 6, 7];
 fn low_token_mass(model: &Transformer) -> f32 {
     let logits = model.sequence_logits(&[&PROMPT], 0).unwrap();
     let last = logits.get(0).unwrap().get(PROMPT.len() - 1).unwrap();
-    let p: Vec<f32> = candle_nn::ops::softmax(&last, 0)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let p: Vec<f32> = candle_nn::ops::softmax(&last, 0).unwrap().to_vec1().unwrap();
     p[..32].iter().sum()
 }
 
@@ -25,12 +22,8 @@ fn low_token_mass(model: &Transformer) -> f32 {
 fn policy_gradient_makes_rewarded_tokens_more_likely() {
     let model = tiny_model(Family::Llama, 21).unwrap();
     let before = low_token_mass(&model);
-    let mut opt = PolicyOptimizer::new(
-        &model,
-        AdamWConfig::default(),
-        LrSchedule::constant(2e-2),
-        1.0,
-    );
+    let mut opt =
+        PolicyOptimizer::new(&model, AdamWConfig::default(), LrSchedule::constant(2e-2), 1.0);
     for step in 0..12u64 {
         let params = SamplingParams {
             n: 8,
@@ -50,17 +43,10 @@ fn policy_gradient_makes_rewarded_tokens_more_likely() {
         let adv: Vec<f32> = rewards.iter().map(|r| r - mean).collect();
         let prompts = vec![PROMPT.to_vec(); out.len()];
         let completions: Vec<Vec<u32>> = out.iter().map(|c| c.token_ids.clone()).collect();
-        let lp = model
-            .completion_logprobs(&prompts, &completions, 1.0, 0, true)
-            .unwrap();
+        let lp = model.completion_logprobs(&prompts, &completions, 1.0, 0, true).unwrap();
         let (b, l) = lp.logprobs.dims2().unwrap();
         let adv = Tensor::from_vec(adv, (b, 1), &Device::Cpu).unwrap();
-        let loss = (lp.logprobs * lp.mask)
-            .unwrap()
-            .broadcast_mul(&adv)
-            .unwrap()
-            .sum_all()
-            .unwrap();
+        let loss = (lp.logprobs * lp.mask).unwrap().broadcast_mul(&adv).unwrap().sum_all().unwrap();
         let loss = (loss / -((b * l) as f64)).unwrap();
         opt.backward(&loss, 1.0).unwrap();
         let stats = opt.step().unwrap();

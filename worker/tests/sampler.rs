@@ -1,8 +1,8 @@
 //! Batched sampler on a tiny random model: determinism, batch-composition invariance,
 //! log-probabilities consistent with the trainable forward, finish reasons.
 
-use verity_worker::testing::tiny_model;
 use verity_worker::model::compact::RolloutDtype;
+use verity_worker::testing::tiny_model;
 use verity_worker::{sample, Family, FinishReason, Kernels, SamplingParams};
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -26,23 +26,14 @@ fn same_seed_same_samples_and_independent_of_batch_composition() {
     let model = tiny_model(Family::Llama, 1).unwrap();
     let all = sample(&model, &prompts(), &params(), &[], 0, None).unwrap();
     assert_eq!(all.len(), 9);
-    assert_eq!(
-        all,
-        sample(&model, &prompts(), &params(), &[], 0, None).unwrap()
-    );
+    assert_eq!(all, sample(&model, &prompts(), &params(), &[], 0, None).unwrap());
     // Prompt 1 sampled alone gets the same completions as inside the batch (its RNG streams
     // are keyed by prompt index, so pass it at the same index with other prompts around).
     let alone = sample(&model, &prompts()[1..2], &params(), &[], 0, None).unwrap();
     let in_batch: Vec<_> = all.iter().filter(|c| c.prompt_index == 1).collect();
-    let other = sample(
-        &model,
-        &[prompts()[1].clone(), prompts()[0].clone()],
-        &params(),
-        &[],
-        0,
-        None,
-    )
-    .unwrap();
+    let other =
+        sample(&model, &[prompts()[1].clone(), prompts()[0].clone()], &params(), &[], 0, None)
+            .unwrap();
     for s in 0..3 {
         assert_eq!(alone[s].token_ids.len(), 12);
         // Same prompt index (0) in both single-prompt runs and the swapped batch: identical.
@@ -56,22 +47,12 @@ fn same_seed_same_samples_and_independent_of_batch_composition() {
 #[test]
 fn sampling_logprobs_match_the_trainable_forward() {
     let model = tiny_model(Family::Qwen2, 2).unwrap();
-    let p = SamplingParams {
-        top_p: 1.0,
-        top_k: 0,
-        temperature: 0.8,
-        ..params()
-    };
+    let p = SamplingParams { top_p: 1.0, top_k: 0, temperature: 0.8, ..params() };
     let out = sample(&model, &prompts(), &p, &[], 0, None).unwrap();
-    let prompt_ids: Vec<Vec<u32>> = out
-        .iter()
-        .map(|c| prompts()[c.prompt_index].clone())
-        .collect();
+    let prompt_ids: Vec<Vec<u32>> = out.iter().map(|c| prompts()[c.prompt_index].clone()).collect();
     let completions: Vec<Vec<u32>> = out.iter().map(|c| c.token_ids.clone()).collect();
     for track in [false, true] {
-        let lp = model
-            .completion_logprobs(&prompt_ids, &completions, 0.8, 0, track)
-            .unwrap();
+        let lp = model.completion_logprobs(&prompt_ids, &completions, 0.8, 0, track).unwrap();
         let grid: Vec<Vec<f32>> = lp.logprobs.to_vec2().unwrap();
         for (row, c) in out.iter().enumerate() {
             for (j, &want) in c.logprobs.iter().enumerate() {
@@ -115,19 +96,10 @@ fn bf16_rollouts_are_batch_invariant_and_close_to_the_f32_policy() {
 fn no_grad_path_matches_training_and_reference_paths() {
     let mut model = tiny_model(Family::Qwen3, 3).unwrap();
     let comps = vec![vec![1, 2, 3], vec![4], vec![5, 6, 7, 8]];
-    let a = model
-        .completion_logprobs(&prompts(), &comps, 1.0, 0, false)
-        .unwrap()
-        .logprobs;
-    let b = model
-        .completion_logprobs(&prompts(), &comps, 1.0, 0, true)
-        .unwrap()
-        .logprobs;
+    let a = model.completion_logprobs(&prompts(), &comps, 1.0, 0, false).unwrap().logprobs;
+    let b = model.completion_logprobs(&prompts(), &comps, 1.0, 0, true).unwrap().logprobs;
     model.set_kernels(Kernels::Reference);
-    let c = model
-        .completion_logprobs(&prompts(), &comps, 1.0, 0, false)
-        .unwrap()
-        .logprobs;
+    let c = model.completion_logprobs(&prompts(), &comps, 1.0, 0, false).unwrap().logprobs;
     for other in [&b, &c] {
         let d = verity_worker::testing::max_abs_diff(&a, other);
         assert!(d < 1e-4, "{d}");
@@ -137,22 +109,11 @@ fn no_grad_path_matches_training_and_reference_paths() {
 #[test]
 fn finish_reasons_and_greedy() {
     let model = tiny_model(Family::Llama, 4).unwrap();
-    let greedy = SamplingParams {
-        temperature: 0.0,
-        n: 2,
-        max_new_tokens: 5,
-        ..Default::default()
-    };
+    let greedy = SamplingParams { temperature: 0.0, n: 2, max_new_tokens: 5, ..Default::default() };
     let out = sample(&model, &prompts(), &greedy, &[], 0, None).unwrap();
-    assert!(out
-        .iter()
-        .all(|c| c.finish_reason == FinishReason::Length && c.token_ids.len() == 5));
+    assert!(out.iter().all(|c| c.finish_reason == FinishReason::Length && c.token_ids.len() == 5));
     assert_eq!(out[0].token_ids, out[1].token_ids, "greedy samples agree");
-    let top1 = SamplingParams {
-        temperature: 1.3,
-        top_k: 1,
-        ..greedy.clone()
-    };
+    let top1 = SamplingParams { temperature: 1.3, top_k: 1, ..greedy.clone() };
     let out_top1 = sample(&model, &prompts(), &top1, &[], 0, None).unwrap();
     for (g, t) in out.iter().zip(&out_top1) {
         assert_eq!(g.token_ids, t.token_ids, "top-k 1 is greedy");
@@ -160,17 +121,12 @@ fn finish_reasons_and_greedy() {
     // Every token is EOS: each sequence stops after one token; others keep going.
     let all_eos: Vec<u32> = (0..64).collect();
     let out = sample(&model, &prompts(), &greedy, &all_eos, 0, None).unwrap();
-    assert!(out
-        .iter()
-        .all(|c| c.finish_reason == FinishReason::Eos && c.token_ids.len() == 1));
+    assert!(out.iter().all(|c| c.finish_reason == FinishReason::Eos && c.token_ids.len() == 1));
     let first = out[0].token_ids[0];
     let stop_on_first: Vec<u32> = vec![first];
     let out = sample(&model, &prompts(), &greedy, &stop_on_first, 0, None).unwrap();
     assert_eq!(out[0].finish_reason, FinishReason::Eos);
-    assert!(
-        out.iter().any(|c| c.finish_reason == FinishReason::Length),
-        "other prompts continue"
-    );
+    assert!(out.iter().any(|c| c.finish_reason == FinishReason::Length), "other prompts continue");
 }
 
 #[test]
@@ -178,24 +134,12 @@ fn bad_arguments_are_errors() {
     let model = tiny_model(Family::Llama, 4).unwrap();
     let bad = [
         SamplingParams { n: 0, ..params() },
-        SamplingParams {
-            max_new_tokens: 0,
-            ..params()
-        },
-        SamplingParams {
-            top_p: 0.0,
-            ..params()
-        },
-        SamplingParams {
-            stop_strings: vec!["x".into()],
-            ..params()
-        },
+        SamplingParams { max_new_tokens: 0, ..params() },
+        SamplingParams { top_p: 0.0, ..params() },
+        SamplingParams { stop_strings: vec!["x".into()], ..params() },
     ];
     for p in bad {
-        assert!(
-            sample(&model, &prompts(), &p, &[], 0, None).is_err(),
-            "{p:?}"
-        );
+        assert!(sample(&model, &prompts(), &p, &[], 0, None).is_err(), "{p:?}");
     }
     assert!(sample(&model, &[vec![]], &params(), &[], 0, None).is_err());
     assert!(sample(&model, &[vec![1000]], &params(), &[], 0, None).is_err());

@@ -13,20 +13,13 @@ fn greedy_answers_seven_plus_five() {
     let text = lm
         .tokenizer
         .apply_chat_template(
-            &[ChatMessage::new(
-                "user",
-                "What is 7 + 5? Answer with just the number.",
-            )],
+            &[ChatMessage::new("user", "What is 7 + 5? Answer with just the number.")],
             true,
         )
         .unwrap();
     assert!(text.ends_with("<|im_start|>assistant\n"), "{text:?}");
     let ids = lm.tokenizer.encode(&text).unwrap();
-    let params = SamplingParams {
-        temperature: 0.0,
-        max_new_tokens: 8,
-        ..Default::default()
-    };
+    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, ..Default::default() };
     let out = sample(
         &lm.model,
         &[ids],
@@ -50,17 +43,13 @@ fn greedy_answers_seven_plus_five() {
 
 #[test]
 fn gguf_tokenizer_matches_converted_folder() {
-    let (Some(dir), Some(gguf)) = (
-        smollm2_dir("gguf_tokenizer_matches"),
-        smollm2_gguf("gguf_tokenizer_matches"),
-    ) else {
+    let (Some(dir), Some(gguf)) =
+        (smollm2_dir("gguf_tokenizer_matches"), smollm2_gguf("gguf_tokenizer_matches"))
+    else {
         return;
     };
     let from_dir = verity_worker::ChatTokenizer::from_hf_dir(&dir, &[]).unwrap();
-    let from_gguf = verity_worker::gguf::GgufFile::open(&gguf)
-        .unwrap()
-        .tokenizer()
-        .unwrap();
+    let from_gguf = verity_worker::gguf::GgufFile::open(&gguf).unwrap().tokenizer().unwrap();
     let text = "<|im_start|>user\nWhat is 1234 + 56?  Tabs\tand émojis 🙂<|im_end|>\n";
     let ids = from_gguf.encode(text).unwrap();
     assert_eq!(ids, from_dir.encode(text).unwrap());
@@ -86,48 +75,22 @@ fn logits_match_quantised_gguf_reference() {
     let lm = load_model(&gguf, &Device::Cpu).unwrap();
     let text = lm
         .tokenizer
-        .apply_chat_template(
-            &[ChatMessage::new("user", "What is the capital of France?")],
-            true,
-        )
+        .apply_chat_template(&[ChatMessage::new("user", "What is the capital of France?")], true)
         .unwrap();
     let ids = lm.tokenizer.encode(&text).unwrap();
     let ours = lm.model.sequence_logits(&[&ids], 0).unwrap();
-    let ours: Vec<f32> = ours
-        .get(0)
-        .unwrap()
-        .get(ids.len() - 1)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let ours: Vec<f32> = ours.get(0).unwrap().get(ids.len() - 1).unwrap().to_vec1().unwrap();
 
     let mut f = std::fs::File::open(&gguf).unwrap();
     let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
     let mut reference = ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
-    let input = candle_core::Tensor::new(ids.as_slice(), &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let theirs: Vec<f32> = reference
-        .forward(&input, 0)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let input =
+        candle_core::Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let theirs: Vec<f32> =
+        reference.forward(&input, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
 
-    let argmax = |v: &[f32]| {
-        v.iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .unwrap()
-            .0
-    };
-    let max_diff = ours
-        .iter()
-        .zip(&theirs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let argmax = |v: &[f32]| v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+    let max_diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     let spread = theirs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
         - theirs.iter().fold(f32::INFINITY, |m, &x| m.min(x));
     eprintln!("max |logit diff| vs quantised reference: {max_diff} (logit range {spread})");
@@ -135,14 +98,8 @@ fn logits_match_quantised_gguf_reference() {
     // our top token must be among its top 5 and no logit may be off by more than 10% of the range.
     let mut order: Vec<usize> = (0..theirs.len()).collect();
     order.sort_by(|&a, &b| theirs[b].total_cmp(&theirs[a]));
-    assert!(
-        order[..5].contains(&argmax(&ours)),
-        "our top token is not in the reference top 5"
-    );
-    assert!(
-        max_diff < 0.1 * spread,
-        "max diff {max_diff} vs range {spread}"
-    );
+    assert!(order[..5].contains(&argmax(&ours)), "our top token is not in the reference top 5");
+    assert!(max_diff < 0.1 * spread, "max diff {max_diff} vs range {spread}");
 }
 
 #[test]
@@ -181,22 +138,11 @@ fn logits_match_candle_llama_on_converted_folder() {
     };
     let reference = cl::Llama::load(vb, &cfg).unwrap();
     let mut cache = cl::Cache::new(false, candle_core::DType::F32, &cfg, &Device::Cpu).unwrap();
-    let input = candle_core::Tensor::new(ids.as_slice(), &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let theirs: Vec<f32> = reference
-        .forward(&input, 0, &mut cache)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let max_diff = ours
-        .iter()
-        .zip(&theirs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let input =
+        candle_core::Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let theirs: Vec<f32> =
+        reference.forward(&input, 0, &mut cache).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let max_diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(max_diff < 1e-3, "max |logit diff| {max_diff}");
 }
 
@@ -206,7 +152,9 @@ fn stop_strings_end_generation() {
         return;
     };
     let lm = load_model(&dir, &Device::Cpu).unwrap();
-    let ids = verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.").unwrap();
+    let ids =
+        verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.")
+            .unwrap();
     let params = SamplingParams {
         temperature: 0.0,
         max_new_tokens: 8,
@@ -223,10 +171,6 @@ fn stop_strings_end_generation() {
     )
     .unwrap();
     let answer = lm.tokenizer.decode(&out[0].token_ids, true).unwrap();
-    assert_eq!(
-        out[0].finish_reason,
-        verity_worker::FinishReason::Stop,
-        "{answer:?}"
-    );
+    assert_eq!(out[0].finish_reason, verity_worker::FinishReason::Stop, "{answer:?}");
     assert!(answer.ends_with(" ="), "{answer:?}");
 }

@@ -32,7 +32,16 @@ fn trainer(hp: Hyperparameters) -> Trainer {
     let validation = Dataset::from_jsonl(&data, "validation", &tokenizer, 256).unwrap();
     let grader = Grader::from_json(&first_token_grader().to_string()).unwrap();
     let options = TrainerOptions { seed: 1, base_model: "tiny".into(), grader_workers: 2 };
-    Trainer::new(tiny_model(Family::Llama, 3).unwrap(), tokenizer, grader, hp, train, Some(validation), options).unwrap()
+    Trainer::new(
+        tiny_model(Family::Llama, 3).unwrap(),
+        tokenizer,
+        grader,
+        hp,
+        train,
+        Some(validation),
+        options,
+    )
+    .unwrap()
 }
 
 fn assert_learns(hp: Hyperparameters) {
@@ -43,14 +52,23 @@ fn assert_learns(hp: Hyperparameters) {
     let mut last = None;
     while !trainer.finished() {
         let out = trainer.train_step().unwrap();
-        assert!(out.samples.len() <= 32 && out.samples.len() % 8 == 0, "whole groups of at most B prompts");
+        assert!(
+            out.samples.len() <= 32 && out.samples.len() % 8 == 0,
+            "whole groups of at most B prompts"
+        );
         last = Some(out.metrics);
         if trainer.step() % 5 == 0 && trainer.evaluate().unwrap().unwrap().mean_reward > 0.9 {
             break;
         }
     }
     let after = trainer.evaluate().unwrap().unwrap();
-    eprintln!("{loss:?}: validation reward {:.3} -> {:.3} in {} steps; last {:?}", before.mean_reward, after.mean_reward, trainer.step(), last);
+    eprintln!(
+        "{loss:?}: validation reward {:.3} -> {:.3} in {} steps; last {:?}",
+        before.mean_reward,
+        after.mean_reward,
+        trainer.step(),
+        last
+    );
     assert!(after.mean_reward > 0.9, "{loss:?} reached only {after:?} in {} steps", trainer.step());
     assert!(after.pass_at_1() > 0.9 && after.pass_at_k["pass@8"] >= after.pass_at_1());
 }
@@ -67,7 +85,9 @@ fn grpo_with_kl_and_lora_learns() {
         lora: Some(verity_core::spec::LoraSpec {
             rank: 4,
             alpha: 8.0,
-            targets: ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"].map(String::from).to_vec(),
+            targets: ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]
+                .map(String::from)
+                .to_vec(),
             ..Default::default()
         }),
         learning_rate: 0.1,
@@ -94,7 +114,12 @@ fn gspo_learns() {
 
 #[test]
 fn cispo_with_micro_batches_and_tis_learns() {
-    let hp = Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), inner_epochs: 2, ..hyperparameters(Loss::Cispo) };
+    let hp = Hyperparameters {
+        micro_batch_size: 6,
+        tis_cap: Some(2.0),
+        inner_epochs: 2,
+        ..hyperparameters(Loss::Cispo)
+    };
     assert_learns(hp);
 }
 
@@ -102,7 +127,8 @@ fn cispo_with_micro_batches_and_tis_learns() {
 fn grpo_single_pass_with_tis_learns() {
     // One inner epoch: the old-policy log-probs (and the TIS weights built from them) come from
     // the differentiable forward itself rather than a separate no-grad pass.
-    let hp = Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), ..hyperparameters(Loss::Grpo) };
+    let hp =
+        Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), ..hyperparameters(Loss::Grpo) };
     assert_eq!(hp.inner_epochs, 1);
     assert_learns(hp);
 }
@@ -111,7 +137,12 @@ fn grpo_single_pass_with_tis_learns() {
 fn stop_strings_end_training_completions() {
     // Every word of the tiny vocabulary starts with "t", so each completion stops after its
     // first token (or at EOS) instead of running to the 6-token limit.
-    let hp = Hyperparameters { max_steps: Some(1), max_completion_tokens: 6, stop: vec!["t".into()], ..hyperparameters(Loss::Grpo) };
+    let hp = Hyperparameters {
+        max_steps: Some(1),
+        max_completion_tokens: 6,
+        stop: vec!["t".into()],
+        ..hyperparameters(Loss::Grpo)
+    };
     let mut trainer = trainer(hp);
     let out = trainer.train_step().unwrap();
     assert!(!out.samples.is_empty());

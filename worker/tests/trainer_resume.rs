@@ -13,7 +13,16 @@ fn trainer(hp: &Hyperparameters) -> Trainer {
     let train = Dataset::from_jsonl(&target_token_jsonl(5), "training", &tokenizer, 256).unwrap();
     let grader = Grader::from_json(&first_token_grader().to_string()).unwrap();
     let options = TrainerOptions { seed: 5, base_model: "tiny".into(), grader_workers: 2 };
-    Trainer::new(tiny_model(Family::Qwen2, 9).unwrap(), tokenizer, grader, hp.clone(), train, None, options).unwrap()
+    Trainer::new(
+        tiny_model(Family::Qwen2, 9).unwrap(),
+        tokenizer,
+        grader,
+        hp.clone(),
+        train,
+        None,
+        options,
+    )
+    .unwrap()
 }
 
 fn run_and_compare(hp: Hyperparameters) {
@@ -62,7 +71,13 @@ fn hp() -> Hyperparameters {
 
 #[test]
 fn full_fine_tuning_resumes_exactly() {
-    run_and_compare(Hyperparameters { beta: 0.05, loss: Loss::Dapo, overlong_buffer: 1, mask_truncated: true, ..hp() });
+    run_and_compare(Hyperparameters {
+        beta: 0.05,
+        loss: Loss::Dapo,
+        overlong_buffer: 1,
+        mask_truncated: true,
+        ..hp()
+    });
 }
 
 #[test]
@@ -74,12 +89,15 @@ fn lora_resumes_exactly() {
 #[test]
 fn bad_rows_name_their_line() {
     let tokenizer = tiny_tokenizer().unwrap();
-    let err = Dataset::from_jsonl("{\"prompt\": \"t3\"}\n{\"answer\": 1}\n", "training", &tokenizer, 256).unwrap_err();
+    let err =
+        Dataset::from_jsonl("{\"prompt\": \"t3\"}\n{\"answer\": 1}\n", "training", &tokenizer, 256)
+            .unwrap_err();
     assert_eq!(err.to_string(), "training line 2: the row has neither `messages` nor `prompt`");
     assert!(err.is_user_error());
     let err = Dataset::from_jsonl("not json\n", "training", &tokenizer, 256).unwrap_err();
     assert!(err.to_string().starts_with("training line 1: not valid JSON"), "{err}");
-    let chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"t5 t6\"}], \"answer\": \"t9\"}\n";
+    let chat =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"t5 t6\"}], \"answer\": \"t9\"}\n";
     let data = Dataset::from_jsonl(chat, "training", &tokenizer, 256).unwrap();
     assert_eq!(data.examples[0].prompt_ids, vec![5, 6]);
 }

@@ -7,21 +7,13 @@ use verity_worker::testing::tiny_model;
 use verity_worker::{AdamW, AdamWConfig, Family, GradAccumulator, LrSchedule, Transformer};
 
 fn batch(i: u32) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
-    (
-        vec![vec![3 + i, 4, 5], vec![7, 8 + i]],
-        vec![vec![9, 10 + i], vec![11, 12, 13]],
-    )
+    (vec![vec![3 + i, 4, 5], vec![7, 8 + i]], vec![vec![9, 10 + i], vec![11, 12, 13]])
 }
 
 fn loss(model: &Transformer, i: u32) -> Tensor {
     let (p, c) = batch(i);
     let lp = model.completion_logprobs(&p, &c, 1.0, 0, true).unwrap();
-    (lp.logprobs * lp.mask)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .neg()
-        .unwrap()
+    (lp.logprobs * lp.mask).unwrap().sum_all().unwrap().neg().unwrap()
 }
 
 /// One optimizer step over two micro-batches with clipping.
@@ -49,12 +41,7 @@ fn all_weights(model: &Transformer) -> Vec<Vec<f32>> {
 fn adamw_matches_a_scalar_reference_implementation() {
     let model = tiny_model(Family::Llama, 1).unwrap();
     let params = model.trainable_params();
-    let cfg = AdamWConfig {
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    };
+    let cfg = AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 };
     let mut opt = AdamW::new(cfg.clone(), &params);
     let name = "model.layers.0.mlp.up_proj.weight";
     let var = &params.iter().find(|(n, _)| n == name).unwrap().1;
@@ -62,8 +49,7 @@ fn adamw_matches_a_scalar_reference_implementation() {
     let (mut m, mut v) = (vec![0f32; p.len()], vec![0f32; p.len()]);
     for t in 1..=3 {
         let mut acc = GradAccumulator::new(&params);
-        acc.accumulate(loss(&model, t).backward().unwrap(), &params, 1.0)
-            .unwrap();
+        acc.accumulate(loss(&model, t).backward().unwrap(), &params, 1.0).unwrap();
         let g = acc.get(name).unwrap();
         opt.step(&params, &acc, 0.01, 0.5).unwrap();
         for i in 0..p.len() {
@@ -76,11 +62,7 @@ fn adamw_matches_a_scalar_reference_implementation() {
         }
     }
     let got: Vec<f32> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
-    let diff = got
-        .iter()
-        .zip(&p)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let diff = got.iter().zip(&p).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(diff < 1e-5, "AdamW differs from reference by {diff}");
 }
 
@@ -89,15 +71,10 @@ fn clipping_bounds_the_global_norm_and_accumulation_sums() {
     let model = tiny_model(Family::Qwen2, 4).unwrap();
     let params = model.trainable_params();
     let mut one = GradAccumulator::new(&params);
-    one.accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0)
-        .unwrap();
+    one.accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0).unwrap();
     let mut twice = GradAccumulator::new(&params);
-    twice
-        .accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0)
-        .unwrap();
-    twice
-        .accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0)
-        .unwrap();
+    twice.accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0).unwrap();
+    twice.accumulate(loss(&model, 0).backward().unwrap(), &params, 1.0).unwrap();
     assert_eq!(twice.micro_batches(), 2);
     assert!((twice.global_norm() - 2.0 * one.global_norm()).abs() < 1e-3 * one.global_norm());
     let (f, norm) = one.clip_factor(norm_half(&one));
@@ -113,13 +90,8 @@ fn norm_half(acc: &GradAccumulator) -> f64 {
 
 #[test]
 fn schedules_warm_up_then_hold_or_decay() {
-    let s = LrSchedule {
-        lr: 1.0,
-        warmup_steps: 4,
-        total_steps: 14,
-        cosine: true,
-        min_lr_ratio: 0.1,
-    };
+    let s =
+        LrSchedule { lr: 1.0, warmup_steps: 4, total_steps: 14, cosine: true, min_lr_ratio: 0.1 };
     assert_eq!(s.lr_at(0), 0.25);
     assert_eq!(s.lr_at(3), 1.0);
     assert!((s.lr_at(4) - 1.0).abs() < 1e-12);
@@ -134,10 +106,7 @@ fn full_checkpoint_resumes_bit_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(Family::Llama, 8).unwrap();
     let mut opt = AdamW::new(
-        AdamWConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
+        AdamWConfig { weight_decay: 0.01, ..Default::default() },
         &model.trainable_params(),
     );
     train_step(&model, &mut opt, 0);
@@ -150,11 +119,7 @@ fn full_checkpoint_resumes_bit_exactly() {
     let mut opt2 = restore_optimizer(&resumed, dir.path()).unwrap();
     assert_eq!(opt2.step_count(), 1);
     train_step(&resumed, &mut opt2, 1);
-    assert_eq!(
-        all_weights(&resumed),
-        continued,
-        "resumed training must be bit-identical"
-    );
+    assert_eq!(all_weights(&resumed), continued, "resumed training must be bit-identical");
 
     // The folder is an HF model folder: it loads on its own and gives identical logits.
     let seq = [1u32, 5, 9];
@@ -187,19 +152,12 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     let seq0 = [2u32, 7, 1, 8];
     let base_logits: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
     train_step(&model, &mut opt, 0);
-    assert_eq!(
-        all_weights(&model),
-        base_before,
-        "base weights are frozen under LoRA"
-    );
+    assert_eq!(all_weights(&model), base_before, "base weights are frozen under LoRA");
     let trained: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
     assert_ne!(trained, base_logits, "the adapters changed the policy");
     model.set_adapters_enabled(false);
     let reference: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
-    assert_eq!(
-        reference, base_logits,
-        "adapters off gives the reference policy"
-    );
+    assert_eq!(reference, base_logits, "adapters off gives the reference policy");
     model.set_adapters_enabled(true);
     save_checkpoint(dir.path(), &model, None, Some(&opt), "tiny-qwen3").unwrap();
     let cfg: serde_json::Value = serde_json::from_str(
@@ -236,13 +194,8 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
 fn policy_optimizer_steps_and_resumes_exactly() {
     use verity_worker::PolicyOptimizer;
     let dir = tempfile::tempdir().unwrap();
-    let schedule = LrSchedule {
-        lr: 1e-2,
-        warmup_steps: 2,
-        total_steps: 10,
-        cosine: true,
-        min_lr_ratio: 0.0,
-    };
+    let schedule =
+        LrSchedule { lr: 1e-2, warmup_steps: 2, total_steps: 10, cosine: true, min_lr_ratio: 0.0 };
     let model = tiny_model(Family::Llama, 12).unwrap();
     let mut opt = PolicyOptimizer::new(&model, AdamWConfig::default(), schedule.clone(), 0.5);
     let run_step = |model: &Transformer, opt: &mut PolicyOptimizer, i: u32| {

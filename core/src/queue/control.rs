@@ -77,7 +77,9 @@ impl Queue {
                 action,
             });
         };
-        let state: JobState = state.parse().map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))?;
+        let state: JobState = state
+            .parse()
+            .map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))?;
         let pending = state == JobState::Running;
         if pending {
             sqlx::query!(

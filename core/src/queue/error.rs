@@ -40,9 +40,7 @@ pub enum QueueError {
 impl QueueError {
     /// Maps the fencing trigger's error to [`QueueError::LeaseLost`]; other errors pass through.
     pub(crate) fn fenced(err: sqlx::Error, job_id: &str, attempt: i32) -> QueueError {
-        let code = err
-            .as_database_error()
-            .and_then(|db| db.code().map(|c| c.into_owned()));
+        let code = err.as_database_error().and_then(|db| db.code().map(|c| c.into_owned()));
         match code.as_deref() {
             Some(STALE_ATTEMPT) => QueueError::LeaseLost { job_id: job_id.to_string(), attempt },
             Some(BAD_TRANSITION) => QueueError::InvalidState {

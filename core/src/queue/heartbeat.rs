@@ -61,7 +61,8 @@ impl Heartbeat {
     /// Waits until the state differs from `Held(Continue)`.
     pub async fn interrupted(&self) -> HeartbeatState {
         let mut rx = self.state.clone();
-        let seen = rx.wait_for(|s| *s != HeartbeatState::Held(ControlSignal::Continue)).await.map(|s| *s);
+        let seen =
+            rx.wait_for(|s| *s != HeartbeatState::Held(ControlSignal::Continue)).await.map(|s| *s);
         // If the task ended without saying Lost, we can no longer vouch for the lease.
         seen.unwrap_or(HeartbeatState::Lost)
     }

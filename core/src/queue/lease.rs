@@ -227,7 +227,11 @@ impl Lease {
     }
 
     /// Ends the job successfully.
-    pub async fn complete(&self, result: &Value, fine_tuned_model: Option<&str>) -> Result<(), QueueError> {
+    pub async fn complete(
+        &self,
+        result: &Value,
+        fine_tuned_model: Option<&str>,
+    ) -> Result<(), QueueError> {
         let done = sqlx::query!(
             r#"UPDATE jobs SET state = 'succeeded', result = $3, fine_tuned_model = $4,
                                finished_at = now(), worker_id = NULL, lease_expires_at = NULL,

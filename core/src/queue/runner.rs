@@ -79,10 +79,9 @@ pub async fn run_worker(
             }
             continue;
         };
-        let span = tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
-        run_one(&lease, handler.as_ref(), options.heartbeat_interval)
-            .instrument(span)
-            .await;
+        let span =
+            tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
+        run_one(&lease, handler.as_ref(), options.heartbeat_interval).instrument(span).await;
         done += 1;
     }
     Ok(done)
@@ -96,7 +95,9 @@ async fn run_one(lease: &Lease, handler: &dyn JobHandler, heartbeat_interval: Du
         JobOutcome::Succeeded { result, fine_tuned_model } => {
             lease.complete(result, fine_tuned_model.as_deref()).await
         }
-        JobOutcome::Failed { message, retryable } => lease.fail(message, *retryable).await.map(|_| ()),
+        JobOutcome::Failed { message, retryable } => {
+            lease.fail(message, *retryable).await.map(|_| ())
+        }
         JobOutcome::Cancelled => lease.ack_cancel().await,
         JobOutcome::Paused => lease.ack_pause().await,
         JobOutcome::LeaseLost => Ok(()),

@@ -37,7 +37,9 @@ mod tests {
         for bad in ["", "/etc/passwd", "a/../b", "..", "a//b", "a/./b", "a\\b", "a\nb", "a/"] {
             assert!(validate_key(bad).is_err(), "{bad:?} accepted");
         }
-        for good in ["a", "jobs/ftjob-1/checkpoints/step-3/model.safetensors", "files/file-x.jsonl", "a..b"] {
+        for good in
+            ["a", "jobs/ftjob-1/checkpoints/step-3/model.safetensors", "files/file-x.jsonl", "a..b"]
+        {
             assert!(validate_key(good).is_ok(), "{good:?} rejected");
         }
     }

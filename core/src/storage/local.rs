@@ -21,7 +21,10 @@ pub struct LocalStore {
 impl LocalStore {
     /// Opens (creating if needed) a store rooted at `root`. With a `signer`, presigned URLs are
     /// signed server URLs; without, they are `file://` paths.
-    pub async fn open(root: impl AsRef<Path>, signer: Option<UrlSigner>) -> Result<LocalStore, StorageError> {
+    pub async fn open(
+        root: impl AsRef<Path>,
+        signer: Option<UrlSigner>,
+    ) -> Result<LocalStore, StorageError> {
         let root = root.as_ref();
         tokio::fs::create_dir_all(root.join(TMP_DIR))
             .await
@@ -41,7 +44,10 @@ impl LocalStore {
     pub fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
         validate_key(key)?;
         if key == TMP_DIR || key.starts_with(&format!("{TMP_DIR}/")) {
-            return Err(StorageError::InvalidKey { key: key.to_string(), reason: "reserved prefix" });
+            return Err(StorageError::InvalidKey {
+                key: key.to_string(),
+                reason: "reserved prefix",
+            });
         }
         Ok(self.root.join(key))
     }
@@ -108,7 +114,9 @@ impl ObjectStore for LocalStore {
         let path = self.path_of(key)?;
         match tokio::fs::File::open(&path).await {
             Ok(file) => Ok(Box::pin(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StorageError::NotFound(key.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(StorageError::NotFound(key.to_string()))
+            }
             Err(e) => Err(StorageError::io(key, e)),
         }
     }
@@ -157,7 +165,8 @@ impl ObjectStore for LocalStore {
         }
         Ok(match &self.signer {
             Some(signer) => {
-                let expires = Utc::now().timestamp() + i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX / 2);
+                let expires = Utc::now().timestamp()
+                    + i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX / 2);
                 signer.sign(key, expires)
             }
             None => format!("file://{}", path.display()),

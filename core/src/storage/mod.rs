@@ -9,7 +9,9 @@ mod signing;
 
 pub use key::validate_key;
 pub use local::LocalStore;
-pub use publish::{download_folder, publish_folder, read_manifest, Manifest, ManifestEntry, MANIFEST};
+pub use publish::{
+    download_folder, publish_folder, read_manifest, Manifest, ManifestEntry, MANIFEST,
+};
 pub use s3::{S3Options, S3Store};
 pub use signing::UrlSigner;
 
@@ -138,7 +140,8 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
         let parent = path.parent().unwrap_or_else(|| Path::new("."));
         tokio::fs::create_dir_all(parent).await.map_err(|e| StorageError::io(key, e))?;
         let partial = path.with_extension(format!("partial-{}", uuid::Uuid::new_v4().simple()));
-        let mut file = tokio::fs::File::create(&partial).await.map_err(|e| StorageError::io(key, e))?;
+        let mut file =
+            tokio::fs::File::create(&partial).await.map_err(|e| StorageError::io(key, e))?;
         let copied = tokio::io::copy(&mut reader, &mut file).await;
         let finished = match copied {
             Ok(n) => file.flush().await.map(|_| n),
@@ -167,7 +170,9 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Opens the store a configuration names: `s3://bucket[/prefix]`, `file:///dir` or a directory.
-pub async fn open_store(config: &crate::config::StorageConfig) -> Result<Arc<dyn ObjectStore>, StorageError> {
+pub async fn open_store(
+    config: &crate::config::StorageConfig,
+) -> Result<Arc<dyn ObjectStore>, StorageError> {
     let location = config.storage.trim();
     if let Some(rest) = location.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));

@@ -35,7 +35,11 @@ pub struct Manifest {
 
 fn join(prefix: &str, path: &str) -> String {
     let prefix = prefix.trim_end_matches('/');
-    if prefix.is_empty() { path.to_string() } else { format!("{prefix}/{path}") }
+    if prefix.is_empty() {
+        path.to_string()
+    } else {
+        format!("{prefix}/{path}")
+    }
 }
 
 /// Files under `dir`, relative and sorted.
@@ -75,7 +79,11 @@ async fn sha256_file(path: &Path) -> std::io::Result<(u64, String)> {
 
 /// Uploads every file of `dir` under `prefix`, then the manifest; returns the manifest.
 /// A `manifest.json` inside `dir` is refused (it would be overwritten).
-pub async fn publish_folder(store: &dyn ObjectStore, dir: &Path, prefix: &str) -> Result<Manifest, StorageError> {
+pub async fn publish_folder(
+    store: &dyn ObjectStore,
+    dir: &Path,
+    prefix: &str,
+) -> Result<Manifest, StorageError> {
     let dir_name = dir.display().to_string();
     let files = {
         let dir = dir.to_path_buf();
@@ -87,13 +95,19 @@ pub async fn publish_folder(store: &dyn ObjectStore, dir: &Path, prefix: &str) -
     let mut entries = Vec::with_capacity(files.len());
     for (relative, path) in files {
         if relative == MANIFEST {
-            return Err(StorageError::Integrity { key: join(prefix, MANIFEST), reason: "the folder already holds a manifest.json".into() });
+            return Err(StorageError::Integrity {
+                key: join(prefix, MANIFEST),
+                reason: "the folder already holds a manifest.json".into(),
+            });
         }
         let key = join(prefix, &relative);
         let (size, sha256) = sha256_file(&path).await.map_err(|e| StorageError::io(&key, e))?;
         let uploaded = store.put_file(&key, &path).await?;
         if uploaded != size {
-            return Err(StorageError::Integrity { key, reason: format!("{size} bytes on disk but {uploaded} uploaded (file changed?)") });
+            return Err(StorageError::Integrity {
+                key,
+                reason: format!("{size} bytes on disk but {uploaded} uploaded (file changed?)"),
+            });
         }
         entries.push(ManifestEntry { path: relative, size, sha256 });
     }
@@ -102,28 +116,37 @@ pub async fn publish_folder(store: &dyn ObjectStore, dir: &Path, prefix: &str) -
         files: entries,
         created_at: chrono::Utc::now().to_rfc3339(),
     };
-    let body = serde_json::to_vec_pretty(&manifest).map_err(|e| StorageError::io(prefix, std::io::Error::other(e)))?;
+    let body = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| StorageError::io(prefix, std::io::Error::other(e)))?;
     store.put_bytes(&join(prefix, MANIFEST), Bytes::from(body)).await?;
     Ok(manifest)
 }
 
 /// The manifest of the folder at `prefix`, or `None` if it was never completely published.
-pub async fn read_manifest(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Manifest>, StorageError> {
+pub async fn read_manifest(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<Option<Manifest>, StorageError> {
     let key = join(prefix, MANIFEST);
     match store.get_bytes(&key).await {
-        Ok(body) => serde_json::from_slice(&body)
-            .map(Some)
-            .map_err(|e| StorageError::Integrity { key, reason: format!("unreadable manifest: {e}") }),
+        Ok(body) => serde_json::from_slice(&body).map(Some).map_err(|e| StorageError::Integrity {
+            key,
+            reason: format!("unreadable manifest: {e}"),
+        }),
         Err(StorageError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
 /// Downloads a published folder into `dir`, checking each file's size and hash.
-pub async fn download_folder(store: &dyn ObjectStore, prefix: &str, dir: &Path) -> Result<Manifest, StorageError> {
-    let manifest = read_manifest(store, prefix)
-        .await?
-        .ok_or_else(|| StorageError::NotFound(format!("{} (folder not published)", join(prefix, MANIFEST))))?;
+pub async fn download_folder(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    dir: &Path,
+) -> Result<Manifest, StorageError> {
+    let manifest = read_manifest(store, prefix).await?.ok_or_else(|| {
+        StorageError::NotFound(format!("{} (folder not published)", join(prefix, MANIFEST)))
+    })?;
     for entry in &manifest.files {
         super::validate_key(&entry.path)?;
         let key = join(prefix, &entry.path);
@@ -131,7 +154,13 @@ pub async fn download_folder(store: &dyn ObjectStore, prefix: &str, dir: &Path) 
         store.get_to_file(&key, &target).await?;
         let (size, sha256) = sha256_file(&target).await.map_err(|e| StorageError::io(&key, e))?;
         if size != entry.size || sha256 != entry.sha256 {
-            return Err(StorageError::Integrity { key, reason: format!("expected {} bytes sha256 {}, got {size} bytes sha256 {sha256}", entry.size, entry.sha256) });
+            return Err(StorageError::Integrity {
+                key,
+                reason: format!(
+                    "expected {} bytes sha256 {}, got {size} bytes sha256 {sha256}",
+                    entry.size, entry.sha256
+                ),
+            });
         }
     }
     Ok(manifest)

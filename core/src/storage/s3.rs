@@ -5,7 +5,9 @@
 use super::{validate_key, ByteReader, ObjectMeta, ObjectStore, StorageError};
 use async_trait::async_trait;
 use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::{
+    Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
@@ -79,7 +81,13 @@ impl S3Store {
             loader = loader.region(Region::new(region.clone()));
         }
         if let Some((id, secret)) = &options.credentials {
-            loader = loader.credentials_provider(Credentials::new(id, secret, None, None, "verity-static"));
+            loader = loader.credentials_provider(Credentials::new(
+                id,
+                secret,
+                None,
+                None,
+                "verity-static",
+            ));
         }
         let shared = loader.load().await;
         let mut builder = aws_sdk_s3::config::Builder::from(&shared)
@@ -121,7 +129,13 @@ impl S3Store {
         Ok(if self.prefix.is_empty() { key.to_string() } else { format!("{}/{key}", self.prefix) })
     }
 
-    async fn put_multipart(&self, key: &str, full: &str, first: Bytes, reader: &mut ByteReader) -> Result<u64, StorageError> {
+    async fn put_multipart(
+        &self,
+        key: &str,
+        full: &str,
+        first: Bytes,
+        reader: &mut ByteReader,
+    ) -> Result<u64, StorageError> {
         let created = self
             .client
             .create_multipart_upload()
@@ -132,16 +146,34 @@ impl S3Store {
             .map_err(|e| s3_error("create_multipart_upload", key, e))?;
         let upload_id = created
             .upload_id()
-            .ok_or_else(|| StorageError::S3 { op: "create_multipart_upload", key: key.to_string(), message: "no upload id".into() })?
+            .ok_or_else(|| StorageError::S3 {
+                op: "create_multipart_upload",
+                key: key.to_string(),
+                message: "no upload id".into(),
+            })?
             .to_string();
         let uploaded = self.upload_parts(key, full, &upload_id, first, reader).await;
         if uploaded.is_err() {
-            let _ = self.client.abort_multipart_upload().bucket(&self.bucket).key(full).upload_id(&upload_id).send().await;
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(full)
+                .upload_id(&upload_id)
+                .send()
+                .await;
         }
         uploaded
     }
 
-    async fn upload_parts(&self, key: &str, full: &str, upload_id: &str, first: Bytes, reader: &mut ByteReader) -> Result<u64, StorageError> {
+    async fn upload_parts(
+        &self,
+        key: &str,
+        full: &str,
+        upload_id: &str,
+        first: Bytes,
+        reader: &mut ByteReader,
+    ) -> Result<u64, StorageError> {
         let mut parts = Vec::new();
         let mut total = 0u64;
         let mut chunk = first;
@@ -159,9 +191,15 @@ impl S3Store {
                 .send()
                 .await
                 .map_err(|e| s3_error("upload_part", key, e))?;
-            parts.push(CompletedPart::builder().set_e_tag(part.e_tag().map(str::to_string)).part_number(number).build());
+            parts.push(
+                CompletedPart::builder()
+                    .set_e_tag(part.e_tag().map(str::to_string))
+                    .part_number(number)
+                    .build(),
+            );
             number += 1;
-            chunk = read_chunk(reader, self.part_size).await.map_err(|e| StorageError::io(key, e))?;
+            chunk =
+                read_chunk(reader, self.part_size).await.map_err(|e| StorageError::io(key, e))?;
         }
         self.client
             .complete_multipart_upload()
@@ -178,7 +216,8 @@ impl S3Store {
 
 /// Reads up to `size` bytes, fewer only at end of stream.
 async fn read_chunk(reader: &mut ByteReader, size: u64) -> std::io::Result<Bytes> {
-    let mut buf = BytesMut::with_capacity(usize::try_from(size).unwrap_or(usize::MAX).min(64 * 1024 * 1024));
+    let mut buf =
+        BytesMut::with_capacity(usize::try_from(size).unwrap_or(usize::MAX).min(64 * 1024 * 1024));
     let mut limited = reader.take(size);
     while (buf.len() as u64) < size {
         if limited.read_buf(&mut buf).await? == 0 {
@@ -196,7 +235,8 @@ fn to_chrono(date: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>>
 impl ObjectStore for S3Store {
     async fn put_reader(&self, key: &str, mut reader: ByteReader) -> Result<u64, StorageError> {
         let full = self.full_key(key)?;
-        let first = read_chunk(&mut reader, self.part_size).await.map_err(|e| StorageError::io(key, e))?;
+        let first =
+            read_chunk(&mut reader, self.part_size).await.map_err(|e| StorageError::io(key, e))?;
         if (first.len() as u64) < self.part_size {
             let size = first.len() as u64;
             self.client
@@ -237,9 +277,19 @@ impl ObjectStore for S3Store {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
-        let full_prefix = if self.prefix.is_empty() { prefix.to_string() } else { format!("{}/{prefix}", self.prefix) };
+        let full_prefix = if self.prefix.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{}/{prefix}", self.prefix)
+        };
         let strip = if self.prefix.is_empty() { 0 } else { self.prefix.len() + 1 };
-        let mut pages = self.client.list_objects_v2().bucket(&self.bucket).prefix(&full_prefix).into_paginator().send();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&full_prefix)
+            .into_paginator()
+            .send();
         let mut objects = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| s3_error("list_objects_v2", prefix, e))?;
@@ -270,7 +320,8 @@ impl ObjectStore for S3Store {
 
     async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, StorageError> {
         let full = self.full_key(key)?;
-        let config = PresigningConfig::expires_in(expires_in).map_err(|e| s3_error("presign", key, e))?;
+        let config =
+            PresigningConfig::expires_in(expires_in).map_err(|e| s3_error("presign", key, e))?;
         let request = self
             .client
             .get_object()

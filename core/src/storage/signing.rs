@@ -40,7 +40,8 @@ impl UrlSigner {
     /// The URL for `key`, valid until the Unix time `expires`.
     pub fn sign(&self, key: &str, expires: i64) -> String {
         let signature = hex::encode(self.mac(key, expires).finalize().into_bytes());
-        let path: Vec<String> = key.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
+        let path: Vec<String> =
+            key.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
         let path = path.join("/");
         format!("{}/v1/objects/{path}?expires={expires}&signature={signature}", self.base_url)
     }
@@ -60,7 +61,8 @@ mod tests {
     fn signatures_verify_only_unaltered_and_unexpired() {
         let signer = UrlSigner::new("http://localhost:8080/", b"secret");
         let url = signer.sign("jobs/a b/x", 2000);
-        assert!(url.starts_with("http://localhost:8080/v1/objects/jobs/a%20b/x?expires=2000&signature="));
+        assert!(url
+            .starts_with("http://localhost:8080/v1/objects/jobs/a%20b/x?expires=2000&signature="));
         let sig = url.rsplit("signature=").next().unwrap();
         assert!(signer.verify("jobs/a b/x", 2000, sig, 1000));
         assert!(!signer.verify("jobs/a b/y", 2000, sig, 1000));

@@ -41,12 +41,22 @@ struct ErrorDetail<'a> {
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code: None, retry_after: None }
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
     }
 
     /// 400: the parameter `param` is wrong.
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError { param: Some(param.into()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message) }
+        ApiError {
+            param: Some(param.into()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
     }
 
     /// 400 about the request as a whole.
@@ -58,13 +68,20 @@ impl ApiError {
     pub fn not_found(what: &str, id: &str) -> ApiError {
         ApiError {
             code: Some("not_found"),
-            ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("no {what} with id {id:?}"))
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("no {what} with id {id:?}"),
+            )
         }
     }
 
     /// 401: missing or invalid credentials.
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
-        ApiError { code: Some("invalid_api_key"), ..ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", message) }
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", message)
+        }
     }
 
     /// 403: authenticated but not allowed.
@@ -74,7 +91,10 @@ impl ApiError {
 
     /// 409: the resource is in a state that does not allow the operation.
     pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { code: Some(code), ..ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message) }
+        ApiError {
+            code: Some(code),
+            ..ApiError::new(StatusCode::CONFLICT, "invalid_request_error", message)
+        }
     }
 
     /// 413: the upload is larger than `limit` bytes.
@@ -82,7 +102,11 @@ impl ApiError {
         ApiError {
             param: Some(param.to_string()),
             code: Some("file_too_large"),
-            ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", format!("upload exceeds the limit of {limit} bytes"))
+            ..ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                format!("upload exceeds the limit of {limit} bytes"),
+            )
         }
     }
 
@@ -91,7 +115,11 @@ impl ApiError {
         ApiError {
             code: Some("rate_limit_exceeded"),
             retry_after: Some(retry_after.max(1)),
-            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "too many requests for this key; retry later")
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "too many requests for this key; retry later",
+            )
         }
     }
 
@@ -104,7 +132,11 @@ impl ApiError {
     /// 503: a dependency is down.
     pub fn unavailable(context: &str, error: impl std::fmt::Display) -> ApiError {
         tracing::warn!(context, %error, "service unavailable");
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "service temporarily unavailable")
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "service temporarily unavailable",
+        )
     }
 
     /// Sets the machine-readable code.
@@ -123,7 +155,12 @@ impl std::fmt::Display for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail { message: &self.message, kind: self.kind, param: self.param.as_deref(), code: self.code },
+            error: ErrorDetail {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code,
+            },
         };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
@@ -136,7 +173,9 @@ impl IntoResponse for ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> ApiError {
         match error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::unavailable("database", error),
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                ApiError::unavailable("database", error)
+            }
             other => ApiError::internal("database", other),
         }
     }
@@ -152,9 +191,10 @@ impl From<QueueError> for ApiError {
     fn from(error: QueueError) -> ApiError {
         match error {
             QueueError::NotFound(id) => ApiError::not_found("fine-tuning job", &id),
-            QueueError::InvalidState { job_id, state, action } => {
-                ApiError::conflict("invalid_job_state", format!("job {job_id} is {state}; cannot {action}"))
-            }
+            QueueError::InvalidState { job_id, state, action } => ApiError::conflict(
+                "invalid_job_state",
+                format!("job {job_id} is {state}; cannot {action}"),
+            ),
             QueueError::Db(e) => e.into(),
             other => ApiError::internal("queue", other),
         }

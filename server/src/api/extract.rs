@@ -73,12 +73,16 @@ pub fn reject_nul_json(param: &str, value: &serde_json::Value) -> Result<(), Api
 }
 
 /// Middleware: a path or query with an encoded NUL is refused before any handler runs.
-pub async fn refuse_nul_in_uri(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+pub async fn refuse_nul_in_uri(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
     let uri = request.uri();
     let has_nul = |s: &str| s.to_ascii_lowercase().contains("%00");
     if has_nul(uri.path()) || uri.query().is_some_and(has_nul) {
-        return ApiError::invalid("path", "the URL must not contain NUL characters").into_response();
+        return ApiError::invalid("path", "the URL must not contain NUL characters")
+            .into_response();
     }
     next.run(request).await
 }

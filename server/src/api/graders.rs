@@ -23,15 +23,18 @@ pub fn router() -> Router<AppState> {
 
 /// Parses a grader, mapping the first problem to a 400 naming its JSON path under `param`.
 pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
-    let text = serde_json::to_string(grader).map_err(|e| ApiError::invalid(param, e.to_string()))?;
+    let text =
+        serde_json::to_string(grader).map_err(|e| ApiError::invalid(param, e.to_string()))?;
     Grader::from_json(&text).map_err(|invalid| {
         let mut problems = invalid.0.into_iter();
         match problems.next() {
             Some(first) => {
                 let path = first.path.trim_start_matches('.');
-                let param = if path.is_empty() { param.to_string() } else { format!("{param}.{path}") };
+                let param =
+                    if path.is_empty() { param.to_string() } else { format!("{param}.{path}") };
                 let more = problems.count();
-                let suffix = if more > 0 { format!(" (and {more} more problem(s))") } else { String::new() };
+                let suffix =
+                    if more > 0 { format!(" (and {more} more problem(s))") } else { String::new() };
                 ApiError::invalid(param, format!("{}{suffix}", first.message))
             }
             None => ApiError::invalid(param, "invalid grader"),
@@ -68,7 +71,10 @@ pub struct RunGraderResponse {
 /// Grades one sample.
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/run", tag = "graders", request_body = RunGraderRequest,
     responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401)))]
-pub async fn run_grader(_principal: Principal, ApiJson(request): ApiJson<RunGraderRequest>) -> ApiResult<Json<RunGraderResponse>> {
+pub async fn run_grader(
+    _principal: Principal,
+    ApiJson(request): ApiJson<RunGraderRequest>,
+) -> ApiResult<Json<RunGraderResponse>> {
     let grader = parse_grader("grader", &request.grader)?;
     let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let item = request.item.unwrap_or_else(|| json!({}));
@@ -105,7 +111,10 @@ pub struct ValidateGraderRequest {
 /// Checks a grader; answers it back when valid, else a 400 naming the JSON path.
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/validate", tag = "graders", request_body = ValidateGraderRequest,
     responses((status = 200, body = Object), (status = 400), (status = 401)))]
-pub async fn validate_grader_endpoint(_principal: Principal, ApiJson(request): ApiJson<ValidateGraderRequest>) -> ApiResult<Json<Value>> {
+pub async fn validate_grader_endpoint(
+    _principal: Principal,
+    ApiJson(request): ApiJson<ValidateGraderRequest>,
+) -> ApiResult<Json<Value>> {
     parse_grader("grader", &request.grader)?;
     Ok(Json(json!({ "grader": request.grader })))
 }

@@ -21,7 +21,14 @@ pub async fn healthz() -> Json<Value> {
 /// The database and object store answer.
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    sqlx::query("SELECT 1").execute(&state.pool).await.map_err(|e| ApiError::unavailable("readiness: database", e))?;
-    state.store.head("readyz-probe").await.map_err(|e| ApiError::unavailable("readiness: object store", e))?;
+    sqlx::query("SELECT 1")
+        .execute(&state.pool)
+        .await
+        .map_err(|e| ApiError::unavailable("readiness: database", e))?;
+    state
+        .store
+        .head("readyz-probe")
+        .await
+        .map_err(|e| ApiError::unavailable("readiness: object store", e))?;
     Ok(Json(json!({"status": "ready"})))
 }

@@ -63,13 +63,19 @@ impl From<ModelRecord> for ModelObject {
 
 /// Models the caller can use, then checkpoints of the org's jobs.
 #[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList), (status = 401)))]
-pub async fn list_models(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<ModelList>> {
-    let mut data: Vec<ModelObject> = verity_core::models::list_models(&state.pool, principal.org_id)
-        .await?
-        .into_iter()
-        .map(ModelObject::from)
-        .collect();
-    for (checkpoint, base) in verity_core::jobs::org_checkpoints(&state.pool, principal.org_id).await? {
+pub async fn list_models(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<ModelList>> {
+    let mut data: Vec<ModelObject> =
+        verity_core::models::list_models(&state.pool, principal.org_id)
+            .await?
+            .into_iter()
+            .map(ModelObject::from)
+            .collect();
+    for (checkpoint, base) in
+        verity_core::jobs::org_checkpoints(&state.pool, principal.org_id).await?
+    {
         data.push(ModelObject {
             id: checkpoint_model_name(&base, &checkpoint.job_id, checkpoint.step),
             object: "model",
@@ -103,7 +109,11 @@ pub struct RegisterModelRequest {
 
 /// Checks a new model's name: 1 to 200 characters, no whitespace, not starting with `ft:`.
 pub fn check_model_name(id: &str) -> Result<(), &'static str> {
-    if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_whitespace() || c.is_control()) || id.starts_with("ft:") {
+    if id.is_empty()
+        || id.len() > 200
+        || id.chars().any(|c| c.is_whitespace() || c.is_control())
+        || id.starts_with("ft:")
+    {
         return Err("1 to 200 characters without whitespace, not starting with ft:");
     }
     Ok(())
@@ -131,13 +141,29 @@ pub async fn register_model(
         principal.require_admin()?;
     }
     let prefix = request.storage_prefix.trim_end_matches('/');
-    verity_core::storage::validate_key(prefix).map_err(|e| ApiError::invalid("storage_prefix", e.to_string()))?;
+    verity_core::storage::validate_key(prefix)
+        .map_err(|e| ApiError::invalid("storage_prefix", e.to_string()))?;
     if state.store.list(prefix).await?.is_empty() {
-        return Err(ApiError::invalid("storage_prefix", format!("nothing stored under {prefix:?}")));
+        return Err(ApiError::invalid(
+            "storage_prefix",
+            format!("nothing stored under {prefix:?}"),
+        ));
     }
     let org = (!request.shared).then_some(principal.org_id);
-    if !verity_core::models::insert_base_model(&state.pool, org, &request.id, prefix, &format, &config).await? {
-        return Err(ApiError::conflict("model_exists", format!("a model named {:?} already exists", request.id)));
+    if !verity_core::models::insert_base_model(
+        &state.pool,
+        org,
+        &request.id,
+        prefix,
+        &format,
+        &config,
+    )
+    .await?
+    {
+        return Err(ApiError::conflict(
+            "model_exists",
+            format!("a model named {:?} already exists", request.id),
+        ));
     }
     let model = verity_core::models::get_model(&state.pool, principal.org_id, &request.id)
         .await?

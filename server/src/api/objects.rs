@@ -32,10 +32,16 @@ pub struct SignedQuery {
 /// Streams an object when the URL's signature is valid and unexpired.
 #[utoipa::path(get, path = "/v1/objects/{key}", tag = "objects", params(("key" = String, Path), SignedQuery),
     responses((status = 200, content_type = "application/octet-stream"), (status = 400), (status = 403), (status = 404)))]
-pub async fn get_object(State(state): State<AppState>, Path(key): Path<String>, ApiQuery(query): ApiQuery<SignedQuery>) -> ApiResult<Response> {
+pub async fn get_object(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    ApiQuery(query): ApiQuery<SignedQuery>,
+) -> ApiResult<Response> {
     let signer = state.signer.as_ref().ok_or_else(|| ApiError::not_found("object", &key))?;
     if !signer.verify(&key, query.expires, &query.signature, chrono::Utc::now().timestamp()) {
-        return Err(ApiError::forbidden("invalid or expired signature").with_code("invalid_signature"));
+        return Err(
+            ApiError::forbidden("invalid or expired signature").with_code("invalid_signature")
+        );
     }
     let meta = state.store.head(&key).await?.ok_or_else(|| ApiError::not_found("object", &key))?;
     let reader = match state.store.get_reader(&key).await {
@@ -44,7 +50,10 @@ pub async fn get_object(State(state): State<AppState>, Path(key): Path<String>, 
         Err(e) => return Err(e.into()),
     };
     Ok((
-        [(CONTENT_TYPE, "application/octet-stream".to_string()), (CONTENT_LENGTH, meta.size.to_string())],
+        [
+            (CONTENT_TYPE, "application/octet-stream".to_string()),
+            (CONTENT_LENGTH, meta.size.to_string()),
+        ],
         Body::from_stream(ReaderStream::new(reader)),
     )
         .into_response())

@@ -31,7 +31,9 @@ pub fn page_limit(limit: Option<i64>, max: i64) -> Result<i64, ApiError> {
     match limit {
         None => Ok(DEFAULT_LIMIT.min(max)),
         Some(n) if (1..=max).contains(&n) => Ok(n),
-        Some(n) => Err(ApiError::invalid("limit", format!("limit must be between 1 and {max}, got {n}"))),
+        Some(n) => {
+            Err(ApiError::invalid("limit", format!("limit must be between 1 and {max}, got {n}")))
+        }
     }
 }
 

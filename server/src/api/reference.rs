@@ -14,13 +14,19 @@ fn type_name(schema: &Value) -> String {
     }
     for combinator in ["oneOf", "anyOf", "allOf"] {
         if let Some(options) = schema.get(combinator).and_then(Value::as_array) {
-            let names: Vec<String> = options.iter().map(type_name).filter(|n| n != "null").collect();
+            let names: Vec<String> =
+                options.iter().map(type_name).filter(|n| n != "null").collect();
             return names.join(" or ");
         }
     }
     let kind = match schema.get("type") {
         Some(Value::String(kind)) => kind.clone(),
-        Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).filter(|k| *k != "null").collect::<Vec<_>>().join(" or "),
+        Some(Value::Array(kinds)) => kinds
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|k| *k != "null")
+            .collect::<Vec<_>>()
+            .join(" or "),
         _ => "any".to_string(),
     };
     match (kind.as_str(), schema.get("items")) {
@@ -45,9 +51,19 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
         out.push_str("| parameter | in | type | required | description |\n|---|---|---|---|---|\n");
         for p in params {
             let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-            let required = if p.get("required").and_then(Value::as_bool).unwrap_or(false) { "yes" } else { "no" };
+            let required = if p.get("required").and_then(Value::as_bool).unwrap_or(false) {
+                "yes"
+            } else {
+                "no"
+            };
             let kind = p.get("schema").map(type_name).unwrap_or_default();
-            let _ = writeln!(out, "| `{}` | {} | {kind} | {required} | {} |", text("name"), text("in"), cell(&text("description")));
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {kind} | {required} | {} |",
+                text("name"),
+                text("in"),
+                cell(&text("description"))
+            );
         }
         out.push('\n');
     }
@@ -64,14 +80,28 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
                 .get("description")
                 .and_then(Value::as_str)
                 .filter(|d| !d.is_empty())
-                .or_else(|| axum::http::StatusCode::from_bytes(status.as_bytes()).ok().and_then(|s| s.canonical_reason()))
+                .or_else(|| {
+                    axum::http::StatusCode::from_bytes(status.as_bytes())
+                        .ok()
+                        .and_then(|s| s.canonical_reason())
+                })
                 .unwrap_or_default();
             let media: Vec<String> = response
                 .get("content")
                 .and_then(Value::as_object)
-                .map(|c| c.iter().map(|(m, b)| format!("`{m}` {}", b.get("schema").map(type_name).unwrap_or_default())).collect())
+                .map(|c| {
+                    c.iter()
+                        .map(|(m, b)| {
+                            format!("`{m}` {}", b.get("schema").map(type_name).unwrap_or_default())
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
-            let _ = writeln!(out, "| {status} | {} |", cell(&format!("{description} {}", media.join(", "))));
+            let _ = writeln!(
+                out,
+                "| {status} | {} |",
+                cell(&format!("{description} {}", media.join(", ")))
+            );
         }
         out.push('\n');
     }
@@ -82,21 +112,33 @@ fn schema_section(out: &mut String, name: &str, schema: &Value) {
     if let Some(text) = schema.get("description").and_then(Value::as_str) {
         let _ = writeln!(out, "{text}\n");
     }
-    let required: Vec<&str> =
-        schema.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     match schema.get("properties").and_then(Value::as_object) {
         Some(properties) => {
             out.push_str("| field | type | required | description |\n|---|---|---|---|\n");
             for (field, property) in properties {
-                let description = property.get("description").and_then(Value::as_str).unwrap_or_default();
+                let description =
+                    property.get("description").and_then(Value::as_str).unwrap_or_default();
                 let needed = if required.contains(&field.as_str()) { "yes" } else { "no" };
-                let _ = writeln!(out, "| `{field}` | {} | {needed} | {} |", type_name(property), cell(description));
+                let _ = writeln!(
+                    out,
+                    "| `{field}` | {} | {needed} | {} |",
+                    type_name(property),
+                    cell(description)
+                );
             }
         }
         None => {
             let _ = writeln!(out, "Type: {}", type_name(schema));
             if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-                let values: Vec<String> = values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or_default())).collect();
+                let values: Vec<String> = values
+                    .iter()
+                    .map(|v| format!("`{}`", v.as_str().unwrap_or_default()))
+                    .collect();
                 let _ = writeln!(out, "; one of {}", values.join(", "));
             }
         }
@@ -112,13 +154,22 @@ pub fn reference_markdown(spec: &Value) -> String {
          Every endpoint of the REST API as the server describes it at `GET /openapi.json`. Authentication, \
          configuration, and examples with curl and the OpenAI SDK are in [api.md](api.md).\n\n",
     );
-    let mut by_tag: std::collections::BTreeMap<String, Vec<(String, String, Value)>> = Default::default();
+    let mut by_tag: std::collections::BTreeMap<String, Vec<(String, String, Value)>> =
+        Default::default();
     if let Some(paths) = spec.get("paths").and_then(Value::as_object) {
         for (path, item) in paths {
             for method in METHODS {
                 if let Some(op) = item.get(method) {
-                    let tag = op.pointer("/tags/0").and_then(Value::as_str).unwrap_or("other").to_string();
-                    by_tag.entry(tag).or_default().push((method.to_string(), path.clone(), op.clone()));
+                    let tag = op
+                        .pointer("/tags/0")
+                        .and_then(Value::as_str)
+                        .unwrap_or("other")
+                        .to_string();
+                    by_tag.entry(tag).or_default().push((
+                        method.to_string(),
+                        path.clone(),
+                        op.clone(),
+                    ));
                 }
             }
         }
@@ -156,6 +207,10 @@ mod tests {
         assert!(md.contains("### `GET /v1/files/{file_id}`"), "{md}");
         assert!(md.contains("| `file_id` | path | string | yes |"), "{md}");
         assert!(md.contains("| 200 | the file `application/json` `File` |"), "{md}");
-        assert!(md.contains("| `bytes` | integer | no |") && md.contains("| `id` | string | yes | `file-…` |"), "{md}");
+        assert!(
+            md.contains("| `bytes` | integer | no |")
+                && md.contains("| `id` | string | yes | `file-…` |"),
+            "{md}"
+        );
     }
 }

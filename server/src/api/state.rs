@@ -136,7 +136,9 @@ impl AppState {
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),
-            job_cache: Arc::new(super::jobs::cache::JobCache::new(super::jobs::cache::JOB_CACHE_CAPACITY)),
+            job_cache: Arc::new(super::jobs::cache::JobCache::new(
+                super::jobs::cache::JOB_CACHE_CAPACITY,
+            )),
             limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
         })
     }

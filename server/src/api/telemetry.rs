@@ -13,7 +13,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
-const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+const BUCKETS: [f64; 12] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
 #[derive(Debug, Default)]
 struct Histogram {
@@ -51,7 +52,9 @@ impl HttpMetrics {
 
     fn render(&self, out: &mut String) {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        out.push_str("# HELP verity_http_requests_total HTTP requests by method, route and status.\n");
+        out.push_str(
+            "# HELP verity_http_requests_total HTTP requests by method, route and status.\n",
+        );
         out.push_str("# TYPE verity_http_requests_total counter\n");
         for ((method, route, status), n) in &inner.requests {
             let _ = writeln!(out, "verity_http_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {n}", escape(route));
@@ -63,9 +66,21 @@ impl HttpMetrics {
             for (bound, count) in BUCKETS.iter().zip(h.counts.iter()) {
                 let _ = writeln!(out, "verity_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {count}");
             }
-            let _ = writeln!(out, "verity_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(out, "verity_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum);
-            let _ = writeln!(out, "verity_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "verity_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "verity_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "verity_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
         }
     }
 }
@@ -83,7 +98,12 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let response = next.run(request).await;
-    state.http_metrics.record(&method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
+    state.http_metrics.record(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     response
 }
 
@@ -100,7 +120,9 @@ pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiEr
         let n = stats.by_state.iter().find(|(s, _)| s == job_state.as_str()).map_or(0, |(_, n)| *n);
         let _ = writeln!(out, "verity_jobs{{state=\"{job_state}\"}} {n}");
     }
-    out.push_str("# HELP verity_queue_depth Queued jobs ready to run.\n# TYPE verity_queue_depth gauge\n");
+    out.push_str(
+        "# HELP verity_queue_depth Queued jobs ready to run.\n# TYPE verity_queue_depth gauge\n",
+    );
     let _ = writeln!(out, "verity_queue_depth {}", stats.queue_depth);
     out.push_str("# HELP verity_workers_seen Workers that sent a heartbeat in the last 2 minutes.\n# TYPE verity_workers_seen gauge\n");
     let _ = writeln!(out, "verity_workers_seen {}", stats.workers_seen);

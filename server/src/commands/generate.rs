@@ -54,9 +54,10 @@ pub async fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         rollout_dtype: args.rollout_dtype,
     };
     let (model, prompt) = (args.model.clone(), args.prompt.clone());
-    let completions = tokio::task::spawn_blocking(move || verity_worker::generate(&model, &prompt, &options))
-        .await?
-        .with_context(|| format!("generating with {}", args.model.display()))?;
+    let completions =
+        tokio::task::spawn_blocking(move || verity_worker::generate(&model, &prompt, &options))
+            .await?
+            .with_context(|| format!("generating with {}", args.model.display()))?;
     for completion in completions {
         println!("{}", serde_json::to_string(&completion)?);
     }

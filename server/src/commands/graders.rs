@@ -51,12 +51,14 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
     match command {
         GradersCommand::Run(args) => {
             let spec = read_grader(&args.grader)?;
-            let grader = Grader::from_json(&spec).map_err(|e| anyhow::anyhow!("invalid grader {}: {e}", args.grader.display()))?;
+            let grader = Grader::from_json(&spec)
+                .map_err(|e| anyhow::anyhow!("invalid grader {}: {e}", args.grader.display()))?;
             let stdout = std::io::stdout().lock();
             let summary = if args.input.as_os_str() == "-" {
                 run_jsonl(&grader, std::io::stdin().lock(), stdout, args.jobs)
             } else {
-                let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+                let file = std::fs::File::open(&args.input)
+                    .with_context(|| format!("opening {}", args.input.display()))?;
                 run_jsonl(&grader, BufReader::new(file), stdout, args.jobs)
             }
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;

@@ -5,9 +5,9 @@ pub mod client;
 pub mod demo;
 pub mod generate;
 pub mod graders;
+mod migrate;
 pub mod models;
 pub mod openapi;
-mod migrate;
 pub mod postgres_cluster;
 pub mod serve;
 pub mod up;
@@ -22,7 +22,9 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(config) => serve::run(&config).await,
         Command::Admin(admin) => admin::run(&admin).await,
         Command::Worker(args) => worker::run(args).await,
-        Command::Graders(graders) => tokio::task::spawn_blocking(move || graders::run(&graders)).await?,
+        Command::Graders(graders) => {
+            tokio::task::spawn_blocking(move || graders::run(&graders)).await?
+        }
         Command::Models(models) => models::run(&models).await,
         Command::Generate(args) => generate::run(&args).await,
         Command::Openapi(args) => openapi::run(&args),
@@ -34,7 +36,9 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,
-        Command::Bench(BenchCommand::TrainStep(args)) => crate::bench::model::train_step(&args).await,
+        Command::Bench(BenchCommand::TrainStep(args)) => {
+            crate::bench::model::train_step(&args).await
+        }
         Command::Bench(BenchCommand::GrpoStep(args)) => crate::bench::model::grpo_step(&args).await,
         Command::Bench(BenchCommand::Learn(args)) => crate::bench::model::learn(&args).await,
     }

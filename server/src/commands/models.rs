@@ -64,14 +64,19 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
         ModelsCommand::Import(args) => {
             let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
             verity_core::db::migrate(&pool).await.context("migrating the database")?;
-            let store = verity_core::storage::open_store(&args.storage).await.context("opening the object store")?;
+            let store = verity_core::storage::open_store(&args.storage)
+                .await
+                .context("opening the object store")?;
             let (path, format) = match (&args.hf, &args.gguf) {
                 (Some(dir), _) => (dir.as_path(), "hf"),
                 (None, Some(file)) => (file.as_path(), "gguf"),
                 (None, None) => bail!("give --hf DIR or --gguf FILE"),
             };
             let prefix = import_model(&pool, store.as_ref(), &args.name, path, format).await?;
-            println!("{}", serde_json::json!({ "model": args.name, "format": format, "storage_prefix": prefix }));
+            println!(
+                "{}",
+                serde_json::json!({ "model": args.name, "format": format, "storage_prefix": prefix })
+            );
             Ok(())
         }
     }
@@ -79,11 +84,20 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
 
 /// Checks that `path` (an HF folder, or a GGUF file when `format` is `gguf`) loads, publishes it
 /// under `models/{name}` and registers it as a shared base model; returns the storage prefix.
-pub async fn import_model(pool: &sqlx::PgPool, store: &dyn ObjectStore, name: &str, path: &Path, format: &str) -> anyhow::Result<String> {
+pub async fn import_model(
+    pool: &sqlx::PgPool,
+    store: &dyn ObjectStore,
+    name: &str,
+    path: &Path,
+    format: &str,
+) -> anyhow::Result<String> {
     if let Err(reason) = crate::api::models::check_model_name(name) {
         bail!("invalid model name {name:?}: {reason}");
     }
-    let taken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)").bind(name).fetch_one(pool).await?;
+    let taken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)")
+        .bind(name)
+        .fetch_one(pool)
+        .await?;
     if taken {
         bail!("a model named {name:?} already exists");
     }
@@ -93,9 +107,12 @@ pub async fn import_model(pool: &sqlx::PgPool, store: &dyn ObjectStore, name: &s
         _ => {}
     }
     let check = path.to_path_buf();
-    let loaded = tokio::task::spawn_blocking(move || verity_worker::load_model(&check, &verity_worker::parse_device("cpu")?).map(|m| m.model.config.clone()))
-        .await?
-        .with_context(|| format!("{} does not load as a model", path.display()))?;
+    let loaded = tokio::task::spawn_blocking(move || {
+        verity_worker::load_model(&check, &verity_worker::parse_device("cpu")?)
+            .map(|m| m.model.config.clone())
+    })
+    .await?
+    .with_context(|| format!("{} does not load as a model", path.display()))?;
     let prefix = format!("models/{name}");
     if format == "gguf" {
         let staging = std::env::temp_dir().join(format!("verity-import-{}", uuid::Uuid::new_v4()));
@@ -104,15 +121,20 @@ pub async fn import_model(pool: &sqlx::PgPool, store: &dyn ObjectStore, name: &s
         let staged = staging.join(file_name);
         let published = async {
             if std::fs::hard_link(path, &staged).is_err() {
-                std::fs::copy(path, &staged).with_context(|| format!("copying {}", path.display()))?;
+                std::fs::copy(path, &staged)
+                    .with_context(|| format!("copying {}", path.display()))?;
             }
-            verity_core::storage::publish_folder(store, &staging, &prefix).await.context("publishing the model")
+            verity_core::storage::publish_folder(store, &staging, &prefix)
+                .await
+                .context("publishing the model")
         }
         .await;
         let _ = std::fs::remove_dir_all(&staging);
         published?;
     } else {
-        verity_core::storage::publish_folder(store, path, &prefix).await.context("publishing the model")?;
+        verity_core::storage::publish_folder(store, path, &prefix)
+            .await
+            .context("publishing the model")?;
     }
     let config = serde_json::json!({
         "family": format!("{:?}", loaded.family).to_lowercase(),

@@ -30,7 +30,8 @@ pub struct PgBinaries {
 /// Finds `initdb`, `pg_ctl` and `postgres` together on PATH or under
 /// `/usr/lib/postgresql/*/bin` (highest version first).
 pub fn find_binaries() -> anyhow::Result<PgBinaries> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
     let roots: Vec<PathBuf> = match std::env::var_os(BIN_DIR_ENV) {
         Some(v) => std::env::split_paths(&v).collect(),
         None => vec![PathBuf::from("/usr/lib/postgresql")],
@@ -41,7 +42,13 @@ pub fn find_binaries() -> anyhow::Result<PgBinaries> {
                 entries
                     .filter_map(Result::ok)
                     .filter_map(|e| {
-                        let version = e.file_name().to_string_lossy().split('.').next()?.parse::<u32>().ok()?;
+                        let version = e
+                            .file_name()
+                            .to_string_lossy()
+                            .split('.')
+                            .next()?
+                            .parse::<u32>()
+                            .ok()?;
                         Some((version, e.path().join("bin")))
                     })
                     .collect()
@@ -52,7 +59,8 @@ pub fn find_binaries() -> anyhow::Result<PgBinaries> {
         dirs.push(root);
     }
     for dir in dirs {
-        let (initdb, pg_ctl, postgres) = (dir.join("initdb"), dir.join("pg_ctl"), dir.join("postgres"));
+        let (initdb, pg_ctl, postgres) =
+            (dir.join("initdb"), dir.join("pg_ctl"), dir.join("postgres"));
         if initdb.is_file() && pg_ctl.is_file() && postgres.is_file() {
             return Ok(PgBinaries { initdb, pg_ctl });
         }
@@ -89,9 +97,11 @@ impl PrivateCluster {
                 socket.display()
             );
         }
-        std::fs::create_dir_all(&socket_dir).with_context(|| format!("creating {}", socket_dir.display()))?;
+        std::fs::create_dir_all(&socket_dir)
+            .with_context(|| format!("creating {}", socket_dir.display()))?;
         let run_as = if is_root() { Some(unprivileged_user()?) } else { None };
-        let mut cluster = PrivateCluster { bins, data: dir.join("data"), socket_dir, run_as, running: false };
+        let mut cluster =
+            PrivateCluster { bins, data: dir.join("data"), socket_dir, run_as, running: false };
         if let Some(user) = &cluster.run_as {
             make_traversable(&dir)?;
             run(Command::new("chown").arg("-R").arg(format!("{user}:")).arg(&dir), "chown")?;
@@ -107,7 +117,8 @@ impl PrivateCluster {
             let log = dir.join("postgres.log");
             let mut start = cluster.pg_ctl();
             start.arg("start").arg("-w").arg("-t").arg("120").arg("-l").arg(&log);
-            run(&mut start, "pg_ctl start").with_context(|| format!("starting Postgres (log: {})", log.display()))?;
+            run(&mut start, "pg_ctl start")
+                .with_context(|| format!("starting Postgres (log: {})", log.display()))?;
         }
         cluster.running = true;
         Ok(cluster)
@@ -128,12 +139,16 @@ impl PrivateCluster {
         let mut conn = PgConnection::connect_with(&self.connect_options("postgres"))
             .await
             .context("connecting to the private Postgres cluster")?;
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DATABASE)
-            .fetch_one(&mut conn)
-            .await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(DATABASE)
+                .fetch_one(&mut conn)
+                .await?;
         if !exists {
-            sqlx::query(&format!("CREATE DATABASE {DATABASE}")).execute(&mut conn).await.context("creating the database")?;
+            sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
+                .execute(&mut conn)
+                .await
+                .context("creating the database")?;
         }
         conn.close().await?;
         Ok(())
@@ -148,8 +163,12 @@ impl PrivateCluster {
         stop.arg("stop").arg("-m").arg("fast").arg("-w").arg("-t").arg("60");
         match run(&mut stop, "pg_ctl stop") {
             Ok(()) => tracing::info!("private Postgres cluster stopped"),
-            Err(err) if !self.status_running() => tracing::debug!(error = %err, "Postgres was already stopped"),
-            Err(err) => tracing::warn!(error = %err, "stopping the private Postgres cluster failed"),
+            Err(err) if !self.status_running() => {
+                tracing::debug!(error = %err, "Postgres was already stopped")
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "stopping the private Postgres cluster failed")
+            }
         }
     }
 
@@ -170,13 +189,16 @@ impl PrivateCluster {
     /// Unix socket only, in our own directory; rewritten at every start so a moved data dir works.
     fn write_settings(&self) -> anyhow::Result<()> {
         let conf = self.data.join("postgresql.conf");
-        let text = std::fs::read_to_string(&conf).with_context(|| format!("reading {}", conf.display()))?;
+        let text = std::fs::read_to_string(&conf)
+            .with_context(|| format!("reading {}", conf.display()))?;
         let include = "include_if_exists = 'verity.conf'";
         if !text.contains(include) {
-            std::fs::write(&conf, format!("{text}\n{include}\n")).with_context(|| format!("writing {}", conf.display()))?;
+            std::fs::write(&conf, format!("{text}\n{include}\n"))
+                .with_context(|| format!("writing {}", conf.display()))?;
         }
         let socket = self.socket_dir.to_string_lossy().replace('\'', "''");
-        let settings = format!("listen_addresses = ''\nunix_socket_directories = '{socket}'\nport = {PORT}\n");
+        let settings =
+            format!("listen_addresses = ''\nunix_socket_directories = '{socket}'\nport = {PORT}\n");
         let path = self.data.join("verity.conf");
         std::fs::write(&path, settings).with_context(|| format!("writing {}", path.display()))?;
         if let Some(user) = &self.run_as {
@@ -191,10 +213,12 @@ impl PrivateCluster {
         let Ok(text) = std::fs::read_to_string(&pid_file) else { return Ok(()) };
         let pid = text.lines().next().unwrap_or("").trim();
         let alive = !pid.is_empty()
-            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "postgres");
+            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "postgres");
         if !alive && Path::new("/proc/self").exists() {
             tracing::warn!(pid, "removing a stale postmaster.pid");
-            std::fs::remove_file(&pid_file).with_context(|| format!("removing {}", pid_file.display()))?;
+            std::fs::remove_file(&pid_file)
+                .with_context(|| format!("removing {}", pid_file.display()))?;
         }
         Ok(())
     }
@@ -247,7 +271,12 @@ fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let stdout = String::from_utf8_lossy(&output.stdout);
-        return Err(anyhow!("{what} failed ({}): {}{}", output.status, stderr.trim(), stdout.trim()));
+        return Err(anyhow!(
+            "{what} failed ({}): {}{}",
+            output.status,
+            stderr.trim(),
+            stdout.trim()
+        ));
     }
     Ok(())
 }
@@ -271,7 +300,8 @@ fn unprivileged_user() -> anyhow::Result<String> {
 fn make_traversable(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     for ancestor in dir.ancestors().skip(1) {
-        let meta = std::fs::metadata(ancestor).with_context(|| format!("reading {}", ancestor.display()))?;
+        let meta = std::fs::metadata(ancestor)
+            .with_context(|| format!("reading {}", ancestor.display()))?;
         let mode = meta.permissions().mode();
         if mode & 0o001 == 0 {
             // Verity's own data dir (the cluster's parent) gets search-only access for others.

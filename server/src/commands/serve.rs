@@ -24,8 +24,11 @@ pub fn router(state: AppState) -> axum::Router {
 pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     let pool = verity_core::db::connect(&config.db.database_url, config.db.max_connections).await?;
     verity_core::db::migrate(&pool).await.context("migrating the database")?;
-    let store = verity_core::storage::open_store(&config.storage).await.context("opening the object store")?;
-    let state = AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
+    let store = verity_core::storage::open_store(&config.storage)
+        .await
+        .context("opening the object store")?;
+    let state =
+        AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
     state.start_job_change_listener().await;
     Ok(state)
 }

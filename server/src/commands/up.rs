@@ -49,14 +49,19 @@ fn parse_flags<T: Args>(flags: &[&str]) -> anyhow::Result<T> {
 /// Starts everything, prints how to reach it, and runs until ctrl-c / SIGTERM (or, with
 /// `--demo`, until the demo job ends).
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let data = args.data_dir.canonicalize().with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data = args
+        .data_dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
     let mut cluster: Option<PrivateCluster> = None;
     let database_url = match &args.database_url {
         Some(url) if !url.is_empty() => url.clone(),
         _ => {
             let dir = data.join("pg");
-            let started = tokio::task::spawn_blocking(move || PrivateCluster::start(&dir)).await??;
+            let started =
+                tokio::task::spawn_blocking(move || PrivateCluster::start(&dir)).await??;
             let started = cluster.insert(started);
             started.ensure_database().await?;
             started.database_url()
@@ -84,38 +89,78 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
 /// Serves the API with an in-process worker; `worker_stopped` says whether the worker stopped in
 /// time.
-async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str, worker_stopped: &mut bool) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
-        .await
-        .with_context(|| format!("binding 127.0.0.1:{} (another server running? use --port)", args.port))?;
+async fn serve_and_work(
+    args: &UpArgs,
+    data: &Path,
+    database_url: &str,
+    worker_stopped: &mut bool,
+) -> anyhow::Result<()> {
+    let listener =
+        tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await.with_context(|| {
+            format!("binding 127.0.0.1:{} (another server running? use --port)", args.port)
+        })?;
     let address = listener.local_addr()?;
     let base = format!("http://{address}");
     let secret = local_secret(data, "server-secret")?;
     let objects = data.join("objects");
-    let (objects, cache) = (objects.to_string_lossy().into_owned(), data.join("cache").to_string_lossy().into_owned());
+    let (objects, cache) =
+        (objects.to_string_lossy().into_owned(), data.join("cache").to_string_lossy().into_owned());
     let config: ServeConfig = parse_flags(&[
-        "--bind", &address.to_string(), "--database-url", database_url, "--storage", &objects,
-        "--jwt-secret", &secret, "--signing-secret", &secret, "--public-url", &base,
+        "--bind",
+        &address.to_string(),
+        "--database-url",
+        database_url,
+        "--storage",
+        &objects,
+        "--jwt-secret",
+        &secret,
+        "--signing-secret",
+        &secret,
+        "--public-url",
+        &base,
     ])?;
     let state = super::serve::build_state(&config).await?;
     let key = admin_key(&state.pool, data).await?;
 
-    let worker_args: WorkerArgs = parse_flags(&["--database-url", database_url, "--storage", &objects, "--cache-dir", &cache, "--device", &args.device])?;
+    let worker_args: WorkerArgs = parse_flags(&[
+        "--database-url",
+        database_url,
+        "--storage",
+        &objects,
+        "--cache-dir",
+        &cache,
+        "--device",
+        &args.device,
+    ])?;
     let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(verity_worker::job::run_training_worker(super::worker::training_config(worker_args), shutdown.clone()));
+    let worker = tokio::spawn(verity_worker::job::run_training_worker(
+        super::worker::training_config(worker_args),
+        shutdown.clone(),
+    ));
 
     println!("Verity is up: {base}");
     println!("  dashboard and API: {base}/  (OpenAPI: {base}/openapi.json)");
     match &key {
-        AdminKey::New(key) => println!("  admin API key (shown once; also saved to {}): {key}", data.join(ADMIN_KEY_FILE).display()),
-        AdminKey::Existing => println!("  admin API key: in {}", data.join(ADMIN_KEY_FILE).display()),
+        AdminKey::New(key) => println!(
+            "  admin API key (shown once; also saved to {}): {key}",
+            data.join(ADMIN_KEY_FILE).display()
+        ),
+        AdminKey::Existing => {
+            println!("  admin API key: in {}", data.join(ADMIN_KEY_FILE).display())
+        }
     }
     println!("  data: {}   (stop with ctrl-c)", data.display());
     let _ = std::io::stdout().flush();
 
     let stop = shutdown.clone();
     let demo = args.demo.then(|| {
-        let context = super::demo::DemoContext { base: base.clone(), key: key.value(data), store: state.store.clone(), pool: state.pool.clone(), data: data.to_path_buf() };
+        let context = super::demo::DemoContext {
+            base: base.clone(),
+            key: key.value(data),
+            store: state.store.clone(),
+            pool: state.pool.clone(),
+            data: data.to_path_buf(),
+        };
         let stop = stop.clone();
         tokio::spawn(async move {
             let outcome = super::demo::run(&context).await;
@@ -123,9 +168,10 @@ async fn serve_and_work(args: &UpArgs, data: &Path, database_url: &str, worker_s
             outcome
         })
     });
-    let server = axum::serve(listener, super::serve::router(state)).with_graceful_shutdown(async move {
-        tokio::select! { _ = crate::api::shutdown_signal() => {}, _ = stop.cancelled() => {} }
-    });
+    let server =
+        axum::serve(listener, super::serve::router(state)).with_graceful_shutdown(async move {
+            tokio::select! { _ = crate::api::shutdown_signal() => {}, _ = stop.cancelled() => {} }
+        });
     let served = server.await.context("serving HTTP");
     shutdown.cancel();
     *worker_stopped = match tokio::time::timeout(Duration::from_secs(5), worker).await {

@@ -13,12 +13,36 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("app.css", "text/css; charset=utf-8", include_bytes!("../../../web/static/app.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/app.js")),
     ("job.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/job.js")),
-    ("new_job.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/new_job.js")),
-    ("vendor/htmx.min.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/vendor/htmx.min.js")),
-    ("vendor/uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/vendor/uPlot.iife.min.js")),
-    ("vendor/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../../web/static/vendor/uPlot.min.css")),
-    ("vendor/htmx.LICENSE", "text/plain; charset=utf-8", include_bytes!("../../../web/static/vendor/htmx.LICENSE")),
-    ("vendor/uPlot.LICENSE", "text/plain; charset=utf-8", include_bytes!("../../../web/static/vendor/uPlot.LICENSE")),
+    (
+        "new_job.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/new_job.js"),
+    ),
+    (
+        "vendor/htmx.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/vendor/htmx.min.js"),
+    ),
+    (
+        "vendor/uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/vendor/uPlot.iife.min.js"),
+    ),
+    (
+        "vendor/uPlot.min.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../web/static/vendor/uPlot.min.css"),
+    ),
+    (
+        "vendor/htmx.LICENSE",
+        "text/plain; charset=utf-8",
+        include_bytes!("../../../web/static/vendor/htmx.LICENSE"),
+    ),
+    (
+        "vendor/uPlot.LICENSE",
+        "text/plain; charset=utf-8",
+        include_bytes!("../../../web/static/vendor/uPlot.LICENSE"),
+    ),
 ];
 
 /// Routes of this module.
@@ -30,7 +54,10 @@ pub fn router() -> Router<AppState> {
 async fn asset(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|(n, _, _)| *n == name) {
         Some((_, content_type, bytes)) => (
-            [(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, "public, max-age=86400")],
+            [
+                (header::CONTENT_TYPE, *content_type),
+                (header::CACHE_CONTROL, "public, max-age=86400"),
+            ],
             *bytes,
         )
             .into_response(),

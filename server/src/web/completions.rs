@@ -37,7 +37,10 @@ pub struct Filters {
 fn parse<T: std::str::FromStr>(param: &str, value: &Option<String>) -> Result<Option<T>, ApiError> {
     match value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
         None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| ApiError::invalid(param, format!("{v:?} is not a number"))),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::invalid(param, format!("{v:?} is not a number"))),
     }
 }
 
@@ -74,12 +77,21 @@ fn number(value: Option<f64>) -> String {
     value.map(|v| format!("{v:.3}")).unwrap_or_else(|| "–".into())
 }
 
-async fn completions_page(State(state): State<AppState>, user: WebUser, Path(id): Path<String>, Query(filters): Query<Filters>) -> WebResult<Response> {
+async fn completions_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+    Query(filters): Query<Filters>,
+) -> WebResult<Response> {
     find_job(&state, &user.0, &id).await?;
     let prompt: Option<i32> = parse("prompt", &filters.prompt)?;
     let min_score: Option<f64> = parse("min_score", &filters.min_score)?;
     let max_score: Option<f64> = parse("max_score", &filters.max_score)?;
-    let steps: Vec<i32> = verity_core::jobs::metrics_rows(&state.pool, &id).await?.into_iter().map(|(s, _)| s).collect();
+    let steps: Vec<i32> = verity_core::jobs::metrics_rows(&state.pool, &id)
+        .await?
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
     // Default to the latest step, unless comparing one prompt across steps.
     let step: Option<i32> = match parse("step", &filters.step)? {
         Some(s) => Some(s),

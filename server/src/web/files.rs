@@ -42,7 +42,8 @@ impl From<verity_core::files::FileRecord> for FileRow {
 
 /// The org's files, newest first.
 pub async fn org_files(state: &AppState, user: &WebUser) -> Result<Vec<FileRow>, sqlx::Error> {
-    let rows = verity_core::files::list_files(&state.pool, user.0.org_id, None, None, LIST_LIMIT).await?;
+    let rows =
+        verity_core::files::list_files(&state.pool, user.0.org_id, None, None, LIST_LIMIT).await?;
     Ok(rows.into_iter().map(FileRow::from).collect())
 }
 
@@ -83,16 +84,28 @@ struct FilePage {
     preview: Preview,
 }
 
-async fn file_page(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn file_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     let preview = preview(&state, &user, &id).await?;
     Ok(render(&FilePage { nav: Nav::new(format!("File {id}"), "files"), preview }))
 }
 
-async fn preview_fragment(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn preview_fragment(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     Ok(render(&preview(&state, &user, &id).await?))
 }
 
-async fn delete(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn delete(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     remove_file(&state, &user.0, &id).await?;
     Ok(Redirect::to("/files").into_response())
 }

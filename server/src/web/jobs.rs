@@ -32,13 +32,21 @@ pub fn router() -> Router<AppState> {
 
 /// Step, total steps and percent done from a job's progress report.
 pub fn progress(job: &JobRecord) -> (u64, u64, u64) {
-    let get = |key: &str| job.progress.as_ref().and_then(|p| p.get(key)).and_then(Value::as_u64).unwrap_or(0);
+    let get = |key: &str| {
+        job.progress.as_ref().and_then(|p| p.get(key)).and_then(Value::as_u64).unwrap_or(0)
+    };
     let (mut step, total) = (get("step"), get("total_steps"));
     // The worker's last heartbeat may predate its final step.
     if job.state == "succeeded" {
         step = step.max(total);
     }
-    let percent = if job.state == "succeeded" { 100 } else if total > 0 { (step * 100 / total).min(100) } else { 0 };
+    let percent = if job.state == "succeeded" {
+        100
+    } else if total > 0 {
+        (step * 100 / total).min(100)
+    } else {
+        0
+    };
     (step, total, percent)
 }
 
@@ -46,7 +54,12 @@ pub fn progress(job: &JobRecord) -> (u64, u64, u64) {
 fn eta(rows: &[Value], step: u64, total: u64, running: bool) -> String {
     let spent: Vec<f64> = rows
         .iter()
-        .map(|r| ["sampling_seconds", "grading_seconds", "training_seconds"].iter().filter_map(|k| r.get(*k).and_then(Value::as_f64)).sum())
+        .map(|r| {
+            ["sampling_seconds", "grading_seconds", "training_seconds"]
+                .iter()
+                .filter_map(|k| r.get(*k).and_then(Value::as_f64))
+                .sum()
+        })
         .collect();
     if !running || spent.is_empty() || total <= step {
         return String::new();
@@ -64,7 +77,9 @@ pub fn sparkline(values: &[f64]) -> String {
     if values.is_empty() {
         return String::new();
     }
-    let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
     let span = if hi > lo { hi - lo } else { 1.0 };
     let dx = if values.len() > 1 { 118.0 / (values.len() - 1) as f64 } else { 0.0 };
     values
@@ -77,12 +92,16 @@ pub fn sparkline(values: &[f64]) -> String {
 
 /// The metrics rows of a job in step order, each with its `step`.
 pub async fn metric_values(state: &AppState, job_id: &str) -> Result<Vec<Value>, sqlx::Error> {
-    Ok(verity_core::jobs::metrics_rows(&state.pool, job_id).await?.into_iter().map(|(step, mut data)| {
-        if let Value::Object(map) = &mut data {
-            map.insert("step".into(), json!(step));
-        }
-        data
-    }).collect())
+    Ok(verity_core::jobs::metrics_rows(&state.pool, job_id)
+        .await?
+        .into_iter()
+        .map(|(step, mut data)| {
+            if let Value::Object(map) = &mut data {
+                map.insert("step".into(), json!(step));
+            }
+            data
+        })
+        .collect())
 }
 
 /// A job row of the list.
@@ -101,7 +120,11 @@ struct JobRow {
 }
 
 /// The e-mail of the user who created each of `ids` (jobs created by a deleted user are absent).
-async fn creators(state: &AppState, org_id: uuid::Uuid, ids: &[String]) -> Result<HashMap<String, String>, sqlx::Error> {
+async fn creators(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    ids: &[String],
+) -> Result<HashMap<String, String>, sqlx::Error> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT j.id, u.email FROM jobs j JOIN users u ON u.id = j.created_by WHERE j.org_id = $1 AND j.id = ANY($2)",
     )
@@ -121,13 +144,15 @@ struct JobsPage {
 }
 
 async fn jobs_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    let records = verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_LIMIT).await?;
+    let records =
+        verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_LIMIT).await?;
     let ids: Vec<String> = records.iter().map(|j| j.id.clone()).collect();
     let mut created_by = creators(&state, user.0.org_id, &ids).await?;
     let mut jobs = Vec::with_capacity(records.len());
     for job in records {
         let rows = metric_values(&state, &job.id).await?;
-        let rewards: Vec<f64> = rows.iter().filter_map(|r| r.get("reward_mean").and_then(Value::as_f64)).collect();
+        let rewards: Vec<f64> =
+            rows.iter().filter_map(|r| r.get("reward_mean").and_then(Value::as_f64)).collect();
         let (step, total, percent) = progress(&job);
         jobs.push(JobRow {
             eta: eta(&rows, step, total, job.state == "running"),
@@ -176,7 +201,11 @@ pub fn is_terminal(state: &str) -> bool {
     matches!(state, "succeeded" | "failed" | "cancelled")
 }
 
-async fn job_page(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn job_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     let job = find_job(&state, &user.0, &id).await?;
     let rows = metric_values(&state, &id).await?;
     let events = verity_core::jobs::list_events(&state.pool, &id, None, EVENT_LIMIT)
@@ -185,14 +214,18 @@ async fn job_page(State(state): State<AppState>, user: WebUser, Path(id): Path<S
         .map(|e| {
             let e = EventObject::from(e);
             EventRow {
-                time: chrono::DateTime::from_timestamp(e.created_at, 0).map(when).unwrap_or_default(),
+                time: chrono::DateTime::from_timestamp(e.created_at, 0)
+                    .map(when)
+                    .unwrap_or_default(),
                 level: e.level,
                 message: e.message,
             }
         })
         .collect();
     let method = job.spec.get("method").cloned().unwrap_or(Value::Null);
-    let pretty = |v: Option<&Value>| v.map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default();
+    let pretty = |v: Option<&Value>| {
+        v.map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default()
+    };
     let (step, total, percent) = progress(&job);
     let page = JobPage {
         nav: Nav::new(format!("Job {id}"), "jobs"),
@@ -200,7 +233,9 @@ async fn job_page(State(state): State<AppState>, user: WebUser, Path(id): Path<S
         total,
         percent,
         terminal: is_terminal(&job.state),
-        error: job.error.as_ref().filter(|_| job.state == "failed").map(|e| e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()),
+        error: job.error.as_ref().filter(|_| job.state == "failed").map(|e| {
+            e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
+        }),
         hyperparameters: pretty(method.pointer("/reinforcement/hyperparameters")),
         grader: pretty(method.pointer("/reinforcement/grader")),
         metrics_json: script_json(&Value::Array(rows.clone())),
@@ -211,8 +246,13 @@ async fn job_page(State(state): State<AppState>, user: WebUser, Path(id): Path<S
     Ok(render(&page))
 }
 
-async fn control(State(state): State<AppState>, user: WebUser, Path((id, action)): Path<(String, String)>) -> WebResult<Response> {
-    let action = Control::from_name(&action).ok_or_else(|| ApiError::not_found("action", &action))?;
+async fn control(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path((id, action)): Path<(String, String)>,
+) -> WebResult<Response> {
+    let action =
+        Control::from_name(&action).ok_or_else(|| ApiError::not_found("action", &action))?;
     control_job(&state, &user.0, &id, action).await?;
     Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
 }
@@ -247,13 +287,24 @@ pub fn size(bytes: i64) -> String {
     }
 }
 
-async fn checkpoints_page(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn checkpoints_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     let job = find_job(&state, &user.0, &id).await?;
     let rows = verity_core::jobs::list_checkpoints(&state.pool, &id, None, 1000).await?;
     let checkpoints = rows
         .into_iter()
         .map(|c| {
-            let metric = |path: &str| c.metrics.as_ref().and_then(|m| m.pointer(path)).and_then(Value::as_f64).map(|v| format!("{v:.3}")).unwrap_or_default();
+            let metric = |path: &str| {
+                c.metrics
+                    .as_ref()
+                    .and_then(|m| m.pointer(path))
+                    .and_then(Value::as_f64)
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_default()
+            };
             CheckpointRow {
                 name: checkpoint_model_name(&job.model, &job.id, c.step),
                 created: when(c.created_at),
@@ -265,7 +316,11 @@ async fn checkpoints_page(State(state): State<AppState>, user: WebUser, Path(id)
             }
         })
         .collect();
-    Ok(render(&CheckpointsPage { nav: Nav::new(format!("Checkpoints of {id}"), "jobs"), job, checkpoints }))
+    Ok(render(&CheckpointsPage {
+        nav: Nav::new(format!("Checkpoints of {id}"), "jobs"),
+        job,
+        checkpoints,
+    }))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use serde::Deserialize;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/keys", get(keys_page).post(create)).route("/keys/{key_id}/revoke", post(revoke_key))
+    Router::new()
+        .route("/keys", get(keys_page).post(create))
+        .route("/keys/{key_id}/revoke", post(revoke_key))
 }
 
 /// A key row as shown.
@@ -41,13 +43,28 @@ fn time(seconds: Option<i64>) -> String {
         .unwrap_or_else(|| "never".to_string())
 }
 
-async fn page(state: &AppState, user: &WebUser, secret: Option<String>, error: Option<String>) -> WebResult<Response> {
+async fn page(
+    state: &AppState,
+    user: &WebUser,
+    secret: Option<String>,
+    error: Option<String>,
+) -> WebResult<Response> {
     let keys = org_keys(state, &user.0)
         .await?
         .into_iter()
-        .map(|key| KeyRow { created: time(Some(key.created_at)), last_used: time(key.last_used_at), key })
+        .map(|key| KeyRow {
+            created: time(Some(key.created_at)),
+            last_used: time(key.last_used_at),
+            key,
+        })
         .collect();
-    Ok(render(&KeysPage { nav: Nav::new("API keys", "keys"), keys, admin: user.is_admin(), secret, error }))
+    Ok(render(&KeysPage {
+        nav: Nav::new("API keys", "keys"),
+        keys,
+        admin: user.is_admin(),
+        secret,
+        error,
+    }))
 }
 
 async fn keys_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
@@ -60,7 +77,11 @@ pub struct CreateForm {
     name: Option<String>,
 }
 
-async fn create(State(state): State<AppState>, user: WebUser, Form(form): Form<CreateForm>) -> WebResult<Response> {
+async fn create(
+    State(state): State<AppState>,
+    user: WebUser,
+    Form(form): Form<CreateForm>,
+) -> WebResult<Response> {
     match new_key(&state, &user.0, form.name.as_deref().unwrap_or("")).await {
         Ok(created) => page(&state, &user, Some(created.secret), None).await,
         Err(error) if error.status.is_client_error() => {
@@ -73,7 +94,11 @@ async fn create(State(state): State<AppState>, user: WebUser, Form(form): Form<C
     }
 }
 
-async fn revoke_key(State(state): State<AppState>, user: WebUser, Path(id): Path<String>) -> WebResult<Response> {
+async fn revoke_key(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::not_found("api key", &id))?;
     revoke(&state, &user.0, id).await?;
     Ok(Redirect::to("/keys").into_response())

@@ -47,10 +47,23 @@ struct Cursor {
     version: Option<verity_core::jobs::MetricsVersion>,
 }
 
-async fn stream_job(State(state): State<AppState>, user: WebUser, Path(id): Path<String>, Query(query): Query<StreamQuery>) -> WebResult<Response> {
+async fn stream_job(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+) -> WebResult<Response> {
     find_job(&state, &user.0, &id).await?;
-    let cursor = Cursor { state, org: user.0.org_id, job_id: id, after: query.after.unwrap_or(0), first: true, done: false,
-                         rows: Vec::new(), version: None };
+    let cursor = Cursor {
+        state,
+        org: user.0.org_id,
+        job_id: id,
+        after: query.after.unwrap_or(0),
+        first: true,
+        done: false,
+        rows: Vec::new(),
+        version: None,
+    };
     Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -78,7 +91,9 @@ fn events(cursor: Cursor) -> impl Stream<Item = Result<Event, Infallible>> {
 /// The events of one poll.
 async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
     let mut out = Vec::new();
-    let Some(job) = verity_core::jobs::get_job(&cursor.state.pool, cursor.org, &cursor.job_id).await? else {
+    let Some(job) =
+        verity_core::jobs::get_job(&cursor.state.pool, cursor.org, &cursor.job_id).await?
+    else {
         cursor.done = true;
         return Ok(vec![Event::default().event("end").data("gone")]);
     };
@@ -88,10 +103,17 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
         cursor.version = Some(version);
     }
     let all = &cursor.rows;
-    let new: Vec<&Value> = all.iter().filter(|r| r.get("step").and_then(Value::as_i64).unwrap_or(0) > i64::from(cursor.after)).collect();
+    let new: Vec<&Value> = all
+        .iter()
+        .filter(|r| r.get("step").and_then(Value::as_i64).unwrap_or(0) > i64::from(cursor.after))
+        .collect();
     if let Some(last) = new.iter().filter_map(|r| r.get("step").and_then(Value::as_i64)).max() {
         cursor.after = i32::try_from(last).unwrap_or(i32::MAX);
-        out.push(Event::default().event("metrics").data(Value::from(new.into_iter().cloned().collect::<Vec<_>>()).to_string()));
+        out.push(
+            Event::default()
+                .event("metrics")
+                .data(Value::from(new.into_iter().cloned().collect::<Vec<_>>()).to_string()),
+        );
     }
     let (step, total, percent) = progress(&job);
     let status = json!({"status": job.state, "step": step, "total": total, "percent": percent,

@@ -43,7 +43,12 @@ fn safe_next(next: Option<&str>) -> String {
 }
 
 fn page(next: String, error: Option<String>, email: String) -> LoginPage {
-    LoginPage { nav: Nav { title: "Sign in".into(), active: "", signed_in: false }, next, error, email }
+    LoginPage {
+        nav: Nav { title: "Sign in".into(), active: "", signed_in: false },
+        next,
+        error,
+        email,
+    }
 }
 
 async fn login_page(Query(query): Query<NextQuery>) -> Response {
@@ -63,13 +68,21 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
-async fn login(State(state): State<AppState>, extensions: Extensions, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(state): State<AppState>,
+    extensions: Extensions,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let next = safe_next(form.next.as_deref());
     let api_key = non_empty(form.api_key);
     let email = non_empty(form.email);
     let request = match api_key.clone() {
         Some(key) => TokenRequest { email: None, password: None, api_key: Some(key) },
-        None => TokenRequest { email: email.clone(), password: form.password.filter(|p| !p.is_empty()), api_key: None },
+        None => TokenRequest {
+            email: email.clone(),
+            password: form.password.filter(|p| !p.is_empty()),
+            api_key: None,
+        },
     };
     let ip = client_ip(&extensions);
     let outcome = sign_in(&state, request, ip.as_deref()).await;
@@ -77,7 +90,10 @@ async fn login(State(state): State<AppState>, extensions: Extensions, Form(form)
     // session at once. With a password: a minted token that expires.
     let minted = outcome.and_then(|(user, org, role)| match api_key {
         Some(key) => Ok(key),
-        None => state.tokens.mint(user, org, role).map_err(|e| crate::api::error::ApiError::internal("minting token", e)),
+        None => state
+            .tokens
+            .mint(user, org, role)
+            .map_err(|e| crate::api::error::ApiError::internal("minting token", e)),
     });
     match minted {
         Ok(token) => {
@@ -85,8 +101,13 @@ async fn login(State(state): State<AppState>, extensions: Extensions, Form(form)
             ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
         }
         Err(error) => {
-            let mut response = render(&page(next, Some(error.message.clone()), email.unwrap_or_default()));
-            *response.status_mut() = if error.status == StatusCode::BAD_REQUEST { StatusCode::UNAUTHORIZED } else { error.status };
+            let mut response =
+                render(&page(next, Some(error.message.clone()), email.unwrap_or_default()));
+            *response.status_mut() = if error.status == StatusCode::BAD_REQUEST {
+                StatusCode::UNAUTHORIZED
+            } else {
+                error.status
+            };
             if let Some(seconds) = error.retry_after {
                 if let Ok(value) = seconds.to_string().parse() {
                     response.headers_mut().insert(header::RETRY_AFTER, value);

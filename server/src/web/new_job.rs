@@ -50,9 +50,15 @@ fn field_rows() -> Vec<FieldRow> {
 
 /// The hyperparameters the form offers (others keep their defaults).
 pub const FIELDS: &[Field] = &[
-    Field { name: "max_steps", help: "Stop after this many steps (empty: one pass over the data)." },
+    Field {
+        name: "max_steps",
+        help: "Stop after this many steps (empty: one pass over the data).",
+    },
     Field { name: "batch_size", help: "Prompts per step." },
-    Field { name: "group_size", help: "Completions sampled per prompt; advantages compare within a group." },
+    Field {
+        name: "group_size",
+        help: "Completions sampled per prompt; advantages compare within a group.",
+    },
     Field { name: "learning_rate", help: "Peak learning rate." },
     Field { name: "max_completion_tokens", help: "Longest completion, in tokens." },
     Field { name: "temperature", help: "Sampling temperature; lower explores less." },
@@ -60,9 +66,15 @@ pub const FIELDS: &[Field] = &[
     Field { name: "epsilon_low", help: "Lower clip range (loss-dependent default)." },
     Field { name: "epsilon_high", help: "Upper clip range (DAPO raises it: clip-higher)." },
     Field { name: "micro_batch_size", help: "Completions per forward/backward pass (memory)." },
-    Field { name: "checkpoint_interval", help: "Save a checkpoint every N steps (and at the end)." },
+    Field {
+        name: "checkpoint_interval",
+        help: "Save a checkpoint every N steps (and at the end).",
+    },
     Field { name: "eval_interval", help: "Evaluate on the validation file every N steps." },
-    Field { name: "eval_samples", help: "Completions per validation prompt (pass@k for k up to this)." },
+    Field {
+        name: "eval_samples",
+        help: "Completions per validation prompt (pass@k for k up to this).",
+    },
 ];
 
 /// The new-job page.
@@ -76,7 +88,20 @@ struct NewJobPage {
 }
 
 async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    let models = verity_core::models::list_models(&state.pool, user.0.org_id).await?.into_iter().map(|m| m.id).collect();
-    let files = org_files(&state, &user).await?.into_iter().filter(|f| f.file.status == "processed").collect();
-    Ok(render(&NewJobPage { nav: Nav::new("New job", "jobs"), models, files, fields: field_rows() }))
+    let models = verity_core::models::list_models(&state.pool, user.0.org_id)
+        .await?
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let files = org_files(&state, &user)
+        .await?
+        .into_iter()
+        .filter(|f| f.file.status == "processed")
+        .collect();
+    Ok(render(&NewJobPage {
+        nav: Nav::new("New job", "jobs"),
+        models,
+        files,
+        fields: field_rows(),
+    }))
 }

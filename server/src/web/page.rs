@@ -45,7 +45,9 @@ impl FromRequestParts<AppState> for WebUser {
 pub fn urlencode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -97,7 +99,11 @@ struct ErrorPage {
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let status = self.0.status;
-        let page = ErrorPage { nav: Nav::new("Error", ""), status: status.as_u16(), message: self.0.message.clone() };
+        let page = ErrorPage {
+            nav: Nav::new("Error", ""),
+            status: status.as_u16(),
+            message: self.0.message.clone(),
+        };
         let mut response = render(&page);
         if response.status() == StatusCode::OK {
             *response.status_mut() = status;

@@ -49,7 +49,8 @@ pub fn warnings(rows: &[Value]) -> Vec<String> {
     }
     let errors = series(rows, "grader_errors");
     if errors.len() >= 2 {
-        let (start, end) = (mean(early(&errors)).unwrap_or(0.0), mean(recent(&errors)).unwrap_or(0.0));
+        let (start, end) =
+            (mean(early(&errors)).unwrap_or(0.0), mean(recent(&errors)).unwrap_or(0.0));
         if end > 0.0 && end > start {
             out.push(format!(
                 "Grader errors are rising ({end:.1} per step recently): completions are being scored 0 for \
@@ -80,8 +81,10 @@ mod tests {
     #[test]
     fn healthy_runs_have_no_warnings_and_known_failures_do() {
         let healthy: Vec<Value> = (0..8)
-            .map(|i| json!({"zero_advantage_group_fraction": 0.2, "entropy": 1.0, "grader_errors": 0,
-                            "completion_length_mean": 50.0, "reward_mean": 0.1 * i as f64}))
+            .map(|i| {
+                json!({"zero_advantage_group_fraction": 0.2, "entropy": 1.0, "grader_errors": 0,
+                            "completion_length_mean": 50.0, "reward_mean": 0.1 * i as f64})
+            })
             .collect();
         assert!(warnings(&healthy).is_empty());
         let stalled: Vec<Value> = (0..8)

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use verity_core::queue::{
-    run_worker, DeviceKind, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, Queue, QueueSettings,
-    RunnerOptions, WorkerInfo,
+    run_worker, DeviceKind, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, Queue,
+    QueueSettings, RunnerOptions, WorkerInfo,
 };
 use verity_core::ControlSignal;
 
@@ -21,17 +21,27 @@ impl JobHandler for CountingHandler {
         let spec = &lease.job().spec;
         let steps = spec["steps"].as_i64().unwrap_or(10) as i32;
         let step_ms = spec["step_ms"].as_u64().unwrap_or(100);
-        let resume_from: Option<i32> = match sqlx::query_scalar("SELECT max(step) FROM job_metrics WHERE job_id = $1")
-            .bind(&lease.job().id)
-            .fetch_one(lease.queue().pool())
-            .await
-        {
-            Ok(step) => step,
-            Err(err) => return JobOutcome::Failed { message: err.to_string(), retryable: true },
-        };
+        let resume_from: Option<i32> =
+            match sqlx::query_scalar("SELECT max(step) FROM job_metrics WHERE job_id = $1")
+                .bind(&lease.job().id)
+                .fetch_one(lease.queue().pool())
+                .await
+            {
+                Ok(step) => step,
+                Err(err) => {
+                    return JobOutcome::Failed { message: err.to_string(), retryable: true }
+                }
+            };
         let first = resume_from.map_or(0, |s| s + 1);
         if first > 0 {
-            let _ = lease.event(verity_core::queue::EventLevel::Info, "resumed", &format!("resumed at step {first}"), None).await;
+            let _ = lease
+                .event(
+                    verity_core::queue::EventLevel::Info,
+                    "resumed",
+                    &format!("resumed at step {first}"),
+                    None,
+                )
+                .await;
         }
         for step in first..steps {
             match heartbeat.state() {
@@ -41,7 +51,8 @@ impl JobHandler for CountingHandler {
                 HeartbeatState::Held(ControlSignal::Continue) => {}
             }
             tokio::time::sleep(Duration::from_millis(step_ms)).await;
-            let data = json!({ "step": step, "worker": lease.worker_id(), "pid": std::process::id() });
+            let data =
+                json!({ "step": step, "worker": lease.worker_id(), "pid": std::process::id() });
             if let Err(err) = lease.metric(step, &data).await {
                 return JobOutcome::Failed { message: err.to_string(), retryable: true };
             }
@@ -54,7 +65,8 @@ impl JobHandler for CountingHandler {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let url = std::env::var("DATABASE_URL")?;
-    let lease_ms: u64 = std::env::var("TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let lease_ms: u64 =
+        std::env::var("TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let pool = verity_core::db::connect(&url, 4).await?;
     let queue = Queue::new(
         pool,

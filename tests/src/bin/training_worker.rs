@@ -10,9 +10,13 @@ use verity_worker::job::{run_training_worker, TrainingWorkerConfig};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
-    let lease_ms: u64 = std::env::var("TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let lease_ms: u64 =
+        std::env::var("TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let config = TrainingWorkerConfig {
-        database: DatabaseConfig { database_url: std::env::var("DATABASE_URL")?, max_connections: 4 },
+        database: DatabaseConfig {
+            database_url: std::env::var("DATABASE_URL")?,
+            max_connections: 4,
+        },
         storage: StorageConfig {
             storage: std::env::var("VERITY_STORAGE")?,
             s3_path_style: true,
@@ -20,7 +24,11 @@ async fn main() -> anyhow::Result<()> {
             signing_secret: String::new(),
             public_url: None,
         },
-        queue: QueueConfig { lease_seconds: lease_ms.div_ceil(1000), poll_ms: 100, retry_base_ms: 100 },
+        queue: QueueConfig {
+            lease_seconds: lease_ms.div_ceil(1000),
+            poll_ms: 100,
+            retry_base_ms: 100,
+        },
         device: "cpu".into(),
         memory_mb: 1024,
         cache_dir: PathBuf::from(std::env::var("VERITY_CACHE_DIR")?),

@@ -59,7 +59,8 @@ pub async fn app_with(pool: PgPool, api: ApiConfig, tweak: impl FnOnce(&mut AppS
     let dir = tempfile::tempdir().unwrap();
     let storage = storage_config(dir.path());
     let signer = UrlSigner::new(PUBLIC_URL, b"signing-secret");
-    let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), Some(signer)).await.unwrap());
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(dir.path(), Some(signer)).await.unwrap());
     let mut state = AppState::new(pool, store, QueueSettings::default(), &storage, &api).unwrap();
     tweak(&mut state);
     TestApp { router: verity_server::api::app(state.clone()), state, dir }
@@ -80,7 +81,9 @@ pub async fn app(pool: PgPool) -> TestApp {
 
 /// Creates a user (password `password123`) and returns an API key for it.
 pub async fn user(pool: &PgPool, email: &str, org: &str, role: &str) -> String {
-    verity_server::commands::admin::create_user(pool, email, org, role, Some("password123")).await.unwrap();
+    verity_server::commands::admin::create_user(pool, email, org, role, Some("password123"))
+        .await
+        .unwrap();
     verity_server::commands::admin::create_key(pool, email, "test").await.unwrap()
 }
 
@@ -111,13 +114,22 @@ pub async fn send(router: &Router, request: Request<Body>) -> Reply {
 }
 
 /// A JSON request with an optional bearer token.
-pub async fn call(router: &Router, method: Method, uri: &str, token: Option<&str>, body: Option<Value>) -> Reply {
+pub async fn call(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Reply {
     let mut builder = Request::builder().method(method).uri(uri);
     if let Some(token) = token {
         builder = builder.header("authorization", format!("Bearer {token}"));
     }
     let request = match body {
-        Some(body) => builder.header("content-type", "application/json").body(Body::from(body.to_string())).unwrap(),
+        Some(body) => builder
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
         None => builder.body(Body::empty()).unwrap(),
     };
     send(router, request).await
@@ -137,7 +149,12 @@ pub async fn post(router: &Router, uri: &str, token: &str, body: Value) -> Reply
 pub fn multipart(filename: &str, purpose: &str, content: &[u8]) -> (String, Vec<u8>) {
     let boundary = "verity-test-boundary-1234";
     let mut body = Vec::new();
-    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n").as_bytes());
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n"
+        )
+        .as_bytes(),
+    );
     body.extend_from_slice(
         format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: application/jsonl\r\n\r\n")
             .as_bytes(),
@@ -176,8 +193,21 @@ pub fn method() -> Value {
 
 /// Registers the shared base model `tiny` (a folder with one file).
 pub async fn base_model(app: &TestApp) {
-    app.state.store.put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
-    verity_core::models::insert_base_model(&app.state.pool, None, "tiny", "models/tiny", "hf", &serde_json::json!({})).await.unwrap();
+    app.state
+        .store
+        .put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
+    verity_core::models::insert_base_model(
+        &app.state.pool,
+        None,
+        "tiny",
+        "models/tiny",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
 }
 
 /// Uploads the dataset and creates a job; returns (file id, job id).
@@ -185,7 +215,13 @@ pub async fn file_and_job(app: &TestApp, token: &str) -> (String, String) {
     let file = upload(&app.router, token, "train.jsonl", DATASET).await;
     assert_eq!(file.status, StatusCode::OK, "{:?}", file.json());
     let file_id = file.json()["id"].as_str().unwrap().to_string();
-    let job = post(&app.router, "/v1/fine_tuning/jobs", token, serde_json::json!({"model": "tiny", "training_file": file_id, "method": method()})).await;
+    let job = post(
+        &app.router,
+        "/v1/fine_tuning/jobs",
+        token,
+        serde_json::json!({"model": "tiny", "training_file": file_id, "method": method()}),
+    )
+    .await;
     assert_eq!(job.status, StatusCode::OK, "{:?}", job.json());
     (file_id, job.json()["id"].as_str().unwrap().to_string())
 }

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use verity_core::queue::{NewJob, Queue};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
-use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, write_tiny_model_dir};
+use verity_worker::trainer::testing::{
+    first_token_grader, target_token_jsonl, write_tiny_model_dir,
+};
 use verity_worker::Family;
 
 /// Model id of the tiny model.
@@ -17,7 +19,8 @@ pub const MODEL: &str = "tiny-llama";
 
 /// Opens a local store in `root/objects` and publishes the tiny model and the task files.
 pub async fn prepare_store(pool: &PgPool, root: &Path) -> Arc<dyn ObjectStore> {
-    let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(root.join("objects"), None).await.unwrap());
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(root.join("objects"), None).await.unwrap());
     let model_dir = root.join("tiny-model");
     write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
     publish_folder(store.as_ref(), &model_dir, "models/tiny-llama").await.unwrap();
@@ -39,7 +42,12 @@ pub fn method(hyperparameters: Value) -> Value {
 /// Creates an org and enqueues a job with `method`; returns its id.
 pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
     let org = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)").bind(org).bind(format!("org-{org}")).execute(pool).await.unwrap();
+    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)")
+        .bind(org)
+        .bind(format!("org-{org}"))
+        .execute(pool)
+        .await
+        .unwrap();
     let mut job = NewJob::new(org, MODEL, method);
     job.training_file = Some("file-train".into());
     job.validation_file = Some("file-valid".into());
@@ -49,10 +57,18 @@ pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
 
 /// Steps of the job's metrics rows, in order.
 pub async fn metric_steps(pool: &PgPool, job: &str) -> Vec<i32> {
-    sqlx::query_scalar("SELECT step FROM job_metrics WHERE job_id = $1 ORDER BY step").bind(job).fetch_all(pool).await.unwrap()
+    sqlx::query_scalar("SELECT step FROM job_metrics WHERE job_id = $1 ORDER BY step")
+        .bind(job)
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }
 
 /// Kinds of the job's events, in order.
 pub async fn event_kinds(pool: &PgPool, job: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id").bind(job).fetch_all(pool).await.unwrap()
+    sqlx::query_scalar("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id")
+        .bind(job)
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }

@@ -33,7 +33,10 @@ impl Client {
             .json()
             .await
             .unwrap();
-        let id = reply["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {reply}")).to_string();
+        let id = reply["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {reply}"))
+            .to_string();
         Client { http, base: format!("{server}/session/{id}") }
     }
 
@@ -56,18 +59,36 @@ impl Client {
 
     /// The page's URL.
     pub async fn current_url(&self) -> String {
-        self.command(reqwest::Method::GET, "/url", None).await.as_str().unwrap_or_default().to_string()
+        self.command(reqwest::Method::GET, "/url", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// Runs `script` (a function body) with `args`; its return value.
     pub async fn execute(&self, script: &str, args: Vec<Value>) -> Value {
-        self.command(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": args}))).await
+        self.command(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
     }
 
     /// The first element matching `css`.
     pub async fn find(&self, css: &str) -> Element<'_> {
-        let found = self.command(reqwest::Method::POST, "/element", Some(json!({"using": "css selector", "value": css}))).await;
-        let id = found[ELEMENT_KEY].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_string();
+        let found = self
+            .command(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        let id = found[ELEMENT_KEY]
+            .as_str()
+            .unwrap_or_else(|| panic!("no element {css}: {found}"))
+            .to_string();
         Element { client: self, id }
     }
 
@@ -79,12 +100,20 @@ impl Client {
 
     /// Resizes the window.
     pub async fn set_window_size(&self, width: u32, height: u32) {
-        self.command(reqwest::Method::POST, "/window/rect", Some(json!({"width": width, "height": height}))).await;
+        self.command(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
     }
 
     /// The value of cookie `name` (HttpOnly ones included).
     pub async fn cookie(&self, name: &str) -> String {
-        self.command(reqwest::Method::GET, &format!("/cookie/{name}"), None).await["value"].as_str().unwrap().to_string()
+        self.command(reqwest::Method::GET, &format!("/cookie/{name}"), None).await["value"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Ends the session.
@@ -95,7 +124,9 @@ impl Client {
 
 impl Element<'_> {
     async fn command(&self, path: &str, body: Value) -> Value {
-        self.client.command(reqwest::Method::POST, &format!("/element/{}{path}", self.id), Some(body)).await
+        self.client
+            .command(reqwest::Method::POST, &format!("/element/{}{path}", self.id), Some(body))
+            .await
     }
 
     /// Clicks it.

@@ -37,27 +37,45 @@ fn within(n: usize, min: Option<usize>, max: Option<usize>) -> (bool, String) {
 
 fn run_check(text: &str, check: &ConstraintCheck) -> (bool, String) {
     match check {
-        ConstraintCheck::WordCount { min, max } => within(text.split_whitespace().count(), *min, *max),
+        ConstraintCheck::WordCount { min, max } => {
+            within(text.split_whitespace().count(), *min, *max)
+        }
         ConstraintCheck::SentenceCount { min, max } => within(sentence_count(text), *min, *max),
         ConstraintCheck::ParagraphCount { min, max } => within(paragraph_count(text), *min, *max),
         ConstraintCheck::BulletCount { min, max } => within(bullet_count(text), *min, *max),
         ConstraintCheck::IncludeKeywords { keywords, case_sensitive } => {
-            let missing: Vec<&str> =
-                keywords.iter().filter(|k| !contains_word(text, k, *case_sensitive)).map(String::as_str).collect();
+            let missing: Vec<&str> = keywords
+                .iter()
+                .filter(|k| !contains_word(text, k, *case_sensitive))
+                .map(String::as_str)
+                .collect();
             (missing.is_empty(), format!("missing {missing:?}"))
         }
         ConstraintCheck::ExcludeKeywords { keywords, case_sensitive } => {
-            let present: Vec<&str> =
-                keywords.iter().filter(|k| contains_word(text, k, *case_sensitive)).map(String::as_str).collect();
+            let present: Vec<&str> = keywords
+                .iter()
+                .filter(|k| contains_word(text, k, *case_sensitive))
+                .map(String::as_str)
+                .collect();
             (present.is_empty(), format!("present {present:?}"))
         }
         ConstraintCheck::ValidJson {} => (is_json(text), "not valid JSON".into()),
-        ConstraintCheck::Lowercase {} => (!text.chars().any(char::is_uppercase), "has uppercase letters".into()),
-        ConstraintCheck::Uppercase {} => (!text.chars().any(char::is_lowercase), "has lowercase letters".into()),
-        ConstraintCheck::StartsWith { prefix } => (text.trim().starts_with(prefix.as_str()), "wrong start".into()),
-        ConstraintCheck::EndsWith { suffix } => (text.trim().ends_with(suffix.as_str()), "wrong end".into()),
+        ConstraintCheck::Lowercase {} => {
+            (!text.chars().any(char::is_uppercase), "has uppercase letters".into())
+        }
+        ConstraintCheck::Uppercase {} => {
+            (!text.chars().any(char::is_lowercase), "has lowercase letters".into())
+        }
+        ConstraintCheck::StartsWith { prefix } => {
+            (text.trim().starts_with(prefix.as_str()), "wrong start".into())
+        }
+        ConstraintCheck::EndsWith { suffix } => {
+            (text.trim().ends_with(suffix.as_str()), "wrong end".into())
+        }
         ConstraintCheck::Language { language } => match detect_language(text) {
-            Some(found) => (language_matches(language, found), format!("detected {}", found.code())),
+            Some(found) => {
+                (language_matches(language, found), format!("detected {}", found.code()))
+            }
             None => (false, "language not detected".into()),
         },
     }
@@ -81,10 +99,7 @@ fn paragraph_count(text: &str) -> usize {
 }
 
 fn bullet_count(text: &str) -> usize {
-    text.lines()
-        .map(str::trim_start)
-        .filter(|l| l.starts_with("* ") || l.starts_with("- "))
-        .count()
+    text.lines().map(str::trim_start).filter(|l| l.starts_with("* ") || l.starts_with("- ")).count()
 }
 
 fn contains_word(text: &str, keyword: &str, case_sensitive: bool) -> bool {
@@ -124,15 +139,58 @@ fn language_matches(wanted: &str, found: whatlang::Lang) -> bool {
         return true;
     }
     const ISO_639_1: &[(&str, &str)] = &[
-        ("en", "eng"), ("fr", "fra"), ("de", "deu"), ("es", "spa"), ("it", "ita"), ("pt", "por"),
-        ("ru", "rus"), ("zh", "cmn"), ("ja", "jpn"), ("ko", "kor"), ("ar", "ara"), ("hi", "hin"),
-        ("nl", "nld"), ("sv", "swe"), ("pl", "pol"), ("tr", "tur"), ("uk", "ukr"), ("fi", "fin"),
-        ("da", "dan"), ("nb", "nob"), ("no", "nob"), ("cs", "ces"), ("el", "ell"), ("he", "heb"),
-        ("vi", "vie"), ("th", "tha"), ("id", "ind"), ("fa", "pes"), ("bn", "ben"), ("ta", "tam"),
-        ("te", "tel"), ("mr", "mar"), ("ur", "urd"), ("sw", "swa"), ("ro", "ron"), ("hu", "hun"),
-        ("bg", "bul"), ("hr", "hrv"), ("sr", "srp"), ("sk", "slk"), ("sl", "slv"), ("lt", "lit"),
-        ("lv", "lav"), ("et", "est"), ("ka", "kat"), ("hy", "hye"), ("pa", "pan"), ("gu", "guj"),
-        ("kn", "kan"), ("ml", "mal"), ("ne", "nep"), ("af", "afr"),
+        ("en", "eng"),
+        ("fr", "fra"),
+        ("de", "deu"),
+        ("es", "spa"),
+        ("it", "ita"),
+        ("pt", "por"),
+        ("ru", "rus"),
+        ("zh", "cmn"),
+        ("ja", "jpn"),
+        ("ko", "kor"),
+        ("ar", "ara"),
+        ("hi", "hin"),
+        ("nl", "nld"),
+        ("sv", "swe"),
+        ("pl", "pol"),
+        ("tr", "tur"),
+        ("uk", "ukr"),
+        ("fi", "fin"),
+        ("da", "dan"),
+        ("nb", "nob"),
+        ("no", "nob"),
+        ("cs", "ces"),
+        ("el", "ell"),
+        ("he", "heb"),
+        ("vi", "vie"),
+        ("th", "tha"),
+        ("id", "ind"),
+        ("fa", "pes"),
+        ("bn", "ben"),
+        ("ta", "tam"),
+        ("te", "tel"),
+        ("mr", "mar"),
+        ("ur", "urd"),
+        ("sw", "swa"),
+        ("ro", "ron"),
+        ("hu", "hun"),
+        ("bg", "bul"),
+        ("hr", "hrv"),
+        ("sr", "srp"),
+        ("sk", "slk"),
+        ("sl", "slv"),
+        ("lt", "lit"),
+        ("lv", "lav"),
+        ("et", "est"),
+        ("ka", "kat"),
+        ("hy", "hye"),
+        ("pa", "pan"),
+        ("gu", "guj"),
+        ("kn", "kan"),
+        ("ml", "mal"),
+        ("ne", "nep"),
+        ("af", "afr"),
     ];
     ISO_639_1.iter().any(|(two, three)| *two == wanted && *three == found.code())
 }
@@ -149,24 +207,51 @@ mod tests {
     fn counts() {
         assert_eq!(one("a b c", ConstraintCheck::WordCount { min: Some(3), max: Some(3) }), 1.0);
         assert_eq!(one("a b c d", ConstraintCheck::WordCount { min: None, max: Some(3) }), 0.0);
-        assert_eq!(one("One. Two! Three?", ConstraintCheck::SentenceCount { min: Some(3), max: None }), 1.0);
-        assert_eq!(one("p1\n\np2\n***\np3", ConstraintCheck::ParagraphCount { min: Some(3), max: Some(3) }), 1.0);
-        assert_eq!(one("* a\n* b\n- c\nx", ConstraintCheck::BulletCount { min: Some(3), max: Some(3) }), 1.0);
+        assert_eq!(
+            one("One. Two! Three?", ConstraintCheck::SentenceCount { min: Some(3), max: None }),
+            1.0
+        );
+        assert_eq!(
+            one(
+                "p1\n\np2\n***\np3",
+                ConstraintCheck::ParagraphCount { min: Some(3), max: Some(3) }
+            ),
+            1.0
+        );
+        assert_eq!(
+            one("* a\n* b\n- c\nx", ConstraintCheck::BulletCount { min: Some(3), max: Some(3) }),
+            1.0
+        );
     }
 
     #[test]
     fn keywords_case_json_affixes() {
-        let inc = ConstraintCheck::IncludeKeywords { keywords: vec!["cat".into()], case_sensitive: false };
+        let inc = ConstraintCheck::IncludeKeywords {
+            keywords: vec!["cat".into()],
+            case_sensitive: false,
+        };
         assert_eq!(one("The Cat sat", inc.clone()), 1.0);
         assert_eq!(one("concatenate", inc), 0.0);
-        let exc = ConstraintCheck::ExcludeKeywords { keywords: vec!["dog".into()], case_sensitive: false };
+        let exc = ConstraintCheck::ExcludeKeywords {
+            keywords: vec!["dog".into()],
+            case_sensitive: false,
+        };
         assert_eq!(one("a DOG", exc), 0.0);
         assert_eq!(one("```json\n{\"a\": 1}\n```", ConstraintCheck::ValidJson {}), 1.0);
         assert_eq!(one("{a: 1}", ConstraintCheck::ValidJson {}), 0.0);
         assert_eq!(one("all lower", ConstraintCheck::Lowercase {}), 1.0);
         assert_eq!(one("ALL UPPER 1", ConstraintCheck::Uppercase {}), 1.0);
-        assert_eq!(one("  Dear sir, hi. P.S.", ConstraintCheck::StartsWith { prefix: "Dear".into() }), 1.0);
-        assert_eq!(one("hi. Any other questions?", ConstraintCheck::EndsWith { suffix: "questions?".into() }), 1.0);
+        assert_eq!(
+            one("  Dear sir, hi. P.S.", ConstraintCheck::StartsWith { prefix: "Dear".into() }),
+            1.0
+        );
+        assert_eq!(
+            one(
+                "hi. Any other questions?",
+                ConstraintCheck::EndsWith { suffix: "questions?".into() }
+            ),
+            1.0
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@ use crate::result::GradeResult;
 pub fn think_answer(text: &str) -> GradeResult {
     match think_split(text) {
         Err(reason) => GradeResult::pass_fail(false, reason),
-        Ok(after) if after.trim().is_empty() => GradeResult::pass_fail(false, "no answer after </think>"),
+        Ok(after) if after.trim().is_empty() => {
+            GradeResult::pass_fail(false, "no answer after </think>")
+        }
         Ok(_) => GradeResult::pass_fail(true, "one <think> block followed by an answer"),
     }
 }
@@ -76,7 +78,13 @@ mod tests {
 
     #[test]
     fn malformed_think_fails() {
-        for bad in ["no think", "<think></think> x", "<think>a</think>", "<think>a</think><think>b</think> x", "x <think>a</think> y"] {
+        for bad in [
+            "no think",
+            "<think></think> x",
+            "<think>a</think>",
+            "<think>a</think><think>b</think> x",
+            "x <think>a</think> y",
+        ] {
             assert_eq!(think_answer(bad).score, 0.0, "{bad}");
         }
     }
@@ -85,7 +93,10 @@ mod tests {
     fn answer_tag_preset() {
         assert_eq!(think_answer_tag("<think>r</think>\n<answer>4</answer>\n").score, 1.0);
         assert_eq!(think_answer_tag("<think>r</think><answer>4</answer> extra").score, 0.0);
-        assert_eq!(think_answer_tag("<think>r</think><answer>4</answer><answer>5</answer>").score, 0.0);
+        assert_eq!(
+            think_answer_tag("<think>r</think><answer>4</answer><answer>5</answer>").score,
+            0.0
+        );
         assert_eq!(think_answer_tag("<think>r</think><answer> </answer>").score, 0.0);
     }
 

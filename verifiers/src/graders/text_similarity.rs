@@ -80,7 +80,11 @@ fn bleu(cand: &[String], refr: &[String]) -> f64 {
     for n in 1..=4 {
         let (m, total, _) = overlap(cand, refr, n);
         // add-one smoothing for n > 1 (Lin & Och), so short sentences do not collapse to 0
-        let p = if n == 1 { m as f64 / total.max(1) as f64 } else { (m as f64 + 1.0) / (total as f64 + 1.0) };
+        let p = if n == 1 {
+            m as f64 / total.max(1) as f64
+        } else {
+            (m as f64 + 1.0) / (total as f64 + 1.0)
+        };
         if p == 0.0 {
             return 0.0;
         }
@@ -137,7 +141,8 @@ mod tests {
     #[test]
     fn identical_texts_score_one_and_disjoint_zero() {
         for m in [FuzzyMatch, Bleu, Gleu, Rouge1, Rouge2, Rouge3, Rouge4, Rouge5, RougeL] {
-            let same = similarity("the cat sat on the mat today", "the cat sat on the mat today", m);
+            let same =
+                similarity("the cat sat on the mat today", "the cat sat on the mat today", m);
             assert!((same - 1.0).abs() < 1e-9, "{m:?} {same}");
             assert!(similarity("alpha beta gamma delta", "one two three four", m) < 0.35, "{m:?}");
         }

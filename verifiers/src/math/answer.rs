@@ -50,7 +50,9 @@ pub fn parse_answer(raw: &str) -> Answer {
         return Answer::Text(canonical_text(&normalized));
     }
     match tokenize(&normalized) {
-        Some(toks) if !toks.is_empty() => structure(&toks, 0).unwrap_or_else(|| Answer::Text(canonical_text(&normalized))),
+        Some(toks) if !toks.is_empty() => {
+            structure(&toks, 0).unwrap_or_else(|| Answer::Text(canonical_text(&normalized)))
+        }
         _ => Answer::Text(canonical_text(&normalized)),
     }
 }
@@ -58,8 +60,10 @@ pub fn parse_answer(raw: &str) -> Answer {
 /// `\begin{pmatrix} a & b \\ c & d \end{pmatrix}` (and bmatrix, matrix, …) as rows of cells.
 fn parse_matrix(raw: &str) -> Option<Answer> {
     static MATRIX: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"(?s)^[\s$]*\\begin\{[pbBvV]?matrix\}(.*)\\end\{[pbBvV]?matrix\}[\s$.]*$")
-            .unwrap_or_else(|e| panic!("static regex: {e}"))
+        regex::Regex::new(
+            r"(?s)^[\s$]*\\begin\{[pbBvV]?matrix\}(.*)\\end\{[pbBvV]?matrix\}[\s$.]*$",
+        )
+        .unwrap_or_else(|e| panic!("static regex: {e}"))
     });
     let body = MATRIX.captures(raw.trim())?.get(1)?.as_str();
     if body.contains("\\begin") {
@@ -83,8 +87,16 @@ fn is_prose(s: &str) -> bool {
 
 /// Text compared literally: lower case, no spaces, no braces, `(a)` → `a`.
 fn canonical_text(s: &str) -> String {
-    let t: String = s.chars().filter(|c| !c.is_whitespace() && *c != '{' && *c != '}').collect::<String>().to_lowercase();
-    let t = t.strip_prefix('(').and_then(|x| x.strip_suffix(')')).filter(|x| x.chars().count() == 1).map_or(t.clone(), str::to_string);
+    let t: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '{' && *c != '}')
+        .collect::<String>()
+        .to_lowercase();
+    let t = t
+        .strip_prefix('(')
+        .and_then(|x| x.strip_suffix(')'))
+        .filter(|x| x.chars().count() == 1)
+        .map_or(t.clone(), str::to_string);
     t
 }
 
@@ -136,7 +148,8 @@ fn structure(toks: &[Tok], depth: usize) -> Option<Answer> {
         return None;
     }
     // a \pm b: both signs
-    let pm: Vec<usize> = toks.iter().enumerate().filter(|(_, t)| **t == Tok::Sym('±')).map(|(i, _)| i).collect();
+    let pm: Vec<usize> =
+        toks.iter().enumerate().filter(|(_, t)| **t == Tok::Sym('±')).map(|(i, _)| i).collect();
     if pm.len() == 1 && split_top(toks, |t| *t == Tok::Sym('±')).len() == 2 {
         let with = |sign: char| {
             let mut v = toks.to_vec();
@@ -170,7 +183,10 @@ fn structure(toks: &[Tok], depth: usize) -> Option<Answer> {
         }
         if items.len() > 1 {
             if let (Tok::Sym(open @ ('(' | '[')), Tok::Sym(close @ (')' | ']'))) = (first, last) {
-                let parsed = items.into_iter().map(|i| structure(i, depth + 1)).collect::<Option<Vec<_>>>()?;
+                let parsed = items
+                    .into_iter()
+                    .map(|i| structure(i, depth + 1))
+                    .collect::<Option<Vec<_>>>()?;
                 if parsed.len() > MAX_ITEMS {
                     return None;
                 }
@@ -223,11 +239,19 @@ fn inequality(toks: &[Tok]) -> Option<Answer> {
     match (parts.as_slice(), ops.as_slice()) {
         ([x, bound], [op]) if is_var(x) => {
             let b = expression(bound)?;
-            Some(if less(op) { interval(neg_inf(), true, b, strict(op)) } else { interval(b, strict(op), inf(), true) })
+            Some(if less(op) {
+                interval(neg_inf(), true, b, strict(op))
+            } else {
+                interval(b, strict(op), inf(), true)
+            })
         }
         ([bound, x], [op]) if is_var(x) => {
             let b = expression(bound)?;
-            Some(if less(op) { interval(b, strict(op), inf(), true) } else { interval(neg_inf(), true, b, strict(op)) })
+            Some(if less(op) {
+                interval(b, strict(op), inf(), true)
+            } else {
+                interval(neg_inf(), true, b, strict(op))
+            })
         }
         ([a, x, c], [op1, op2]) if is_var(x) && less(op1) == less(op2) => {
             let (a, c) = (expression(a)?, expression(c)?);
@@ -280,19 +304,32 @@ fn equiv(a: &Answer, b: &Answer, budget: &mut u32) -> bool {
             let d2 = super::expr::Expr::Sub(Box::new(l2.clone()), Box::new(r2.clone()));
             expr_equiv(&d1, &d2, budget)
         }
-        (Bracketed { open: o1, close: c1, items: i1 }, Bracketed { open: o2, close: c2, items: i2 }) => {
-            o1 == o2 && c1 == c2 && i1.len() == i2.len() && i1.iter().zip(i2).all(|(x, y)| equiv(x, y, budget))
+        (
+            Bracketed { open: o1, close: c1, items: i1 },
+            Bracketed { open: o2, close: c2, items: i2 },
+        ) => {
+            o1 == o2
+                && c1 == c2
+                && i1.len() == i2.len()
+                && i1.iter().zip(i2).all(|(x, y)| equiv(x, y, budget))
         }
         // a bare list "1, 2" against the tuple "(1, 2)": same items in the same order
-        (Bracketed { open: '(', close: ')', items: i1 }, Set(i2)) | (Set(i2), Bracketed { open: '(', close: ')', items: i1 }) => {
+        (Bracketed { open: '(', close: ')', items: i1 }, Set(i2))
+        | (Set(i2), Bracketed { open: '(', close: ')', items: i1 }) => {
             i1.len() == i2.len() && i1.iter().zip(i2).all(|(x, y)| equiv(x, y, budget))
         }
         (Set(i1), Set(i2)) | (Union(i1), Union(i2)) => unordered_equiv(i1, i2, budget),
-        (Set(items), other) | (other, Set(items)) if items.len() == 1 => equiv(&items[0], other, budget),
-        (Union(items), other) | (other, Union(items)) if items.len() == 1 => equiv(&items[0], other, budget),
+        (Set(items), other) | (other, Set(items)) if items.len() == 1 => {
+            equiv(&items[0], other, budget)
+        }
+        (Union(items), other) | (other, Union(items)) if items.len() == 1 => {
+            equiv(&items[0], other, budget)
+        }
         (Matrix(r1), Matrix(r2)) => {
             r1.len() == r2.len()
-                && r1.iter().zip(r2).all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| equiv(x, y, budget)))
+                && r1.iter().zip(r2).all(|(a, b)| {
+                    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| equiv(x, y, budget))
+                })
         }
         (Text(x), Text(y)) => x == y,
         _ => false,
@@ -339,7 +376,8 @@ fn sample_value(var_index: usize, point: usize) -> BigRational {
     const NUM: [i64; 7] = [3, 5, 11, 13, 17, 19, 23];
     const DEN: [i64; 7] = [7, 3, 5, 11, 6, 13, 9];
     let k = (point + 3 * var_index) % NUM.len();
-    BigRational::new(NUM[k].into(), DEN[k].into()) + BigRational::from_integer((var_index as i64 + 1).into())
+    BigRational::new(NUM[k].into(), DEN[k].into())
+        + BigRational::from_integer((var_index as i64 + 1).into())
 }
 
 fn values_equal(x: &Val, y: &Val) -> bool {

@@ -40,7 +40,11 @@ pub fn table() -> Vec<MathCase> {
         .filter_map(|l| {
             let mut parts = l.splitn(3, '\t');
             let expected = parts.next()? == "1";
-            Some(MathCase { expected, reference: parts.next()?.to_string(), response: parts.next()?.to_string() })
+            Some(MathCase {
+                expected,
+                reference: parts.next()?.to_string(),
+                response: parts.next()?.to_string(),
+            })
         })
         .collect()
 }

@@ -38,12 +38,17 @@ pub fn tokenize(s: &str) -> Option<Vec<Tok>> {
         let c = chars[i];
         if c.is_whitespace() {
             i += 1;
-        } else if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) {
+        } else if c.is_ascii_digit()
+            || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
+        {
             let start = i;
             while i < chars.len() && chars[i].is_ascii_digit() {
                 i += 1;
             }
-            if i < chars.len() && chars[i] == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit) {
+            if i < chars.len()
+                && chars[i] == '.'
+                && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+            {
                 i += 1;
                 while i < chars.len() && chars[i].is_ascii_digit() {
                     i += 1;
@@ -115,8 +120,8 @@ pub fn tokenize(s: &str) -> Option<Vec<Tok>> {
             }
         } else {
             let sym = match c {
-                '+' | '-' | '*' | '/' | '^' | '_' | '(' | ')' | '[' | ']' | '{' | '}' | ',' | '=' | '!' | '%' | '|'
-                | '<' | '>' | ';' => c,
+                '+' | '-' | '*' | '/' | '^' | '_' | '(' | ')' | '[' | ']' | '{' | '}' | ','
+                | '=' | '!' | '%' | '|' | '<' | '>' | ';' => c,
                 '≤' => '≤',
                 '≥' => '≥',
                 '±' => '±',
@@ -139,9 +144,40 @@ pub fn tokenize(s: &str) -> Option<Vec<Tok>> {
 
 fn command_token(name: &str) -> Option<Tok> {
     const GREEK: &[&str] = &[
-        "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
-        "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega",
-        "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega",
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "varepsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "vartheta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+        "nu",
+        "xi",
+        "rho",
+        "sigma",
+        "tau",
+        "upsilon",
+        "phi",
+        "varphi",
+        "chi",
+        "psi",
+        "omega",
+        "Gamma",
+        "Delta",
+        "Theta",
+        "Lambda",
+        "Xi",
+        "Sigma",
+        "Phi",
+        "Psi",
+        "Omega",
     ];
     Some(match name {
         "cdot" | "times" | "ast" => Tok::Sym('*'),
@@ -154,8 +190,10 @@ fn command_token(name: &str) -> Option<Tok> {
         "gt" => Tok::Sym('>'),
         "lbrace" => Tok::Sym('⦃'),
         "rbrace" => Tok::Sym('⦄'),
-        "pi" | "infty" | "frac" | "cfrac" | "sqrt" | "sin" | "cos" | "tan" | "sec" | "csc" | "cot" | "arcsin"
-        | "arccos" | "arctan" | "ln" | "log" | "exp" | "binom" => Tok::Cmd(name.to_string()),
+        "pi" | "infty" | "frac" | "cfrac" | "sqrt" | "sin" | "cos" | "tan" | "sec" | "csc"
+        | "cot" | "arcsin" | "arccos" | "arctan" | "ln" | "log" | "exp" | "binom" => {
+            Tok::Cmd(name.to_string())
+        }
         "in" => Tok::Sym('∈'),
         "or" | "and" => Tok::Word(name.to_string()),
         g if GREEK.contains(&g) => Tok::Ident(g.to_string()),
@@ -240,8 +278,14 @@ impl Expr {
             }
             Self::Num(_) | Self::Pi | Self::Inf | Self::E => {}
             Self::Neg(a) | Self::Func(_, a) | Self::Factorial(a) | Self::Percent(a) => a.vars(out),
-            Self::Add(a, b) | Self::Sub(a, b) | Self::Mul(a, b) | Self::Div(a, b) | Self::Pow(a, b)
-            | Self::Root(a, b) | Self::Log(a, b) | Self::Binom(a, b) => {
+            Self::Add(a, b)
+            | Self::Sub(a, b)
+            | Self::Mul(a, b)
+            | Self::Div(a, b)
+            | Self::Pow(a, b)
+            | Self::Root(a, b)
+            | Self::Log(a, b)
+            | Self::Binom(a, b) => {
                 a.vars(out);
                 b.vars(out);
             }
@@ -427,10 +471,14 @@ impl Parser {
             Tok::Num(n) => {
                 let value = Expr::Num(parse_number(&n)?);
                 // mixed number: 3\frac{1}{2}
-                if n.chars().all(|c| c.is_ascii_digit()) && self.peek() == Some(&Tok::Cmd("frac".into())) {
+                if n.chars().all(|c| c.is_ascii_digit())
+                    && self.peek() == Some(&Tok::Cmd("frac".into()))
+                {
                     let save = self.pos;
                     self.pos += 1;
-                    if let (Some(Expr::Num(p)), Some(Expr::Num(q))) = (self.script(depth + 1), self.script(depth + 1)) {
+                    if let (Some(Expr::Num(p)), Some(Expr::Num(q))) =
+                        (self.script(depth + 1), self.script(depth + 1))
+                    {
                         if !q.is_zero() {
                             return Some(Expr::Add(b(value), b(Expr::Num(p / q))));
                         }
@@ -447,7 +495,9 @@ impl Parser {
                             loop {
                                 match self.bump()? {
                                     Tok::Sym('}') => break,
-                                    Tok::Num(n) | Tok::Ident(n) | Tok::Cmd(n) | Tok::Word(n) => s.push_str(&n),
+                                    Tok::Num(n) | Tok::Ident(n) | Tok::Cmd(n) | Tok::Word(n) => {
+                                        s.push_str(&n)
+                                    }
                                     Tok::Sym(c) => s.push(c),
                                 }
                             }
@@ -593,7 +643,11 @@ fn rat_to_f64(r: &BigRational) -> f64 {
         // huge numerator or denominator: scale down through the bit lengths
         let n = r.numer().bits() as i64 - r.denom().bits() as i64;
         if n > 1100 {
-            if r.is_negative() { f64::NEG_INFINITY } else { f64::INFINITY }
+            if r.is_negative() {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }
         } else {
             0.0
         }

@@ -84,7 +84,9 @@ pub fn boxed_all(text: &str) -> Vec<String> {
             }
         } else if j > i + skip {
             // `\boxed 5`: the next token
-            let end = text[j..].find(|c: char| c.is_whitespace() || c == '$').map_or(text.len(), |e| j + e);
+            let end = text[j..]
+                .find(|c: char| c.is_whitespace() || c == '$')
+                .map_or(text.len(), |e| j + e);
             if end > j {
                 out.push(text[j..end].to_string());
             }
@@ -119,8 +121,9 @@ pub fn matching_brace(bytes: &[u8], open: usize) -> Option<usize> {
 
 /// Contents of every `<answer>…</answer>`; a boxed answer inside a tag wins.
 fn answer_tags(text: &str) -> Vec<String> {
-    static TAG: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?s)<answer>(.*?)</answer>").unwrap_or_else(|e| panic!("static regex: {e}")));
+    static TAG: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?s)<answer>(.*?)</answer>").unwrap_or_else(|e| panic!("static regex: {e}"))
+    });
     TAG.captures_iter(text)
         .map(|c| {
             let inner = c.get(1).map_or("", |m| m.as_str());
@@ -132,7 +135,8 @@ fn answer_tags(text: &str) -> Vec<String> {
 /// The text after the last "the answer is" / "final answer:" up to the end of its sentence.
 fn answer_is(text: &str) -> Option<String> {
     static PHRASE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i)(?:final answer|the answer|answer)\s*(?:is|:)\s*:?").unwrap_or_else(|e| panic!("static regex: {e}"))
+        Regex::new(r"(?i)(?:final answer|the answer|answer)\s*(?:is|:)\s*:?")
+            .unwrap_or_else(|e| panic!("static regex: {e}"))
     });
     let m = PHRASE.find_iter(text).last()?;
     let rest = &text[m.end()..];
@@ -149,7 +153,8 @@ fn answer_is(text: &str) -> Option<String> {
 /// The last number of the text (integers, decimals, thousands separators, fractions a/b).
 fn last_number(text: &str) -> Option<String> {
     static NUMBER: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+").unwrap_or_else(|e| panic!("static regex: {e}"))
+        Regex::new(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+            .unwrap_or_else(|e| panic!("static regex: {e}"))
     });
     NUMBER.find_iter(text).last().map(|m| m.as_str().to_string())
 }
@@ -176,7 +181,10 @@ mod tests {
     fn modes() {
         assert_eq!(candidates("<answer>42</answer>", MathExtract::AnswerTag), vec!["42"]);
         assert_eq!(candidates("So the answer is $7$. Done", MathExtract::Auto), vec!["$7$"]);
-        assert_eq!(candidates("we get 3 then 1,234.5 apples", MathExtract::LastNumber), vec!["1,234.5"]);
+        assert_eq!(
+            candidates("we get 3 then 1,234.5 apples", MathExtract::LastNumber),
+            vec!["1,234.5"]
+        );
         assert_eq!(candidates("x 3/4", MathExtract::Auto), vec!["3/4"]);
     }
 }

@@ -41,7 +41,10 @@ pub fn grade(completion: &str, reference: &str, extract: MathExtract) -> GradeRe
             .iter()
             .any(|c| !equivalent(&parse_answer(c), &predicted));
         if distinct {
-            return GradeResult::pass_fail(false, format!("{} different final answers given", candidates.len()));
+            return GradeResult::pass_fail(
+                false,
+                format!("{} different final answers given", candidates.len()),
+            );
         }
     }
     let reference = extract::reference_answer(reference);
@@ -51,6 +54,9 @@ pub fn grade(completion: &str, reference: &str, extract: MathExtract) -> GradeRe
     if equivalent(&predicted, &parse_answer(&reference)) {
         GradeResult::pass_fail(true, format!("answer '{}' equals the reference", last.trim()))
     } else {
-        GradeResult::pass_fail(false, format!("answer '{}' differs from the reference '{}'", last.trim(), reference.trim()))
+        GradeResult::pass_fail(
+            false,
+            format!("answer '{}' differs from the reference '{}'", last.trim(), reference.trim()),
+        )
     }
 }

@@ -12,13 +12,85 @@ fn re(pattern: &str) -> Regex {
 
 /// Unit and currency words dropped after a number.
 const UNITS: &[&str] = &[
-    "units", "unit", "square", "sq", "cubic", "cm", "mm", "km", "meters", "meter", "metres", "metre",
-    "centimeters", "centimeter", "kilometers", "kilometer", "inches", "inch", "feet", "foot", "yards",
-    "yard", "yd", "miles", "mile", "mi", "mph", "kg", "grams", "gram", "kilograms", "pounds", "pound", "lbs",
-    "lb", "ounces", "ounce", "oz", "liters", "liter", "litres", "ml", "gallons", "gallon", "seconds", "second",
-    "sec", "minutes", "minute", "min", "hours", "hour", "hrs", "hr", "days", "day", "weeks", "week",
-    "months", "month", "years", "year", "dollars", "dollar", "cents", "cent", "euros", "euro", "degrees", "degree",
-    "deg", "people", "students", "apples", "marbles", "times", "ways", "points", "percent",
+    "units",
+    "unit",
+    "square",
+    "sq",
+    "cubic",
+    "cm",
+    "mm",
+    "km",
+    "meters",
+    "meter",
+    "metres",
+    "metre",
+    "centimeters",
+    "centimeter",
+    "kilometers",
+    "kilometer",
+    "inches",
+    "inch",
+    "feet",
+    "foot",
+    "yards",
+    "yard",
+    "yd",
+    "miles",
+    "mile",
+    "mi",
+    "mph",
+    "kg",
+    "grams",
+    "gram",
+    "kilograms",
+    "pounds",
+    "pound",
+    "lbs",
+    "lb",
+    "ounces",
+    "ounce",
+    "oz",
+    "liters",
+    "liter",
+    "litres",
+    "ml",
+    "gallons",
+    "gallon",
+    "seconds",
+    "second",
+    "sec",
+    "minutes",
+    "minute",
+    "min",
+    "hours",
+    "hour",
+    "hrs",
+    "hr",
+    "days",
+    "day",
+    "weeks",
+    "week",
+    "months",
+    "month",
+    "years",
+    "year",
+    "dollars",
+    "dollar",
+    "cents",
+    "cent",
+    "euros",
+    "euro",
+    "degrees",
+    "degree",
+    "deg",
+    "people",
+    "students",
+    "apples",
+    "marbles",
+    "times",
+    "ways",
+    "points",
+    "percent",
 ];
 
 /// One-letter units, dropped only after a bare number (`5 m`), never after an expression (`r^2 h`).
@@ -27,17 +99,43 @@ const SHORT_UNITS: &[&str] = &["m", "g", "s", "h", "l", "in", "ft"];
 /// Applies every normalisation; the result is what the parser sees.
 pub fn normalize(raw: &str) -> String {
     let mut s = raw.trim().to_string();
-    s = unwrap_commands(&s, &["\\text", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit", "\\mbox", "\\operatorname", "\\textnormal"]);
+    s = unwrap_commands(
+        &s,
+        &[
+            "\\text",
+            "\\textbf",
+            "\\textit",
+            "\\mathrm",
+            "\\mathbf",
+            "\\mathit",
+            "\\mbox",
+            "\\operatorname",
+            "\\textnormal",
+        ],
+    );
     static THIN_SEPARATOR: LazyLock<Regex> = LazyLock::new(|| re(r"(\d)\\,(\d{3})"));
     for _ in 0..4 {
         s = THIN_SEPARATOR.replace_all(&s, "${1}${2}").into_owned();
     }
     static DROP: LazyLock<Regex> = LazyLock::new(|| {
-        re(r"\\left|\\right|\\!|\\,|\\;|\\:|\\ |\\quad|\\qquad|\\displaystyle|\\big|\\Big|\\bigg|\\Bigg|\\limits|~|\\\$|\$|\\\(|\\\)|\\\[|\\\]|\^\s*\{\\circ\}|\^\s*\\circ|\\circ|°|\{,\}")
+        re(
+            r"\\left|\\right|\\!|\\,|\\;|\\:|\\ |\\quad|\\qquad|\\displaystyle|\\big|\\Big|\\bigg|\\Bigg|\\limits|~|\\\$|\$|\\\(|\\\)|\\\[|\\\]|\^\s*\{\\circ\}|\^\s*\\circ|\\circ|°|\{,\}",
+        )
     });
-    s = DROP.replace_all(&s, |c: &regex::Captures| if &c[0] == "{,}" { "" } else { " " }).into_owned();
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\%", "%").replace("\\le ", "\\leq ");
-    s = s.replace('−', "-").replace('×', "\\times").replace('÷', "\\div").replace('π', "\\pi").replace('∞', "\\infty");
+    s = DROP
+        .replace_all(&s, |c: &regex::Captures| if &c[0] == "{,}" { "" } else { " " })
+        .into_owned();
+    s = s
+        .replace("\\dfrac", "\\frac")
+        .replace("\\tfrac", "\\frac")
+        .replace("\\%", "%")
+        .replace("\\le ", "\\leq ");
+    s = s
+        .replace('−', "-")
+        .replace('×', "\\times")
+        .replace('÷', "\\div")
+        .replace('π', "\\pi")
+        .replace('∞', "\\infty");
     s = repeating_decimals(&s);
     s = strip_thousands(&s);
     s = strip_units(&s);
@@ -47,7 +145,8 @@ pub fn normalize(raw: &str) -> String {
 
 /// `0.1\overline{6}` → `\frac{15}{90}` (the exact value of a repeating decimal).
 fn repeating_decimals(s: &str) -> String {
-    static REPEATING: LazyLock<Regex> = LazyLock::new(|| re(r"(\d*)\.(\d*)\\overline\{(\d{1,12})\}"));
+    static REPEATING: LazyLock<Regex> =
+        LazyLock::new(|| re(r"(\d*)\.(\d*)\\overline\{(\d{1,12})\}"));
     REPEATING
         .replace_all(s, |c: &regex::Captures| {
             let (whole, fixed, period) = (&c[1], &c[2], &c[3]);
@@ -56,7 +155,8 @@ fn repeating_decimals(s: &str) -> String {
             }
             let all: u128 = format!("{whole}{fixed}{period}").parse().unwrap_or(0);
             let head: u128 = format!("{whole}{fixed}").parse().unwrap_or(0);
-            let denominator = 10u128.pow(fixed.len() as u32) * (10u128.pow(period.len() as u32) - 1);
+            let denominator =
+                10u128.pow(fixed.len() as u32) * (10u128.pow(period.len() as u32) - 1);
             format!("\\frac{{{}}}{{{denominator}}}", all - head)
         })
         .into_owned()
@@ -91,7 +191,8 @@ fn unwrap_commands(s: &str, commands: &[&str]) -> String {
 
 /// `1,234,567` → `1234567` unless the answer is a bracketed list.
 fn strip_thousands(s: &str) -> String {
-    static GROUPED: LazyLock<Regex> = LazyLock::new(|| re(r"(^|[^\d.,])(\d{1,3}(?:,\d{3})+)(\.\d+)?($|[^\d,])"));
+    static GROUPED: LazyLock<Regex> =
+        LazyLock::new(|| re(r"(^|[^\d.,])(\d{1,3}(?:,\d{3})+)(\.\d+)?($|[^\d,])"));
     let t = s.trim_start();
     if t.starts_with('(') || t.starts_with('[') || t.starts_with("\\{") {
         return s.to_string();
@@ -101,7 +202,13 @@ fn strip_thousands(s: &str) -> String {
     for _ in 0..2 {
         current = GROUPED
             .replace_all(&current, |c: &regex::Captures| {
-                format!("{}{}{}{}", &c[1], c[2].replace(',', ""), c.get(3).map_or("", |m| m.as_str()), &c[4])
+                format!(
+                    "{}{}{}{}",
+                    &c[1],
+                    c[2].replace(',', ""),
+                    c.get(3).map_or("", |m| m.as_str()),
+                    &c[4]
+                )
             })
             .into_owned();
     }
@@ -111,7 +218,10 @@ fn strip_thousands(s: &str) -> String {
 /// Drops unit and currency words (and `^2`/`^3` on them) after a number.
 fn strip_units(s: &str) -> String {
     static TRAILING_UNIT: LazyLock<Regex> = LazyLock::new(|| {
-        re(&format!(r"(?i)^(.*?[\d}}%])\s*(?:(?:{})\b\s*)+(?:\s*\^\s*\{{?[23]\}}?)?\s*\.?\s*$", UNITS.join("|")))
+        re(&format!(
+            r"(?i)^(.*?[\d}}%])\s*(?:(?:{})\b\s*)+(?:\s*\^\s*\{{?[23]\}}?)?\s*\.?\s*$",
+            UNITS.join("|")
+        ))
     });
     let mut current = s.trim().to_string();
     for _ in 0..4 {
@@ -126,7 +236,10 @@ fn strip_units(s: &str) -> String {
         current = head;
     }
     static SHORT: LazyLock<Regex> = LazyLock::new(|| {
-        re(&format!(r"^\s*(-?[\d.]+)\s+(?:{})(?:\s*\^\s*\{{?[23]\}}?)?\s*\.?\s*$", SHORT_UNITS.join("|")))
+        re(&format!(
+            r"^\s*(-?[\d.]+)\s+(?:{})(?:\s*\^\s*\{{?[23]\}}?)?\s*\.?\s*$",
+            SHORT_UNITS.join("|")
+        ))
     });
     if let Some(c) = SHORT.captures(&current) {
         return c[1].to_string();

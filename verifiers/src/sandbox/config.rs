@@ -66,8 +66,12 @@ impl SandboxConfig {
     /// Finds bwrap and the Python interpreter (never fails: problems land in `unavailable`).
     pub fn discover() -> Self {
         let mut config = Self::limits_only();
-        let bwrap = std::env::var_os("VERITY_SANDBOX_BWRAP").map(PathBuf::from).or_else(|| find_on_path("bwrap"));
-        let python = std::env::var_os("VERITY_SANDBOX_PYTHON").map(PathBuf::from).or_else(|| find_on_path("python3"));
+        let bwrap = std::env::var_os("VERITY_SANDBOX_BWRAP")
+            .map(PathBuf::from)
+            .or_else(|| find_on_path("bwrap"));
+        let python = std::env::var_os("VERITY_SANDBOX_PYTHON")
+            .map(PathBuf::from)
+            .or_else(|| find_on_path("python3"));
         match (bwrap, python) {
             (None, _) => config.unavailable = Some("bubblewrap (bwrap) not found on PATH".into()),
             (_, None) => config.unavailable = Some("python3 not found on PATH".into()),
@@ -106,7 +110,9 @@ impl SandboxConfig {
 fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| {
-        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+        std::fs::metadata(candidate).is_ok_and(|m| {
+            m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+        })
     })
 }
 
@@ -120,14 +126,19 @@ struct FoundPython {
 /// Asks the interpreter (possibly a shim script) for its real executable, prefixes and
 /// site-packages directories.
 fn resolve_python(python: &Path) -> Result<FoundPython, String> {
-    let script = "import sys, site\nprint(sys.executable)\nprint(sys.prefix)\nprint(sys.base_prefix)\n\
+    let script =
+        "import sys, site\nprint(sys.executable)\nprint(sys.prefix)\nprint(sys.base_prefix)\n\
                   for p in site.getsitepackages():\n    print('site:' + p)";
     let output = Command::new(python)
         .args(["-I", "-c", script])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     if !output.status.success() {
-        return Err(format!("{} failed: {}", python.display(), String::from_utf8_lossy(&output.stderr).trim()));
+        return Err(format!(
+            "{} failed: {}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let mut lines = text.lines();
@@ -142,7 +153,8 @@ fn resolve_python(python: &Path) -> Result<FoundPython, String> {
             }
             continue;
         }
-        let prefix = std::fs::canonicalize(line).map_err(|e| format!("cannot resolve {line}: {e}"))?;
+        let prefix =
+            std::fs::canonicalize(line).map_err(|e| format!("cannot resolve {line}: {e}"))?;
         if !prefix.starts_with("/usr") && !roots.contains(&prefix) {
             roots.push(prefix);
         }

@@ -117,7 +117,9 @@ fn tasks_of_uid(uid: u32) -> u64 {
         }
         let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
         let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-        let owner = field("Uid:").and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse::<u32>().ok());
+        let owner = field("Uid:")
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u32>().ok());
         if owner == Some(uid) {
             total += field("Threads:").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
         }
@@ -130,18 +132,53 @@ fn tasks_of_uid(uid: u32) -> u64 {
 fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
     let namespaces: &[&str] = match run_uid {
         Some(_) => &[
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_CHOWN",
         ],
-        None => &["--unshare-all", "--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"],
+        None => &[
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+        ],
     };
     let mut args: Vec<String> = namespaces
         .iter()
         .chain(&[
-            "--new-session", "--die-with-parent", "--hostname", "sandbox", "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--ro-bind", "/usr", "/usr",
+            "--new-session",
+            "--die-with-parent",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/work",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONDONTWRITEBYTECODE",
+            "1",
+            "--ro-bind",
+            "/usr",
+            "/usr",
         ])
         .map(|s| s.to_string())
         .collect();
@@ -150,7 +187,11 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_symlink() => {
                 if let Ok(target) = std::fs::read_link(path) {
-                    args.extend(["--symlink".into(), target.to_string_lossy().into_owned(), dir.into()]);
+                    args.extend([
+                        "--symlink".into(),
+                        target.to_string_lossy().into_owned(),
+                        dir.into(),
+                    ]);
                 }
             }
             Ok(m) if m.is_dir() => args.extend(["--ro-bind".into(), dir.into(), dir.into()]),
@@ -159,10 +200,16 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
     }
     for root in &config.python_roots {
         // parents such as /root must be traversable by the unprivileged run uid
-        let mut parents: Vec<&Path> = root.ancestors().skip(1).filter(|p| p.parent().is_some()).collect();
+        let mut parents: Vec<&Path> =
+            root.ancestors().skip(1).filter(|p| p.parent().is_some()).collect();
         parents.reverse();
         for parent in parents {
-            args.extend(["--perms".into(), "0755".into(), "--dir".into(), parent.to_string_lossy().into_owned()]);
+            args.extend([
+                "--perms".into(),
+                "0755".into(),
+                "--dir".into(),
+                parent.to_string_lossy().into_owned(),
+            ]);
         }
         let root = root.to_string_lossy().into_owned();
         args.extend(["--ro-bind".into(), root.clone(), root]);
@@ -170,8 +217,22 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
     let size = config.workdir_bytes.to_string();
     args.extend(
         [
-            "--proc", "/proc", "--dev", "/dev", "--size", &size, "--tmpfs", "/work", "--size", &size, "--tmpfs",
-            "/tmp", "--remount-ro", "/", "--chdir", "/work",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            &size,
+            "--tmpfs",
+            "/work",
+            "--size",
+            &size,
+            "--tmpfs",
+            "/tmp",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/work",
         ]
         .iter()
         .map(|s| s.to_string()),
@@ -190,14 +251,21 @@ fn next_uid(config: &SandboxConfig) -> u32 {
     config.uid_base + NEXT.fetch_add(1, Ordering::Relaxed) % config.uid_count.max(1)
 }
 
-fn spawn(config: &SandboxConfig, limits: &RunLimits, verdict_w: &OwnedFd, input_r: &OwnedFd) -> io::Result<Child> {
-    let sources: Vec<(RawFd, RawFd)> = vec![(verdict_w.as_raw_fd(), VERDICT_FD), (input_r.as_raw_fd(), INPUT_FD)];
+fn spawn(
+    config: &SandboxConfig,
+    limits: &RunLimits,
+    verdict_w: &OwnedFd,
+    input_r: &OwnedFd,
+) -> io::Result<Child> {
+    let sources: Vec<(RawFd, RawFd)> =
+        vec![(verdict_w.as_raw_fd(), VERDICT_FD), (input_r.as_raw_fd(), INPUT_FD)];
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let run_uid = if is_root { Some(next_uid(config)) } else { None };
     // SAFETY: as above.
     let own_uid = unsafe { libc::getuid() };
-    let nproc = if is_root { config.max_processes } else { tasks_of_uid(own_uid) + config.max_processes };
+    let nproc =
+        if is_root { config.max_processes } else { tasks_of_uid(own_uid) + config.max_processes };
     let limits = *limits;
     let file_bytes = config.max_file_bytes;
     let mut command = Command::new(&config.bwrap);
@@ -277,7 +345,11 @@ impl Stream {
 }
 
 /// Runs the harness with `request` (a JSON object; a fresh nonce is added) under `limits`.
-pub fn run_harness(config: &SandboxConfig, request: &Value, limits: &RunLimits) -> Result<RunOutcome, SandboxError> {
+pub fn run_harness(
+    config: &SandboxConfig,
+    request: &Value,
+    limits: &RunLimits,
+) -> Result<RunOutcome, SandboxError> {
     if let Some(why) = &config.unavailable {
         return Err(SandboxError::Unavailable(why.clone()));
     }
@@ -286,8 +358,11 @@ pub fn run_harness(config: &SandboxConfig, request: &Value, limits: &RunLimits) 
     let mut payload = request.clone();
     if let Value::Object(map) = &mut payload {
         map.insert("nonce".into(), Value::String(nonce.clone()));
-        let site: Vec<Value> =
-            config.python_site_paths.iter().map(|p| Value::String(p.to_string_lossy().into_owned())).collect();
+        let site: Vec<Value> = config
+            .python_site_paths
+            .iter()
+            .map(|p| Value::String(p.to_string_lossy().into_owned()))
+            .collect();
         map.insert("site_paths".into(), Value::Array(site));
     }
     let input = serde_json::to_vec(&payload).map_err(|e| SandboxError::Io(io::Error::other(e)))?;
@@ -296,7 +371,8 @@ pub fn run_harness(config: &SandboxConfig, request: &Value, limits: &RunLimits) 
     let mut child = spawn(config, limits, &verdict_w, &input_r).map_err(SandboxError::Spawn)?;
     drop((verdict_w, input_r));
     let pgid = child.id() as libc::pid_t;
-    let outcome = supervise(config, limits, &mut child, verdict_r, input_w, &input, pgid, &nonce, started);
+    let outcome =
+        supervise(config, limits, &mut child, verdict_r, input_w, &input, pgid, &nonce, started);
     // whatever happened, nothing of this run survives it
     // SAFETY: signalling the process group we created.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
@@ -316,7 +392,9 @@ fn supervise(
     nonce: &str,
     started: Instant,
 ) -> Result<RunOutcome, SandboxError> {
-    let take = |fd: Option<OwnedFd>| fd.ok_or_else(|| SandboxError::Io(io::Error::other("missing child pipe")));
+    let take = |fd: Option<OwnedFd>| {
+        fd.ok_or_else(|| SandboxError::Io(io::Error::other("missing child pipe")))
+    };
     let stdout = take(child.stdout.take().map(OwnedFd::from))?;
     let stderr = take(child.stderr.take().map(OwnedFd::from))?;
     let mut streams = [
@@ -356,7 +434,8 @@ fn supervise(
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             grace_until = Some(now + DRAIN_GRACE);
         }
-        let wait_ms = deadline.saturating_duration_since(now).as_millis().clamp(1, 50) as libc::c_int;
+        let wait_ms =
+            deadline.saturating_duration_since(now).as_millis().clamp(1, 50) as libc::c_int;
         if !polls.is_empty() {
             // SAFETY: polls is a valid array of pollfd for the duration of the call.
             unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, wait_ms) };
@@ -375,7 +454,9 @@ fn supervise(
                     written += n as usize;
                 } else {
                     let err = io::Error::last_os_error();
-                    if err.kind() == io::ErrorKind::WouldBlock || err.kind() == io::ErrorKind::Interrupted {
+                    if err.kind() == io::ErrorKind::WouldBlock
+                        || err.kind() == io::ErrorKind::Interrupted
+                    {
                         break;
                     }
                     written = input.len(); // reader gone

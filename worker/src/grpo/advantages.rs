@@ -45,11 +45,7 @@ pub fn group_has_contrast(rewards: &[f64]) -> bool {
 pub(crate) fn mean_and_population_std(values: &[f64]) -> (f64, f64) {
     let count = values.len() as f64;
     let mean = values.iter().sum::<f64>() / count;
-    let variance = values
-        .iter()
-        .map(|value| (value - mean).powi(2))
-        .sum::<f64>()
-        / count;
+    let variance = values.iter().map(|value| (value - mean).powi(2)).sum::<f64>() / count;
     (mean, variance.sqrt())
 }
 
@@ -80,18 +76,11 @@ pub fn group_advantages(
     let mut informative = Vec::with_capacity(rewards.len() / group_size);
     for group in rewards.chunks(group_size) {
         let (mean, std) = mean_and_population_std(group);
-        let scale = if scale_rewards {
-            std + ADVANTAGE_EPS
-        } else {
-            1.0
-        };
+        let scale = if scale_rewards { std + ADVANTAGE_EPS } else { 1.0 };
         advantages.extend(group.iter().map(|reward| (reward - mean) / scale));
         informative.push(group_has_contrast(group));
     }
-    Ok(GroupAdvantages {
-        advantages,
-        informative,
-    })
+    Ok(GroupAdvantages { advantages, informative })
 }
 
 #[cfg(test)]
@@ -124,34 +113,19 @@ mod tests {
         let rewards = [1., 0., 0., 1., 1., 0., 0., 0., 1., 1., 1., 1.];
         let grpo = group_advantages(&rewards, 4, true).unwrap();
         assert_close(&grpo.advantages[..4], &[1., -1., -1., 1.], 1e-5);
-        assert_close(
-            &grpo.advantages[4..8],
-            &[1.732, -0.577, -0.577, -0.577],
-            1e-3,
-        );
+        assert_close(&grpo.advantages[4..8], &[1.732, -0.577, -0.577, -0.577], 1e-3);
         assert_close(&grpo.advantages[8..], &[0.; 4], 0.0);
         assert_eq!(grpo.informative, vec![true, true, false]);
         assert!((grpo.zero_advantage_group_fraction() - 1.0 / 3.0).abs() < 1e-12);
         for group in grpo.advantages.chunks(4) {
-            assert!(
-                group.iter().sum::<f64>().abs() < 1e-9,
-                "advantages sum to zero"
-            );
+            assert!(group.iter().sum::<f64>().abs() < 1e-9, "advantages sum to zero");
         }
         // Dr. GRPO on group B: (+0.75, −0.25, −0.25, −0.25); (1,0,1,0) gives ±0.5.
         let dr = group_advantages(&[1., 0., 0., 0., 1., 0., 1., 0.], 4, false).unwrap();
-        assert_close(
-            &dr.advantages,
-            &[0.75, -0.25, -0.25, -0.25, 0.5, -0.5, 0.5, -0.5],
-            1e-12,
-        );
+        assert_close(&dr.advantages, &[0.75, -0.25, -0.25, -0.25, 0.5, -0.5, 0.5, -0.5], 1e-12);
         // Check-your-understanding: (0,0,1,1,1,1) -> wrong −1.414, correct +0.707.
         let six = group_advantages(&[0., 0., 1., 1., 1., 1.], 6, true).unwrap();
-        assert_close(
-            &six.advantages,
-            &[-1.414, -1.414, 0.707, 0.707, 0.707, 0.707],
-            1e-3,
-        );
+        assert_close(&six.advantages, &[-1.414, -1.414, 0.707, 0.707, 0.707, 0.707], 1e-3);
     }
 
     #[test]

@@ -29,11 +29,7 @@ impl OverlongShaping {
                 "overlong penalty factor must be finite and >= 0, got {penalty_factor}"
             )));
         }
-        Ok(OverlongShaping {
-            max_completion_tokens,
-            buffer,
-            penalty_factor,
-        })
+        Ok(OverlongShaping { max_completion_tokens, buffer, penalty_factor })
     }
 
     /// The (non-positive) reward term for a completion of `length` tokens.
@@ -75,10 +71,7 @@ pub fn mask_truncated(mask: &Tensor, truncated: &[bool]) -> Result<Tensor> {
             truncated.len()
         )));
     }
-    let keep: Vec<f64> = truncated
-        .iter()
-        .map(|&cut| if cut { 0.0 } else { 1.0 })
-        .collect();
+    let keep: Vec<f64> = truncated.iter().map(|&cut| if cut { 0.0 } else { 1.0 }).collect();
     Tensor::new(keep, mask.device())
         .and_then(|keep| keep.to_dtype(mask.dtype()))
         .and_then(|keep| keep.reshape((responses, 1)))

@@ -45,13 +45,7 @@ fn reward(prompt: usize, tokens: &[usize]) -> f64 {
 fn log_softmax(logits: &Tensor) -> Tensor {
     let max = logits.max_keepdim(D::Minus1).unwrap().detach();
     let shifted = logits.broadcast_sub(&max).unwrap();
-    let log_partition = shifted
-        .exp()
-        .unwrap()
-        .sum_keepdim(D::Minus1)
-        .unwrap()
-        .log()
-        .unwrap();
+    let log_partition = shifted.exp().unwrap().sum_keepdim(D::Minus1).unwrap().log().unwrap();
     shifted.broadcast_sub(&log_partition).unwrap()
 }
 
@@ -91,15 +85,8 @@ fn sample_group(prompt: usize, probabilities: &[Vec<Vec<f64>>], rng: &mut StdRng
                 .collect()
         })
         .collect();
-    let rewards = completions
-        .iter()
-        .map(|tokens| reward(prompt, tokens))
-        .collect();
-    Group {
-        prompt,
-        completions,
-        rewards,
-    }
+    let rewards = completions.iter().map(|tokens| reward(prompt, tokens)).collect();
+    Group { prompt, completions, rewards }
 }
 
 /// Log-probs `[N, POSITIONS]` of the sampled tokens under `logits` (differentiable).
@@ -152,9 +139,7 @@ fn draw_groups(
     rng: &mut StdRng,
 ) -> (Vec<Group>, usize) {
     if !dynamic_sampling {
-        let groups = (0..PROMPTS)
-            .map(|prompt| sample_group(prompt, probabilities, rng))
-            .collect();
+        let groups = (0..PROMPTS).map(|prompt| sample_group(prompt, probabilities, rng)).collect();
         return (groups, PROMPTS);
     }
     let mut sampler = DynamicSampler::new(PROMPTS, 4 * PROMPTS).unwrap();
@@ -191,9 +176,7 @@ struct TrainingRun {
 /// Sampler log-probs: the trainer's plus uniform noise in `[-noise, noise]`.
 fn noisy_sampler_log_probs(logp_old: &Tensor, noise: f64, rng: &mut StdRng) -> Tensor {
     let (rows, columns) = logp_old.dims2().unwrap();
-    let offsets: Vec<f64> = (0..rows * columns)
-        .map(|_| rng.random_range(-noise..=noise))
-        .collect();
+    let offsets: Vec<f64> = (0..rows * columns).map(|_| rng.random_range(-noise..=noise)).collect();
     let offsets = Tensor::from_vec(offsets, (rows, columns), logp_old.device()).unwrap();
     (logp_old + offsets).unwrap()
 }
@@ -208,29 +191,20 @@ fn train(config: &LossConfig, options: ToyOptions, seed: u64) -> TrainingRun {
     let mut last_stats = LossStats::default();
     let mut last_sampler_kl = 0.0;
     for step in 1..=MAX_STEPS {
-        let probabilities = log_softmax(logits.as_tensor())
-            .exp()
-            .unwrap()
-            .to_vec3::<f64>()
-            .unwrap();
+        let probabilities =
+            log_softmax(logits.as_tensor()).exp().unwrap().to_vec3::<f64>().unwrap();
         let (groups, _drawn) = draw_groups(options.dynamic_sampling, &probabilities, &mut rng);
         let rewards: Vec<f64> = groups.iter().flat_map(|g| g.rewards.clone()).collect();
         let advantages =
             group_advantages(&rewards, GROUP_SIZE, config.mode.default_scale_rewards()).unwrap();
         let responses = rewards.len();
-        let prompt_ids: Vec<u32> = groups
-            .iter()
-            .flat_map(|g| std::iter::repeat_n(g.prompt as u32, GROUP_SIZE))
-            .collect();
-        let token_ids: Vec<u32> = groups
-            .iter()
-            .flat_map(|g| g.completions.iter().flatten().map(|&t| t as u32))
-            .collect();
+        let prompt_ids: Vec<u32> =
+            groups.iter().flat_map(|g| std::iter::repeat_n(g.prompt as u32, GROUP_SIZE)).collect();
+        let token_ids: Vec<u32> =
+            groups.iter().flat_map(|g| g.completions.iter().flatten().map(|&t| t as u32)).collect();
         let prompts = Tensor::new(prompt_ids, &device).unwrap();
-        let tokens = Tensor::new(token_ids, &device)
-            .unwrap()
-            .reshape((responses, POSITIONS, 1))
-            .unwrap();
+        let tokens =
+            Tensor::new(token_ids, &device).unwrap().reshape((responses, POSITIONS, 1)).unwrap();
         let advantages = Tensor::new(advantages.advantages, &device).unwrap();
         let mask = Tensor::ones((responses, POSITIONS), DType::F64, &device).unwrap();
         let logp_old = sequence_log_probs(logits.as_tensor(), &prompts, &tokens).detach();
@@ -244,10 +218,8 @@ fn train(config: &LossConfig, options: ToyOptions, seed: u64) -> TrainingRun {
             .step_by(MICRO_BATCH_RESPONSES)
             .map(|start| (start, MICRO_BATCH_RESPONSES.min(responses - start)))
             .collect();
-        let masks: Vec<Tensor> = micro_batches
-            .iter()
-            .map(|&(start, len)| mask.narrow(0, start, len).unwrap())
-            .collect();
+        let masks: Vec<Tensor> =
+            micro_batches.iter().map(|&(start, len)| mask.narrow(0, start, len).unwrap()).collect();
         let normalizer = StepNormalizer::from_masks(&masks).unwrap();
         for _ in 0..INNER_EPOCHS {
             let mut gradient = logits.zeros_like().unwrap();
@@ -312,11 +284,7 @@ fn assert_learns(config: LossConfig, options: ToyOptions) -> TrainingRun {
         run.last_stats.kl_mean(),
         run.last_sampler_kl,
     );
-    assert!(
-        run.initial_reward < 0.1,
-        "starts near 0: {}",
-        run.initial_reward
-    );
+    assert!(run.initial_reward < 0.1, "starts near 0: {}", run.initial_reward);
     assert!(
         run.final_reward > TARGET_REWARD,
         "{} reached only {:.3} after {} steps",
@@ -329,48 +297,30 @@ fn assert_learns(config: LossConfig, options: ToyOptions) -> TrainingRun {
 
 #[test]
 fn grpo_with_kl_learns() {
-    let config = LossConfig {
-        beta: 0.01,
-        ..LossConfig::for_mode(LossMode::Grpo, POSITIONS)
-    };
+    let config = LossConfig { beta: 0.01, ..LossConfig::for_mode(LossMode::Grpo, POSITIONS) };
     let run = assert_learns(config, ToyOptions::default());
     assert!(run.last_stats.kl_mean() > 0.0, "the KL term is active");
 }
 
 #[test]
 fn dapo_with_dynamic_sampling_learns() {
-    let options = ToyOptions {
-        dynamic_sampling: true,
-        ..ToyOptions::default()
-    };
+    let options = ToyOptions { dynamic_sampling: true, ..ToyOptions::default() };
     assert_learns(LossConfig::for_mode(LossMode::Dapo, POSITIONS), options);
 }
 
 #[test]
 fn dr_grpo_learns() {
-    assert_learns(
-        LossConfig::for_mode(LossMode::DrGrpo, POSITIONS),
-        ToyOptions::default(),
-    );
+    assert_learns(LossConfig::for_mode(LossMode::DrGrpo, POSITIONS), ToyOptions::default());
 }
 
 #[test]
 fn gspo_learns() {
-    assert_learns(
-        LossConfig::for_mode(LossMode::Gspo, POSITIONS),
-        ToyOptions::default(),
-    );
+    assert_learns(LossConfig::for_mode(LossMode::Gspo, POSITIONS), ToyOptions::default());
 }
 
 #[test]
 fn cispo_with_truncated_is_correction_learns() {
-    let options = ToyOptions {
-        sampler_noise: Some(0.3),
-        ..ToyOptions::default()
-    };
+    let options = ToyOptions { sampler_noise: Some(0.3), ..ToyOptions::default() };
     let run = assert_learns(LossConfig::for_mode(LossMode::Cispo, POSITIONS), options);
-    assert!(
-        run.last_sampler_kl > 0.0,
-        "the simulated sampler mismatch is measured"
-    );
+    assert!(run.last_sampler_kl > 0.0, "the simulated sampler mismatch is measured");
 }

@@ -40,13 +40,8 @@ pub enum LossMode {
 
 impl LossMode {
     /// Every mode, in documentation order.
-    pub const ALL: [LossMode; 5] = [
-        LossMode::Grpo,
-        LossMode::Dapo,
-        LossMode::DrGrpo,
-        LossMode::Gspo,
-        LossMode::Cispo,
-    ];
+    pub const ALL: [LossMode; 5] =
+        [LossMode::Grpo, LossMode::Dapo, LossMode::DrGrpo, LossMode::Gspo, LossMode::Cispo];
 
     /// The config spelling of the mode (`grpo`, `dapo`, `dr_grpo`, `gspo`, `cispo`).
     pub fn as_str(self) -> &'static str {
@@ -75,14 +70,11 @@ impl FromStr for LossMode {
     type Err = GrpoError;
 
     fn from_str(text: &str) -> Result<Self> {
-        LossMode::ALL
-            .into_iter()
-            .find(|mode| mode.as_str() == text)
-            .ok_or_else(|| {
-                GrpoError::InvalidConfig(format!(
-                    "unknown loss {text:?}; expected one of grpo, dapo, dr_grpo, gspo, cispo"
-                ))
-            })
+        LossMode::ALL.into_iter().find(|mode| mode.as_str() == text).ok_or_else(|| {
+            GrpoError::InvalidConfig(format!(
+                "unknown loss {text:?}; expected one of grpo, dapo, dr_grpo, gspo, cispo"
+            ))
+        })
     }
 }
 
@@ -129,16 +121,10 @@ impl LossConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |message: String| Err(GrpoError::InvalidConfig(message));
         if !(self.epsilon_low.is_finite() && (0.0..=1.0).contains(&self.epsilon_low)) {
-            return bad(format!(
-                "epsilon_low must be in [0, 1], got {}",
-                self.epsilon_low
-            ));
+            return bad(format!("epsilon_low must be in [0, 1], got {}", self.epsilon_low));
         }
         if !(self.epsilon_high.is_finite() && self.epsilon_high >= 0.0) {
-            return bad(format!(
-                "epsilon_high must be finite and >= 0, got {}",
-                self.epsilon_high
-            ));
+            return bad(format!("epsilon_high must be finite and >= 0, got {}", self.epsilon_high));
         }
         if !(self.beta.is_finite() && self.beta >= 0.0) {
             return bad(format!("beta must be finite and >= 0, got {}", self.beta));
@@ -170,10 +156,7 @@ pub struct StepNormalizer {
 impl StepNormalizer {
     /// Counts responses and unmasked tokens over the masks of all micro-batches of a step.
     pub fn from_masks<'a>(masks: impl IntoIterator<Item = &'a Tensor>) -> Result<Self> {
-        let mut normalizer = StepNormalizer {
-            total_responses: 0,
-            total_tokens: 0.0,
-        };
+        let mut normalizer = StepNormalizer { total_responses: 0, total_tokens: 0.0 };
         for mask in masks {
             let (responses, _) = token_dims(mask, "mask")?;
             let tokens = mask
@@ -323,9 +306,7 @@ fn prepare(inputs: &PolicyLossInputs<'_>, config: &LossConfig) -> Result<Prepare
     let (responses, steps) = token_dims(inputs.logp, "logp")?;
     let dtype = inputs.logp.dtype();
     if !dtype.is_float() {
-        return Err(invalid_input(format!(
-            "logp must be a float tensor, got {dtype:?}"
-        )));
+        return Err(invalid_input(format!("logp must be a float tensor, got {dtype:?}")));
     }
     let dims = [responses, steps];
     check_dims(inputs.logp_old, &dims, "logp_old")?;
@@ -348,17 +329,10 @@ fn prepare(inputs: &PolicyLossInputs<'_>, config: &LossConfig) -> Result<Prepare
     Ok(PreparedInputs {
         logp: sanitized(inputs.logp.clone())?,
         logp_old: sanitized(cast(inputs.logp_old)?)?,
-        logp_ref: logp_ref
-            .map(|reference| sanitized(cast(reference)?))
-            .transpose()?,
+        logp_ref: logp_ref.map(|reference| sanitized(cast(reference)?)).transpose()?,
         mask: cast(inputs.mask)?,
-        advantages: cast(inputs.advantages)?
-            .reshape((responses, 1))
-            .ctx("reshaping advantages")?,
-        is_weights: inputs
-            .is_weights
-            .map(|weights| sanitized(cast(weights)?))
-            .transpose()?,
+        advantages: cast(inputs.advantages)?.reshape((responses, 1)).ctx("reshaping advantages")?,
+        is_weights: inputs.is_weights.map(|weights| sanitized(cast(weights)?)).transpose()?,
     })
 }
 
@@ -377,9 +351,7 @@ fn clipped_surrogate(ratio: &Tensor, advantages: &Tensor, config: &LossConfig) -
 
 /// Per-response unmasked token counts `[N, 1]`, at least 1 so empty responses divide safely.
 fn response_lengths(mask: &Tensor) -> Result<Tensor> {
-    mask.sum_keepdim(1)
-        .and_then(|lengths| lengths.maximum(1.0))
-        .ctx("counting response lengths")
+    mask.sum_keepdim(1).and_then(|lengths| lengths.maximum(1.0)).ctx("counting response lengths")
 }
 
 /// Per-token policy term `[N, T]` and the ratio the mode uses, broadcast to `[N, T]`.
@@ -401,12 +373,8 @@ fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor
             let ratio = mean_log_ratio.exp().ctx("sequence ratio")?;
             let term = clipped_surrogate(&ratio, &prepared.advantages, config)?;
             let shape = prepared.logp.shape();
-            let term = term
-                .broadcast_as(shape)
-                .ctx("expanding the sequence term")?;
-            let ratio = ratio
-                .broadcast_as(shape)
-                .ctx("expanding the sequence ratio")?;
+            let term = term.broadcast_as(shape).ctx("expanding the sequence term")?;
+            let ratio = ratio.broadcast_as(shape).ctx("expanding the sequence ratio")?;
             Ok((term, ratio))
         }
         LossMode::Cispo => {

@@ -42,11 +42,7 @@ fn loss_and_grad(
     };
     let output = policy_loss(&inputs, config, normalizer).unwrap();
     let grads = output.loss.backward().unwrap();
-    let grad = grads
-        .get(logp.as_tensor())
-        .unwrap()
-        .to_vec2::<f64>()
-        .unwrap();
+    let grad = grads.get(logp.as_tensor()).unwrap().to_vec2::<f64>().unwrap();
     (output.loss.to_scalar::<f64>().unwrap(), grad, output.stats)
 }
 
@@ -54,10 +50,7 @@ fn assert_rows_close(actual: &[Vec<f64>], expected: &[Vec<f64>], tolerance: f64,
     assert_eq!(actual.len(), expected.len(), "{what}: row count");
     for (row, (a, e)) in actual.iter().zip(expected).enumerate() {
         for (column, (x, y)) in a.iter().zip(e).enumerate() {
-            assert!(
-                (x - y).abs() <= tolerance,
-                "{what} [{row}][{column}]: {x} vs {y}"
-            );
+            assert!((x - y).abs() <= tolerance, "{what} [{row}][{column}]: {x} vs {y}");
         }
     }
 }
@@ -96,10 +89,7 @@ fn micro_batches_sum_to_the_full_batch_for_every_mode() {
     let vectors = load_test_vectors();
     for case in &vectors.policy_loss {
         for mode in LossMode::ALL {
-            let config = LossConfig {
-                mode,
-                ..config_of(case)
-            };
+            let config = LossConfig { mode, ..config_of(case) };
             let responses = case.logp.len();
             let split = responses / 2 + 1;
             let masks = [matrix(&case.mask[..split]), matrix(&case.mask[split..])];
@@ -116,16 +106,10 @@ fn micro_batches_sum_to_the_full_batch_for_every_mode() {
             let mut merged = stats_a;
             merged.merge(&stats_b);
             assert_eq!(merged.tokens, full_stats.tokens, "{what}: tokens");
-            assert!(
-                (merged.loss_sum - full_loss).abs() < 1e-12,
-                "{what}: loss_sum"
-            );
+            assert!((merged.loss_sum - full_loss).abs() < 1e-12, "{what}: loss_sum");
             assert_eq!(merged.clipped_low_tokens, full_stats.clipped_low_tokens);
             assert_eq!(merged.clipped_high_tokens, full_stats.clipped_high_tokens);
-            assert!(
-                (merged.kl_sum - full_stats.kl_sum).abs() < 1e-12,
-                "{what}: kl"
-            );
+            assert!((merged.kl_sum - full_stats.kl_sum).abs() < 1e-12, "{what}: kl");
         }
     }
 }
@@ -216,12 +200,7 @@ fn f32_inputs_work_and_match_f64() {
     assert_eq!(output.loss.dtype(), DType::F32);
     let loss = output.loss.to_scalar::<f32>().unwrap() as f64;
     assert!((loss - case.expected_loss).abs() < 1e-5);
-    assert!(output
-        .loss
-        .backward()
-        .unwrap()
-        .get(logp.as_tensor())
-        .is_some());
+    assert!(output.loss.backward().unwrap().get(logp.as_tensor()).is_some());
 }
 
 #[test]
@@ -242,20 +221,11 @@ fn rejects_bad_inputs_and_configs() {
     let config = LossConfig::for_mode(LossMode::Grpo, 2);
     let error = policy_loss(&inputs, &config, &normalizer).unwrap_err();
     assert!(error.to_string().contains("logp_old"), "{error}");
-    let inputs = PolicyLossInputs {
-        logp_old: &logp,
-        ..inputs
-    };
-    let with_kl = LossConfig {
-        beta: 0.1,
-        ..config.clone()
-    };
+    let inputs = PolicyLossInputs { logp_old: &logp, ..inputs };
+    let with_kl = LossConfig { beta: 0.1, ..config.clone() };
     let error = policy_loss(&inputs, &with_kl, &normalizer).unwrap_err();
     assert!(error.to_string().contains("logp_ref"), "{error}");
-    let negative = LossConfig {
-        epsilon_high: -0.1,
-        ..config
-    };
+    let negative = LossConfig { epsilon_high: -0.1, ..config };
     assert!(negative.validate().is_err());
     assert!("ppo".parse::<LossMode>().is_err());
     for mode in LossMode::ALL {

@@ -30,15 +30,8 @@ pub fn token_entropy(logits: &Tensor, chunk_rows: usize) -> Result<Tensor> {
         return Err(invalid_input("logits have an empty vocabulary dimension"));
     }
     let rows: usize = leading.iter().product();
-    let compute_dtype = if logits.dtype() == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    };
-    let flat = logits
-        .detach()
-        .reshape((rows, vocab))
-        .ctx("flattening logits")?;
+    let compute_dtype = if logits.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+    let flat = logits.detach().reshape((rows, vocab)).ctx("flattening logits")?;
     let mut chunks = Vec::with_capacity(rows.div_ceil(chunk_rows));
     let mut start = 0;
     while start < rows {
@@ -80,21 +73,15 @@ fn chunk_entropy(logits: &Tensor) -> Result<Tensor> {
 /// evaluated as a stable product.
 pub fn pass_at_k(n: usize, correct: usize, k: usize) -> Result<f64> {
     if k == 0 || k > n {
-        return Err(invalid_input(format!(
-            "pass@k needs 1 <= k <= n, got k={k}, n={n}"
-        )));
+        return Err(invalid_input(format!("pass@k needs 1 <= k <= n, got k={k}, n={n}")));
     }
     if correct > n {
-        return Err(invalid_input(format!(
-            "{correct} correct out of only {n} samples"
-        )));
+        return Err(invalid_input(format!("{correct} correct out of only {n} samples")));
     }
     if n - correct < k {
         return Ok(1.0);
     }
-    let all_wrong: f64 = ((n - correct + 1)..=n)
-        .map(|i| 1.0 - k as f64 / i as f64)
-        .product();
+    let all_wrong: f64 = ((n - correct + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product();
     Ok(1.0 - all_wrong)
 }
 
@@ -115,10 +102,7 @@ pub fn accuracy(rewards: &[f64], success_threshold: f64) -> f64 {
     if rewards.is_empty() {
         return 0.0;
     }
-    let successes = rewards
-        .iter()
-        .filter(|&&reward| reward >= success_threshold)
-        .count();
+    let successes = rewards.iter().filter(|&&reward| reward >= success_threshold).count();
     successes as f64 / rewards.len() as f64
 }
 
@@ -260,11 +244,9 @@ mod tests {
             }
         }
         // Two tokens with probabilities 0.25 / 0.75, and a near-deterministic row with huge logits.
-        let logits = Tensor::new(
-            &[[0.0f64, 3f64.ln()], [1000.0, -1000.0], [-5.0, 7.0]],
-            &Device::Cpu,
-        )
-        .unwrap();
+        let logits =
+            Tensor::new(&[[0.0f64, 3f64.ln()], [1000.0, -1000.0], [-5.0, 7.0]], &Device::Cpu)
+                .unwrap();
         let expected_first = -(0.25 * 0.25f64.ln() + 0.75 * 0.75f64.ln());
         for chunk_rows in [1, 2, 3, 100] {
             let entropy = token_entropy(&logits, chunk_rows).unwrap();
@@ -295,14 +277,7 @@ mod tests {
             }
             (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
         }
-        for (n, c, k) in [
-            (10, 3, 1),
-            (10, 3, 5),
-            (16, 1, 4),
-            (20, 0, 3),
-            (5, 5, 5),
-            (8, 2, 7),
-        ] {
+        for (n, c, k) in [(10, 3, 1), (10, 3, 5), (16, 1, 4), (20, 0, 3), (5, 5, 5), (8, 2, 7)] {
             let expected = 1.0 - binomial((n - c) as u64, k as u64) / binomial(n as u64, k as u64);
             let actual = pass_at_k(n, c, k).unwrap();
             assert!((actual - expected).abs() < 1e-12, "n={n} c={c} k={k}");
@@ -323,26 +298,15 @@ mod tests {
         assert_eq!(accuracy(&[1.0, 0.0, 0.5, 1.0], 1.0), 0.5);
         assert_eq!(accuracy(&[], 1.0), 0.0);
         let summary = RewardSummary::from_values(&[1.0, 0.0, 0.0, 1.0]);
-        assert_eq!(
-            summary,
-            RewardSummary {
-                mean: 0.5,
-                std: 0.5
-            }
-        );
+        assert_eq!(summary, RewardSummary { mean: 0.5, std: 0.5 });
     }
 
     #[test]
     fn step_metrics_serialise_with_every_field() {
-        let mut metrics = StepMetrics {
-            step: 3,
-            ..StepMetrics::default()
-        };
+        let mut metrics = StepMetrics { step: 3, ..StepMetrics::default() };
         let per_grader = BTreeMap::from([("math".to_string(), vec![1.0, 0.0])]);
         metrics.record_rewards(&[1.0, 0.2], &per_grader, 1.0);
-        metrics
-            .record_completions(&[10, 64], &[false, true])
-            .unwrap();
+        metrics.record_completions(&[10, 64], &[false, true]).unwrap();
         assert!(metrics.record_completions(&[1], &[]).is_err());
         let stats = LossStats {
             tokens: 10.0,

@@ -19,9 +19,7 @@ pub fn truncated_is_weights(
     cap: f64,
 ) -> Result<Tensor> {
     if !(cap.is_finite() && cap > 0.0) {
-        return Err(invalid_input(format!(
-            "TIS cap must be finite and > 0, got {cap}"
-        )));
+        return Err(invalid_input(format!("TIS cap must be finite and > 0, got {cap}")));
     }
     let log_weight = masked_log_ratio(logp_old_trainer, logp_sampler, mask)?;
     let weights = log_weight
@@ -52,10 +50,7 @@ fn masked_log_ratio(numerator: &Tensor, denominator: &Tensor, mask: &Tensor) -> 
     let (responses, steps) = token_dims(numerator, "trainer log-probs")?;
     check_dims(denominator, &[responses, steps], "sampler log-probs")?;
     check_dims(mask, &[responses, steps], "mask")?;
-    let denominator = denominator
-        .detach()
-        .to_dtype(numerator.dtype())
-        .ctx("casting log-probs")?;
+    let denominator = denominator.detach().to_dtype(numerator.dtype()).ctx("casting log-probs")?;
     let difference = (numerator.detach() - denominator).ctx("log ratio")?;
     zero_outside(&difference, &mask_predicate(mask)?)
 }

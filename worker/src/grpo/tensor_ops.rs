@@ -30,9 +30,7 @@ pub(crate) fn mask_predicate(mask: &Tensor) -> Result<Tensor> {
 /// `values` where the predicate holds and 0 elsewhere, so padding (even -inf or NaN) cannot leak.
 pub(crate) fn zero_outside(values: &Tensor, predicate: &Tensor) -> Result<Tensor> {
     let zeros = values.zeros_like().ctx("allocating zeros")?;
-    predicate
-        .where_cond(values, &zeros)
-        .ctx("zeroing masked-out positions")
+    predicate.where_cond(values, &zeros).ctx("zeroing masked-out positions")
 }
 
 /// Copies a 2-D tensor to host memory as f64 rows.

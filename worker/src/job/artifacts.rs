@@ -16,26 +16,36 @@ pub struct ModelRow {
 
 /// The `models` row of `model_id`, if any.
 pub async fn model_row(pool: &sqlx::PgPool, model_id: &str) -> anyhow::Result<Option<ModelRow>> {
-    let row: Option<(String, String)> = sqlx::query_as("SELECT storage_prefix, format FROM models WHERE id = $1")
-        .bind(model_id)
-        .fetch_optional(pool)
-        .await
-        .context("looking up the model")?;
+    let row: Option<(String, String)> =
+        sqlx::query_as("SELECT storage_prefix, format FROM models WHERE id = $1")
+            .bind(model_id)
+            .fetch_optional(pool)
+            .await
+            .context("looking up the model")?;
     Ok(row.map(|(storage_prefix, format)| ModelRow { storage_prefix, format }))
 }
 
 /// The latest registered checkpoint of a job: `(step, storage_prefix)`.
-pub async fn latest_checkpoint(pool: &sqlx::PgPool, job_id: &str) -> anyhow::Result<Option<(i32, String)>> {
-    sqlx::query_as("SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step DESC LIMIT 1")
-        .bind(job_id)
-        .fetch_optional(pool)
-        .await
-        .context("looking up the latest checkpoint")
+pub async fn latest_checkpoint(
+    pool: &sqlx::PgPool,
+    job_id: &str,
+) -> anyhow::Result<Option<(i32, String)>> {
+    sqlx::query_as(
+        "SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step DESC LIMIT 1",
+    )
+    .bind(job_id)
+    .fetch_optional(pool)
+    .await
+    .context("looking up the latest checkpoint")
 }
 
 /// Downloads the published folder at `prefix` into `dir` unless a complete copy is there
 /// (its manifest matches); returns `dir`.
-pub async fn cached_folder(store: &dyn ObjectStore, prefix: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+pub async fn cached_folder(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    dir: &Path,
+) -> anyhow::Result<PathBuf> {
     let remote = read_manifest(store, prefix)
         .await
         .with_context(|| format!("reading the manifest of {prefix}"))?
@@ -47,13 +57,16 @@ pub async fn cached_folder(store: &dyn ObjectStore, prefix: &str, dir: &Path) ->
     }
     let partial = dir.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&partial);
-    download_folder(store, prefix, &partial).await.with_context(|| format!("downloading {prefix}"))?;
+    download_folder(store, prefix, &partial)
+        .await
+        .with_context(|| format!("downloading {prefix}"))?;
     std::fs::write(partial.join(".verity-manifest.json"), &remote_json)?;
     let _ = std::fs::remove_dir_all(dir);
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::rename(&partial, dir).with_context(|| format!("moving {} into place", dir.display()))?;
+    std::fs::rename(&partial, dir)
+        .with_context(|| format!("moving {} into place", dir.display()))?;
     Ok(dir.to_path_buf())
 }
 
@@ -75,7 +88,12 @@ pub fn file_key(file_id: &str) -> String {
 
 /// Replaces the lines of `jobs/{id}/metrics.jsonl` for `step` and later with `line`, so a
 /// re-run step (after a crash) appears exactly once.
-pub async fn append_metrics_line(store: &dyn ObjectStore, job_id: &str, step: u64, line: &Value) -> anyhow::Result<()> {
+pub async fn append_metrics_line(
+    store: &dyn ObjectStore,
+    job_id: &str,
+    step: u64,
+    line: &Value,
+) -> anyhow::Result<()> {
     let key = format!("jobs/{job_id}/metrics.jsonl");
     let existing = match store.head(&key).await? {
         Some(_) => store.get_bytes(&key).await?,

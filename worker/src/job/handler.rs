@@ -1,6 +1,8 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{append_metrics_line, cached_folder, file_key, latest_checkpoint, model_path, model_row};
+use super::artifacts::{
+    append_metrics_line, cached_folder, file_key, latest_checkpoint, model_path, model_row,
+};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -8,7 +10,10 @@ use candle_core::Device;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
-use verity_core::queue::{EventLevel, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, QueueError, SampleIndexRow};
+use verity_core::queue::{
+    EventLevel, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, QueueError,
+    SampleIndexRow,
+};
 use verity_core::spec::Method;
 use verity_core::storage::{publish_folder, ObjectStore};
 use verity_core::ControlSignal;
@@ -69,14 +74,20 @@ impl TrainingHandler {
             .get_bytes(&file_key(file_id))
             .await
             .map_err(|e| user_error(format!("file {file_id} cannot be read: {e}")))?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
     }
 
     /// Builds the trainer from the job: spec, grader, model, data, latest checkpoint.
     async fn build(&self, lease: &Lease) -> Result<(Trainer, Option<i32>), Stop> {
         let job = lease.job();
-        let spec = if job.spec.get("type").is_some() { job.spec.clone() } else { job.spec.get("method").cloned().unwrap_or(Value::Null) };
-        let method: Method = serde_json::from_value(spec).map_err(|e| user_error(format!("invalid method: {e}")))?;
+        let spec = if job.spec.get("type").is_some() {
+            job.spec.clone()
+        } else {
+            job.spec.get("method").cloned().unwrap_or(Value::Null)
+        };
+        let method: Method =
+            serde_json::from_value(spec).map_err(|e| user_error(format!("invalid method: {e}")))?;
         method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
@@ -86,42 +97,79 @@ impl TrainingHandler {
             .map_err(|e| retryable("model lookup", e))?
             .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
         let model_dir = self.config.cache_dir.join("models").join(sanitize(&job.model));
-        let model_dir = cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir)
-            .await
-            .map_err(|e| user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)))?;
-        let model_file = model_path(&model_dir, &row.format).map_err(|e| user_error(format!("model {:?}: {e}", job.model)))?;
-        let training_file = job.training_file.clone().ok_or_else(|| user_error("the job has no training file"))?;
+        let model_dir =
+            cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir).await.map_err(
+                |e| user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
+            )?;
+        let model_file = model_path(&model_dir, &row.format)
+            .map_err(|e| user_error(format!("model {:?}: {e}", job.model)))?;
+        let training_file =
+            job.training_file.clone().ok_or_else(|| user_error("the job has no training file"))?;
         let train_text = self.read_file(&training_file).await?;
         let validation_text = match &job.validation_file {
             Some(id) => Some((id.clone(), self.read_file(id).await?)),
             None => None,
         };
-        let checkpoint = latest_checkpoint(lease.queue().pool(), &job.id).await.map_err(|e| retryable("checkpoint lookup", e))?;
+        let checkpoint = latest_checkpoint(lease.queue().pool(), &job.id)
+            .await
+            .map_err(|e| retryable("checkpoint lookup", e))?;
         let checkpoint_dir = match &checkpoint {
             Some((step, prefix)) => {
-                let dir = self.config.cache_dir.join("jobs").join(&job.id).join(format!("resume-{step}"));
-                Some(cached_folder(self.store.as_ref(), prefix, &dir).await.map_err(|e| retryable("downloading the checkpoint", e))?)
+                let dir =
+                    self.config.cache_dir.join("jobs").join(&job.id).join(format!("resume-{step}"));
+                Some(
+                    cached_folder(self.store.as_ref(), prefix, &dir)
+                        .await
+                        .map_err(|e| retryable("downloading the checkpoint", e))?,
+                )
             }
             None => None,
         };
         let device = self.config.device.clone();
-        let options = TrainerOptions { seed: job.seed as u64, base_model: job.model.clone(), grader_workers: self.config.grader_workers };
+        let options = TrainerOptions {
+            seed: job.seed as u64,
+            base_model: job.model.clone(),
+            grader_workers: self.config.grader_workers,
+        };
         let hp = reinforcement.hyperparameters.clone();
         let model_name = job.model.clone();
         let built = tokio::task::spawn_blocking(move || -> Result<Trainer, Stop> {
             let loaded = crate::loader::load_model(&model_file, &device)
                 .map_err(|e| user_error(format!("model {model_name:?} cannot be loaded: {e}")))?;
-            let max_prompt = loaded.model.config.max_position_embeddings.saturating_sub(hp.max_completion_tokens);
-            let train = Dataset::from_jsonl(&train_text, &format!("training file {training_file}"), &loaded.tokenizer, max_prompt)
-                .map_err(trainer_error)?;
+            let max_prompt = loaded
+                .model
+                .config
+                .max_position_embeddings
+                .saturating_sub(hp.max_completion_tokens);
+            let train = Dataset::from_jsonl(
+                &train_text,
+                &format!("training file {training_file}"),
+                &loaded.tokenizer,
+                max_prompt,
+            )
+            .map_err(trainer_error)?;
             let validation = match validation_text {
                 Some((id, text)) => Some(
-                    Dataset::from_jsonl(&text, &format!("validation file {id}"), &loaded.tokenizer, max_prompt).map_err(trainer_error)?,
+                    Dataset::from_jsonl(
+                        &text,
+                        &format!("validation file {id}"),
+                        &loaded.tokenizer,
+                        max_prompt,
+                    )
+                    .map_err(trainer_error)?,
                 ),
                 None => None,
             };
-            let mut trainer =
-                Trainer::new(loaded.model, loaded.tokenizer, grader, hp, train, validation, options).map_err(trainer_error)?;
+            let mut trainer = Trainer::new(
+                loaded.model,
+                loaded.tokenizer,
+                grader,
+                hp,
+                train,
+                validation,
+                options,
+            )
+            .map_err(trainer_error)?;
             if let Some(dir) = checkpoint_dir {
                 trainer.restore(&dir).map_err(|e| retryable("restoring the checkpoint", e))?;
             }
@@ -133,7 +181,12 @@ impl TrainingHandler {
     }
 
     /// Saves, publishes and registers a checkpoint of the trainer's current step.
-    async fn checkpoint(&self, lease: &Lease, trainer: Trainer, metrics: Option<&Value>) -> Result<Trainer, Stop> {
+    async fn checkpoint(
+        &self,
+        lease: &Lease,
+        trainer: Trainer,
+        metrics: Option<&Value>,
+    ) -> Result<Trainer, Stop> {
         let job_id = lease.job().id.clone();
         let step = trainer.step();
         let dir = self.config.cache_dir.join("jobs").join(&job_id).join(format!("step-{step}"));
@@ -146,14 +199,21 @@ impl TrainingHandler {
         .map_err(|e| retryable("saving a checkpoint", e))?
         .map_err(|e| retryable("saving a checkpoint", e))?;
         let prefix = format!("jobs/{job_id}/checkpoints/step-{step}");
-        let manifest = publish_folder(self.store.as_ref(), &dir, &prefix).await.map_err(|e| retryable("publishing a checkpoint", e))?;
+        let manifest = publish_folder(self.store.as_ref(), &dir, &prefix)
+            .await
+            .map_err(|e| retryable("publishing a checkpoint", e))?;
         let id = lease
             .checkpoint(step as i32, &prefix, manifest.total_bytes as i64, metrics)
             .await
             .map_err(|e| lease_error("registering a checkpoint", e))?;
         let data = json!({"step": step, "checkpoint_id": id, "storage_prefix": prefix, "bytes": manifest.total_bytes});
         lease
-            .event(EventLevel::Info, "checkpoint", &format!("checkpoint saved at step {step}"), Some(&data))
+            .event(
+                EventLevel::Info,
+                "checkpoint",
+                &format!("checkpoint saved at step {step}"),
+                Some(&data),
+            )
             .await
             .map_err(|e| lease_error("writing an event", e))?;
         let _ = std::fs::remove_dir_all(&dir);
@@ -161,20 +221,31 @@ impl TrainingHandler {
     }
 
     /// Writes a step's metrics row, metrics line, samples and event.
-    async fn record_step(&self, lease: &Lease, out: &StepOutput, eval: Option<&EvalMetrics>) -> Result<Value, Stop> {
+    async fn record_step(
+        &self,
+        lease: &Lease,
+        out: &StepOutput,
+        eval: Option<&EvalMetrics>,
+    ) -> Result<Value, Stop> {
         let job_id = &lease.job().id;
         let step = out.metrics.step;
-        let mut row = serde_json::to_value(&out.metrics).map_err(|e| retryable("encoding metrics", e))?;
+        let mut row =
+            serde_json::to_value(&out.metrics).map_err(|e| retryable("encoding metrics", e))?;
         if let (Some(eval), Some(map)) = (eval, row.as_object_mut()) {
             map.insert("eval".into(), serde_json::to_value(eval).unwrap_or(Value::Null));
         }
         let key = format!("jobs/{job_id}/samples/step-{step}.jsonl");
         let mut body = String::new();
         for sample in &out.samples {
-            body.push_str(&serde_json::to_string(sample).map_err(|e| retryable("encoding samples", e))?);
+            body.push_str(
+                &serde_json::to_string(sample).map_err(|e| retryable("encoding samples", e))?,
+            );
             body.push('\n');
         }
-        self.store.put_bytes(&key, Bytes::from(body)).await.map_err(|e| retryable("writing samples", e))?;
+        self.store
+            .put_bytes(&key, Bytes::from(body))
+            .await
+            .map_err(|e| retryable("writing samples", e))?;
         let rows: Vec<SampleIndexRow> = out
             .samples
             .iter()
@@ -191,10 +262,18 @@ impl TrainingHandler {
             .collect();
         lease.samples(step as i32, &rows).await.map_err(|e| lease_error("indexing samples", e))?;
         lease.metric(step as i32, &row).await.map_err(|e| lease_error("writing metrics", e))?;
-        append_metrics_line(self.store.as_ref(), job_id, step, &row).await.map_err(|e| retryable("writing metrics.jsonl", e))?;
-        let summary = json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss});
+        append_metrics_line(self.store.as_ref(), job_id, step, &row)
+            .await
+            .map_err(|e| retryable("writing metrics.jsonl", e))?;
+        let summary =
+            json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss});
         lease
-            .event(EventLevel::Debug, "step", &format!("step {step}: reward {:.3}", out.metrics.reward_mean), Some(&summary))
+            .event(
+                EventLevel::Debug,
+                "step",
+                &format!("step {step}: reward {:.3}", out.metrics.reward_mean),
+                Some(&summary),
+            )
             .await
             .map_err(|e| lease_error("writing an event", e))?;
         if let Some(eval) = eval {
@@ -217,10 +296,26 @@ impl TrainingHandler {
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
         let (mut trainer, resumed) = self.build(lease).await?;
         match resumed {
-            Some(step) => lease
-                .event(EventLevel::Info, "resumed", &format!("resumed from the checkpoint of step {step}"), Some(&json!({"step": step})))
-                .await,
-            None => lease.event(EventLevel::Info, "started", "training started", Some(&json!({"total_steps": trainer.total_steps()}))).await,
+            Some(step) => {
+                lease
+                    .event(
+                        EventLevel::Info,
+                        "resumed",
+                        &format!("resumed from the checkpoint of step {step}"),
+                        Some(&json!({"step": step})),
+                    )
+                    .await
+            }
+            None => {
+                lease
+                    .event(
+                        EventLevel::Info,
+                        "started",
+                        "training started",
+                        Some(&json!({"total_steps": trainer.total_steps()})),
+                    )
+                    .await
+            }
         }
         .map_err(|e| lease_error("writing an event", e))?;
         let hp = trainer.hyperparameters().clone();
@@ -254,7 +349,8 @@ impl TrainingHandler {
                 return Ok(JobOutcome::LeaseLost);
             }
             let step = trainer.step();
-            let eval_due = trainer.finished() || (hp.eval_interval() > 0 && step % hp.eval_interval() as u64 == 0);
+            let eval_due = trainer.finished()
+                || (hp.eval_interval() > 0 && step % hp.eval_interval() as u64 == 0);
             let eval = if eval_due {
                 let (returned, eval) = self.evaluate(trainer).await?;
                 trainer = returned;
@@ -278,7 +374,12 @@ impl TrainingHandler {
             "eval": last_eval,
         });
         lease
-            .event(EventLevel::Info, "succeeded", &format!("training finished after {step} steps"), Some(&result))
+            .event(
+                EventLevel::Info,
+                "succeeded",
+                &format!("training finished after {step} steps"),
+                Some(&result),
+            )
             .await
             .map_err(|e| lease_error("writing an event", e))?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
@@ -289,12 +390,17 @@ impl TrainingHandler {
 async fn eval_event(lease: &Lease, eval: &EvalMetrics) -> Result<(), Stop> {
     let data = serde_json::to_value(eval).unwrap_or(Value::Null);
     let message = format!("step {}: validation pass@1 {:.3}", eval.step, eval.pass_at_1());
-    lease.event(EventLevel::Info, "eval", &message, Some(&data)).await.map_err(|e| lease_error("writing an event", e))
+    lease
+        .event(EventLevel::Info, "eval", &message, Some(&data))
+        .await
+        .map_err(|e| lease_error("writing an event", e))
 }
 
 /// A model id usable as a folder name.
 fn sanitize(id: &str) -> String {
-    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    id.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect()
 }
 
 #[async_trait]
@@ -306,7 +412,9 @@ impl JobHandler for TrainingHandler {
         };
         if let JobOutcome::Failed { message, retryable } = &outcome {
             tracing::warn!(job_id = %lease.job().id, %message, retryable, "training failed");
-            let _ = lease.event(EventLevel::Error, "failed", message, Some(&json!({"retryable": retryable}))).await;
+            let _ = lease
+                .event(EventLevel::Error, "failed", message, Some(&json!({"retryable": retryable})))
+                .await;
         }
         outcome
     }

@@ -31,10 +31,16 @@ pub struct TrainingWorkerConfig {
 }
 
 /// Runs the training claim loop until `shutdown` fires (or `max_jobs` jobs ran).
-pub async fn run_training_worker(config: TrainingWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<usize> {
-    let device = crate::device::parse_device(&config.device).with_context(|| format!("device {:?}", config.device))?;
+pub async fn run_training_worker(
+    config: TrainingWorkerConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<usize> {
+    let device = crate::device::parse_device(&config.device)
+        .with_context(|| format!("device {:?}", config.device))?;
     let kind = if device.is_cpu() { DeviceKind::Cpu } else { DeviceKind::Cuda };
-    let pool = verity_core::db::connect(&config.database.database_url, config.database.max_connections).await?;
+    let pool =
+        verity_core::db::connect(&config.database.database_url, config.database.max_connections)
+            .await?;
     let store = verity_core::storage::open_store(&config.storage).await?;
     let settings = QueueSettings {
         lease: config.queue.lease(),
@@ -44,7 +50,11 @@ pub async fn run_training_worker(config: TrainingWorkerConfig, shutdown: Cancell
     let queue = Queue::new(pool, settings);
     let handler = TrainingHandler::new(
         store,
-        TrainingHandlerConfig { cache_dir: config.cache_dir.clone(), device, grader_workers: config.grader_workers },
+        TrainingHandlerConfig {
+            cache_dir: config.cache_dir.clone(),
+            device,
+            grader_workers: config.grader_workers,
+        },
     );
     let options = RunnerOptions {
         poll_interval: config.queue.poll_interval(),

@@ -20,12 +20,7 @@ fn with_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> Result<R>) ->
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
     for (x, y) in ca.zip(cb) {
         for i in 0..16 {
             acc[i] += x[i] * y[i];
@@ -66,47 +61,44 @@ pub fn attention_nograd(
                     if kst[3] != 1 || vst[3] != 1 {
                         bail!("attention: keys/values need a contiguous last dimension");
                     }
-                    out.par_chunks_mut(dh)
-                        .with_min_len(8)
-                        .enumerate()
-                        .for_each(|(row, o)| {
-                            // Output rows are ordered (b, i, head).
-                            let (bi, rest) = (row / (tq * h), row % (tq * h));
-                            let (i, hi) = (rest / h, rest % h);
-                            let kh = hi / rep;
-                            let qrow = &qs[((bi * h + hi) * tq + i) * dh..][..dh];
-                            let mrow = &ms[(bi * tq + i) * tk..][..tk];
-                            let mut scores = vec![0f32; tk];
-                            let mut max = f32::NEG_INFINITY;
-                            for (j, s) in scores.iter_mut().enumerate() {
-                                if mrow[j] == f32::NEG_INFINITY {
-                                    *s = f32::NEG_INFINITY;
-                                    continue;
-                                }
-                                let krow = &ks[bi * kst[0] + kh * kst[1] + j * kst[2]..][..dh];
-                                *s = dot(qrow, krow) * scale + mrow[j];
-                                max = max.max(*s);
+                    out.par_chunks_mut(dh).with_min_len(8).enumerate().for_each(|(row, o)| {
+                        // Output rows are ordered (b, i, head).
+                        let (bi, rest) = (row / (tq * h), row % (tq * h));
+                        let (i, hi) = (rest / h, rest % h);
+                        let kh = hi / rep;
+                        let qrow = &qs[((bi * h + hi) * tq + i) * dh..][..dh];
+                        let mrow = &ms[(bi * tq + i) * tk..][..tk];
+                        let mut scores = vec![0f32; tk];
+                        let mut max = f32::NEG_INFINITY;
+                        for (j, s) in scores.iter_mut().enumerate() {
+                            if mrow[j] == f32::NEG_INFINITY {
+                                *s = f32::NEG_INFINITY;
+                                continue;
                             }
-                            if max == f32::NEG_INFINITY {
-                                return;
+                            let krow = &ks[bi * kst[0] + kh * kst[1] + j * kst[2]..][..dh];
+                            *s = dot(qrow, krow) * scale + mrow[j];
+                            max = max.max(*s);
+                        }
+                        if max == f32::NEG_INFINITY {
+                            return;
+                        }
+                        let mut sum = 0f32;
+                        for s in scores.iter_mut() {
+                            *s = (*s - max).exp();
+                            sum += *s;
+                        }
+                        let inv = 1.0 / sum;
+                        for (j, &p) in scores.iter().enumerate() {
+                            if p == 0.0 {
+                                continue;
                             }
-                            let mut sum = 0f32;
-                            for s in scores.iter_mut() {
-                                *s = (*s - max).exp();
-                                sum += *s;
+                            let vrow = &vs[bi * vst[0] + kh * vst[1] + j * vst[2]..][..dh];
+                            let w = p * inv;
+                            for (o, &x) in o.iter_mut().zip(vrow) {
+                                *o += w * x;
                             }
-                            let inv = 1.0 / sum;
-                            for (j, &p) in scores.iter().enumerate() {
-                                if p == 0.0 {
-                                    continue;
-                                }
-                                let vrow = &vs[bi * vst[0] + kh * vst[1] + j * vst[2]..][..dh];
-                                let w = p * inv;
-                                for (o, &x) in o.iter_mut().zip(vrow) {
-                                    *o += w * x;
-                                }
-                            }
-                        });
+                        }
+                    });
                     Ok(())
                 })
             })

@@ -17,12 +17,8 @@ use rayon::prelude::*;
 /// key/value head `h / (H / Hkv)`. Returns `(B * Tq, H * Dh)`, differentiable in `q`, `k`, `v`.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f32) -> Result<Tensor> {
     if use_cpu_kernel(q) {
-        let op = Attention {
-            mask: mask.contiguous()?,
-            scale,
-        };
-        q.contiguous()?
-            .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+        let op = Attention { mask: mask.contiguous()?, scale };
+        q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
     } else {
         attention_reference(q, k, v, mask, scale)
     }
@@ -40,10 +36,7 @@ pub fn attention_reference(
     let (b, h, t, dh) = q.dims4()?;
     let (_, hkv, tk, _) = k.dims4()?;
     let rep = h / hkv.max(1);
-    let scores = q
-        .reshape((b, hkv, rep * t, dh))?
-        .matmul(&k.t()?)?
-        .reshape((b, h, t, tk))?;
+    let scores = q.reshape((b, hkv, rep * t, dh))?.matmul(&k.t()?)?.reshape((b, h, t, tk))?;
     let probs = super::masked_softmax_reference(&scores, mask, scale)?;
     probs
         .reshape((b, hkv, rep * t, tk))?
@@ -72,14 +65,7 @@ impl Dims {
         if kb != b || kdh != dh || v != k || mask != [b, t, tk] || hkv == 0 || h % hkv != 0 {
             bail!("attention: q {q:?}, k {k:?}, v {v:?}, mask {mask:?}");
         }
-        Ok(Dims {
-            b,
-            h,
-            hkv,
-            t,
-            tk,
-            dh,
-        })
+        Ok(Dims { b, h, hkv, t, tk, dh })
     }
 
     fn rep(&self) -> usize {
@@ -144,7 +130,14 @@ impl CustomOp3 for Attention {
                     let g = bi * d.hkv + hi / d.rep();
                     let mut p = vec![0f32; t * tk];
                     let mask = &mask[bi * t * tk..][..t * tk];
-                    probabilities(&mut p, &q[bh * t * dh..][..t * dh], &k[g * tk * dh..][..tk * dh], mask, d, self.scale);
+                    probabilities(
+                        &mut p,
+                        &q[bh * t * dh..][..t * dh],
+                        &k[g * tk * dh..][..tk * dh],
+                        mask,
+                        d,
+                        self.scale,
+                    );
                     let mut o = vec![0f32; t * dh];
                     // SAFETY: p is t×tk, v's head is tk×dh, o is t×dh, all contiguous.
                     unsafe {
@@ -242,7 +235,8 @@ fn group_gradients(
     let kh = &k[bg * tk * dh..][..tk * dh];
     let vh = &v[bg * tk * dh..][..tk * dh];
     let mask = &mask[bi * t * tk..][..t * tk];
-    let (mut dq, mut dk, mut dv) = (vec![0f32; rep * t * dh], vec![0f32; tk * dh], vec![0f32; tk * dh]);
+    let (mut dq, mut dk, mut dv) =
+        (vec![0f32; rep * t * dh], vec![0f32; tk * dh], vec![0f32; tk * dh]);
     let (mut p, mut dp) = (vec![0f32; t * tk], vec![0f32; t * tk]);
     let out_rs = (d.h * dh) as isize;
     for r in 0..rep {
@@ -347,7 +341,9 @@ mod tests {
     #[test]
     fn matches_the_composition_in_value_and_gradient() {
         let dev = Device::Cpu;
-        for (b, h, hkv, t, dh, pads) in [(2, 4, 2, 7, 8, vec![0, 3]), (1, 3, 3, 5, 4, vec![0]), (3, 6, 1, 9, 16, vec![2, 0, 5])] {
+        for (b, h, hkv, t, dh, pads) in
+            [(2, 4, 2, 7, 8, vec![0, 3]), (1, 3, 3, 5, 4, vec![0]), (3, 6, 1, 9, 16, vec![2, 0, 5])]
+        {
             let [q, k, v] = qkv(b, h, hkv, t, dh);
             // The model's own mask: causal, left padding, a padded position sees itself.
             let m = attention_mask(&pads, 0, t, &dev).unwrap();
@@ -362,7 +358,11 @@ mod tests {
             let ((y1, g1), (y2, g2)) = (run(true), run(false));
             assert!(max_abs_diff(&y1, &y2) < 1e-5, "value {b}×{h}/{hkv}×{t}×{dh}");
             for (name, (a, r)) in ["q", "k", "v"].iter().zip(g1.iter().zip(&g2)) {
-                assert!(max_abs_diff(a, r) < 1e-4, "d{name} {b}×{h}/{hkv}×{t}×{dh}: {}", max_abs_diff(a, r));
+                assert!(
+                    max_abs_diff(a, r) < 1e-4,
+                    "d{name} {b}×{h}/{hkv}×{t}×{dh}: {}",
+                    max_abs_diff(a, r)
+                );
             }
         }
     }
@@ -385,9 +385,13 @@ mod tests {
         assert!(rows[2].iter().all(|x| x.is_finite()) && rows[2].iter().any(|&x| x != 0.0));
         let grads = y.sum_all().unwrap().backward().unwrap();
         for (x, what) in [(&q, "queries without keys"), (&k, "keys nobody sees")] {
-            let g = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let g =
+                grads.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for hi in 0..h {
-                assert!(g[hi * t * dh..][..2 * dh].iter().all(|&x| x == 0.0), "{what} get no gradient");
+                assert!(
+                    g[hi * t * dh..][..2 * dh].iter().all(|&x| x == 0.0),
+                    "{what} get no gradient"
+                );
                 assert!(g[hi * t * dh + 2 * dh..][..2 * dh].iter().all(|x| x.is_finite()));
             }
         }

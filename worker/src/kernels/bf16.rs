@@ -21,13 +21,13 @@ impl Bf16Matrix {
         let (rows, cols) = t.dims2()?;
         with_f32(t, |xs| {
             let mut bits = vec![0u16; xs.len()];
-            bits.par_chunks_mut(CONVERT_CHUNK)
-                .zip(xs.par_chunks(CONVERT_CHUNK))
-                .for_each(|(out, src)| {
+            bits.par_chunks_mut(CONVERT_CHUNK).zip(xs.par_chunks(CONVERT_CHUNK)).for_each(
+                |(out, src)| {
                     for (o, &v) in out.iter_mut().zip(src) {
                         *o = to_bf16(v);
                     }
-                });
+                },
+            );
             Ok(Self { bits, rows, cols })
         })
     }

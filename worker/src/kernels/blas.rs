@@ -7,9 +7,9 @@
 //! first use; `VERITY_BLAS=/path/to/libopenblas.so` picks another build, `VERITY_BLAS=off` keeps
 //! everything on `gemm`.
 
-use rayon::prelude::*;
 use super::{f32_slice, use_cpu_kernel};
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// `cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`.
@@ -81,7 +81,8 @@ fn openblas_core_for_this_cpu() -> Option<&'static str> {
         {
             return Some("SkylakeX");
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             return Some("Haswell");
         }
     }
@@ -118,17 +119,14 @@ fn load_blas() -> Option<Blas> {
                     set_threads(1);
                 }
                 let core = library
-                    .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"openblas_get_corename\0")
+                    .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(
+                        b"openblas_get_corename\0",
+                    )
                     .ok()
                     .map(|corename| corename())
                     .filter(|name| !name.is_null())
                     .map(|name| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned());
-                Ok(Blas {
-                    sgemm,
-                    core,
-                    requested_core,
-                    _library: library,
-                })
+                Ok(Blas { sgemm, core, requested_core, _library: library })
             })
         };
         match loaded {
@@ -155,7 +153,10 @@ fn warn_of_older_kernels(core: Option<&str>, requested: Option<&str>) {
     let (Some(best), Some(core)) = (openblas_core_for_this_cpu(), core) else {
         return;
     };
-    if requested.is_none() && std::env::var_os("OPENBLAS_CORETYPE").is_some() && !core.eq_ignore_ascii_case(best) {
+    if requested.is_none()
+        && std::env::var_os("OPENBLAS_CORETYPE").is_some()
+        && !core.eq_ignore_ascii_case(best)
+    {
         tracing::warn!(
             core,
             supported = best,
@@ -230,28 +231,47 @@ unsafe fn blas_sgemm(p: &Product) -> bool {
 
 /// [`blas_sgemm`], split across threads only when `parallel`.
 unsafe fn blas_sgemm_with(p: &Product, parallel: bool) -> bool {
-    let (Some(blas), Ok(m), Ok(n), Ok(k)) = (blas(), i32::try_from(p.m), i32::try_from(p.n), i32::try_from(p.k)) else {
+    let (Some(blas), Ok(m), Ok(n), Ok(k)) =
+        (blas(), i32::try_from(p.m), i32::try_from(p.n), i32::try_from(p.k))
+    else {
         return false;
     };
     let a = operand_layout(p.m, p.k, p.lhs_rs, p.lhs_cs);
     let b = operand_layout(p.k, p.n, p.rhs_rs, p.rhs_cs);
-    let c = operand_layout(p.m, p.n, p.dst_rs, p.dst_cs).filter(|(trans, _)| *trans == CBLAS_NO_TRANS);
-    let (Some((ta, lda)), Some((tb, ldb)), Some((_, ldc)), true) = (a, b, c, m > 0 && n > 0 && k > 0) else {
+    let c =
+        operand_layout(p.m, p.n, p.dst_rs, p.dst_cs).filter(|(trans, _)| *trans == CBLAS_NO_TRANS);
+    let (Some((ta, lda)), Some((tb, ldb)), Some((_, ldc)), true) =
+        (a, b, c, m > 0 && n > 0 && k > 0)
+    else {
         return false;
     };
     let beta = if p.accumulate { 1.0 } else { 0.0 };
     let Some(split) = Split::of(p).filter(|_| parallel) else {
         // SAFETY: the layouts were checked to address each matrix as CBLAS expects.
-        unsafe { (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0, p.lhs, lda, p.rhs, ldb, beta, p.dst, ldc) };
+        unsafe {
+            (blas.sgemm)(
+                CBLAS_ROW_MAJOR,
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                1.0,
+                p.lhs,
+                lda,
+                p.rhs,
+                ldb,
+                beta,
+                p.dst,
+                ldc,
+            )
+        };
         return true;
     };
     // Blocks of rows of `dst` and `lhs`, or of columns of `dst` and `rhs`: one single-threaded
     // BLAS call each.
-    let (total, lhs_step, rhs_step, dst_step) = if split.rows {
-        (p.m, p.lhs_rs, 0, p.dst_rs)
-    } else {
-        (p.n, 0, p.rhs_cs, p.dst_cs)
-    };
+    let (total, lhs_step, rhs_step, dst_step) =
+        if split.rows { (p.m, p.lhs_rs, 0, p.dst_rs) } else { (p.n, 0, p.rhs_cs, p.dst_cs) };
     let size = total.div_ceil(split.parts);
     let (lhs, rhs, dst) = (p.lhs as usize, p.rhs as usize, p.dst as usize);
     (0..split.parts).into_par_iter().for_each(|part| {
@@ -265,7 +285,22 @@ unsafe fn blas_sgemm_with(p: &Product, parallel: bool) -> bool {
             let lhs = (lhs as *const f32).offset(at(lhs_step));
             let rhs = (rhs as *const f32).offset(at(rhs_step));
             let dst = (dst as *mut f32).offset(at(dst_step));
-            (blas.sgemm)(CBLAS_ROW_MAJOR, ta, tb, bm, bn, k, 1.0, lhs, lda, rhs, ldb, beta, dst, ldc)
+            (blas.sgemm)(
+                CBLAS_ROW_MAJOR,
+                ta,
+                tb,
+                bm,
+                bn,
+                k,
+                1.0,
+                lhs,
+                lda,
+                rhs,
+                ldb,
+                beta,
+                dst,
+                ldc,
+            )
         };
     });
     true
@@ -368,7 +403,11 @@ pub(super) struct Strided<'a> {
 
 impl<'a> Strided<'a> {
     /// `rows × cols` elements of `data` at strides `(rs, cs)`; an error if they run past its end.
-    pub(super) fn new(data: &'a [f32], (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> Result<Self> {
+    pub(super) fn new(
+        data: &'a [f32],
+        (rows, cols): (usize, usize),
+        (rs, cs): (usize, usize),
+    ) -> Result<Self> {
         let last = if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 };
         if last > data.len() {
             bail!("matrix operand of {rows}×{cols} with strides ({rs}, {cs}) exceeds its storage");
@@ -402,7 +441,12 @@ pub(super) fn strided_matrix<'a>(s: &'a CpuStorage, l: &Layout) -> Result<Stride
 }
 
 /// `dst = lhs · rhs`, or `dst += lhs · rhs` with `accumulate`; `dst` is contiguous row-major.
-pub(super) fn product_into(dst: &mut [f32], lhs: Strided, rhs: Strided, accumulate: bool) -> Result<()> {
+pub(super) fn product_into(
+    dst: &mut [f32],
+    lhs: Strided,
+    rhs: Strided,
+    accumulate: bool,
+) -> Result<()> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if rhs.rows != k || dst.len() != m * n {
         bail!("product of {m}×{k} by {}×{n} into {} elements", rhs.rows, dst.len());
@@ -480,10 +524,7 @@ mod tests {
         // scripts/test-services.sh installs OpenBLAS and sets VERITY_REQUIRE_BLAS=1, so the
         // suite exercises the BLAS path rather than silently testing only the fallback.
         if std::env::var("VERITY_REQUIRE_BLAS").as_deref() == Ok("1") {
-            assert!(
-                blas_in_use(),
-                "VERITY_REQUIRE_BLAS=1 but no OpenBLAS could be loaded"
-            );
+            assert!(blas_in_use(), "VERITY_REQUIRE_BLAS=1 but no OpenBLAS could be loaded");
         }
     }
 
@@ -493,7 +534,10 @@ mod tests {
         // not the SSE3 fallback it picks for CPU models it does not recognise.
         let Some(blas) = blas() else { return };
         if let (Some(requested), Some(core)) = (blas.requested_core, &blas.core) {
-            assert!(core.eq_ignore_ascii_case(requested), "OpenBLAS chose {core} kernels on a CPU that runs {requested} ones");
+            assert!(
+                core.eq_ignore_ascii_case(requested),
+                "OpenBLAS chose {core} kernels on a CPU that runs {requested} ones"
+            );
         }
     }
 
@@ -528,17 +572,12 @@ mod tests {
                 let weights = Tensor::randn(0f32, 1.0, (m, n), &dev).unwrap();
                 let ours = x.apply_op2(&w, Matmul).unwrap();
                 let reference = x.matmul(&w).unwrap();
-                assert!(
-                    max_abs_diff(&ours, &reference) < 1e-4,
-                    "{m}×{k}×{n} {x_t} {w_t}"
-                );
+                assert!(max_abs_diff(&ours, &reference) < 1e-4, "{m}×{k}×{n} {x_t} {w_t}");
                 let loss = |y: Tensor| (y * &weights).unwrap().sum_all().unwrap();
                 let g1 = loss(xv.as_tensor().apply_op2(wv.as_tensor(), Matmul).unwrap())
                     .backward()
                     .unwrap();
-                let g2 = loss(xv.as_tensor().matmul(wv.as_tensor()).unwrap())
-                    .backward()
-                    .unwrap();
+                let g2 = loss(xv.as_tensor().matmul(wv.as_tensor()).unwrap()).backward().unwrap();
                 for v in [&xv, &wv] {
                     assert!(
                         max_abs_diff(g1.get(v).unwrap(), g2.get(v).unwrap()) < 1e-4,
@@ -583,16 +622,10 @@ mod tests {
         for (m, k, n) in [(37, 70, 19), (257, 90, 61), (9, 400, 301)] {
             let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
             // rhs read transposed: stored n × k, used as k × n with strides (1, k).
-            let rhs: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0)
-                .collect();
+            let rhs: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 11) as f32 * 0.5 - 2.0).collect();
             let run = |blas: bool, accumulate_twice: bool| {
                 let mut out = vec![0f32; m * n];
-                for accumulate in if accumulate_twice {
-                    vec![false, true]
-                } else {
-                    vec![false]
-                } {
+                for accumulate in if accumulate_twice { vec![false, true] } else { vec![false] } {
                     let product = Product {
                         m,
                         n,
@@ -619,11 +652,7 @@ mod tests {
             };
             let (fallback, fast) = (run(false, false), run(true, false));
             let expected: Vec<f32> = (0..m * n)
-                .map(|ij| {
-                    (0..k)
-                        .map(|p| lhs[(ij / n) * k + p] * rhs[(ij % n) * k + p])
-                        .sum()
-                })
+                .map(|ij| (0..k).map(|p| lhs[(ij / n) * k + p] * rhs[(ij % n) * k + p]).sum())
                 .collect();
             for (label, got) in [("gemm", &fallback), ("blas", &fast)] {
                 assert!(
@@ -633,10 +662,7 @@ mod tests {
             }
             let twice = run(true, true);
             assert!(
-                twice
-                    .iter()
-                    .zip(&expected)
-                    .all(|(a, b)| (a - 2.0 * b).abs() < 2e-3),
+                twice.iter().zip(&expected).all(|(a, b)| (a - 2.0 * b).abs() < 2e-3),
                 "accumulate adds to dst"
             );
         }

@@ -68,7 +68,9 @@ mod tests {
     #[test]
     fn rows_and_gradient_match_index_select() {
         let dev = Device::Cpu;
-        let table = Var::from_tensor(&Tensor::arange(0f32, 24.0, &dev).unwrap().reshape((6, 4)).unwrap()).unwrap();
+        let table =
+            Var::from_tensor(&Tensor::arange(0f32, 24.0, &dev).unwrap().reshape((6, 4)).unwrap())
+                .unwrap();
         let ids = [3u32, 0, 3, 5];
         let weights = Tensor::arange(0f32, 16.0, &dev).unwrap().reshape((4, 4)).unwrap();
         let ours = embedding(table.as_tensor(), &ids).unwrap();

@@ -25,10 +25,7 @@ pub fn token_logprobs(
         bail!("token_logprobs: temperature must be > 0, got {temperature}");
     }
     if use_cpu_kernel(hidden) {
-        let op = TokenLogprobs {
-            targets: Arc::new(targets.to_vec()),
-            inv_temp: 1.0 / temperature,
-        };
+        let op = TokenLogprobs { targets: Arc::new(targets.to_vec()), inv_temp: 1.0 / temperature };
         hidden.contiguous()?.apply_op2(&weight.contiguous()?, op)
     } else {
         token_logprobs_reference(hidden, weight, targets, temperature)
@@ -44,9 +41,7 @@ pub fn token_logprobs_reference(
 ) -> Result<Tensor> {
     let logits = (hidden.matmul(&weight.t()?)? / temperature as f64)?;
     let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let idx = Tensor::new(targets, hidden.device())?
-        .unsqueeze(1)?
-        .contiguous()?;
+    let idx = Tensor::new(targets, hidden.device())?.unsqueeze(1)?.contiguous()?;
     let picked = logp.gather(&idx, 1)?;
     let entropy = (logp.exp()? * &logp)?.sum_keepdim(1)?.neg()?.detach();
     Tensor::cat(&[picked, entropy], 1)
@@ -181,14 +176,14 @@ impl CustomOp2 for TokenLogprobs {
                     let targets = &self.targets[start..start + rows];
                     let grads = &grad_lp[start..start + rows];
                     // d logp_t / d z = (onehot_t - p) / T, scaled by the incoming gradient.
-                    buf.par_chunks_mut(v)
-                        .zip(targets.par_iter().zip(grads.par_iter()))
-                        .for_each(|(row, (&t, &gv))| {
+                    buf.par_chunks_mut(v).zip(targets.par_iter().zip(grads.par_iter())).for_each(
+                        |(row, (&t, &gv))| {
                             softmax_in_place(row, self.inv_temp);
                             let k = -gv * self.inv_temp;
                             row.iter_mut().for_each(|p| *p *= k);
                             row[t as usize] += gv * self.inv_temp;
-                        });
+                        },
+                    );
                     // SAFETY: all strides address inside the buffers sized above.
                     unsafe {
                         super::sgemm(super::Product {

@@ -83,8 +83,14 @@ mod tests {
 
     #[test]
     fn product_and_gradients_match_the_composition() {
-        let (x, w, a, b) = (wave_var((5, 6), 0.1), wave_var((6, 7), 0.2), wave_var((3, 6), 0.3), wave_var((7, 3), 0.4));
-        let fused = lora_matmul(x.as_tensor(), w.as_tensor(), a.as_tensor(), b.as_tensor(), 2.5).unwrap();
+        let (x, w, a, b) = (
+            wave_var((5, 6), 0.1),
+            wave_var((6, 7), 0.2),
+            wave_var((3, 6), 0.3),
+            wave_var((7, 3), 0.4),
+        );
+        let fused =
+            lora_matmul(x.as_tensor(), w.as_tensor(), a.as_tensor(), b.as_tensor(), 2.5).unwrap();
         let plain = (x.matmul(&w.as_tensor().detach()).unwrap()
             + (x.matmul(&a.t().unwrap()).unwrap() * 2.5).unwrap().matmul(&b.t().unwrap()).unwrap())
         .unwrap();

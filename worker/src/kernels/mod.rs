@@ -23,13 +23,16 @@ mod tiles;
 pub use attention::attention_nograd;
 pub use attention_train::{attention, attention_reference};
 pub use bf16::Bf16Matrix;
-pub use embedding::embedding;
 pub use blas::{blas_core, blas_in_use, matmul, serial_sgemm, sgemm, Product};
+pub use embedding::embedding;
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use lora::lora_matmul;
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
-pub use skinny::{skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, DecodeWeight, SKINNY_MAX_ROWS};
+pub use skinny::{
+    skinny_applies, skinny_matmul, skinny_matmul_many, skinny_matmul_nt, DecodeWeight,
+    SKINNY_MAX_ROWS,
+};
 pub use softmax::masked_softmax_reference;
 pub use swiglu::{swiglu, swiglu_matmul, swiglu_reference};
 

@@ -48,14 +48,12 @@ impl CustomOp2 for RmsNorm {
             candle_core::bail!("rms_norm: weight length {d} does not match {:?}", l1.dims());
         }
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .for_each(|(o, row)| {
-                let r = inv_rms(row, self.eps);
-                for ((o, &v), &wv) in o.iter_mut().zip(row).zip(w) {
-                    *o = v * r * wv;
-                }
-            });
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, row)| {
+            let r = inv_rms(row, self.eps);
+            for ((o, &v), &wv) in o.iter_mut().zip(row).zip(w) {
+                *o = v * r * wv;
+            }
+        });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -94,16 +92,16 @@ impl CustomOp3 for RmsNormGradX {
         let (x, w, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
         let d = w.len();
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d)
-            .zip(x.par_chunks(d).zip(g.par_chunks(d)))
-            .for_each(|(o, (xr, gr))| {
+        out.par_chunks_mut(d).zip(x.par_chunks(d).zip(g.par_chunks(d))).for_each(
+            |(o, (xr, gr))| {
                 let r = inv_rms(xr, self.eps);
                 let dot: f32 = xr.iter().zip(gr).zip(w).map(|((a, b), c)| a * b * c).sum();
                 let k = r * r * r * dot / d as f32;
                 for i in 0..d {
                     o[i] = r * w[i] * gr[i] - xr[i] * k;
                 }
-            });
+            },
+        );
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }

@@ -8,8 +8,7 @@ use rayon::prelude::*;
 /// Differentiable in `x` (the angles are constants).
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     if use_cpu_kernel(x) {
-        x.contiguous()?
-            .apply_op3(&cos.contiguous()?, &sin.contiguous()?, Rope)
+        x.contiguous()?.apply_op3(&cos.contiguous()?, &sin.contiguous()?, Rope)
     } else {
         rope_reference(x, cos, sin)
     }
@@ -43,31 +42,22 @@ impl CustomOp3 for Rope {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (x, cos, sin) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
-        let &[b, h, t, d] = l1.dims() else {
-            bail!("rope: x must be 4-d, got {:?}", l1.dims())
-        };
+        let &[b, h, t, d] = l1.dims() else { bail!("rope: x must be 4-d, got {:?}", l1.dims()) };
         let half = d / 2;
         if l2.dims() != [b, t, half] || l3.dims() != [b, t, half] {
-            bail!(
-                "rope: cos/sin {:?} do not match x {:?}",
-                l2.dims(),
-                l1.dims()
-            );
+            bail!("rope: cos/sin {:?} do not match x {:?}", l2.dims(), l1.dims());
         }
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .enumerate()
-            .for_each(|(row, (o, xr))| {
-                let (bi, ti) = (row / (h * t), row % t);
-                let off = (bi * t + ti) * half;
-                let (c, s) = (&cos[off..off + half], &sin[off..off + half]);
-                for i in 0..half {
-                    let (a, bb) = (xr[i], xr[i + half]);
-                    o[i] = a * c[i] - bb * s[i];
-                    o[i + half] = bb * c[i] + a * s[i];
-                }
-            });
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).enumerate().for_each(|(row, (o, xr))| {
+            let (bi, ti) = (row / (h * t), row % t);
+            let off = (bi * t + ti) * half;
+            let (c, s) = (&cos[off..off + half], &sin[off..off + half]);
+            for i in 0..half {
+                let (a, bb) = (xr[i], xr[i + half]);
+                o[i] = a * c[i] - bb * s[i];
+                o[i + half] = bb * c[i] + a * s[i];
+            }
+        });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 

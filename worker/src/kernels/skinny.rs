@@ -102,7 +102,10 @@ enum WeightData<'a> {
 }
 
 /// Runs `f` on the data of the weights (f32 ones made contiguous and borrowed from their storage).
-fn with_weight_data<R>(wts: &[DecodeWeight], f: impl FnOnce(&[WeightData]) -> Result<R>) -> Result<R> {
+fn with_weight_data<R>(
+    wts: &[DecodeWeight],
+    f: impl FnOnce(&[WeightData]) -> Result<R>,
+) -> Result<R> {
     let tensors: Vec<Option<Tensor>> = wts
         .iter()
         .map(|w| match w {
@@ -110,7 +113,8 @@ fn with_weight_data<R>(wts: &[DecodeWeight], f: impl FnOnce(&[WeightData]) -> Re
             DecodeWeight::Bf16(_) => Ok(None),
         })
         .collect::<Result<_>>()?;
-    let guards: Vec<_> = tensors.iter().map(|t| t.as_ref().map(|t| t.storage_and_layout())).collect();
+    let guards: Vec<_> =
+        tensors.iter().map(|t| t.as_ref().map(|t| t.storage_and_layout())).collect();
     let mut data = Vec::with_capacity(wts.len());
     for (w, guard) in wts.iter().zip(&guards) {
         data.push(match (w, guard) {
@@ -131,7 +135,9 @@ fn with_weight_data<R>(wts: &[DecodeWeight], f: impl FnOnce(&[WeightData]) -> Re
 fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
     match wt {
         WeightData::F32(w) => {
-            for (accs, xs) in acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k)) {
+            for (accs, xs) in
+                acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k))
+            {
                 let m = xs.len() / d.k;
                 stream_block(accs, xs, w, Dims { m, ..d }, c);
             }
@@ -147,13 +153,22 @@ fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: C
                     let src = &bits[(k0 + kk) * d.n + c.j0..(k0 + kk) * d.n + c.j0 + c.w];
                     super::bf16::widen(src, &mut buf[kk * c.w..(kk + 1) * c.w]);
                 }
-                for (accs, xs) in acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k)) {
+                for (accs, xs) in
+                    acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k))
+                {
                     let m = xs.len() / d.k;
                     for r in 0..m {
-                        xband[r * kb..(r + 1) * kb].copy_from_slice(&xs[r * d.k + k0..r * d.k + k0 + kb]);
+                        xband[r * kb..(r + 1) * kb]
+                            .copy_from_slice(&xs[r * d.k + k0..r * d.k + k0 + kb]);
                     }
                     let band = Dims { m, k: kb, n: c.w };
-                    stream_block(accs, &xband[..m * kb], &buf[..kb * c.w], band, Cols { j0: 0, w: c.w });
+                    stream_block(
+                        accs,
+                        &xband[..m * kb],
+                        &buf[..kb * c.w],
+                        band,
+                        Cols { j0: 0, w: c.w },
+                    );
                 }
             }
         }
@@ -229,7 +244,12 @@ fn stream_columns_tiled(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: 
     use tiles::{stream_tile, stream_tile_wide, BAND, TILE_COLS, TILE_ROWS, WIDE_TILE_COLS};
     let wide_strips = if has_avx512() { c.w - c.w % WIDE_TILE_COLS } else { 0 };
     let strips = c.w - c.w % TILE_COLS;
-    assert!(acc.len() >= d.m * c.w && x.len() >= d.m * d.k && wt.len() >= d.k * d.n && c.j0 + c.w <= d.n);
+    assert!(
+        acc.len() >= d.m * c.w
+            && x.len() >= d.m * d.k
+            && wt.len() >= d.k * d.n
+            && c.j0 + c.w <= d.n
+    );
     for k0 in (0..d.k).step_by(BAND) {
         let kb = BAND.min(d.k - k0);
         let wide = (0..wide_strips).step_by(WIDE_TILE_COLS).map(|jc| (jc, true));
@@ -290,7 +310,10 @@ pub fn skinny_matmul_many(x: &Tensor, wts: &[DecodeWeight]) -> Result<Vec<Tensor
     let tasks: Vec<(usize, Cols)> = widths
         .iter()
         .enumerate()
-        .flat_map(|(i, &n)| (0..n.div_ceil(cols)).map(move |b| (i, Cols { j0: b * cols, w: cols.min(n - b * cols) })))
+        .flat_map(|(i, &n)| {
+            (0..n.div_ceil(cols))
+                .map(move |b| (i, Cols { j0: b * cols, w: cols.min(n - b * cols) }))
+        })
         .collect();
     let blocks: Vec<Vec<f32>> = with_f32(x, |xs| {
         with_weight_data(wts, |ws| {
@@ -311,7 +334,10 @@ pub fn skinny_matmul_many(x: &Tensor, wts: &[DecodeWeight]) -> Result<Vec<Tensor
             outs[i][r * n + c.j0..r * n + c.j0 + c.w].copy_from_slice(&acc[r * c.w..(r + 1) * c.w]);
         }
     }
-    outs.into_iter().zip(&widths).map(|(out, &n)| Tensor::from_vec(out, (m, n), &Device::Cpu)).collect()
+    outs.into_iter()
+        .zip(&widths)
+        .map(|(out, &n)| Tensor::from_vec(out, (m, n), &Device::Cpu))
+        .collect()
 }
 
 #[inline(always)]
@@ -329,7 +355,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `out[r][v] = x[r] · w[v0 + v]` for `nv` weight rows; a bf16 row is widened once into `buf`.
-fn dot_rows(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m, k): (usize, usize), (v0, nv): (usize, usize)) {
+fn dot_rows(
+    out: &mut [f32],
+    x: &[f32],
+    w: WeightData,
+    buf: &mut [f32],
+    (m, k): (usize, usize),
+    (v0, nv): (usize, usize),
+) {
     for v in 0..nv {
         let range = (v0 + v) * k..(v0 + v + 1) * k;
         let wrow: &[f32] = match w {
@@ -348,7 +381,14 @@ fn dot_rows(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m, k): 
 /// [`dot_rows`] with [`tiles::dot_tile`]: two weight rows against up to four input rows per
 /// tile; an odd last weight row goes through [`dot_rows`].
 #[cfg(target_arch = "x86_64")]
-fn dot_rows_tiled(out: &mut [f32], x: &[f32], w: WeightData, buf: &mut [f32], (m, k): (usize, usize), (v0, nv): (usize, usize)) {
+fn dot_rows_tiled(
+    out: &mut [f32],
+    x: &[f32],
+    w: WeightData,
+    buf: &mut [f32],
+    (m, k): (usize, usize),
+    (v0, nv): (usize, usize),
+) {
     use tiles::{dot_tile, TILE_ROWS};
     assert!(out.len() >= m * nv && x.len() >= m * k && w.len() >= (v0 + nv) * k);
     let pairs = nv - nv % 2;
@@ -429,7 +469,8 @@ mod tests {
             let d = crate::testing::max_abs_diff(&want, &got);
             assert!(d < 1e-4, "m={m}: {d}");
             let other = Tensor::randn(0f32, 1.0, (70, 45), &dev).unwrap();
-            let both = skinny_matmul_many(&x, &[DecodeWeight::F32(&wt), DecodeWeight::F32(&other)]).unwrap();
+            let both = skinny_matmul_many(&x, &[DecodeWeight::F32(&wt), DecodeWeight::F32(&other)])
+                .unwrap();
             for (got, w) in both.iter().zip([&wt, &other]) {
                 let d = crate::testing::max_abs_diff(&x.matmul(w).unwrap(), got);
                 assert!(d < 1e-4, "many m={m}: {d}");
@@ -449,12 +490,17 @@ mod tests {
             let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
             let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
             let half = Bf16Matrix::from_tensor(&wt).unwrap();
-            let rounded = wt.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+            let rounded = wt
+                .to_dtype(candle_core::DType::BF16)
+                .unwrap()
+                .to_dtype(candle_core::DType::F32)
+                .unwrap();
             let got = skinny_matmul(&x, DecodeWeight::Bf16(&half)).unwrap();
             let d = crate::testing::max_abs_diff(&x.matmul(&rounded).unwrap(), &got);
             assert!(d < 1e-4, "m={m}: {d}");
             // Each row's result is the same whatever else is in the batch.
-            let alone = skinny_matmul(&x.narrow(0, m - 1, 1).unwrap(), DecodeWeight::Bf16(&half)).unwrap();
+            let alone =
+                skinny_matmul(&x.narrow(0, m - 1, 1).unwrap(), DecodeWeight::Bf16(&half)).unwrap();
             assert_eq!(alone.to_vec2::<f32>().unwrap()[0], got.to_vec2::<f32>().unwrap()[m - 1]);
             let w = wt.t().unwrap().contiguous().unwrap();
             let half_t = Bf16Matrix::from_tensor(&w).unwrap();

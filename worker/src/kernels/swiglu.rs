@@ -71,13 +71,13 @@ fn activation(s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Res
         bail!("swiglu: shapes {:?} and {:?}", l1.dims(), l2.dims());
     }
     let mut out = vec![0f32; g.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-        .for_each(|(o, (g, u))| {
+    out.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK))).for_each(
+        |(o, (g, u))| {
             for i in 0..o.len() {
                 o[i] = g[i] * sigmoid(g[i]) * u[i];
             }
-        });
+        },
+    );
     Ok(out)
 }
 
@@ -149,11 +149,7 @@ impl CustomOp3 for SwiGluGrad {
         let (dg, du) = out.split_at_mut(n);
         dg.par_chunks_mut(CHUNK)
             .zip(du.par_chunks_mut(CHUNK))
-            .zip(
-                g.par_chunks(CHUNK)
-                    .zip(u.par_chunks(CHUNK))
-                    .zip(dy.par_chunks(CHUNK)),
-            )
+            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)).zip(dy.par_chunks(CHUNK)))
             .for_each(|((dg, du), ((g, u), dy))| {
                 for i in 0..dg.len() {
                     let s = sigmoid(g[i]);
@@ -176,7 +172,10 @@ mod tests {
     fn swiglu_matmul_matches_the_composition_with_gradients() {
         let (gate, up, w) = (wave_var((5, 8), 0.3), wave_var((5, 8), 0.9), wave_var((8, 3), 1.7));
         let fused = swiglu_matmul(gate.as_tensor(), up.as_tensor(), w.as_tensor()).unwrap();
-        let plain = swiglu_reference(gate.as_tensor(), up.as_tensor()).unwrap().matmul(w.as_tensor()).unwrap();
+        let plain = swiglu_reference(gate.as_tensor(), up.as_tensor())
+            .unwrap()
+            .matmul(w.as_tensor())
+            .unwrap();
         assert_same_function(&fused, &plain, &[&gate, &up, &w], 1e-5);
     }
 }

@@ -111,7 +111,8 @@ stream_tile!(
 unsafe fn hsum(v: __m256) -> f32 {
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
 }
 
 /// `out[r][v] = x[r] · w[v]` for `R` input rows and two weight rows `v` (length-`k` dot

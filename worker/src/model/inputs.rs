@@ -33,12 +33,7 @@ impl PaddedBatch {
             ids.extend_from_slice(s);
             pads.push(pad);
         }
-        Ok(Self {
-            ids,
-            batch: seqs.len(),
-            len,
-            pads,
-        })
+        Ok(Self { ids, batch: seqs.len(), len, pads })
     }
 
     /// Position ids `(batch * len)`: 0 at each row's first real token (pads get 0).
@@ -160,19 +155,13 @@ mod tests {
         assert_eq!(scaled.inv_freq[0], plain.inv_freq[0]);
         let last = plain.inv_freq.len() - 1;
         assert!((scaled.inv_freq[last] - plain.inv_freq[last] / 8.0).abs() < 1e-12);
-        assert!(scaled
-            .inv_freq
-            .iter()
-            .zip(&plain.inv_freq)
-            .all(|(a, b)| a <= b));
+        assert!(scaled.inv_freq.iter().zip(&plain.inv_freq).all(|(a, b)| a <= b));
     }
 
     #[test]
     fn masks_hide_pads_and_the_future() {
-        let m: Vec<Vec<Vec<f32>>> = attention_mask(&[2], 0, 4, &Device::Cpu)
-            .unwrap()
-            .to_vec3()
-            .unwrap();
+        let m: Vec<Vec<Vec<f32>>> =
+            attention_mask(&[2], 0, 4, &Device::Cpu).unwrap().to_vec3().unwrap();
         let inf = f32::NEG_INFINITY;
         assert_eq!(m[0][0], [0.0, inf, inf, inf]);
         assert_eq!(m[0][2], [inf, inf, 0.0, inf]);

@@ -28,25 +28,11 @@ impl KvCache {
     ) -> Result<Self> {
         let capacity = capacity.max(1);
         let zeros = || {
-            Tensor::zeros(
-                (batch, kv_heads, capacity, head_dim),
-                candle_core::DType::F32,
-                device,
-            )
+            Tensor::zeros((batch, kv_heads, capacity, head_dim), candle_core::DType::F32, device)
         };
-        let keys = (0..layers)
-            .map(|_| zeros())
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let values = (0..layers)
-            .map(|_| zeros())
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Self {
-            keys,
-            values,
-            len: 0,
-            capacity,
-            weights: None,
-        })
+        let keys = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
+        let values = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self { keys, values, len: 0, capacity, weights: None })
     }
 
     /// Makes every forward through this cache read these weight copies (bf16 rollouts).
@@ -92,11 +78,8 @@ impl KvCache {
     fn grow(&mut self, capacity: usize) -> Result<()> {
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let (b, h, _, d) = cache.dims4()?;
-            let extra = Tensor::zeros(
-                (b, h, capacity - self.capacity, d),
-                cache.dtype(),
-                cache.device(),
-            )?;
+            let extra =
+                Tensor::zeros((b, h, capacity - self.capacity, d), cache.dtype(), cache.device())?;
             *cache = Tensor::cat(&[&*cache, &extra], 2)?;
         }
         self.capacity = capacity;
@@ -105,11 +88,7 @@ impl KvCache {
 
     /// Keeps (and repeats) the given batch rows, in order.
     pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
-        let device = self
-            .keys
-            .first()
-            .map(|k| k.device().clone())
-            .unwrap_or(Device::Cpu);
+        let device = self.keys.first().map(|k| k.device().clone()).unwrap_or(Device::Cpu);
         let idx = Tensor::new(rows, &device)?;
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             *cache = cache.index_select(&idx, 0)?;

@@ -58,9 +58,8 @@ impl Transformer {
             }
             let (in_dim, out_dim) = lin.weight_t.dims2()?;
             let bound = 1.0 / (in_dim as f32).sqrt();
-            let a: Vec<f32> = (0..config.r * in_dim)
-                .map(|_| rng.random_range(-bound..bound))
-                .collect();
+            let a: Vec<f32> =
+                (0..config.r * in_dim).map(|_| rng.random_range(-bound..bound)).collect();
             let a = Var::from_tensor(&Tensor::from_vec(a, (config.r, in_dim), &device)?)?;
             let b = Var::zeros((out_dim, config.r), DType::F32, &device)?;
             adapters.insert(lin.path.clone(), LoraAdapter { a, b, scale });
@@ -102,11 +101,8 @@ impl Transformer {
                 "init_lora_weights": true, "modules_to_save": null, "use_rslora": false, "use_dora": false,
             }),
         )?;
-        let tensors: Vec<(String, Tensor)> = self
-            .lora_params()
-            .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().clone()))
-            .collect();
+        let tensors: Vec<(String, Tensor)> =
+            self.lora_params().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
         crate::weights::save_safetensors(
             &dir.join("adapter_model.safetensors"),
             &tensors,
@@ -124,7 +120,12 @@ impl Transformer {
     /// `x` with LoRA dropout applied (inverted scaling) when training with `p > 0`.
     /// The adapter of `lin` when its product with `x` can run as one fused op (CPU f32, fused
     /// kernels, no dropout to apply): `None` leaves it to the plain composition.
-    pub(super) fn one_op_lora(&self, lin: &Linear, x: &Tensor, track: bool) -> Option<&LoraAdapter> {
+    pub(super) fn one_op_lora(
+        &self,
+        lin: &Linear,
+        x: &Tensor,
+        track: bool,
+    ) -> Option<&LoraAdapter> {
         let dropout = self.lora_config.as_ref().map(|c| c.lora_dropout).unwrap_or(0.0);
         let fusable = self.adapters_enabled && self.fused_cpu_rows(x) && (!track || dropout <= 0.0);
         self.lora.get(&lin.path).filter(|_| fusable)

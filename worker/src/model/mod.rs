@@ -18,8 +18,8 @@ use inputs::{attention_mask, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
 use prompt_groups::PromptGroups;
-use tape::Tape;
 use std::collections::{BTreeMap, HashMap};
+use tape::Tape;
 
 /// Which implementation of norm / softmax / rope / log-prob the forward uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,16 +88,8 @@ fn var(map: &mut WeightMap, name: &str) -> Result<Var> {
 
 fn linear(map: &mut WeightMap, path: String, bias: bool) -> Result<Linear> {
     let weight_t = Var::from_tensor(&map.take(&format!("{path}.weight"))?.t()?.contiguous()?)?;
-    let bias = if bias {
-        Some(var(map, &format!("{path}.bias"))?)
-    } else {
-        None
-    };
-    Ok(Linear {
-        path,
-        weight_t,
-        bias,
-    })
+    let bias = if bias { Some(var(map, &format!("{path}.bias"))?) } else { None };
+    Ok(Linear { path, weight_t, bias })
 }
 
 impl Transformer {
@@ -146,12 +138,8 @@ impl Transformer {
         } else {
             Some(var(&mut map, "lm_head.weight")?)
         };
-        let leftover: Vec<_> = map
-            .tensors
-            .keys()
-            .filter(|k| !k.contains("rotary_emb"))
-            .cloned()
-            .collect();
+        let leftover: Vec<_> =
+            map.tensors.keys().filter(|k| !k.contains("rotary_emb")).cloned().collect();
         if !leftover.is_empty() {
             tracing::warn!(?leftover, "ignoring weights the model does not use");
         }
@@ -214,11 +202,8 @@ impl Transformer {
             .into_iter()
             .find(|(n, _)| n == name)
             .ok_or_else(|| WorkerError::Model(format!("model has no weight `{name}`")))?;
-        let t = if Self::is_held_transposed(name) {
-            tensor.t()?.contiguous()?
-        } else {
-            tensor.clone()
-        };
+        let t =
+            if Self::is_held_transposed(name) { tensor.t()?.contiguous()? } else { tensor.clone() };
         if t.dims() != var.dims() {
             return Err(WorkerError::Model(format!(
                 "`{name}` has shape {:?}, model expects {:?}",
@@ -236,10 +221,7 @@ impl Transformer {
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             out.push((format!("{p}.input_layernorm.weight"), l.input_norm.clone()));
-            out.push((
-                format!("{p}.post_attention_layernorm.weight"),
-                l.post_norm.clone(),
-            ));
+            out.push((format!("{p}.post_attention_layernorm.weight"), l.post_norm.clone()));
             for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
                 out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
                 if let Some(b) = &lin.bias {
@@ -277,15 +259,7 @@ impl Transformer {
 
     fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
         self.layers.iter_mut().flat_map(|l| {
-            [
-                &mut l.q,
-                &mut l.k,
-                &mut l.v,
-                &mut l.o,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ]
+            [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down]
         })
     }
 
@@ -323,7 +297,13 @@ impl Transformer {
         !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x, max_rows)
     }
 
-    fn apply_linear(&self, x: &Tensor, lin: &Linear, track: bool, compact: Option<&CompactWeights>) -> Result<Tensor> {
+    fn apply_linear(
+        &self,
+        x: &Tensor,
+        lin: &Linear,
+        track: bool,
+        compact: Option<&CompactWeights>,
+    ) -> Result<Tensor> {
         let [y] = self.apply_linears(x, [lin], track, compact)?;
         Ok(y)
     }
@@ -375,7 +355,13 @@ impl Transformer {
     }
 
     /// Adds the bias and (unless `adapted`: already in `y`) the LoRA update of `lin` to `y = x · W`.
-    fn finish_linear(&self, x: &Tensor, mut y: Tensor, lin: &Linear, (track, adapted): (bool, bool)) -> Result<Tensor> {
+    fn finish_linear(
+        &self,
+        x: &Tensor,
+        mut y: Tensor,
+        lin: &Linear,
+        (track, adapted): (bool, bool),
+    ) -> Result<Tensor> {
         let train_base = self.trains_base(track);
         if let Some(b) = &lin.bias {
             y = y.broadcast_add(&self.get(b, train_base))?;
@@ -394,9 +380,7 @@ impl Transformer {
     /// Embedding rows of `ids` (checked against the vocabulary).
     fn embed_rows(&self, ids: &[u32], track: bool) -> Result<Tensor> {
         if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
-            return Err(WorkerError::InvalidArgument(format!(
-                "token id {bad} outside vocabulary"
-            )));
+            return Err(WorkerError::InvalidArgument(format!("token id {bad} outside vocabulary")));
         }
         Ok(kernels::embedding(&self.get(&self.embed, self.trains_base(track)), ids)?)
     }
@@ -418,11 +402,10 @@ impl Transformer {
             if t == 1 {
                 return Ok(y.contiguous()?.reshape((batch, n, 1, cfg.head_dim))?);
             }
-            Ok(y.reshape((batch, t, n, cfg.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?)
+            Ok(y.reshape((batch, t, n, cfg.head_dim))?.transpose(1, 2)?.contiguous()?)
         };
-        let (mut q, mut k) = (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
+        let (mut q, mut k) =
+            (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
         let v = heads(v, cfg.num_key_value_heads)?;
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
             let train_base = self.trains_base(track);
@@ -431,17 +414,23 @@ impl Transformer {
         }
         let (q, k) = match self.kernels {
             Kernels::Fused => (kernels::rope(&q, cos, sin)?, kernels::rope(&k, cos, sin)?),
-            Kernels::Reference => (
-                kernels::rope_reference(&q, cos, sin)?,
-                kernels::rope_reference(&k, cos, sin)?,
-            ),
+            Kernels::Reference => {
+                (kernels::rope_reference(&q, cos, sin)?, kernels::rope_reference(&k, cos, sin)?)
+            }
         };
         Ok([q, k, v])
     }
 
     /// Attention of query heads over key/value heads under an additive mask `(batch, tq, tk)`;
     /// rows `(batch * tq, heads * head_dim)`.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, track: bool) -> Result<Tensor> {
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        track: bool,
+    ) -> Result<Tensor> {
         let scale = 1.0 / (self.config.head_dim as f32).sqrt();
         let fused = self.kernels == Kernels::Fused;
         Ok(if fused && !track && q.device().is_cpu() {
@@ -464,7 +453,8 @@ impl Transformer {
     ) -> Result<Tensor> {
         let train_base = self.trains_base(track);
         let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
-        let attn = attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
+        let attn =
+            attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
         let x = (x + self.apply_linear(&attn, &layer.o, track, compact)?)?;
         let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
         let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track, compact)?;
@@ -514,9 +504,7 @@ impl Transformer {
             || positions.len() != ids.len()
             || first_valid.len() != batch
         {
-            return Err(WorkerError::InvalidArgument(
-                "inconsistent batch shapes".into(),
-            ));
+            return Err(WorkerError::InvalidArgument("inconsistent batch shapes".into()));
         }
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         let rope = self.rotary.tables(positions, batch, t, &self.device)?;
@@ -581,13 +569,23 @@ impl Transformer {
             .map(|g| -> Result<Parts> {
                 let (p, n, w) = (g.prompt_len, g.members.len(), g.width);
                 let causal = |first: usize, len: usize| -> Result<Causal> {
-                    Ok(Causal { first, len, rope: rope_of(first, 1, len)?, mask: attention_mask(&[0], 0, len, dev)? })
+                    Ok(Causal {
+                        first,
+                        len,
+                        rope: rope_of(first, 1, len)?,
+                        mask: attention_mask(&[0], 0, len, dev)?,
+                    })
                 };
                 Ok(if n == 1 || w == 0 {
                     Parts { head: causal(g.offset, g.rows())?, tails: None }
                 } else {
                     let off = g.completion_offset();
-                    let tails = Tails { count: n, width: w, rope: rope_of(off, n, w)?, mask: attention_mask(&vec![0; n], p, w, dev)? };
+                    let tails = Tails {
+                        count: n,
+                        width: w,
+                        rope: rope_of(off, n, w)?,
+                        mask: attention_mask(&vec![0; n], p, w, dev)?,
+                    };
                     Parts { head: causal(g.offset, p)?, tails: Some(tails) }
                 })
             })
@@ -596,19 +594,37 @@ impl Transformer {
         for layer in &self.layers {
             x = self.decoder_layer(layer, cut(x)?, (track, None), |qkv| {
                 let rows = |start: usize, len: usize| -> Result<[Tensor; 3]> {
-                    Ok([qkv[0].narrow(0, start, len)?, qkv[1].narrow(0, start, len)?, qkv[2].narrow(0, start, len)?])
+                    Ok([
+                        qkv[0].narrow(0, start, len)?,
+                        qkv[1].narrow(0, start, len)?,
+                        qkv[2].narrow(0, start, len)?,
+                    ])
                 };
                 let mut outs = Vec::with_capacity(parts.len() * 2);
                 for part in &parts {
                     let Causal { first: start, len, rope, mask } = &part.head;
-                    let [q, k, v] = self.attention_heads(layer, rows(*start, *len)?, (1, *len), rope, track)?;
+                    let [q, k, v] =
+                        self.attention_heads(layer, rows(*start, *len)?, (1, *len), rope, track)?;
                     outs.push(self.attend(&q, &k, &v, mask, track)?);
                     if let Some(Tails { count: n, width: w, rope, mask }) = &part.tails {
-                        let [qc, kc, vc] = self.attention_heads(layer, rows(start + len, n * w)?, (*n, *w), rope, track)?;
+                        let [qc, kc, vc] = self.attention_heads(
+                            layer,
+                            rows(start + len, n * w)?,
+                            (*n, *w),
+                            rope,
+                            track,
+                        )?;
                         let after_prompt = |prompt: &Tensor, own: &Tensor| {
-                            Tensor::cat(&[&prompt.broadcast_as((*n, kvh, *len, dh))?, own], 2)?.contiguous()
+                            Tensor::cat(&[&prompt.broadcast_as((*n, kvh, *len, dh))?, own], 2)?
+                                .contiguous()
                         };
-                        outs.push(self.attend(&qc, &after_prompt(&k, &kc)?, &after_prompt(&v, &vc)?, mask, track)?);
+                        outs.push(self.attend(
+                            &qc,
+                            &after_prompt(&k, &kc)?,
+                            &after_prompt(&v, &vc)?,
+                            mask,
+                            track,
+                        )?);
                     }
                 }
                 Ok(if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? })
@@ -639,9 +655,7 @@ impl Transformer {
         let pb = PaddedBatch::new(seqs, pad_id)?;
         let hidden =
             self.hidden_states(&pb.ids, &pb.positions(), pb.batch, &pb.pads, None, false)?;
-        Ok(self
-            .logits(&hidden, None)?
-            .reshape((pb.batch, pb.len, self.config.vocab_size))?)
+        Ok(self.logits(&hidden, None)?.reshape((pb.batch, pb.len, self.config.vocab_size))?)
     }
 
     /// Log-probabilities (and entropies) of each completion token given its prompt, under
@@ -670,8 +684,13 @@ impl Transformer {
         pad_id: u32,
     ) -> Result<(CompletionLogprobs, Tape)> {
         let mut tape = Tape::default();
-        let scored =
-            self.scored_completions(prompts, completions, (temperature, pad_id), true, Some(&mut tape))?;
+        let scored = self.scored_completions(
+            prompts,
+            completions,
+            (temperature, pad_id),
+            true,
+            Some(&mut tape),
+        )?;
         Ok((scored, tape))
     }
 
@@ -689,19 +708,13 @@ impl Transformer {
             ));
         }
         if prompts.iter().any(|p| p.is_empty()) {
-            return Err(WorkerError::InvalidArgument(
-                "prompts must not be empty".into(),
-            ));
+            return Err(WorkerError::InvalidArgument("prompts must not be empty".into()));
         }
         let max_c = completions.iter().map(Vec::len).max().unwrap_or(0);
         let b = prompts.len();
         if max_c == 0 {
             let z = Tensor::zeros((b, 0), DType::F32, &self.device)?;
-            return Ok(CompletionLogprobs {
-                logprobs: z.clone(),
-                entropy: z.clone(),
-                mask: z,
-            });
+            return Ok(CompletionLogprobs { logprobs: z.clone(), entropy: z.clone(), mask: z });
         }
         let layout = PromptGroups::new(prompts, completions, pad_id)?;
         let hidden = self.grouped_hidden_states(&layout, track, tape)?;
@@ -727,10 +740,7 @@ impl Transformer {
             }
         };
         // Scatter the flat per-token values into (b, max_c), slot 0 being a zero pad.
-        let padded = Tensor::cat(
-            &[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out],
-            0,
-        )?;
+        let padded = Tensor::cat(&[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out], 0)?;
         let grid = padded.index_select(&Tensor::new(slot.as_slice(), &self.device)?, 0)?;
         Ok(CompletionLogprobs {
             logprobs: grid.narrow(1, 0, 1)?.reshape((b, max_c))?,

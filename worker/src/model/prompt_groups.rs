@@ -70,8 +70,10 @@ impl PromptGroups {
             predicting_rows: vec![Vec::new(); completions.len()],
         };
         for (prompt, members) in members {
-            let width = members.iter().map(|&i| completions[i].len()).max().unwrap_or(0).saturating_sub(1);
-            let group = PromptGroup { offset: out.ids.len(), prompt_len: prompt.len(), members, width };
+            let width =
+                members.iter().map(|&i| completions[i].len()).max().unwrap_or(0).saturating_sub(1);
+            let group =
+                PromptGroup { offset: out.ids.len(), prompt_len: prompt.len(), members, width };
             out.ids.extend_from_slice(prompt);
             out.positions.extend(0..prompt.len() as u32);
             for (m, &i) in group.members.iter().enumerate() {
@@ -104,13 +106,23 @@ mod tests {
         assert_eq!(g.ids, [1, 2, 3, 4, 0, 0, 5, 6]);
         assert_eq!(g.positions, [0, 1, 2, 3, 2, 3, 0, 1]);
         assert_eq!(g.groups.len(), 2);
-        assert_eq!(g.groups[0], PromptGroup { offset: 0, prompt_len: 2, members: vec![0, 2], width: 2 });
-        assert_eq!(g.groups[1], PromptGroup { offset: 6, prompt_len: 1, members: vec![1], width: 1 });
+        assert_eq!(
+            g.groups[0],
+            PromptGroup { offset: 0, prompt_len: 2, members: vec![0, 2], width: 2 }
+        );
+        assert_eq!(
+            g.groups[1],
+            PromptGroup { offset: 6, prompt_len: 1, members: vec![1], width: 1 }
+        );
         // Token 3 is predicted by the prompt's last row (1), 4 by row 2 (token 3), 9 by row 3.
         assert_eq!(g.predicting_rows, vec![vec![1, 2, 3], vec![6, 7], vec![1]]);
         for (i, rows) in g.predicting_rows.iter().enumerate() {
             for (j, &r) in rows.iter().enumerate().skip(1) {
-                assert_eq!(g.ids[r as usize], completions[i][j - 1], "row {r} holds the previous token");
+                assert_eq!(
+                    g.ids[r as usize],
+                    completions[i][j - 1],
+                    "row {r} holds the previous token"
+                );
             }
         }
     }

@@ -32,7 +32,11 @@ impl Tape {
     /// hands the gradients of each segment's parameters to `sink`, last segment first; summed,
     /// they are what `loss.backward()` over the uncut graph gives. A parameter used in several
     /// segments (a tied embedding) reaches `sink` once per segment, so `sink` must add.
-    pub fn backward(self, loss: &Tensor, mut sink: impl FnMut(GradStore) -> Result<()>) -> Result<()> {
+    pub fn backward(
+        self,
+        loss: &Tensor,
+        mut sink: impl FnMut(GradStore) -> Result<()>,
+    ) -> Result<()> {
         let mut grads = loss.backward()?;
         for (end, leaf) in self.cuts.into_iter().rev() {
             let upstream = grads.remove(leaf.as_tensor());

@@ -49,7 +49,12 @@ pub fn bench_grpo_step(
     rollout_dtype: verity_core::spec::RolloutDtype,
 ) -> Result<Value> {
     let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
-    let train = Dataset::from_jsonl(&arithmetic_jsonl(prompts.max(1) * steps.max(1)), "bench", &loaded.tokenizer, 2048)?;
+    let train = Dataset::from_jsonl(
+        &arithmetic_jsonl(prompts.max(1) * steps.max(1)),
+        "bench",
+        &loaded.tokenizer,
+        2048,
+    )?;
     let hp = Hyperparameters {
         batch_size: Some(prompts),
         group_size: group,
@@ -61,9 +66,12 @@ pub fn bench_grpo_step(
         seed: Some(0),
         ..Hyperparameters::default()
     };
-    let options = TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
-    let mut trainer = Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
-    let (mut total, mut sampling, mut grading, mut training, mut rewards) = (vec![], vec![], vec![], vec![], vec![]);
+    let options =
+        TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
+    let mut trainer =
+        Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
+    let (mut total, mut sampling, mut grading, mut training, mut rewards) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let (mut sampler_kl, mut lengths) = (vec![], vec![]);
     for _ in 0..steps {
         let started = Instant::now();

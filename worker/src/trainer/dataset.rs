@@ -34,15 +34,18 @@ fn data_error(file: &str, line: usize, message: impl Into<String>) -> TrainerErr
 /// The chat of a row: its `messages`, or its `prompt` as one user message.
 fn row_messages(row: &Value, file: &str, line: usize) -> Result<Vec<ChatMessage>> {
     if let Some(messages) = row.get("messages") {
-        let messages: Vec<ChatMessage> = serde_json::from_value(messages.clone())
-            .map_err(|e| data_error(file, line, format!("`messages` must be a list of {{role, content}}: {e}")))?;
+        let messages: Vec<ChatMessage> = serde_json::from_value(messages.clone()).map_err(|e| {
+            data_error(file, line, format!("`messages` must be a list of {{role, content}}: {e}"))
+        })?;
         if messages.is_empty() {
             return Err(data_error(file, line, "`messages` is empty"));
         }
         return Ok(messages);
     }
     match row.get("prompt") {
-        Some(Value::String(prompt)) if !prompt.is_empty() => Ok(vec![ChatMessage::new("user", prompt.clone())]),
+        Some(Value::String(prompt)) if !prompt.is_empty() => {
+            Ok(vec![ChatMessage::new("user", prompt.clone())])
+        }
         Some(_) => Err(data_error(file, line, "`prompt` must be a non-empty string")),
         None => Err(data_error(file, line, "the row has neither `messages` nor `prompt`")),
     }
@@ -52,15 +55,20 @@ impl Dataset {
     /// Parses JSONL `text` (blank lines skipped); `file` names it in errors. Prompts are
     /// rendered with the chat template (raw text when the model has none) and must be shorter
     /// than `max_prompt_tokens`.
-    pub fn from_jsonl(text: &str, file: &str, tokenizer: &ChatTokenizer, max_prompt_tokens: usize) -> Result<Dataset> {
+    pub fn from_jsonl(
+        text: &str,
+        file: &str,
+        tokenizer: &ChatTokenizer,
+        max_prompt_tokens: usize,
+    ) -> Result<Dataset> {
         let mut examples = Vec::new();
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
             if raw.trim().is_empty() {
                 continue;
             }
-            let item: Value =
-                serde_json::from_str(raw).map_err(|e| data_error(file, line, format!("not valid JSON: {e}")))?;
+            let item: Value = serde_json::from_str(raw)
+                .map_err(|e| data_error(file, line, format!("not valid JSON: {e}")))?;
             if !item.is_object() {
                 return Err(data_error(file, line, "each line must be a JSON object"));
             }
@@ -80,7 +88,11 @@ impl Dataset {
                 return Err(data_error(
                     file,
                     line,
-                    format!("the prompt has {} tokens; the model allows at most {}", prompt_ids.len(), max_prompt_tokens.saturating_sub(1)),
+                    format!(
+                        "the prompt has {} tokens; the model allows at most {}",
+                        prompt_ids.len(),
+                        max_prompt_tokens.saturating_sub(1)
+                    ),
                 ));
             }
             examples.push(Example { item, prompt_text, prompt_ids });

@@ -20,7 +20,9 @@ pub enum TrainerError {
     #[error("invalid grader: {0}")]
     Grader(String),
     /// Too many gradings failed for infrastructure reasons.
-    #[error("grader failures: {failed} of {total} gradings in step {step} failed (first: {first})")]
+    #[error(
+        "grader failures: {failed} of {total} gradings in step {step} failed (first: {first})"
+    )]
     GraderStorm {
         /// Step where it happened.
         step: u64,
@@ -55,7 +57,10 @@ impl TrainerError {
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            TrainerError::Data { .. } | TrainerError::Grader(_) | TrainerError::Config(_) | TrainerError::GraderStorm { .. }
+            TrainerError::Data { .. }
+                | TrainerError::Grader(_)
+                | TrainerError::Config(_)
+                | TrainerError::GraderStorm { .. }
         )
     }
 }

@@ -33,7 +33,8 @@ impl EvalMetrics {
 
 /// The k values reported for `n` samples per prompt.
 fn ks(n: usize) -> Vec<usize> {
-    let mut ks: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k <= n).collect();
+    let mut ks: Vec<usize> =
+        std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k <= n).collect();
     if ks.last() != Some(&n) {
         ks.push(n);
     }
@@ -81,7 +82,8 @@ impl Trainer {
         }
         let mut pass_at_k = BTreeMap::new();
         for k in ks(n) {
-            let usable: Vec<(usize, usize)> = problems.iter().copied().filter(|&(graded, _)| graded >= k).collect();
+            let usable: Vec<(usize, usize)> =
+                problems.iter().copied().filter(|&(graded, _)| graded >= k).collect();
             if !usable.is_empty() {
                 pass_at_k.insert(format!("pass@{k}"), mean_pass_at_k(&usable, k)?);
             }

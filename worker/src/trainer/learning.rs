@@ -38,28 +38,48 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
     let started = Instant::now();
     let loaded = crate::loader::load_model(run.model_dir, &candle_core::Device::Cpu)?;
     let max_prompt_tokens = 2048;
-    let train = Dataset::from_jsonl(run.train_jsonl, "train", &loaded.tokenizer, max_prompt_tokens)?;
-    let validation = Dataset::from_jsonl(run.validation_jsonl, "validation", &loaded.tokenizer, max_prompt_tokens)?;
+    let train =
+        Dataset::from_jsonl(run.train_jsonl, "train", &loaded.tokenizer, max_prompt_tokens)?;
+    let validation = Dataset::from_jsonl(
+        run.validation_jsonl,
+        "validation",
+        &loaded.tokenizer,
+        max_prompt_tokens,
+    )?;
     let eval_interval = run.hyperparameters.eval_interval() as u64;
-    let options = TrainerOptions { seed: 0, base_model: run.model_dir.display().to_string(), grader_workers: 0 };
-    let mut trainer =
-        Trainer::new(loaded.model, loaded.tokenizer, run.grader, run.hyperparameters, train, Some(validation), options)?;
-    let evaluate = |trainer: &Trainer, report: &mut dyn FnMut(&Value)| -> Result<Option<EvalMetrics>> {
-        let eval = trainer.evaluate()?;
-        if let Some(e) = &eval {
-            report(&eval_line(e, started.elapsed().as_secs_f64()));
-        }
-        Ok(eval)
+    let options = TrainerOptions {
+        seed: 0,
+        base_model: run.model_dir.display().to_string(),
+        grader_workers: 0,
     };
+    let mut trainer = Trainer::new(
+        loaded.model,
+        loaded.tokenizer,
+        run.grader,
+        run.hyperparameters,
+        train,
+        Some(validation),
+        options,
+    )?;
+    let evaluate =
+        |trainer: &Trainer, report: &mut dyn FnMut(&Value)| -> Result<Option<EvalMetrics>> {
+            let eval = trainer.evaluate()?;
+            if let Some(e) = &eval {
+                report(&eval_line(e, started.elapsed().as_secs_f64()));
+            }
+            Ok(eval)
+        };
     let before = evaluate(&trainer, &mut report)?;
     let mut after = before.clone();
     while !trainer.finished() {
         let out = trainer.train_step()?;
         let m = &out.metrics;
-        report(&json!({"kind": "step", "step": m.step, "reward_mean": m.reward_mean, "accuracy": m.accuracy,
+        report(
+            &json!({"kind": "step", "step": m.step, "reward_mean": m.reward_mean, "accuracy": m.accuracy,
                        "completion_length_mean": m.completion_length_mean, "truncated_fraction": m.truncated_fraction,
                        "zero_advantage_group_fraction": m.zero_advantage_group_fraction, "entropy": m.entropy,
-                       "grad_norm": m.grad_norm, "elapsed_s": started.elapsed().as_secs_f64()}));
+                       "grad_norm": m.grad_norm, "elapsed_s": started.elapsed().as_secs_f64()}),
+        );
         if trainer.finished() || (eval_interval > 0 && trainer.step() % eval_interval == 0) {
             after = evaluate(&trainer, &mut report)?;
         }

@@ -77,10 +77,22 @@ pub struct Rollout<'a> {
 impl Rollout<'_> {
     /// Samples `params.n` completions for each of `examples` (row indices into `rows`) and
     /// grades them.
-    pub fn run(&self, rows: &[Example], examples: &[usize], params: &SamplingParams) -> Result<(Vec<Group>, RolloutTimes)> {
+    pub fn run(
+        &self,
+        rows: &[Example],
+        examples: &[usize],
+        params: &SamplingParams,
+    ) -> Result<(Vec<Group>, RolloutTimes)> {
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
-        let mut completions = sample(self.model, &prompts, params, &self.tokenizer.eos_token_ids, self.tokenizer.pad_id(), Some(self.tokenizer))?;
+        let mut completions = sample(
+            self.model,
+            &prompts,
+            params,
+            &self.tokenizer.eos_token_ids,
+            self.tokenizer.pad_id(),
+            Some(self.tokenizer),
+        )?;
         completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
         let sampling = started.elapsed().as_secs_f64();
         let tokens = completions.iter().map(|c| c.token_ids.len()).sum();
@@ -92,7 +104,9 @@ impl Rollout<'_> {
         let batch: Vec<(serde_json::Value, Sample)> = completions
             .iter()
             .zip(&texts)
-            .map(|(c, text)| (rows[examples[c.prompt_index]].item.clone(), Sample::from_text(text.clone())))
+            .map(|(c, text)| {
+                (rows[examples[c.prompt_index]].item.clone(), Sample::from_text(text.clone()))
+            })
             .collect();
         let mut grades = self.pool.grade_batch_blocking(self.grader, &batch).into_iter();
         let grading = started.elapsed().as_secs_f64();

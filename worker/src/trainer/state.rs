@@ -45,21 +45,34 @@ impl Trainer {
     /// Writes a checkpoint folder: HF weights (or PEFT adapter), tokenizer, optimizer state and
     /// progress.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        save_checkpoint(dir, &self.model, Some(&self.tokenizer), Some(&self.optimizer), &self.options.base_model)?;
-        let json = serde_json::to_vec_pretty(&self.progress()).map_err(|e| checkpoint_error(dir, e.to_string()))?;
-        std::fs::write(dir.join(PROGRESS_FILE), json).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        save_checkpoint(
+            dir,
+            &self.model,
+            Some(&self.tokenizer),
+            Some(&self.optimizer),
+            &self.options.base_model,
+        )?;
+        let json = serde_json::to_vec_pretty(&self.progress())
+            .map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        std::fs::write(dir.join(PROGRESS_FILE), json)
+            .map_err(|e| checkpoint_error(dir, e.to_string()))?;
         Ok(())
     }
 
     /// Restores a folder written by [`Trainer::save`]: weights, optimizer, step and data order.
     pub fn restore(&mut self, dir: &Path) -> Result<()> {
-        let raw = std::fs::read(dir.join(PROGRESS_FILE)).map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
-        let progress: TrainerProgress =
-            serde_json::from_slice(&raw).map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
+        let raw = std::fs::read(dir.join(PROGRESS_FILE))
+            .map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
+        let progress: TrainerProgress = serde_json::from_slice(&raw)
+            .map_err(|e| checkpoint_error(dir, format!("{PROGRESS_FILE}: {e}")))?;
         if progress.train_rows != self.train.len() {
             return Err(checkpoint_error(
                 dir,
-                format!("it was trained on {} rows, the training file now has {}", progress.train_rows, self.train.len()),
+                format!(
+                    "it was trained on {} rows, the training file now has {}",
+                    progress.train_rows,
+                    self.train.len()
+                ),
             ));
         }
         restore_weights(&mut self.model, dir)?;

@@ -5,8 +5,9 @@ use super::error::{Result, TrainerError};
 use super::mix_seed;
 use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
 use crate::grpo::{
-    group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights, DynamicSampler, LossConfig,
-    LossMode, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics, StepNormalizer,
+    group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
+    DynamicSampler, LossConfig, LossMode, LossStats, OverlongShaping, PolicyLossInputs,
+    StepMetrics, StepNormalizer,
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
@@ -133,7 +134,11 @@ fn padded_rows(rows: &[&[f32]], device: &candle_core::Device) -> Result<Tensor> 
 
 /// Mean of `values` where `mask` is 1.
 fn masked_mean_f64(values: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
-    let sum = values.to_dtype(DType::F64)?.mul(&mask.to_dtype(DType::F64)?)?.sum_all()?.to_scalar::<f64>()?;
+    let sum = values
+        .to_dtype(DType::F64)?
+        .mul(&mask.to_dtype(DType::F64)?)?
+        .sum_all()?
+        .to_scalar::<f64>()?;
     let count = mask.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
     Ok((sum, count))
 }
@@ -191,12 +196,20 @@ impl OldPolicyStats {
 
     /// Token-weighted mean entropy (0 without tokens).
     fn mean_entropy(&self) -> f64 {
-        if self.entropy_tokens > 0.0 { self.entropy_sum / self.entropy_tokens } else { 0.0 }
+        if self.entropy_tokens > 0.0 {
+            self.entropy_sum / self.entropy_tokens
+        } else {
+            0.0
+        }
     }
 
     /// Token-weighted mean sampler-vs-trainer KL (0 without tokens).
     fn mean_sampler_kl(&self) -> f64 {
-        if self.kl_tokens > 0.0 { self.kl_sum / self.kl_tokens } else { 0.0 }
+        if self.kl_tokens > 0.0 {
+            self.kl_sum / self.kl_tokens
+        } else {
+            0.0
+        }
     }
 }
 
@@ -241,10 +254,13 @@ impl Trainer {
                 target_modules: lora.targets.clone(),
                 lora_dropout: lora.dropout,
             };
-            model.enable_lora(config, mix_seed(seed, &[0x10a])).map_err(|e| TrainerError::Config(format!("lora: {e}")))?;
+            model
+                .enable_lora(config, mix_seed(seed, &[0x10a]))
+                .map_err(|e| TrainerError::Config(format!("lora: {e}")))?;
         }
         let per_epoch = train.len().div_ceil(hp.batch_size()) as u64;
-        let total_steps = hp.max_steps.map(|s| s as u64).unwrap_or(per_epoch * hp.n_epochs() as u64).max(1);
+        let total_steps =
+            hp.max_steps.map(|s| s as u64).unwrap_or(per_epoch * hp.n_epochs() as u64).max(1);
         let schedule = LrSchedule {
             lr: hp.effective_learning_rate(),
             warmup_steps: hp.warmup_steps as u64,
@@ -253,7 +269,10 @@ impl Trainer {
             min_lr_ratio: 0.0,
         };
         let params = model.trainable_params();
-        let optimizer = AdamW::new(AdamWConfig { weight_decay: hp.weight_decay, ..AdamWConfig::default() }, &params);
+        let optimizer = AdamW::new(
+            AdamWConfig { weight_decay: hp.weight_decay, ..AdamWConfig::default() },
+            &params,
+        );
         let grader_name = grader.spec().name().unwrap_or(grader.spec().kind()).to_string();
         let order = DataOrder::new(seed, train.len(), DataCursor::default());
         Ok(Trainer {
@@ -322,7 +341,12 @@ impl Trainer {
     }
 
     pub(super) fn rollout(&self) -> Rollout<'_> {
-        Rollout { model: &self.model, tokenizer: &self.tokenizer, grader: &self.grader, pool: &self.pool }
+        Rollout {
+            model: &self.model,
+            tokenizer: &self.tokenizer,
+            grader: &self.grader,
+            pool: &self.pool,
+        }
     }
 
     /// Draws the step's groups: B prompts, or (dynamic sampling) rounds of prompts until B
@@ -355,7 +379,12 @@ impl Trainer {
         }
         let outcome = sampler.finish();
         if !outcome.reached_target {
-            tracing::info!(step, drawn = outcome.groups_drawn, kept = outcome.groups.len(), "dynamic sampling hit its cap");
+            tracing::info!(
+                step,
+                drawn = outcome.groups_drawn,
+                kept = outcome.groups.len(),
+                "dynamic sampling hit its cap"
+            );
         }
         let mut groups = outcome.groups;
         if groups.is_empty() {
@@ -371,33 +400,49 @@ impl Trainer {
         let step = self.step + 1;
         let (groups, groups_drawn, times) = self.draw_groups(step)?;
         let group_size = self.hp.group_size;
-        let mut metrics = StepMetrics { step, groups_drawn: groups_drawn as u64, ..StepMetrics::default() };
+        let mut metrics =
+            StepMetrics { step, groups_drawn: groups_drawn as u64, ..StepMetrics::default() };
         metrics.sampling_seconds = times.sampling;
         metrics.grading_seconds = times.grading;
-        metrics.tokens_per_second = if times.sampling > 0.0 { times.tokens as f64 / times.sampling } else { 0.0 };
+        metrics.tokens_per_second =
+            if times.sampling > 0.0 { times.tokens as f64 / times.sampling } else { 0.0 };
 
         // Rewards, grader failures, overlong shaping, advantages.
         let scores: Vec<f64> = groups.iter().flat_map(Group::scores).collect();
         let failed: Vec<bool> = groups.iter().flat_map(Group::grader_failed).collect();
         let mut rewards: Vec<f64> = groups.iter().flat_map(Group::rewards).collect();
-        let completions: Vec<&crate::sampler::Completion> = groups.iter().flat_map(|g| g.completions.iter()).collect();
+        let completions: Vec<&crate::sampler::Completion> =
+            groups.iter().flat_map(|g| g.completions.iter()).collect();
         let lengths: Vec<usize> = completions.iter().map(|c| c.token_ids.len()).collect();
-        let truncated: Vec<bool> = completions.iter().map(|c| c.finish_reason == FinishReason::Length).collect();
+        let truncated: Vec<bool> =
+            completions.iter().map(|c| c.finish_reason == FinishReason::Length).collect();
         let error_count = failed.iter().filter(|&&f| f).count();
         metrics.grader_errors = error_count as u64;
-        if !failed.is_empty() && error_count as f64 > MAX_GRADER_ERROR_FRACTION * failed.len() as f64 {
+        if !failed.is_empty()
+            && error_count as f64 > MAX_GRADER_ERROR_FRACTION * failed.len() as f64
+        {
             let first = groups
                 .iter()
                 .flat_map(|g| g.grades.iter())
                 .find_map(|g| g.error.as_ref().map(|e| e.message.clone()))
                 .unwrap_or_default();
-            return Err(TrainerError::GraderStorm { step, failed: error_count, total: failed.len(), first });
+            return Err(TrainerError::GraderStorm {
+                step,
+                failed: error_count,
+                total: failed.len(),
+                first,
+            });
         }
         if self.hp.overlong_buffer > 0 {
-            OverlongShaping::new(self.hp.max_completion_tokens, self.hp.overlong_buffer, self.hp.overlong_penalty)?
-                .apply(&mut rewards, &lengths)?;
+            OverlongShaping::new(
+                self.hp.max_completion_tokens,
+                self.hp.overlong_buffer,
+                self.hp.overlong_penalty,
+            )?
+            .apply(&mut rewards, &lengths)?;
         }
-        let ok_scores: Vec<f64> = scores.iter().zip(&failed).filter(|(_, &f)| !f).map(|(&s, _)| s).collect();
+        let ok_scores: Vec<f64> =
+            scores.iter().zip(&failed).filter(|(_, &f)| !f).map(|(&s, _)| s).collect();
         let mut per_grader: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for g in &groups {
             for grade in g.grades.iter().filter(|g| !g.is_error()) {
@@ -415,7 +460,11 @@ impl Trainer {
             metrics.zero_advantage_group_fraction = adv.zero_advantage_group_fraction();
             adv.advantages
         };
-        let keep: Vec<bool> = failed.iter().zip(&truncated).map(|(&f, &t)| !f && !(self.hp.mask_truncated && t)).collect();
+        let keep: Vec<bool> = failed
+            .iter()
+            .zip(&truncated)
+            .map(|(&f, &t)| !f && !(self.hp.mask_truncated && t))
+            .collect();
         let samples = self.sample_records(step, &groups, &rewards, &advantages);
 
         // Optimisation.
@@ -424,7 +473,12 @@ impl Trainer {
             let batch = Batch {
                 prompts: groups
                     .iter()
-                    .flat_map(|g| std::iter::repeat_n(self.train.examples[g.example].prompt_ids.clone(), group_size))
+                    .flat_map(|g| {
+                        std::iter::repeat_n(
+                            self.train.examples[g.example].prompt_ids.clone(),
+                            group_size,
+                        )
+                    })
                     .collect(),
                 completions: completions.iter().map(|c| c.token_ids.clone()).collect(),
                 sampler_logprobs: completions.iter().map(|c| c.logprobs.clone()).collect(),
@@ -440,10 +494,18 @@ impl Trainer {
         Ok(StepOutput { metrics, samples })
     }
 
-    fn sample_records(&self, step: u64, groups: &[Group], rewards: &[f64], advantages: &[f64]) -> Vec<SampleRecord> {
+    fn sample_records(
+        &self,
+        step: u64,
+        groups: &[Group],
+        rewards: &[f64],
+        advantages: &[f64],
+    ) -> Vec<SampleRecord> {
         let mut out = Vec::new();
         for (prompt_idx, g) in groups.iter().enumerate() {
-            for (j, ((c, text), grade)) in g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate() {
+            for (j, ((c, text), grade)) in
+                g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate()
+            {
                 let idx = prompt_idx * self.hp.group_size + j;
                 out.push(SampleRecord {
                     step,
@@ -478,8 +540,10 @@ impl Trainer {
         let pad = self.tokenizer.pad_id();
         let reuse_current_as_old = self.hp.inner_epochs == 1;
         let n = batch.completions.len();
-        let ranges: Vec<(usize, usize)> =
-            (0..n).step_by(self.hp.micro_batch_size).map(|s| (s, self.hp.micro_batch_size.min(n - s))).collect();
+        let ranges: Vec<(usize, usize)> = (0..n)
+            .step_by(self.hp.micro_batch_size)
+            .map(|s| (s, self.hp.micro_batch_size.min(n - s)))
+            .collect();
         let mut micros = Vec::with_capacity(ranges.len());
         let mut old_stats = OldPolicyStats::default();
         for &(start, len) in &ranges {
@@ -487,18 +551,35 @@ impl Trainer {
             let comps = &batch.completions[start..start + len];
             let truncated: Vec<bool> = batch.keep[start..start + len].iter().map(|k| !k).collect();
             let logp_ref = match &self.reference {
-                Some(reference) => Some(reference.completion_logprobs(prompts, comps, temperature, pad, false)?.logprobs),
+                Some(reference) => Some(
+                    reference
+                        .completion_logprobs(prompts, comps, temperature, pad, false)?
+                        .logprobs,
+                ),
                 None => None,
             };
-            let advantages = Tensor::from_slice(&batch.advantages[start..start + len], len, &device)?;
+            let advantages =
+                Tensor::from_slice(&batch.advantages[start..start + len], len, &device)?;
             let micro = if reuse_current_as_old {
                 let mask = mask_truncated(&completion_mask(comps, &device)?, &truncated)?;
                 Micro { logp_old: None, logp_ref, mask, advantages, is_weights: None }
             } else {
-                let old = self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
+                let old =
+                    self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
                 let mask = mask_truncated(&old.mask, &truncated)?;
-                let is_weights = old_stats.observe(&old, &mask, &batch.sampler_logprobs[start..start + len], self.hp.tis_cap)?;
-                Micro { logp_old: Some(old.logprobs.detach()), logp_ref, mask, advantages, is_weights }
+                let is_weights = old_stats.observe(
+                    &old,
+                    &mask,
+                    &batch.sampler_logprobs[start..start + len],
+                    self.hp.tis_cap,
+                )?;
+                Micro {
+                    logp_old: Some(old.logprobs.detach()),
+                    logp_ref,
+                    mask,
+                    advantages,
+                    is_weights,
+                }
             };
             micros.push(micro);
         }
@@ -518,7 +599,8 @@ impl Trainer {
                     Some(old) => old,
                     None => {
                         let sampler = &batch.sampler_logprobs[start..start + len];
-                        m.is_weights = old_stats.observe(&current, &m.mask, sampler, self.hp.tis_cap)?;
+                        m.is_weights =
+                            old_stats.observe(&current, &m.mask, sampler, self.hp.tis_cap)?;
                         current.logprobs.detach()
                     }
                 };

@@ -36,7 +36,12 @@ pub fn tiny_tokenizer() -> Result<ChatTokenizer> {
         .to_string()
         .parse()
         .map_err(|e| WorkerError::Tokenizer(format!("tiny tokenizer: {e}")))?;
-    let special = SpecialTokens { bos: Some("<s>".into()), eos: Some("</s>".into()), pad: None, unk: Some("<unk>".into()) };
+    let special = SpecialTokens {
+        bos: Some("<s>".into()),
+        eos: Some("</s>".into()),
+        pad: None,
+        unk: Some("<unk>".into()),
+    };
     let template = "{% for m in messages %}{{ m.content }} {% endfor %}".to_string();
     Ok(ChatTokenizer::new(tokenizer, Some(template), special, vec![2]))
 }
@@ -55,7 +60,11 @@ pub const TARGET_TOKEN: &str = "t7";
 /// JSONL of the synthetic task: `prompts` rows whose answer is [`TARGET_TOKEN`].
 pub fn target_token_jsonl(prompts: usize) -> String {
     (0..prompts)
-        .map(|i| json!({"prompt": format!("t{} t{}", 3 + i, 10 + 2 * i), "answer": TARGET_TOKEN}).to_string() + "\n")
+        .map(|i| {
+            json!({"prompt": format!("t{} t{}", 3 + i, 10 + 2 * i), "answer": TARGET_TOKEN})
+                .to_string()
+                + "\n"
+        })
         .collect()
 }
 

@@ -150,21 +150,32 @@ pub async fn revoke(state: &AppState, principal: &Principal, id: Uuid) -> ApiRes
 
 /// Lists the org's API keys.
 #[utoipa::path(get, path = "/v1/api_keys", tag = "auth", responses((status = 200, body = KeyList), (status = 401)))]
-pub async fn list_keys(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<KeyList>> {
+pub async fn list_keys(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<KeyList>> {
     Ok(Json(KeyList { object: "list", data: org_keys(&state, &principal).await? }))
 }
 
 /// Creates an API key for the caller; the secret is in this response only.
 #[utoipa::path(post, path = "/v1/api_keys", tag = "auth", request_body = CreateKeyRequest,
     responses((status = 200, body = CreatedKey), (status = 400), (status = 401), (status = 403)))]
-pub async fn create_key(State(state): State<AppState>, principal: Principal, ApiJson(request): ApiJson<CreateKeyRequest>) -> ApiResult<Json<CreatedKey>> {
+pub async fn create_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(request): ApiJson<CreateKeyRequest>,
+) -> ApiResult<Json<CreatedKey>> {
     Ok(Json(new_key(&state, &principal, request.name.as_deref().unwrap_or("")).await?))
 }
 
 /// Revokes an API key; it stops working at once.
 #[utoipa::path(delete, path = "/v1/api_keys/{key_id}", tag = "auth", params(("key_id" = String, Path)),
     responses((status = 200, body = ApiKeyObject), (status = 401), (status = 403), (status = 404)))]
-pub async fn revoke_key(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<ApiKeyObject>> {
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ApiKeyObject>> {
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found("api key", &id))?;
     Ok(Json(revoke(&state, &principal, id).await?))
 }

@@ -23,7 +23,8 @@ pub struct NewKey {
 /// A new random API key.
 pub fn generate_key() -> NewKey {
     let mut rng = rand::thread_rng();
-    let body: String = (0..SECRET_LEN).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+    let body: String =
+        (0..SECRET_LEN).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
     let key = format!("{KEY_PREFIX}{body}");
     NewKey { lookup: key[..LOOKUP_LEN].to_string(), key }
 }

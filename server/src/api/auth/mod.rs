@@ -103,7 +103,8 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
         return Err(invalid());
     }
     let role = record.role.parse().map_err(|e| ApiError::internal("api key role", e))?;
-    let principal = Principal { user_id: record.user_id, org_id: record.org_id, role, key_id: Some(record.id) };
+    let principal =
+        Principal { user_id: record.user_id, org_id: record.org_id, role, key_id: Some(record.id) };
     if let Err(error) = verity_core::tenancy::touch_api_key(&state.pool, record.id).await {
         tracing::warn!(%error, "could not record the API key's last use");
     }
@@ -116,7 +117,8 @@ pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principa
     if credential.starts_with(keys::KEY_PREFIX) {
         authenticate_key(state, credential).await
     } else {
-        let claims = state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+        let claims =
+            state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
         Ok(Principal { user_id: claims.sub, org_id: claims.org, role: claims.role, key_id: None })
     }
 }
@@ -124,16 +126,23 @@ pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principa
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Principal, ApiError> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Principal, ApiError> {
         let credential = match parts.headers.get(AUTHORIZATION) {
             Some(header) => {
-                let header = header.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+                let header = header
+                    .to_str()
+                    .map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
                 header
                     .strip_prefix("Bearer ")
                     .or_else(|| header.strip_prefix("bearer "))
                     .map(str::trim)
                     .filter(|c| !c.is_empty())
-                    .ok_or_else(|| ApiError::unauthorized("expected Authorization: Bearer <API key or token>"))?
+                    .ok_or_else(|| {
+                        ApiError::unauthorized("expected Authorization: Bearer <API key or token>")
+                    })?
             }
             // The dashboard's session cookie (cross-origin writes are refused by `session::guard`).
             None => session::session_token(&parts.headers)

@@ -47,21 +47,36 @@ pub async fn create_token(
     extensions: Extensions,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<Json<TokenResponse>> {
-    for (param, value) in [("email", &request.email), ("password", &request.password), ("api_key", &request.api_key)] {
+    for (param, value) in
+        [("email", &request.email), ("password", &request.password), ("api_key", &request.api_key)]
+    {
         if let Some(value) = value {
             crate::api::extract::reject_nul(param, value)?;
         }
     }
     let ip = super::throttle::client_ip(&extensions);
     let (user_id, org_id, role) = sign_in(&state, request, ip.as_deref()).await?;
-    let access_token = state.tokens.mint(user_id, org_id, role).map_err(|e| ApiError::internal("minting token", e))?;
-    Ok(Json(TokenResponse { access_token, token_type: "Bearer", expires_in: state.tokens.ttl().as_secs() }))
+    let access_token = state
+        .tokens
+        .mint(user_id, org_id, role)
+        .map_err(|e| ApiError::internal("minting token", e))?;
+    Ok(Json(TokenResponse {
+        access_token,
+        token_type: "Bearer",
+        expires_in: state.tokens.ttl().as_secs(),
+    }))
 }
 
 /// Checks a password or an API key, throttled per user name and client address: after too
 /// many failures the answer is 429 with `Retry-After`. The user, org and role on success.
-pub async fn sign_in(state: &AppState, request: TokenRequest, ip: Option<&str>) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
-    let user_name = request.email.clone().or_else(|| request.api_key.as_deref().and_then(super::keys::lookup_of).map(str::to_string));
+pub async fn sign_in(
+    state: &AppState,
+    request: TokenRequest,
+    ip: Option<&str>,
+) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+    let user_name = request.email.clone().or_else(|| {
+        request.api_key.as_deref().and_then(super::keys::lookup_of).map(str::to_string)
+    });
     state.login_throttle.check(user_name.as_deref(), ip).map_err(ApiError::rate_limited)?;
     let outcome = check_credentials(state, request).await;
     match &outcome {
@@ -75,22 +90,28 @@ pub async fn sign_in(state: &AppState, request: TokenRequest, ip: Option<&str>) 
     outcome
 }
 
-async fn check_credentials(state: &AppState, request: TokenRequest) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+async fn check_credentials(
+    state: &AppState,
+    request: TokenRequest,
+) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
     match (request.email, request.password, request.api_key) {
         (None, None, Some(key)) => {
             let principal = super::authenticate_key(state, &key).await?;
             Ok((principal.user_id, principal.org_id, principal.role))
         }
         (Some(email), Some(password), None) => {
-            let denied = || ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials");
+            let denied = || {
+                ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials")
+            };
             let user = verity_core::tenancy::find_user_by_email(&state.pool, &email)
                 .await
                 .map_err(|e| ApiError::internal("user lookup", e))?;
             let Some(user) = user else { return Err(denied()) };
             let Some(hash) = user.password_hash.clone() else { return Err(denied()) };
-            let ok = tokio::task::spawn_blocking(move || super::keys::verify_secret(&password, &hash))
-                .await
-                .map_err(|e| ApiError::internal("password verification", e))?;
+            let ok =
+                tokio::task::spawn_blocking(move || super::keys::verify_secret(&password, &hash))
+                    .await
+                    .map_err(|e| ApiError::internal("password verification", e))?;
             if !ok {
                 return Err(denied());
             }

@@ -48,7 +48,9 @@ pub struct TokenService {
 
 impl std::fmt::Debug for TokenService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenService").field("issuer", &self.settings.issuer).finish_non_exhaustive()
+        f.debug_struct("TokenService")
+            .field("issuer", &self.settings.issuer)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +99,8 @@ impl TokenService {
 
     /// Signs arbitrary claims (tests use it to build expired tokens).
     pub fn mint_claims(&self, claims: &Claims) -> Result<String, TokenError> {
-        encode(&Header::new(Algorithm::HS256), claims, &self.encoding).map_err(|e| TokenError(e.to_string()))
+        encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+            .map_err(|e| TokenError(e.to_string()))
     }
 
     /// The claims of a valid token.

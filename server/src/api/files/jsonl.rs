@@ -58,7 +58,11 @@ impl JsonlValidator {
             return Err(error);
         }
         if self.records == 0 {
-            return Err(LineError { line: 0, field: String::new(), reason: "the file holds no records".into() });
+            return Err(LineError {
+                line: 0,
+                field: String::new(),
+                reason: "the file holds no records".into(),
+            });
         }
         Ok(self.records)
     }
@@ -102,12 +106,16 @@ impl JsonlValidator {
 
 /// Checks one record; on failure, the field and the reason.
 pub fn check_record(line: &[u8]) -> Result<(), (String, String)> {
-    let value: Value = serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
     let Value::Object(record) = value else {
         return Err((String::new(), "each line must be a JSON object".into()));
     };
     match (record.get("messages"), record.get("prompt")) {
-        (None, None) => Err(("messages".into(), "each record needs `messages` (a chat list) or `prompt` (a string)".into())),
+        (None, None) => Err((
+            "messages".into(),
+            "each record needs `messages` (a chat list) or `prompt` (a string)".into(),
+        )),
         (Some(messages), _) => check_messages(messages),
         (None, Some(Value::String(_))) => Ok(()),
         (None, Some(_)) => Err(("prompt".into(), "must be a string".into())),
@@ -123,19 +131,34 @@ fn check_messages(messages: &Value) -> Result<(), (String, String)> {
     }
     for (i, message) in list.iter().enumerate() {
         let Value::Object(message) = message else {
-            return Err((format!("messages[{i}]"), "must be an object with role and content".into()));
+            return Err((
+                format!("messages[{i}]"),
+                "must be an object with role and content".into(),
+            ));
         };
         match message.get("role") {
-            Some(Value::String(role)) if matches!(role.as_str(), "system" | "developer" | "user" | "assistant" | "tool") => {}
+            Some(Value::String(role))
+                if matches!(
+                    role.as_str(),
+                    "system" | "developer" | "user" | "assistant" | "tool"
+                ) => {}
             Some(Value::String(role)) => {
-                return Err((format!("messages[{i}].role"), format!("unknown role {role:?} (system, developer, user, assistant or tool)")))
+                return Err((
+                    format!("messages[{i}].role"),
+                    format!("unknown role {role:?} (system, developer, user, assistant or tool)"),
+                ))
             }
             Some(_) => return Err((format!("messages[{i}].role"), "must be a string".into())),
             None => return Err((format!("messages[{i}].role"), "missing".into())),
         }
         match message.get("content") {
             Some(Value::String(_)) | Some(Value::Array(_)) => {}
-            Some(_) => return Err((format!("messages[{i}].content"), "must be a string or a list of content parts".into())),
+            Some(_) => {
+                return Err((
+                    format!("messages[{i}].content"),
+                    "must be a string or a list of content parts".into(),
+                ))
+            }
             None => return Err((format!("messages[{i}].content"), "missing".into())),
         }
     }
@@ -164,14 +187,16 @@ mod tests {
 
     #[test]
     fn reports_line_field_and_reason() {
-        let err = validate("{\"prompt\":\"a\"}\n{\"messages\":[{\"role\":\"user\"}]}\n", 5).unwrap_err();
+        let err =
+            validate("{\"prompt\":\"a\"}\n{\"messages\":[{\"role\":\"user\"}]}\n", 5).unwrap_err();
         assert_eq!((err.line, err.field.as_str()), (2, "messages[0].content"));
         assert_eq!(validate("{\"prompt\":1}", 4).unwrap_err().field, "prompt");
         assert_eq!(validate("[1]", 4).unwrap_err().reason, "each line must be a JSON object");
         assert!(validate("not json\n", 2).unwrap_err().reason.starts_with("invalid JSON"));
         assert_eq!(validate("{\"x\":1}", 2).unwrap_err().field, "messages");
         assert_eq!(validate("\n \n", 2).unwrap_err().line, 0);
-        let bad_role = validate("{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 9).unwrap_err();
+        let bad_role =
+            validate("{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 9).unwrap_err();
         assert_eq!(bad_role.field, "messages[0].role");
     }
 }

@@ -24,7 +24,10 @@ use verity_core::files::FileRecord;
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/v1/files", get(list_files).post(upload::upload_file).layer(DefaultBodyLimit::disable()))
+        .route(
+            "/v1/files",
+            get(list_files).post(upload::upload_file).layer(DefaultBodyLimit::disable()),
+        )
         .route("/v1/files/{file_id}", get(get_file).delete(delete_file))
         .route("/v1/files/{file_id}/content", get(file_content))
 }
@@ -54,10 +57,11 @@ pub struct FileObject {
 
 impl From<FileRecord> for FileObject {
     fn from(file: FileRecord) -> FileObject {
-        let status_details = file.status_details.as_ref().map(|details| match details.get("message") {
-            Some(serde_json::Value::String(message)) => message.clone(),
-            _ => details.to_string(),
-        });
+        let status_details =
+            file.status_details.as_ref().map(|details| match details.get("message") {
+                Some(serde_json::Value::String(message)) => message.clone(),
+                _ => details.to_string(),
+            });
         FileObject {
             id: file.id,
             object: "file",
@@ -105,9 +109,20 @@ pub async fn find_file(state: &AppState, principal: &Principal, id: &str) -> Api
 /// Lists files, newest first.
 #[utoipa::path(get, path = "/v1/files", tag = "files", params(FileListQuery),
     responses((status = 200, body = Page<FileObject>), (status = 400), (status = 401)))]
-pub async fn list_files(State(state): State<AppState>, principal: Principal, ApiQuery(query): ApiQuery<FileListQuery>) -> ApiResult<Json<Page<FileObject>>> {
+pub async fn list_files(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiQuery(query): ApiQuery<FileListQuery>,
+) -> ApiResult<Json<Page<FileObject>>> {
     let limit = page_limit(query.limit, MAX_LIMIT)?;
-    let rows = verity_core::files::list_files(&state.pool, principal.org_id, query.purpose.as_deref(), query.after.as_deref(), limit + 1).await?;
+    let rows = verity_core::files::list_files(
+        &state.pool,
+        principal.org_id,
+        query.purpose.as_deref(),
+        query.after.as_deref(),
+        limit + 1,
+    )
+    .await?;
     let files = rows.into_iter().map(FileObject::from).collect();
     Ok(Json(Page::from_fetched(files, limit, |f: &FileObject| f.id.clone())))
 }
@@ -115,17 +130,26 @@ pub async fn list_files(State(state): State<AppState>, principal: Principal, Api
 /// One file.
 #[utoipa::path(get, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
     responses((status = 200, body = FileObject), (status = 401), (status = 404)))]
-pub async fn get_file(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<FileObject>> {
+pub async fn get_file(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<FileObject>> {
     Ok(Json(find_file(&state, &principal, &id).await?.into()))
 }
 
 /// The file's content, streamed.
 #[utoipa::path(get, path = "/v1/files/{file_id}/content", tag = "files", params(("file_id" = String, Path)),
     responses((status = 200, content_type = "application/jsonl"), (status = 401), (status = 404)))]
-pub async fn file_content(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Response> {
+pub async fn file_content(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     let file = find_file(&state, &principal, &id).await?;
     let reader = state.store.get_reader(&file.storage_key).await?;
-    let disposition = format!("attachment; filename=\"{}\"", file.filename.replace(['"', '\\', '\r', '\n'], "_"));
+    let disposition =
+        format!("attachment; filename=\"{}\"", file.filename.replace(['"', '\\', '\r', '\n'], "_"));
     Ok((
         [(CONTENT_TYPE, "application/jsonl".to_string()), (CONTENT_DISPOSITION, disposition)],
         Body::from_stream(ReaderStream::new(reader)),
@@ -136,7 +160,11 @@ pub async fn file_content(State(state): State<AppState>, principal: Principal, P
 /// Deletes a file and its content.
 #[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
     responses((status = 200, body = Deleted), (status = 401), (status = 404)))]
-pub async fn delete_file(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<Deleted>> {
+pub async fn delete_file(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Deleted>> {
     remove_file(&state, &principal, &id).await?;
     Ok(Json(Deleted { id, object: "file", deleted: true }))
 }
@@ -153,7 +181,12 @@ pub async fn remove_file(state: &AppState, principal: &Principal, id: &str) -> A
 }
 
 /// The first `lines` non-blank lines of the org's file `id` (for previews), or 404.
-pub async fn head_lines(state: &AppState, principal: &Principal, id: &str, lines: usize) -> ApiResult<(FileRecord, Vec<String>)> {
+pub async fn head_lines(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    lines: usize,
+) -> ApiResult<(FileRecord, Vec<String>)> {
     use tokio::io::AsyncBufReadExt;
     let file = find_file(state, principal, id).await?;
     let reader = state.store.get_reader(&file.storage_key).await?;

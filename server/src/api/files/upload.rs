@@ -48,7 +48,9 @@ pub async fn upload_file(
     principal: Principal,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Json<FileObject>> {
-    let mut multipart = multipart.map_err(|e| ApiError::invalid("file", format!("expected a multipart/form-data body: {}", e.body_text())))?;
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::invalid("file", format!("expected a multipart/form-data body: {}", e.body_text()))
+    })?;
     let id = verity_core::ids::file_id();
     let key = format!("files/{id}.jsonl");
     let mut purpose: Option<String> = None;
@@ -58,9 +60,16 @@ pub async fn upload_file(
             let name = field.name().map(str::to_string);
             match name.as_deref() {
                 Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
-                Some("file") if stored.is_some() => return Err(ApiError::invalid("file", "send exactly one file per upload")),
+                Some("file") if stored.is_some() => {
+                    return Err(ApiError::invalid("file", "send exactly one file per upload"))
+                }
                 Some("file") => {
-                    let filename: String = field.file_name().unwrap_or("upload.jsonl").chars().map(|c| if c.is_control() { '_' } else { c }).collect();
+                    let filename: String = field
+                        .file_name()
+                        .unwrap_or("upload.jsonl")
+                        .chars()
+                        .map(|c| if c.is_control() { '_' } else { c })
+                        .collect();
                     stored = Some((filename, stream_to_store(&state, &key, field).await?));
                 }
                 _ => {}
@@ -88,14 +97,26 @@ async fn finish_upload(
     stored: Option<(String, Streamed)>,
 ) -> ApiResult<FileObject> {
     outcome?;
-    let purpose = purpose.ok_or_else(|| ApiError::invalid("purpose", "missing form field `purpose` (use \"fine-tune\")"))?;
+    let purpose = purpose.ok_or_else(|| {
+        ApiError::invalid("purpose", "missing form field `purpose` (use \"fine-tune\")")
+    })?;
     if purpose != PURPOSE_FINE_TUNE {
-        return Err(ApiError::invalid("purpose", format!("unsupported purpose {purpose:?}; use \"fine-tune\"")));
+        return Err(ApiError::invalid(
+            "purpose",
+            format!("unsupported purpose {purpose:?}; use \"fine-tune\""),
+        ));
     }
-    let (filename, streamed) = stored.ok_or_else(|| ApiError::invalid("file", "missing form field `file`"))?;
+    let (filename, streamed) =
+        stored.ok_or_else(|| ApiError::invalid("file", "missing form field `file`"))?;
     let (status, line_count, status_details) = match streamed.validation {
         Ok(records) => ("processed", Some(i64::try_from(records).unwrap_or(i64::MAX)), None),
-        Err(error) => ("error", None, Some(json!({"message": error.to_string(), "line": error.line, "field": error.field, "reason": error.reason}))),
+        Err(error) => (
+            "error",
+            None,
+            Some(
+                json!({"message": error.to_string(), "line": error.line, "field": error.field, "reason": error.reason}),
+            ),
+        ),
     };
     let record = FileRecord {
         id,
@@ -117,7 +138,8 @@ async fn finish_upload(
 async fn stream_to_store(state: &AppState, key: &str, mut field: Field<'_>) -> ApiResult<Streamed> {
     let limit = state.limits.max_upload_bytes;
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let chunks =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
     let upload = state.store.put_reader(key, Box::pin(StreamReader::new(chunks)));
     let pump = async move {
         let mut validator = JsonlValidator::default();
@@ -154,7 +176,10 @@ async fn stream_to_store(state: &AppState, key: &str, mut field: Field<'_>) -> A
     };
     let written = stored?;
     if written != streamed.bytes {
-        return Err(ApiError::internal("upload", format!("received {} bytes but stored {written}", streamed.bytes)));
+        return Err(ApiError::internal(
+            "upload",
+            format!("received {} bytes but stored {written}", streamed.bytes),
+        ));
     }
     Ok(streamed)
 }

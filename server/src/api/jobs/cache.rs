@@ -45,7 +45,10 @@ impl<V: Clone> ChangeCache<V> {
     /// An empty cache that holds at most `capacity` jobs' values (beyond it, it is emptied and
     /// refills with what is read).
     pub fn new(capacity: usize) -> Self {
-        ChangeCache { capacity, inner: Mutex::new(Inner { subscribed: false, epoch: 0, entries: HashMap::new() }) }
+        ChangeCache {
+            capacity,
+            inner: Mutex::new(Inner { subscribed: false, epoch: 0, entries: HashMap::new() }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<V>> {
@@ -58,7 +61,11 @@ impl<V: Clone> ChangeCache<V> {
         if !inner.subscribed {
             return None;
         }
-        inner.entries.get(id).filter(|(_, at)| at.elapsed() < MAX_AGE).map(|(value, _)| value.clone())
+        inner
+            .entries
+            .get(id)
+            .filter(|(_, at)| at.elapsed() < MAX_AGE)
+            .map(|(value, _)| value.clone())
     }
 
     /// A ticket to take before reading a value from the database; `None` while nothing may be
@@ -148,7 +155,11 @@ mod tests {
         cache.put(ticket, "a", 1);
         cache.put(ticket, "b", 2);
         cache.put(ticket, "b", 3);
-        assert_eq!((cache.get("a"), cache.get("b")), (Some(1), Some(3)), "replacing a value is not growth");
+        assert_eq!(
+            (cache.get("a"), cache.get("b")),
+            (Some(1), Some(3)),
+            "replacing a value is not growth"
+        );
         cache.put(ticket, "c", 4);
         assert_eq!((cache.get("a"), cache.get("b"), cache.get("c")), (None, None, Some(4)));
     }

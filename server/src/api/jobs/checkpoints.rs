@@ -32,8 +32,14 @@ const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/fine_tuning/jobs/{job_id}/checkpoints", get(list_checkpoints))
-        .route("/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}", get(get_checkpoint).delete(delete_checkpoint))
-        .route("/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}/content", get(checkpoint_content))
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}",
+            get(get_checkpoint).delete(delete_checkpoint),
+        )
+        .route(
+            "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}/content",
+            get(checkpoint_content),
+        )
 }
 
 /// Checkpoints of a job, latest step first.
@@ -52,11 +58,14 @@ pub async fn list_checkpoints(
         Some(after) => Some(
             verity_core::jobs::get_checkpoint(&state.pool, &job_id, after)
                 .await?
-                .ok_or_else(|| ApiError::invalid("after", format!("no checkpoint {after:?} in this job")))?
+                .ok_or_else(|| {
+                    ApiError::invalid("after", format!("no checkpoint {after:?} in this job"))
+                })?
                 .step,
         ),
     };
-    let rows = verity_core::jobs::list_checkpoints(&state.pool, &job_id, before_step, limit + 1).await?;
+    let rows =
+        verity_core::jobs::list_checkpoints(&state.pool, &job_id, before_step, limit + 1).await?;
     let items = rows.into_iter().map(|c| checkpoint_object(c, &job.model)).collect();
     Ok(Json(Page::from_fetched(items, limit, |c: &CheckpointObject| c.id.clone())))
 }
@@ -134,9 +143,12 @@ pub async fn checkpoint_content(
     };
     let (checkpoint, _) = find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
     let prefix = checkpoint.storage_prefix.trim_end_matches('/').to_string();
-    let manifest = read_manifest(state.store.as_ref(), &prefix)
-        .await?
-        .ok_or_else(|| ApiError::conflict("checkpoint_incomplete", "the checkpoint's folder is not completely published"))?;
+    let manifest = read_manifest(state.store.as_ref(), &prefix).await?.ok_or_else(|| {
+        ApiError::conflict(
+            "checkpoint_incomplete",
+            "the checkpoint's folder is not completely published",
+        )
+    })?;
     if redirect {
         let path = query.path.unwrap_or_else(|| MANIFEST.to_string());
         if path != MANIFEST && !manifest.files.iter().any(|f| f.path == path) {
@@ -156,13 +168,19 @@ pub async fn checkpoint_content(
     let store = state.store.clone();
     let root = checkpoint_id.clone();
     tokio::spawn(async move {
-        if let Err(error) = write_archive(store.as_ref(), &prefix, &root, &manifest, &mut writer).await {
+        if let Err(error) =
+            write_archive(store.as_ref(), &prefix, &root, &manifest, &mut writer).await
+        {
             tracing::warn!(%error, prefix = %prefix, "checkpoint archive aborted");
         }
     });
     let disposition = format!("attachment; filename=\"{checkpoint_id}.tar\"");
     Ok((
-        [(CONTENT_TYPE, "application/x-tar".to_string()), (CONTENT_DISPOSITION, disposition), (CONTENT_LENGTH, length.to_string())],
+        [
+            (CONTENT_TYPE, "application/x-tar".to_string()),
+            (CONTENT_DISPOSITION, disposition),
+            (CONTENT_LENGTH, length.to_string()),
+        ],
         Body::from_stream(ReaderStream::new(reader)),
     )
         .into_response())
@@ -185,7 +203,8 @@ async fn write_archive(
     manifest: &Manifest,
     out: &mut (impl AsyncWrite + Unpin),
 ) -> std::io::Result<()> {
-    let mtime = chrono::DateTime::parse_from_rfc3339(&manifest.created_at).map_or(0, |t| t.timestamp().max(0) as u64);
+    let mtime = chrono::DateTime::parse_from_rfc3339(&manifest.created_at)
+        .map_or(0, |t| t.timestamp().max(0) as u64);
     for entry in &manifest.files {
         let mut header = tar::Header::new_gnu();
         header.set_path(format!("{root}/{}", entry.path))?;
@@ -199,7 +218,10 @@ async fn write_archive(
         let reader = store.get_reader(&key).await.map_err(std::io::Error::other)?;
         let copied = tokio::io::copy(&mut reader.take(entry.size), out).await?;
         if copied != entry.size {
-            return Err(std::io::Error::other(format!("{key}: {copied} bytes, manifest says {}", entry.size)));
+            return Err(std::io::Error::other(format!(
+                "{key}: {copied} bytes, manifest says {}",
+                entry.size
+            )));
         }
         let padding = padded(entry.size) - entry.size;
         out.write_all(&vec![0u8; padding as usize]).await?;

@@ -42,7 +42,10 @@ impl MetricsQuery {
     fn window(&self) -> Result<MetricsWindow, ApiError> {
         if let Some(limit) = self.limit {
             if !(1..=MAX_METRICS_LIMIT).contains(&limit) {
-                return Err(ApiError::invalid("limit", format!("limit must be between 1 and {MAX_METRICS_LIMIT}, got {limit}")));
+                return Err(ApiError::invalid(
+                    "limit",
+                    format!("limit must be between 1 and {MAX_METRICS_LIMIT}, got {limit}"),
+                ));
             }
         }
         Ok(MetricsWindow {
@@ -66,7 +69,12 @@ pub async fn job_metrics(
     let csv = match query.format.as_deref() {
         None | Some("json") => false,
         Some("csv") => true,
-        Some(other) => return Err(ApiError::invalid("format", format!("unknown format {other:?}; use json or csv"))),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "format",
+                format!("unknown format {other:?}; use json or csv"),
+            ))
+        }
     };
     let window = query.window()?;
     find_job(&state, &principal, &job_id).await?;
@@ -77,7 +85,8 @@ pub async fn job_metrics(
     let body = match state.metrics_cache.document(&state.pool, &job_id).await? {
         Some(document) => document.window(window),
         None => {
-            let (data, has_more) = verity_core::jobs::metrics_json(&state.pool, &job_id, window).await?;
+            let (data, has_more) =
+                verity_core::jobs::metrics_json(&state.pool, &job_id, window).await?;
             metrics_document(&job_id, &data, has_more)
         }
     };

@@ -106,14 +106,21 @@ pub struct MetricsCache {
 
 impl Default for MetricsCache {
     fn default() -> Self {
-        MetricsCache { documents: ChangeCache::new(CACHED_JOBS), loading: tokio::sync::Mutex::new(()) }
+        MetricsCache {
+            documents: ChangeCache::new(CACHED_JOBS),
+            loading: tokio::sync::Mutex::new(()),
+        }
     }
 }
 
 impl MetricsCache {
     /// The rendered metrics of job `job_id`, read and cached on a miss; `None` while nothing
     /// may be cached (no change listener), when the caller reads its window from the database.
-    pub async fn document(&self, pool: &sqlx::PgPool, job_id: &str) -> Result<Option<Arc<JobMetrics>>, sqlx::Error> {
+    pub async fn document(
+        &self,
+        pool: &sqlx::PgPool,
+        job_id: &str,
+    ) -> Result<Option<Arc<JobMetrics>>, sqlx::Error> {
         if let Some(document) = self.documents.get(job_id) {
             return Ok(Some(document));
         }
@@ -138,7 +145,10 @@ mod tests {
     use serde_json::{json, Value};
 
     fn rows(steps: &[i32]) -> Vec<(i32, String)> {
-        steps.iter().map(|s| (*s, json!({"step": s, "reward": f64::from(*s) / 10.0}).to_string())).collect()
+        steps
+            .iter()
+            .map(|s| (*s, json!({"step": s, "reward": f64::from(*s) / 10.0}).to_string()))
+            .collect()
     }
 
     fn parse(bytes: Bytes) -> Value {
@@ -172,7 +182,10 @@ mod tests {
     #[test]
     fn a_job_without_metrics_is_an_empty_list() {
         let doc = JobMetrics::render("ftjob-a", &[]);
-        assert_eq!(parse(doc.window(MetricsWindow::ALL)), json!({"object": "list", "job_id": "ftjob-a", "data": [], "has_more": false}));
+        assert_eq!(
+            parse(doc.window(MetricsWindow::ALL)),
+            json!({"object": "list", "job_id": "ftjob-a", "data": [], "has_more": false})
+        );
         assert_eq!(parse(doc.window(window(3, 5)))["data"], json!([]));
     }
 }

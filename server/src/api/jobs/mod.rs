@@ -20,10 +20,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
+pub use validate::validate_grader;
 use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
 use verity_core::JobState;
-pub use validate::validate_grader;
 use view::{EventObject, JobObject, EVENT_PREFIX};
 
 /// Routes of this module.
@@ -69,7 +69,9 @@ pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiR
         return if job.org_id == principal.org_id { Ok(job) } else { Err(not_found()) };
     }
     let ticket = state.job_cache.ticket();
-    let job = verity_core::jobs::get_job(&state.pool, principal.org_id, id).await?.ok_or_else(not_found)?;
+    let job = verity_core::jobs::get_job(&state.pool, principal.org_id, id)
+        .await?
+        .ok_or_else(not_found)?;
     if let Some(ticket) = ticket {
         state.job_cache.put(ticket, id, job.clone());
     }
@@ -79,10 +81,21 @@ pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiR
 /// Creates a job and queues it.
 #[utoipa::path(post, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", request_body = CreateJobRequest,
     responses((status = 200, body = JobObject), (status = 400), (status = 401)))]
-pub async fn create_job(State(state): State<AppState>, principal: Principal, ApiJson(request): ApiJson<CreateJobRequest>) -> ApiResult<Json<JobObject>> {
+pub async fn create_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(request): ApiJson<CreateJobRequest>,
+) -> ApiResult<Json<JobObject>> {
     let model = request.model.ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
-    let training_file = request.training_file.ok_or_else(|| ApiError::invalid("training_file", "missing `training_file`"))?;
-    for (param, value) in [("model", Some(&model)), ("training_file", Some(&training_file)), ("validation_file", request.validation_file.as_ref()), ("suffix", request.suffix.as_ref())] {
+    let training_file = request
+        .training_file
+        .ok_or_else(|| ApiError::invalid("training_file", "missing `training_file`"))?;
+    for (param, value) in [
+        ("model", Some(&model)),
+        ("training_file", Some(&training_file)),
+        ("validation_file", request.validation_file.as_ref()),
+        ("suffix", request.suffix.as_ref()),
+    ] {
         if let Some(value) = value {
             reject_nul(param, value)?;
         }
@@ -118,9 +131,19 @@ pub async fn create_job(State(state): State<AppState>, principal: Principal, Api
 /// Lists jobs, newest first.
 #[utoipa::path(get, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", params(PageQuery),
     responses((status = 200, body = Page<JobObject>), (status = 400), (status = 401)))]
-pub async fn list_jobs(State(state): State<AppState>, principal: Principal, ApiQuery(query): ApiQuery<PageQuery>) -> ApiResult<Json<Page<JobObject>>> {
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Json<Page<JobObject>>> {
     let limit = query.limit()?;
-    let rows = verity_core::jobs::list_jobs(&state.pool, principal.org_id, query.after.as_deref(), limit + 1).await?;
+    let rows = verity_core::jobs::list_jobs(
+        &state.pool,
+        principal.org_id,
+        query.after.as_deref(),
+        limit + 1,
+    )
+    .await?;
     let jobs = rows.into_iter().map(JobObject::from).collect();
     Ok(Json(Page::from_fetched(jobs, limit, |j: &JobObject| j.id.clone())))
 }
@@ -128,7 +151,11 @@ pub async fn list_jobs(State(state): State<AppState>, principal: Principal, ApiQ
 /// One job.
 #[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}", tag = "fine_tuning", params(("job_id" = String, Path)),
     responses((status = 200, body = JobObject), (status = 401), (status = 404)))]
-pub async fn get_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+pub async fn get_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobObject>> {
     Ok(Json(find_job(&state, &principal, &id).await?.into()))
 }
 
@@ -156,7 +183,12 @@ impl Control {
 }
 
 /// Applies `action` to the org's job `id`; the job afterwards.
-pub async fn control_job(state: &AppState, principal: &Principal, id: &str, action: Control) -> ApiResult<JobRecord> {
+pub async fn control_job(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    action: Control,
+) -> ApiResult<JobRecord> {
     find_job(state, principal, id).await?;
     match action {
         Control::Cancel => state.queue.cancel(id).await?,
@@ -168,28 +200,45 @@ pub async fn control_job(state: &AppState, principal: &Principal, id: &str, acti
     find_job(state, principal, id).await
 }
 
-async fn control(state: AppState, principal: Principal, id: String, action: Control) -> ApiResult<Json<JobObject>> {
+async fn control(
+    state: AppState,
+    principal: Principal,
+    id: String,
+    action: Control,
+) -> ApiResult<Json<JobObject>> {
     Ok(Json(control_job(&state, &principal, &id, action).await?.into()))
 }
 
 /// Cancels a job (a running one once its worker sees the request).
 #[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/cancel", tag = "fine_tuning", params(("job_id" = String, Path)),
     responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
-pub async fn cancel_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+pub async fn cancel_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobObject>> {
     control(state, principal, id, Control::Cancel).await
 }
 
 /// Pauses a job (a running one after its worker checkpoints).
 #[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/pause", tag = "fine_tuning", params(("job_id" = String, Path)),
     responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
-pub async fn pause_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+pub async fn pause_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobObject>> {
     control(state, principal, id, Control::Pause).await
 }
 
 /// Resumes a paused job.
 #[utoipa::path(post, path = "/v1/fine_tuning/jobs/{job_id}/resume", tag = "fine_tuning", params(("job_id" = String, Path)),
     responses((status = 200, body = JobObject), (status = 401), (status = 404), (status = 409)))]
-pub async fn resume_job(State(state): State<AppState>, principal: Principal, Path(id): Path<String>) -> ApiResult<Json<JobObject>> {
+pub async fn resume_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobObject>> {
     control(state, principal, id, Control::Resume).await
 }
 
@@ -205,12 +254,16 @@ pub async fn list_events(
     let limit = page_limit(query.limit, 1000)?;
     let before = match query.after.as_deref() {
         None => None,
-        Some(after) => Some(
-            after
-                .strip_prefix(EVENT_PREFIX)
-                .and_then(|n| n.parse::<i64>().ok())
-                .ok_or_else(|| ApiError::invalid("after", format!("expected an event id like {EVENT_PREFIX}42")))?,
-        ),
+        Some(after) => {
+            Some(after.strip_prefix(EVENT_PREFIX).and_then(|n| n.parse::<i64>().ok()).ok_or_else(
+                || {
+                    ApiError::invalid(
+                        "after",
+                        format!("expected an event id like {EVENT_PREFIX}42"),
+                    )
+                },
+            )?)
+        }
     };
     find_job(&state, &principal, &id).await?;
     let rows = verity_core::jobs::list_events(&state.pool, &id, before, limit + 1).await?;

@@ -80,19 +80,32 @@ pub async fn list_samples(
             return Err(ApiError::invalid(param, "must be a finite number"));
         }
     }
-    let after = match query.after.as_deref() {
-        None => None,
-        Some(a) => Some(parse_after(a).ok_or_else(|| ApiError::invalid("after", "expected a sample id like sample-3-7"))?),
-    };
+    let after =
+        match query.after.as_deref() {
+            None => None,
+            Some(a) => Some(parse_after(a).ok_or_else(|| {
+                ApiError::invalid("after", "expected a sample id like sample-3-7")
+            })?),
+        };
     find_job(&state, &principal, &job_id).await?;
-    let filter = SampleFilter { step: query.step, min_score: query.min_score, max_score: query.max_score, after };
+    let filter = SampleFilter {
+        step: query.step,
+        min_score: query.min_score,
+        max_score: query.max_score,
+        after,
+    };
     let items = load_samples(&state, &job_id, &filter, limit).await?;
     Ok(Json(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone())))
 }
 
 /// Up to `limit + 1` samples of `job_id` matching `filter` (the extra one, without its stored
 /// body, tells the caller another page exists), with their stored bodies read from the store.
-pub async fn load_samples(state: &AppState, job_id: &str, filter: &SampleFilter, limit: i64) -> ApiResult<Vec<SampleObject>> {
+pub async fn load_samples(
+    state: &AppState,
+    job_id: &str,
+    filter: &SampleFilter,
+    limit: i64,
+) -> ApiResult<Vec<SampleObject>> {
     let rows = verity_core::jobs::list_samples(&state.pool, job_id, filter, limit + 1).await?;
     let mut objects: HashMap<String, Option<Vec<String>>> = HashMap::new();
     let mut items = Vec::with_capacity(rows.len());
@@ -100,7 +113,9 @@ pub async fn load_samples(state: &AppState, job_id: &str, filter: &SampleFilter,
         let sample = if i < limit as usize {
             if !objects.contains_key(&row.storage_key) {
                 let lines = match state.store.get_bytes(&row.storage_key).await {
-                    Ok(bytes) => Some(String::from_utf8_lossy(&bytes).lines().map(str::to_string).collect()),
+                    Ok(bytes) => {
+                        Some(String::from_utf8_lossy(&bytes).lines().map(str::to_string).collect())
+                    }
                     Err(error) => {
                         tracing::warn!(%error, key = %row.storage_key, "sample object unreadable");
                         None

@@ -12,31 +12,49 @@ pub fn validate_grader(grader: &Value) -> Result<(), ApiError> {
 
 /// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`.
 pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
-    let method = method.ok_or_else(|| ApiError::invalid("method", "missing `method` (type \"reinforcement\")"))?;
+    let method = method
+        .ok_or_else(|| ApiError::invalid("method", "missing `method` (type \"reinforcement\")"))?;
     let Value::Object(fields) = method else {
         return Err(ApiError::invalid("method", "must be an object"));
     };
     match fields.get("type") {
         Some(Value::String(kind)) if kind == "reinforcement" => {}
         Some(Value::String(kind)) => {
-            return Err(ApiError::invalid("method.type", format!("unsupported method {kind:?}; Verity trains \"reinforcement\" jobs")))
+            return Err(ApiError::invalid(
+                "method.type",
+                format!("unsupported method {kind:?}; Verity trains \"reinforcement\" jobs"),
+            ))
         }
-        _ => return Err(ApiError::invalid("method.type", "missing method type (use \"reinforcement\")")),
+        _ => {
+            return Err(ApiError::invalid(
+                "method.type",
+                "missing method type (use \"reinforcement\")",
+            ))
+        }
     }
-    let reinforcement = fields
-        .get("reinforcement")
-        .and_then(Value::as_object)
-        .ok_or_else(|| ApiError::invalid("method.reinforcement", "missing object `reinforcement` with `grader`"))?;
+    let reinforcement =
+        fields.get("reinforcement").and_then(Value::as_object).ok_or_else(|| {
+            ApiError::invalid(
+                "method.reinforcement",
+                "missing object `reinforcement` with `grader`",
+            )
+        })?;
     let grader = reinforcement
         .get("grader")
         .ok_or_else(|| ApiError::invalid("method.reinforcement.grader", "missing grader"))?;
     validate_grader(grader)?;
     match reinforcement.get("hyperparameters") {
         None | Some(Value::Object(_)) => {}
-        Some(_) => return Err(ApiError::invalid("method.reinforcement.hyperparameters", "must be an object")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "method.reinforcement.hyperparameters",
+                "must be an object",
+            ))
+        }
     }
     // Name the hyperparameters when they are what fails to parse, else the reinforcement object.
-    let hyperparameters = reinforcement.get("hyperparameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
+    let hyperparameters =
+        reinforcement.get("hyperparameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
     serde_json::from_value::<verity_core::spec::Hyperparameters>(hyperparameters)
         .map_err(|e| ApiError::invalid("method.reinforcement.hyperparameters", e.to_string()))?;
     let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
@@ -48,8 +66,15 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
 /// Checks the suffix: at most 64 characters of letters, digits, `-` and `_`.
 pub fn validate_suffix(suffix: Option<&str>) -> ApiResult<()> {
     match suffix {
-        Some(s) if s.is_empty() || s.len() > 64 || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
-            Err(ApiError::invalid("suffix", "1 to 64 characters among letters, digits, '-' and '_'"))
+        Some(s)
+            if s.is_empty()
+                || s.len() > 64
+                || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+        {
+            Err(ApiError::invalid(
+                "suffix",
+                "1 to 64 characters among letters, digits, '-' and '_'",
+            ))
         }
         _ => Ok(()),
     }
@@ -61,30 +86,49 @@ pub fn validate_metadata(metadata: Option<&Value>) -> ApiResult<()> {
     if metadata.is_null() {
         return Ok(());
     }
-    let map: &Map<String, Value> = metadata.as_object().ok_or_else(|| ApiError::invalid("metadata", "must be an object"))?;
+    let map: &Map<String, Value> =
+        metadata.as_object().ok_or_else(|| ApiError::invalid("metadata", "must be an object"))?;
     if map.len() > 16 {
         return Err(ApiError::invalid("metadata", "at most 16 keys"));
     }
     for (key, value) in map {
         if key.len() > 64 || !value.as_str().is_some_and(|v| v.len() <= 512) {
-            return Err(ApiError::invalid(format!("metadata.{key}"), "keys up to 64 characters, string values up to 512"));
+            return Err(ApiError::invalid(
+                format!("metadata.{key}"),
+                "keys up to 64 characters, string values up to 512",
+            ));
         }
     }
     Ok(())
 }
 
 /// Checks that `file_id` is a processed fine-tune file of the caller's org.
-pub async fn validate_file(state: &AppState, principal: &Principal, param: &str, file_id: &str) -> ApiResult<()> {
+pub async fn validate_file(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    file_id: &str,
+) -> ApiResult<()> {
     let file = verity_core::files::get_file(&state.pool, principal.org_id, file_id)
         .await?
-        .ok_or_else(|| ApiError::invalid(param, format!("no file with id {file_id:?}")).with_code("file_not_found"))?;
+        .ok_or_else(|| {
+            ApiError::invalid(param, format!("no file with id {file_id:?}"))
+                .with_code("file_not_found")
+        })?;
     match file.status.as_str() {
         "processed" => Ok(()),
         "error" => {
-            let details = file.status_details.as_ref().and_then(|d| d.get("message")).and_then(Value::as_str).unwrap_or("invalid");
-            Err(ApiError::invalid(param, format!("file {file_id} failed validation: {details}")).with_code("invalid_file"))
+            let details = file
+                .status_details
+                .as_ref()
+                .and_then(|d| d.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("invalid");
+            Err(ApiError::invalid(param, format!("file {file_id} failed validation: {details}"))
+                .with_code("invalid_file"))
         }
-        other => Err(ApiError::invalid(param, format!("file {file_id} is {other}, not processed")).with_code("invalid_file")),
+        other => Err(ApiError::invalid(param, format!("file {file_id} is {other}, not processed"))
+            .with_code("invalid_file")),
     }
 }
 
@@ -96,5 +140,11 @@ pub async fn validate_model(state: &AppState, principal: &Principal, model: &str
     verity_core::models::get_model(&state.pool, principal.org_id, model)
         .await?
         .map(|_| ())
-        .ok_or_else(|| ApiError::invalid("model", format!("model {model:?} does not exist (see GET /v1/models)")).with_code("model_not_found"))
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "model",
+                format!("model {model:?} does not exist (see GET /v1/models)"),
+            )
+            .with_code("model_not_found")
+        })
 }

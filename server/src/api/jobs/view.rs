@@ -76,7 +76,11 @@ impl From<JobRecord> for JobObject {
             .unwrap_or_else(|| Value::Object(Map::new()));
         let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
             code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
-            message: e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string(),
+            message: e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the job failed")
+                .to_string(),
             param: e.get("param").and_then(Value::as_str).map(str::to_string),
         });
         JobObject {
@@ -188,7 +192,11 @@ pub fn checkpoint_object(checkpoint: CheckpointRecord, base_model: &str) -> Chec
     CheckpointObject {
         object: "fine_tuning.job.checkpoint",
         created_at: checkpoint.created_at.timestamp(),
-        fine_tuned_model_checkpoint: checkpoint_model_name(base_model, &checkpoint.job_id, checkpoint.step),
+        fine_tuned_model_checkpoint: checkpoint_model_name(
+            base_model,
+            &checkpoint.job_id,
+            checkpoint.step,
+        ),
         fine_tuning_job_id: checkpoint.job_id,
         metrics: Value::Object(metrics),
         step_number: checkpoint.step,

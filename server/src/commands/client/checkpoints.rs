@@ -44,7 +44,12 @@ pub async fn run(args: &CheckpointsArgs) -> anyhow::Result<()> {
     match &args.command {
         CheckpointsCommand::Download { job, step, out } => {
             let manifest = download(&client, job, *step, out, true).await?;
-            println!("{} files, {} bytes, verified, in {}", manifest.files.len(), manifest.total_bytes, out.display());
+            println!(
+                "{} files, {} bytes, verified, in {}",
+                manifest.files.len(),
+                manifest.total_bytes,
+                out.display()
+            );
             Ok(())
         }
     }
@@ -55,7 +60,9 @@ pub async fn find(client: &Client, job: &str, step: Option<i64>) -> anyhow::Resu
     let mut after: Option<String> = None;
     loop {
         let query = after.as_ref().map_or_else(String::new, |a| format!("&after={a}"));
-        let page = client.get_json(&format!("/v1/fine_tuning/jobs/{job}/checkpoints?limit=100{query}")).await?;
+        let page = client
+            .get_json(&format!("/v1/fine_tuning/jobs/{job}/checkpoints?limit=100{query}"))
+            .await?;
         let data = page["data"].as_array().cloned().unwrap_or_default();
         let found = match step {
             None => data.first().cloned(),
@@ -76,18 +83,36 @@ pub async fn find(client: &Client, job: &str, step: Option<i64>) -> anyhow::Resu
 
 /// Downloads the checkpoint into `out`, then checks every file's size and SHA-256 against the
 /// manifest (written as `out/manifest.json`).
-pub async fn download(client: &Client, job: &str, step: Option<i64>, out: &Path, progress: bool) -> anyhow::Result<Manifest> {
+pub async fn download(
+    client: &Client,
+    job: &str,
+    step: Option<i64>,
+    out: &Path,
+    progress: bool,
+) -> anyhow::Result<Manifest> {
     let checkpoint = find(client, job, step).await?;
     let id = field(&checkpoint, "id").to_string();
     let base = format!("/v1/fine_tuning/jobs/{job}/checkpoints/{id}/content");
-    let manifest_request = client.request(reqwest::Method::GET, &format!("{base}?redirect=1&path={MANIFEST}"));
-    let manifest: Manifest = client.send(manifest_request).await?.json().await.context("reading the checkpoint's manifest")?;
+    let manifest_request =
+        client.request(reqwest::Method::GET, &format!("{base}?redirect=1&path={MANIFEST}"));
+    let manifest: Manifest = client
+        .send(manifest_request)
+        .await?
+        .json()
+        .await
+        .context("reading the checkpoint's manifest")?;
     tokio::fs::create_dir_all(out).await.with_context(|| format!("creating {}", out.display()))?;
 
     let response = client.send(client.request(reqwest::Method::GET, &base)).await?;
-    let bar = if progress { byte_bar(response.content_length(), &format!("downloading {id}")) } else { indicatif::ProgressBar::hidden() };
+    let bar = if progress {
+        byte_bar(response.content_length(), &format!("downloading {id}"))
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let archive = out.join(format!(".{id}.tar.part"));
-    let mut file = tokio::fs::File::create(&archive).await.with_context(|| format!("creating {}", archive.display()))?;
+    let mut file = tokio::fs::File::create(&archive)
+        .await
+        .with_context(|| format!("creating {}", archive.display()))?;
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.context("downloading the checkpoint")?;
@@ -99,7 +124,9 @@ pub async fn download(client: &Client, job: &str, step: Option<i64>, out: &Path,
     bar.finish_and_clear();
 
     let (archive_path, dir, expected) = (archive.clone(), out.to_path_buf(), manifest.clone());
-    let unpacked = tokio::task::spawn_blocking(move || unpack_and_verify(&archive_path, &dir, &expected)).await?;
+    let unpacked =
+        tokio::task::spawn_blocking(move || unpack_and_verify(&archive_path, &dir, &expected))
+            .await?;
     let _ = tokio::fs::remove_file(&archive).await;
     unpacked?;
     let text = serde_json::to_vec_pretty(&manifest)?;
@@ -115,19 +142,23 @@ fn unpack_and_verify(archive: &Path, dir: &Path, manifest: &Manifest) -> anyhow:
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
         let relative: PathBuf = path.components().skip(1).collect();
-        if relative.as_os_str().is_empty() || relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+        if relative.as_os_str().is_empty()
+            || relative.components().any(|c| !matches!(c, Component::Normal(_)))
+        {
             bail!("unexpected path {} in the archive", path.display());
         }
         let target = dir.join(&relative);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let mut out = std::fs::File::create(&target).with_context(|| format!("creating {}", target.display()))?;
+        let mut out = std::fs::File::create(&target)
+            .with_context(|| format!("creating {}", target.display()))?;
         std::io::copy(&mut entry, &mut out)?;
     }
     for expected in &manifest.files {
         let path = dir.join(&expected.path);
-        let mut file = std::fs::File::open(&path).with_context(|| format!("{} is missing from the download", expected.path))?;
+        let mut file = std::fs::File::open(&path)
+            .with_context(|| format!("{} is missing from the download", expected.path))?;
         let mut hasher = Sha256::new();
         let mut buffer = vec![0u8; 1 << 20];
         let mut size = 0u64;

@@ -56,7 +56,9 @@ pub async fn run(args: &FilesArgs) -> anyhow::Result<()> {
                     field(file, "id"),
                     field(file, "status"),
                     file["bytes"].as_i64().unwrap_or(0),
-                    file["records"].as_i64().map_or_else(|| "-".to_string(), |n| format!("{n} rows")),
+                    file["records"]
+                        .as_i64()
+                        .map_or_else(|| "-".to_string(), |n| format!("{n} rows")),
                     field(file, "filename")
                 );
             }
@@ -68,10 +70,17 @@ pub async fn run(args: &FilesArgs) -> anyhow::Result<()> {
 /// Streams `path` to `POST /v1/files` (with a progress bar when `progress`); fails with the
 /// server's validation message when the file was rejected.
 pub async fn upload(client: &Client, path: &Path, progress: bool) -> anyhow::Result<Value> {
-    let file = tokio::fs::File::open(path).await.with_context(|| format!("opening {}", path.display()))?;
+    let file =
+        tokio::fs::File::open(path).await.with_context(|| format!("opening {}", path.display()))?;
     let size = file.metadata().await.with_context(|| format!("reading {}", path.display()))?.len();
-    let name = path.file_name().map_or_else(|| "data.jsonl".to_string(), |n| n.to_string_lossy().into_owned());
-    let bar = if progress { byte_bar(Some(size), &format!("uploading {name}")) } else { indicatif::ProgressBar::hidden() };
+    let name = path
+        .file_name()
+        .map_or_else(|| "data.jsonl".to_string(), |n| n.to_string_lossy().into_owned());
+    let bar = if progress {
+        byte_bar(Some(size), &format!("uploading {name}"))
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let counter = bar.clone();
     let stream = ReaderStream::new(file).inspect(move |chunk| {
         if let Ok(bytes) = chunk {
@@ -79,21 +88,36 @@ pub async fn upload(client: &Client, path: &Path, progress: bool) -> anyhow::Res
         }
     });
     let body = reqwest::Body::wrap_stream(stream);
-    upload_body(client, reqwest::multipart::Part::stream_with_length(body, size), &name).await.inspect(|_| bar.finish_and_clear())
+    upload_body(client, reqwest::multipart::Part::stream_with_length(body, size), &name)
+        .await
+        .inspect(|_| bar.finish_and_clear())
 }
 
 /// Uploads `bytes` as a file named `name` (no progress bar).
-pub async fn upload_bytes(client: &Client, bytes: impl Into<std::borrow::Cow<'static, [u8]>>, name: &str) -> anyhow::Result<Value> {
+pub async fn upload_bytes(
+    client: &Client,
+    bytes: impl Into<std::borrow::Cow<'static, [u8]>>,
+    name: &str,
+) -> anyhow::Result<Value> {
     upload_body(client, reqwest::multipart::Part::bytes(bytes), name).await
 }
 
-async fn upload_body(client: &Client, part: reqwest::multipart::Part, name: &str) -> anyhow::Result<Value> {
+async fn upload_body(
+    client: &Client,
+    part: reqwest::multipart::Part,
+    name: &str,
+) -> anyhow::Result<Value> {
     let part = part.file_name(name.to_string()).mime_str("application/jsonl")?;
     let form = reqwest::multipart::Form::new().text("purpose", "fine-tune").part("file", part);
-    let response = client.send(client.request(reqwest::Method::POST, "/v1/files").multipart(form)).await?;
+    let response =
+        client.send(client.request(reqwest::Method::POST, "/v1/files").multipart(form)).await?;
     let uploaded: Value = response.json().await.context("reading the server's answer")?;
     if uploaded["status"] != "processed" {
-        bail!("{name} was rejected: {} (file {})", field(&uploaded, "status_details"), field(&uploaded, "id"));
+        bail!(
+            "{name} was rejected: {} (file {})",
+            field(&uploaded, "status_details"),
+            field(&uploaded, "id")
+        );
     }
     Ok(uploaded)
 }

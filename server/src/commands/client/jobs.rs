@@ -80,13 +80,21 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
         JobsCommand::Create(create) => {
             let mut body = match &create.file {
                 Some(path) => {
-                    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not valid JSON", path.display()))?
                 }
                 None => Value::Object(Default::default()),
             };
-            let Some(object) = body.as_object_mut() else { anyhow::bail!("the job request must be a JSON object") };
-            for (name, value) in [("training_file", &create.training_file), ("validation_file", &create.validation_file), ("model", &create.model)] {
+            let Some(object) = body.as_object_mut() else {
+                anyhow::bail!("the job request must be a JSON object")
+            };
+            for (name, value) in [
+                ("training_file", &create.training_file),
+                ("validation_file", &create.validation_file),
+                ("model", &create.model),
+            ] {
                 if let Some(value) = value {
                     object.insert(name.to_string(), Value::String(value.clone()));
                 }
@@ -100,11 +108,19 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                 print_json(&page);
             } else {
                 for job in page["data"].as_array().into_iter().flatten() {
-                    println!("{}\t{}\t{}\t{}", field(job, "id"), field(job, "status"), field(job, "model"), progress_text(job));
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        field(job, "id"),
+                        field(job, "status"),
+                        field(job, "model"),
+                        progress_text(job)
+                    );
                 }
             }
         }
-        JobsCommand::Show { id } => show(&client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?, json, false),
+        JobsCommand::Show { id } => {
+            show(&client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?, json, false)
+        }
         JobsCommand::Cancel { id } => show(&control(&client, id, "cancel").await?, json, false),
         JobsCommand::Pause { id } => show(&control(&client, id, "pause").await?, json, false),
         JobsCommand::Resume { id } => show(&control(&client, id, "resume").await?, json, false),
@@ -120,7 +136,12 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
 
 /// `POST /v1/fine_tuning/jobs/{id}/{action}`.
 pub async fn control(client: &Client, id: &str, action: &str) -> anyhow::Result<Value> {
-    client.post_json(&format!("/v1/fine_tuning/jobs/{id}/{action}"), &Value::Object(Default::default())).await
+    client
+        .post_json(
+            &format!("/v1/fine_tuning/jobs/{id}/{action}"),
+            &Value::Object(Default::default()),
+        )
+        .await
 }
 
 fn show(job: &Value, json: bool, id_only: bool) {
@@ -149,7 +170,10 @@ fn show(job: &Value, json: bool, id_only: bool) {
 
 /// `step 3/12`, or `-`.
 fn progress_text(job: &Value) -> String {
-    match (job.pointer("/progress/step").and_then(Value::as_i64), job.pointer("/progress/total_steps").and_then(Value::as_i64)) {
+    match (
+        job.pointer("/progress/step").and_then(Value::as_i64),
+        job.pointer("/progress/total_steps").and_then(Value::as_i64),
+    ) {
         (Some(step), Some(total)) => format!("step {step}/{total}"),
         _ => "-".to_string(),
     }
@@ -163,21 +187,32 @@ pub fn event_number(event: &Value) -> i64 {
 /// Events newer than `after`, oldest first.
 pub async fn new_events(client: &Client, id: &str, after: i64) -> anyhow::Result<Vec<Value>> {
     let page = client.get_json(&format!("/v1/fine_tuning/jobs/{id}/events?limit=100")).await?;
-    let mut events: Vec<Value> = page["data"].as_array().cloned().unwrap_or_default().into_iter().filter(|e| event_number(e) > after).collect();
+    let mut events: Vec<Value> = page["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| event_number(e) > after)
+        .collect();
     events.sort_by_key(event_number);
     Ok(events)
 }
 
 /// Follows job `id`, calling `line` with each new event, until it ends; returns its final status.
-pub async fn watch(client: &Client, id: &str, mut line: impl FnMut(&str)) -> anyhow::Result<String> {
+pub async fn watch(
+    client: &Client,
+    id: &str,
+    mut line: impl FnMut(&str),
+) -> anyhow::Result<String> {
     let mut last = 0;
     loop {
         let job = client.get_json(&format!("/v1/fine_tuning/jobs/{id}")).await?;
         for event in new_events(client, id, last).await? {
             last = event_number(&event);
-            let time = chrono::DateTime::from_timestamp(event["created_at"].as_i64().unwrap_or(0), 0)
-                .map(|t| t.format("%H:%M:%S").to_string())
-                .unwrap_or_default();
+            let time =
+                chrono::DateTime::from_timestamp(event["created_at"].as_i64().unwrap_or(0), 0)
+                    .map(|t| t.format("%H:%M:%S").to_string())
+                    .unwrap_or_default();
             line(&format!("{time} {:<5} {}", field(&event, "level"), field(&event, "message")));
         }
         let status = field(&job, "status").to_string();

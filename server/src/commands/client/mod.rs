@@ -17,7 +17,12 @@ pub const ADMIN_KEY_FILE: &str = "admin-key";
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// Base URL of the Verity server.
-    #[arg(long = "url", env = "VERITY_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(
+        long = "url",
+        env = "VERITY_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
     pub url: String,
     /// API key (when unset and the server is local, the key `verity up` wrote to its data dir).
     #[arg(long = "api-key", env = "VERITY_API_KEY", hide_env_values = true, global = true)]
@@ -41,7 +46,11 @@ pub struct Client {
 impl Client {
     /// A client of the server at `base` using API key `key`.
     pub fn new(base: &str, key: &str) -> Client {
-        Client { http: reqwest::Client::new(), base: base.trim_end_matches('/').to_string(), key: key.to_string() }
+        Client {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            key: key.to_string(),
+        }
     }
 
     /// A client from the command's options; the key falls back to `<data-dir>/admin-key` for a
@@ -77,7 +86,10 @@ impl Client {
 
     /// Sends `request`; a non-2xx answer becomes an error carrying the API's message.
     pub async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
-        let response = request.send().await.with_context(|| format!("cannot reach the Verity server at {}", self.base))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the Verity server at {}", self.base))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -108,15 +120,25 @@ async fn json_of(response: Response) -> anyhow::Result<Value> {
 fn is_local(url: &str) -> bool {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let host = rest.split(['/', '?']).next().unwrap_or("");
-    let host = host.rsplit_once(':').map_or(host, |(h, port)| if port.chars().all(|c| c.is_ascii_digit()) { h } else { host });
+    let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
     matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "::1")
 }
 
 /// The admin key `verity up` wrote into `data_dir`.
 pub fn read_admin_key(data_dir: &Path) -> anyhow::Result<String> {
     let path = data_dir.join(ADMIN_KEY_FILE);
-    let key = std::fs::read_to_string(&path)
-        .with_context(|| format!("no API key: set VERITY_API_KEY, or run `verity up` (which writes {})", path.display()))?;
+    let key = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "no API key: set VERITY_API_KEY, or run `verity up` (which writes {})",
+            path.display()
+        )
+    })?;
     Ok(key.trim().to_string())
 }
 
@@ -136,9 +158,11 @@ pub fn byte_bar(total: Option<u64>, message: &str) -> indicatif::ProgressBar {
         Some(total) => indicatif::ProgressBar::new(total),
         None => indicatif::ProgressBar::new_spinner(),
     };
-    let style = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(message.to_string());
     bar
@@ -160,7 +184,13 @@ mod tests {
     #[test]
     fn api_errors_show_message_and_param() {
         let body = r#"{"error": {"message": "missing `model`", "type": "invalid_request_error", "param": "model", "code": null}}"#;
-        assert_eq!(api_error_message(reqwest::StatusCode::BAD_REQUEST, body), "HTTP 400 Bad Request: missing `model` (param `model`)");
-        assert_eq!(api_error_message(reqwest::StatusCode::BAD_GATEWAY, "oops"), "HTTP 502 Bad Gateway: oops");
+        assert_eq!(
+            api_error_message(reqwest::StatusCode::BAD_REQUEST, body),
+            "HTTP 400 Bad Request: missing `model` (param `model`)"
+        );
+        assert_eq!(
+            api_error_message(reqwest::StatusCode::BAD_GATEWAY, "oops"),
+            "HTTP 502 Bad Gateway: oops"
+        );
     }
 }
