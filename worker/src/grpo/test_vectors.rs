@@ -1,4 +1,5 @@
-//! Loads the shared GRPO-family test vectors (`VERITY_LOSS_VECTORS`, else the shared reference).
+//! Loads the GRPO-family test vectors: `worker/tests/data/loss_vectors.json`, data computed from
+//! the reference code of the source chapter (copied from the project's `shared/reference/`).
 
 use std::path::PathBuf;
 
@@ -41,13 +42,9 @@ pub struct AdvantageCase {
     pub informative_groups: Vec<usize>,
 }
 
-/// The vectors file: `$VERITY_LOSS_VECTORS`, else `<repo>/../shared/reference/loss_vectors.json`.
+/// The vectors file, kept in the repository beside the worker's tests.
 pub fn vectors_path() -> PathBuf {
-    match std::env::var_os("VERITY_LOSS_VECTORS") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/reference/loss_vectors.json"),
-    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/loss_vectors.json")
 }
 
 /// Reads and parses the vectors file, panicking with the path on failure (tests only).
