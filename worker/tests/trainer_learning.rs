@@ -53,11 +53,13 @@ fn assert_learns(hp: Hyperparameters) {
     while !trainer.finished() {
         let out = trainer.train_step().unwrap();
         assert!(
-            out.samples.len() <= 32 && out.samples.len() % 8 == 0,
+            out.samples.len() <= 32 && out.samples.len().is_multiple_of(8),
             "whole groups of at most B prompts"
         );
         last = Some(out.metrics);
-        if trainer.step() % 5 == 0 && trainer.evaluate().unwrap().unwrap().mean_reward > 0.9 {
+        if trainer.step().is_multiple_of(5)
+            && trainer.evaluate().unwrap().unwrap().mean_reward > 0.9
+        {
             break;
         }
     }

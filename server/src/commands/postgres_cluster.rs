@@ -54,7 +54,7 @@ pub fn find_binaries() -> anyhow::Result<PgBinaries> {
                     .collect()
             })
             .unwrap_or_default();
-        versions.sort_by(|a, b| b.0.cmp(&a.0));
+        versions.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
         dirs.extend(versions.into_iter().map(|(_, dir)| dir));
         dirs.push(root);
     }

@@ -42,10 +42,8 @@ pub fn progress(job: &JobRecord) -> (u64, u64, u64) {
     }
     let percent = if job.state == "succeeded" {
         100
-    } else if total > 0 {
-        (step * 100 / total).min(100)
     } else {
-        0
+        (step * 100).checked_div(total).map_or(0, |p| p.min(100))
     };
     (step, total, percent)
 }

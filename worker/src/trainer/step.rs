@@ -463,7 +463,7 @@ impl Trainer {
         let keep: Vec<bool> = failed
             .iter()
             .zip(&truncated)
-            .map(|(&f, &t)| !f && !(self.hp.mask_truncated && t))
+            .map(|(&f, &t)| !(f || (self.hp.mask_truncated && t)))
             .collect();
         let samples = self.sample_records(step, &groups, &rewards, &advantages);
 

@@ -92,7 +92,7 @@ pub fn validate_metadata(metadata: Option<&Value>) -> ApiResult<()> {
         return Err(ApiError::invalid("metadata", "at most 16 keys"));
     }
     for (key, value) in map {
-        if key.len() > 64 || !value.as_str().is_some_and(|v| v.len() <= 512) {
+        if key.len() > 64 || value.as_str().is_none_or(|v| v.len() > 512) {
             return Err(ApiError::invalid(
                 format!("metadata.{key}"),
                 "keys up to 64 characters, string values up to 512",
