@@ -77,11 +77,16 @@ async fn start_up(data: &Path) -> Up {
     let base = base.unwrap_or_else(|| panic!("verity up printed no address: {lines:?}"));
     let http = reqwest::Client::new();
     let started = Instant::now();
+    // Ready means the database, the store and the embedded worker's claim loop.
     loop {
-        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
+        if let Ok(reply) = http.get(format!("{base}/readyz")).send().await {
+            if reply.status().is_success() {
+                let body: Value = reply.json().await.unwrap();
+                assert_eq!(body["checks"]["worker"]["status"], "running", "{body}");
+                break;
+            }
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "/healthz never answered");
+        assert!(started.elapsed() < Duration::from_secs(60), "/readyz never answered 200");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Up { child, base, lines }

@@ -21,6 +21,13 @@ use verity_server::commands::postgres_cluster::PrivateCluster;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 
 const STEPS: i32 = 12;
+
+/// Shows the worker's warnings (the retries) in the test output (`RUST_LOG` overrides).
+fn log_to_test_output() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+}
 /// How long each outage lasts.
 const OUTAGE: Duration = Duration::from_secs(4);
 
@@ -99,6 +106,7 @@ async fn assert_survived(pool: &PgPool, store: &dyn ObjectStore, queue: &Queue, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_survives_a_postgres_restart_mid_job() {
+    log_to_test_output();
     let root = tempfile::tempdir().unwrap();
     let pg_dir = root.path().join("pg");
     let start = |dir: std::path::PathBuf| async move {
@@ -132,6 +140,7 @@ async fn a_job_survives_a_postgres_restart_mid_job() {
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_job_survives_its_object_store_disappearing_mid_job(pool: PgPool) {
+    log_to_test_output();
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());

@@ -22,12 +22,11 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
+// 200 `{"status": "ready", "checks": {...}}`, or 503 `{"status": "unavailable", "reason":
+// "...", "checks": {...}}`. The database and store checks run concurrently, each for at most
+// two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
+// loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
 /// The database and object store answer (and the embedded worker runs).
-///
-/// 200 `{"status": "ready", "checks": {...}}`, or 503 `{"status": "unavailable", "reason":
-/// "...", "checks": {...}}`. The database and store checks run concurrently, each for at most
-/// two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
-/// loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let database = async {

@@ -141,12 +141,11 @@ async fn serve_and_work(
     let start_worker = {
         let (liveness, shutdown) = (liveness.clone(), shutdown.clone());
         move || {
-            let run = verity_worker::job::run_training_worker(
+            verity_worker::job::run_training_worker(
                 worker_config.clone(),
                 liveness.clone(),
                 shutdown.clone(),
-            );
-            async move { run.await }
+            )
         }
     };
     let mut worker = tokio::spawn(supervise_worker(
