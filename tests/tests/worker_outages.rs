@@ -1,6 +1,8 @@
 //! A training job survives outages of its dependencies within one attempt: a private Postgres
 //! cluster stopped (`pg_ctl stop -m immediate`) for a few seconds mid-job and started again,
-//! and a local object store whose root disappears for a few seconds. Each time the worker
+//! a local object store whose root disappears for a few seconds, and an S3 server (moto) that
+//! cannot be reached for a few seconds (a TCP proxy in front of it stops, closing its
+//! connections, and starts again on the same port). Each time the worker
 //! retries with backoff, the job succeeds on its first attempt, and every step has exactly one
 //! metrics row (and one `metrics.jsonl` line); after the store outage the final checkpoint
 //! downloads and loads.
@@ -13,9 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use training_support::{enqueue, event_kinds, method, metric_steps, prepare_store};
+use training_support::{enqueue, event_kinds, method, metric_steps, prepare, prepare_store};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
-use verity_core::storage::{download_folder, ObjectStore};
+use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
 use verity_core::JobState;
 use verity_server::commands::postgres_cluster::PrivateCluster;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
@@ -172,5 +174,94 @@ async fn a_job_survives_its_object_store_disappearing_mid_job(pool: PgPool) {
     assert!(prefix.ends_with(&format!("step-{STEPS}")), "{prefix}");
     let dir = root.path().join("downloaded");
     download_folder(store.as_ref(), &prefix, &dir).await.unwrap();
+    verity_worker::load_model(&dir, &candle_core::Device::Cpu).expect("the checkpoint loads");
+}
+
+/// A TCP proxy on a fixed loopback port that can be stopped (refusing connections and closing
+/// the open ones) and started again.
+struct Proxy {
+    port: u16,
+    target: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    async fn start(target: &str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut proxy = Proxy { port, target: target.to_string(), task: None };
+        proxy.task = Some(tokio::spawn(forward(listener, proxy.target.clone())));
+        proxy
+    }
+
+    fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    async fn restart(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        self.task = Some(tokio::spawn(forward(listener, self.target.clone())));
+    }
+}
+
+/// Accepts connections and pipes each to `target`; aborting it closes them all.
+async fn forward(listener: tokio::net::TcpListener, target: String) {
+    let mut connections = tokio::task::JoinSet::new();
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        let target = target.clone();
+        connections.spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_job_survives_its_s3_server_being_unreachable_mid_job(pool: PgPool) {
+    log_to_test_output();
+    let Ok(endpoint) = std::env::var("VERITY_TEST_S3_ENDPOINT") else {
+        assert!(std::env::var("VERITY_REQUIRE_S3").is_err(), "VERITY_TEST_S3_ENDPOINT is not set");
+        eprintln!("SKIPPED: set VERITY_TEST_S3_ENDPOINT (scripts/test-services.sh starts moto)");
+        return;
+    };
+    let target = endpoint.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let mut proxy = Proxy::start(&target).await;
+    let s3 = S3Store::connect(S3Options {
+        bucket: format!("verity-outage-{}", uuid::Uuid::new_v4().simple()),
+        endpoint: Some(format!("http://127.0.0.1:{}", proxy.port)),
+        region: Some("us-east-1".into()),
+        credentials: Some(("test".into(), "test".into())),
+        path_style: true,
+        multipart_threshold: 5 * 1024 * 1024,
+        max_attempts: 2,
+        ..S3Options::default()
+    })
+    .await
+    .unwrap();
+    s3.create_bucket_if_missing().await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let store = prepare(&pool, root.path(), Arc::new(s3)).await;
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let job = enqueue(&pool, &queue, method(hyperparameters())).await;
+    let worker = spawn_worker(&queue, store.clone(), &root.path().join("cache"));
+
+    let before = wait_for_rows(&pool, &job, 2).await;
+    assert!(before < STEPS as i64, "S3 goes away mid-job");
+    proxy.stop();
+    tokio::time::sleep(OUTAGE).await;
+    let during = metric_rows(&pool, &job).await;
+    proxy.restart().await;
+    assert!(during <= before + 1, "steps went on without the store: {before} then {during}");
+
+    let done = tokio::time::timeout(Duration::from_secs(300), worker).await.unwrap().unwrap();
+    assert_eq!(done, 1);
+    assert_survived(&pool, store.as_ref(), &queue, &job).await;
+    let dir = root.path().join("downloaded");
+    download_folder(store.as_ref(), &format!("jobs/{job}/checkpoints/step-{STEPS}"), &dir)
+        .await
+        .unwrap();
     verity_worker::load_model(&dir, &candle_core::Device::Cpu).expect("the checkpoint loads");
 }
