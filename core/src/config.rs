@@ -94,8 +94,14 @@ mod tests {
             queue: QueueConfig,
         }
         let parsed = <Cli as clap::Parser>::parse_from(["verity"]).queue;
-        // The environment may override a flag; compare only what it does not set.
-        if std::env::vars().all(|(k, _)| !k.starts_with("VERITY_")) {
+        // The environment may override the flags; compare only when it does not.
+        let queue_vars = [
+            "VERITY_LEASE_SECONDS",
+            "VERITY_POLL_MS",
+            "VERITY_RETRY_BASE_MS",
+            "VERITY_RETRY_MAX_SECONDS",
+        ];
+        if queue_vars.iter().all(|var| std::env::var_os(var).is_none()) {
             assert_eq!(QueueSettings::from(&parsed), QueueSettings::DEFAULT);
         }
     }
