@@ -212,7 +212,12 @@ async fn serve_and_work(
                 tracing::error!(%reason, "the embedded worker died; stopping");
             }
             shutdown.cancel();
-            server.as_mut().await.context("serving HTTP")
+            // Open streams (the dashboard's live updates) must not keep a process without a
+            // worker alive: give them a moment, then stop regardless.
+            match tokio::time::timeout(Duration::from_secs(10), server.as_mut()).await {
+                Ok(served) => served.context("serving HTTP"),
+                Err(_) => Ok(()),
+            }
         }
     };
     shutdown.cancel();
