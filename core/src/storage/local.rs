@@ -67,6 +67,28 @@ impl LocalStore {
         }
     }
 
+    /// Creates the folders between the root and `path`, never the root itself: if the root is
+    /// gone (an unmounted volume, a moved directory) this fails instead of recreating it.
+    async fn create_parents(&self, path: &Path) -> std::io::Result<()> {
+        let Some(parent) = path.parent() else { return Ok(()) };
+        if tokio::fs::metadata(parent).await.is_ok_and(|meta| meta.is_dir()) {
+            return Ok(());
+        }
+        let relative = parent
+            .strip_prefix(&self.root)
+            .map_err(|_| std::io::Error::other("the object's folder is outside the store root"))?;
+        let mut dir = self.root.clone();
+        for component in relative.components() {
+            dir.push(component);
+            match tokio::fs::create_dir(&dir).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Collects files under `dir` whose keys start with `prefix`.
     fn walk(&self, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> std::io::Result<()> {
         let entries = match std::fs::read_dir(dir) {
@@ -112,9 +134,7 @@ impl ObjectStore for LocalStore {
             let n = tokio::io::copy(&mut reader, &mut file).await?;
             file.flush().await?;
             file.sync_all().await?;
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await?;
-            }
+            self.create_parents(&path).await?;
             tokio::fs::rename(&tmp, &path).await?;
             Ok::<u64, std::io::Error>(n)
         }
