@@ -1,5 +1,6 @@
 //! Typed configuration, read once at start-up from flags and environment variables.
 
+use crate::queue::QueueSettings;
 use clap::Args;
 use std::time::Duration;
 
@@ -39,28 +40,69 @@ pub struct StorageConfig {
     pub public_url: Option<String>,
 }
 
-/// Queue timing.
+/// Queue timing on the command line; defaults and meaning are those of [`QueueSettings`], into
+/// which it converts (`QueueSettings::from(&config)`).
 #[derive(Debug, Clone, Args)]
 pub struct QueueConfig {
     /// How long a claim lasts without a heartbeat (seconds).
-    #[arg(long = "lease-seconds", env = "VERITY_LEASE_SECONDS", default_value_t = 60)]
+    #[arg(long = "lease-seconds", env = "VERITY_LEASE_SECONDS", default_value_t = QueueConfig::default().lease_seconds)]
     pub lease_seconds: u64,
     /// How often an idle worker polls when no notification arrives (milliseconds).
-    #[arg(long = "poll-ms", env = "VERITY_POLL_MS", default_value_t = 5000)]
+    #[arg(long = "poll-ms", env = "VERITY_POLL_MS", default_value_t = QueueConfig::default().poll_ms)]
     pub poll_ms: u64,
     /// First retry delay after a failure (milliseconds); doubles with each failure.
-    #[arg(long = "retry-base-ms", env = "VERITY_RETRY_BASE_MS", default_value_t = 10_000)]
+    #[arg(long = "retry-base-ms", env = "VERITY_RETRY_BASE_MS", default_value_t = QueueConfig::default().retry_base_ms)]
     pub retry_base_ms: u64,
+    /// Longest retry delay (seconds).
+    #[arg(long = "retry-max-seconds", env = "VERITY_RETRY_MAX_SECONDS", default_value_t = QueueConfig::default().retry_max_seconds)]
+    pub retry_max_seconds: u64,
 }
 
-impl QueueConfig {
-    /// The lease length.
-    pub fn lease(&self) -> Duration {
-        Duration::from_secs(self.lease_seconds)
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        let defaults = QueueSettings::DEFAULT;
+        QueueConfig {
+            lease_seconds: defaults.lease.as_secs(),
+            poll_ms: defaults.poll_interval.as_millis() as u64,
+            retry_base_ms: defaults.retry_base.as_millis() as u64,
+            retry_max_seconds: defaults.retry_max.as_secs(),
+        }
     }
+}
 
-    /// The polling interval.
-    pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_ms)
+impl From<&QueueConfig> for QueueSettings {
+    fn from(config: &QueueConfig) -> QueueSettings {
+        QueueSettings {
+            lease: Duration::from_secs(config.lease_seconds),
+            poll_interval: Duration::from_millis(config.poll_ms),
+            retry_base: Duration::from_millis(config.retry_base_ms),
+            retry_max: Duration::from_secs(config.retry_max_seconds),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_defaults_are_the_settings_defaults() {
+        assert_eq!(QueueSettings::from(&QueueConfig::default()), QueueSettings::DEFAULT);
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            queue: QueueConfig,
+        }
+        let parsed = <Cli as clap::Parser>::parse_from(["verity"]).queue;
+        // The environment may override the flags; compare only when it does not.
+        let queue_vars = [
+            "VERITY_LEASE_SECONDS",
+            "VERITY_POLL_MS",
+            "VERITY_RETRY_BASE_MS",
+            "VERITY_RETRY_MAX_SECONDS",
+        ];
+        if queue_vars.iter().all(|var| std::env::var_os(var).is_none()) {
+            assert_eq!(QueueSettings::from(&parsed), QueueSettings::DEFAULT);
+        }
     }
 }

@@ -26,6 +26,7 @@ fn settings(retry_base_ms: u64) -> QueueSettings {
         lease: Duration::from_secs(30),
         retry_base: Duration::from_millis(retry_base_ms),
         retry_max: Duration::from_secs(60),
+        ..QueueSettings::DEFAULT
     }
 }
 

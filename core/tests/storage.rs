@@ -164,6 +164,33 @@ async fn local_backend_passes_the_suite() {
     assert!(!dir.path().join("escape").exists());
 }
 
+/// A local store whose root is gone (an unmounted volume, a moved directory) fails with
+/// transient I/O errors — never "no such object" — and does not recreate its root; once the
+/// root is back everything works again.
+#[tokio::test]
+async fn local_backend_with_its_root_gone_fails_transiently_without_recreating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("objects");
+    let store = LocalStore::open(&root, None).await.unwrap();
+    store.put_bytes("jobs/a/one.txt", Bytes::from_static(b"1")).await.unwrap();
+    let away = dir.path().join("away");
+    std::fs::rename(&root, &away).unwrap();
+
+    let put = store.put_bytes("jobs/b/two.txt", Bytes::from_static(b"2")).await.unwrap_err();
+    assert!(put.is_transient(), "{put}");
+    let head = store.head("jobs/a/one.txt").await.unwrap_err();
+    assert!(head.is_transient(), "{head}");
+    let get = store.get_bytes("jobs/a/one.txt").await.unwrap_err();
+    assert!(get.is_transient() && !matches!(get, StorageError::NotFound(_)), "{get}");
+    assert!(store.list("jobs/").await.unwrap_err().is_transient());
+    assert!(!root.exists(), "the root was not recreated");
+
+    std::fs::rename(&away, &root).unwrap();
+    store.put_bytes("jobs/b/two.txt", Bytes::from_static(b"2")).await.unwrap();
+    assert_eq!(store.list("jobs/").await.unwrap().len(), 2);
+    assert!(matches!(store.get_bytes("jobs/none").await, Err(StorageError::NotFound(_))));
+}
+
 #[tokio::test]
 async fn local_backend_signs_download_urls() {
     let dir = tempfile::tempdir().unwrap();

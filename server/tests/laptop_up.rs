@@ -37,16 +37,37 @@ fn verity() -> Command {
     command
 }
 
-/// Starts `verity up` on `data` and waits for its banner and `/healthz`.
+/// Starts `verity up` on `data` and waits for its banner and for `/readyz`.
 async fn start_up(data: &Path) -> Up {
+    let up = launch(data, &[], Stdio::inherit()).await;
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    // Ready means the database, the store and the embedded worker's claim loop.
+    loop {
+        if let Ok(reply) = http.get(format!("{}/readyz", up.base)).send().await {
+            if reply.status().is_success() {
+                let body: Value = reply.json().await.unwrap();
+                assert_eq!(body["checks"]["worker"]["status"], "running", "{body}");
+                break;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "/readyz never answered 200");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    up
+}
+
+/// Starts `verity up` on `data` with `extra` flags and waits for its banner.
+async fn launch(data: &Path, extra: &[&str], stderr: Stdio) -> Up {
     let mut child = verity()
         .args(["up", "--port", "0", "--data-dir"])
         .arg(data)
+        .args(extra)
         .env("VERITY_LEASE_SECONDS", "4")
         .env("VERITY_POLL_MS", "500")
         .env("VERITY_GRADER_WORKERS", "1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawning verity up");
     let stdout = child.stdout.take().unwrap();
@@ -75,15 +96,6 @@ async fn start_up(data: &Path) -> Up {
     .await
     .unwrap();
     let base = base.unwrap_or_else(|| panic!("verity up printed no address: {lines:?}"));
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    loop {
-        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "/healthz never answered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     Up { child, base, lines }
 }
 
@@ -355,5 +367,49 @@ async fn verity_up_without_postgres_binaries_says_how_to_get_them() {
             && message.contains("apt install postgresql")
             && message.contains("DATABASE_URL"),
         "{message}"
+    );
+}
+
+/// A `verity up` whose worker cannot run (a device this build lacks) says so on `/readyz` while
+/// it restarts the worker, then gives up and exits non-zero with the reason: never an API
+/// without its worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn verity_up_exits_with_the_reason_when_its_worker_cannot_run() {
+    let data = tempfile::tempdir().unwrap();
+    let mut up = launch(data.path(), &["--device", "cuda:7"], Stdio::piped()).await;
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let mut seen = None;
+    while seen.is_none() && started.elapsed() < Duration::from_secs(60) {
+        if let Ok(reply) = http.get(format!("{}/readyz", up.base)).send().await {
+            let status = reply.status();
+            let body: Value = reply.json().await.unwrap_or_default();
+            if body["checks"]["worker"]["status"] == "dead" {
+                assert_eq!(status, 503, "{body}");
+                seen = Some(body);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = seen.expect("/readyz reported the dead worker");
+    let reason = body["reason"].as_str().unwrap();
+    assert!(reason.contains("worker dead") && reason.contains("cuda:7"), "{reason}");
+
+    let status = loop {
+        if let Some(status) = up.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "verity up kept running");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!status.success(), "{status}");
+    let mut stderr = String::new();
+    use std::io::Read;
+    up.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(
+        stderr.contains("the embedded worker died")
+            && stderr.contains("5 times in a row")
+            && stderr.contains("cuda:7"),
+        "{stderr}"
     );
 }

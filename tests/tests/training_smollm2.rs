@@ -5,7 +5,6 @@
 use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use verity_core::queue::{
     run_worker, DeviceKind, NewJob, Queue, QueueSettings, RunnerOptions, WorkerInfo,
@@ -54,11 +53,7 @@ async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
             grader_workers: 2,
         },
     );
-    let options = RunnerOptions {
-        poll_interval: Duration::from_millis(100),
-        heartbeat_interval: Duration::from_secs(1),
-        max_jobs: Some(1),
-    };
+    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     run_worker(
         queue.clone(),
         WorkerInfo::new(DeviceKind::Cpu, 4096),
@@ -66,8 +61,7 @@ async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
         options,
         CancellationToken::new(),
     )
-    .await
-    .unwrap();
+    .await;
     let error: Option<serde_json::Value> =
         sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
             .bind(&job)

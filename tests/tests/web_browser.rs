@@ -236,11 +236,7 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
             grader_workers: 2,
         },
     );
-    let options = RunnerOptions {
-        poll_interval: Duration::from_millis(100),
-        heartbeat_interval: Duration::from_millis(200),
-        max_jobs: Some(1),
-    };
+    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     let worker = tokio::spawn(run_worker(
         state.queue.clone(),
         WorkerInfo::new(DeviceKind::Cpu, 1024),
@@ -260,7 +256,7 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
         until(&c, "document.querySelectorAll('#charts .uplot').length").await.as_u64().unwrap()
             >= 8
     );
-    assert_eq!(worker.await.unwrap().unwrap(), 1);
+    assert_eq!(worker.await.unwrap(), 1);
     shot(&c, "04-job").await;
     click(&c, "#theme-toggle").await;
     until(&c, "document.documentElement.dataset.theme === 'dark'").await;

@@ -38,6 +38,15 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// True for failures another try may not hit: the database was unreachable, restarting or
+    /// overloaded (see [`is_transient_db_error`]).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            QueueError::Db(err) => is_transient_db_error(err),
+            _ => false,
+        }
+    }
+
     /// Maps the fencing trigger's error to [`QueueError::LeaseLost`]; other errors pass through.
     pub(crate) fn fenced(err: sqlx::Error, job_id: &str, attempt: i32) -> QueueError {
         let code = err.as_database_error().and_then(|db| db.code().map(|c| c.into_owned()));
@@ -50,5 +59,25 @@ impl QueueError {
             },
             _ => QueueError::Db(err),
         }
+    }
+}
+
+/// SQLSTATEs of failures that go away on their own: the server shutting down or starting up,
+/// too many connections, serialization failures and deadlocks (class 08, connection
+/// exceptions, is matched by its prefix).
+const TRANSIENT_SQLSTATES: &[&str] = &["57P01", "57P02", "57P03", "53300", "40001", "40P01"];
+
+/// True when `err` says the database could not be reached or was restarting, rather than that
+/// the statement was wrong: retrying it later can succeed.
+pub fn is_transient_db_error(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || TRANSIENT_SQLSTATES.contains(&code.as_ref())
+        }),
+        _ => false,
     }
 }

@@ -1,6 +1,6 @@
 //! A background task that keeps a lease alive while a job runs and relays control signals.
 
-use super::{Lease, QueueError};
+use super::{Backoff, Lease, QueueError};
 use crate::ControlSignal;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -32,11 +32,21 @@ impl Heartbeat {
         let progress: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
         let shared = progress.clone();
         let task = tokio::spawn(async move {
+            // A failed heartbeat (database unreachable) does not lose the job: the lease stays
+            // valid until it expires, and writes are fenced anyway. Retry sooner than usual so
+            // the lease is renewed as soon as the database answers again.
+            let mut backoff = Backoff::new(interval.min(Duration::from_millis(500)), interval);
+            let mut delay = interval;
             loop {
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep(delay).await;
                 let snapshot = shared.lock().map(|p| p.clone()).unwrap_or(None);
                 match lease.heartbeat(snapshot.as_ref()).await {
                     Ok(signal) => {
+                        if backoff.failures() > 0 {
+                            tracing::info!(job_id = %lease.job().id, failures = backoff.failures(), "heartbeat recovered");
+                        }
+                        backoff.reset();
+                        delay = interval;
                         tx.send_replace(HeartbeatState::Held(signal));
                     }
                     Err(QueueError::LeaseLost { .. }) => {
@@ -45,7 +55,9 @@ impl Heartbeat {
                         return;
                     }
                     Err(err) => {
-                        tracing::warn!(job_id = %lease.job().id, error = %err, "heartbeat failed; retrying");
+                        delay = backoff.next_delay();
+                        tracing::warn!(job_id = %lease.job().id, error = %err, failures = backoff.failures(),
+                                       retry_in_ms = delay.as_millis() as u64, "heartbeat failed; retrying");
                     }
                 }
             }

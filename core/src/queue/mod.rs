@@ -5,22 +5,26 @@
 //! write a worker makes names its attempt and is rejected by the database once that attempt no
 //! longer holds the job (see `fence_worker_write` in the migrations).
 
+mod backoff;
 mod claim;
 mod control;
 mod enqueue;
 mod error;
 mod heartbeat;
 mod lease;
+mod liveness;
 mod rescue;
 mod runner;
 mod waker;
 
+pub use backoff::{retry_transient, Backoff, RetryPolicy};
 pub use claim::{ClaimedJob, DeviceKind, WorkerInfo};
 pub use control::ControlOutcome;
 pub use enqueue::NewJob;
-pub use error::QueueError;
+pub use error::{is_transient_db_error, QueueError};
 pub use heartbeat::{Heartbeat, HeartbeatState};
 pub use lease::{EventLevel, FailOutcome, Lease, SampleIndexRow};
+pub use liveness::{WorkerHealth, WorkerLiveness};
 pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions};
 pub use waker::{JobWaker, Wake};
 
@@ -30,24 +34,40 @@ use std::time::Duration;
 /// Name of the Postgres channel that announces queued jobs.
 pub const CHANNEL: &str = "verity_jobs";
 
-/// Timing of leases and retries.
-#[derive(Debug, Clone, Copy)]
+/// Timing of leases, polling and retries: the one settings type of the queue. The command
+/// line's [`crate::config::QueueConfig`] converts into it and takes its defaults from
+/// [`QueueSettings::DEFAULT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueSettings {
     /// How long a claim lasts without a heartbeat.
     pub lease: Duration,
+    /// How often an idle worker polls when no notification arrives.
+    pub poll_interval: Duration,
     /// Delay before the first retry; doubled by each further failure.
     pub retry_base: Duration,
     /// Upper bound on the retry delay.
     pub retry_max: Duration,
 }
 
+impl QueueSettings {
+    /// The defaults: 60 s leases, 5 s polling, retries after 10 s doubling up to an hour.
+    pub const DEFAULT: QueueSettings = QueueSettings {
+        lease: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(5),
+        retry_base: Duration::from_secs(10),
+        retry_max: Duration::from_secs(3600),
+    };
+
+    /// Time between a running job's heartbeats: a quarter of the lease (at least 200 ms), so
+    /// that three can fail before the lease expires.
+    pub fn heartbeat_interval(&self) -> Duration {
+        (self.lease / 4).max(Duration::from_millis(200))
+    }
+}
+
 impl Default for QueueSettings {
     fn default() -> Self {
-        QueueSettings {
-            lease: Duration::from_secs(60),
-            retry_base: Duration::from_secs(10),
-            retry_max: Duration::from_secs(3600),
-        }
+        QueueSettings::DEFAULT
     }
 }
 

@@ -2,9 +2,16 @@
 //! outcome. Training is one handler; tests use others.
 
 use super::heartbeat::Heartbeat;
-use super::{JobWaker, Lease, Queue, QueueError, WorkerInfo};
+use super::liveness::LoopGuard;
+use super::{
+    retry_transient, HeartbeatState, JobWaker, Lease, Queue, QueueError, RetryPolicy, WorkerInfo,
+    WorkerLiveness,
+};
 use async_trait::async_trait;
+use futures::FutureExt;
 use serde_json::Value;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -42,69 +49,160 @@ pub trait JobHandler: Send + Sync {
     async fn run(&self, lease: &Lease, heartbeat: &Heartbeat) -> JobOutcome;
 }
 
-/// Claim-loop settings.
-#[derive(Debug, Clone)]
+/// Claim-loop settings (the timings come from the queue's [`super::QueueSettings`]).
+#[derive(Debug, Clone, Default)]
 pub struct RunnerOptions {
-    /// Wait between polls when no notification arrives.
-    pub poll_interval: Duration,
-    /// Time between heartbeats (well under the lease).
-    pub heartbeat_interval: Duration,
     /// Stop after this many jobs (tests, batch use); `None` runs until shut down.
     pub max_jobs: Option<usize>,
+    /// Where the loop reports that it is alive (read by `/readyz` of `verity up`).
+    pub liveness: WorkerLiveness,
 }
 
-/// Claims and runs jobs until `shutdown` fires (or `max_jobs` is reached).
+/// Claims and runs jobs until `shutdown` fires (or `max_jobs` is reached); returns how many
+/// jobs it ran.
+///
+/// Failures of the database (registering, rescuing, claiming) never end the loop: each is
+/// logged and retried after an exponential backoff with jitter (0.5 s doubling to 30 s, reset
+/// by a success). A handler that panics fails its attempt (retryable) instead of killing the
+/// loop. Only `shutdown` (or `max_jobs`) ends it.
 pub async fn run_worker(
     queue: Queue,
     worker: WorkerInfo,
     handler: Arc<dyn JobHandler>,
     options: RunnerOptions,
     shutdown: CancellationToken,
-) -> Result<usize, QueueError> {
-    queue.register_worker(&worker).await?;
-    let waker = match JobWaker::start(queue.pool()).await {
-        Ok(waker) => waker,
-        Err(err) => {
-            tracing::warn!(error = %err, "LISTEN failed; polling only");
-            JobWaker::polling_only()
-        }
-    };
+) -> usize {
+    let settings = queue.settings();
+    let tick = settings.poll_interval.clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let liveness = options.liveness.clone();
+    liveness.started(tick);
+    let guard = LoopGuard::new(liveness.clone());
+    let waker = JobWaker::spawn(queue.pool());
+    let mut backoff = RetryPolicy::WORKER.backoff();
+    let mut registered = false;
     let mut done = 0usize;
     while !shutdown.is_cancelled() && options.max_jobs.is_none_or(|max| done < max) {
-        queue.rescue_expired().await?;
-        let Some(lease) = queue.claim(&worker).await? else {
-            tokio::select! {
-                _ = waker.wait(options.poll_interval) => {}
-                _ = shutdown.cancelled() => {}
+        liveness.beat();
+        let claimed = beating(&liveness, tick, async {
+            if !registered {
+                queue.register_worker(&worker).await?;
+                registered = true;
             }
-            continue;
-        };
-        let span =
-            tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
-        run_one(&lease, handler.as_ref(), options.heartbeat_interval).instrument(span).await;
-        done += 1;
+            queue.rescue_expired().await?;
+            queue.claim(&worker).await
+        })
+        .await;
+        match claimed {
+            Ok(Some(lease)) => {
+                backoff.reset();
+                liveness.succeeded();
+                let span = tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
+                let run =
+                    run_one(&lease, handler.as_ref(), settings.heartbeat_interval(), &shutdown);
+                beating(&liveness, tick, run).instrument(span).await;
+                done += 1;
+            }
+            Ok(None) => {
+                backoff.reset();
+                liveness.succeeded();
+                let idle = async {
+                    tokio::select! {
+                        _ = waker.wait(settings.poll_interval) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                };
+                beating(&liveness, tick, idle).await;
+            }
+            Err(err) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(
+                    error = %err,
+                    failures = backoff.failures(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "the queue is unavailable; retrying"
+                );
+                liveness.failed(&err.to_string());
+                let pause = async {
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                };
+                beating(&liveness, tick, pause).await;
+            }
+        }
     }
-    Ok(done)
+    guard.finish();
+    done
 }
 
-async fn run_one(lease: &Lease, handler: &dyn JobHandler, heartbeat_interval: Duration) {
+/// Runs `work`, beating `liveness` every `tick` while it is pending.
+async fn beating<F: Future>(liveness: &WorkerLiveness, tick: Duration, work: F) -> F::Output {
+    tokio::pin!(work);
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = ticker.tick() => liveness.beat(),
+        }
+    }
+}
+
+/// Runs one claimed job under a heartbeat and records its outcome. Recording is retried while
+/// the database is unreachable (the heartbeat keeps the lease meanwhile), until it succeeds,
+/// the lease is lost, the retry budget is spent or the worker shuts down.
+async fn run_one(
+    lease: &Lease,
+    handler: &dyn JobHandler,
+    heartbeat_interval: Duration,
+    shutdown: &CancellationToken,
+) {
     let heartbeat = Heartbeat::start(lease.clone(), heartbeat_interval);
-    let outcome = handler.run(lease, &heartbeat).await;
-    drop(heartbeat);
-    let recorded = match &outcome {
-        JobOutcome::Succeeded { result, fine_tuned_model } => {
-            lease.complete(result, fine_tuned_model.as_deref()).await
+    let outcome = match AssertUnwindSafe(handler.run(lease, &heartbeat)).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let message = format!("the job handler panicked: {}", panic_message(&panic));
+            tracing::error!(%message, "job handler panicked");
+            JobOutcome::Failed { message, retryable: true }
         }
-        JobOutcome::Failed { message, retryable } => {
-            lease.fail(message, *retryable).await.map(|_| ())
-        }
-        JobOutcome::Cancelled => lease.ack_cancel().await,
-        JobOutcome::Paused => lease.ack_pause().await,
-        JobOutcome::LeaseLost => Ok(()),
     };
+    let recorded = retry_transient(
+        "recording the job's outcome",
+        RetryPolicy::WORKER,
+        QueueError::is_transient,
+        || shutdown.is_cancelled() || heartbeat.state() == HeartbeatState::Lost,
+        || async {
+            match &outcome {
+                JobOutcome::Succeeded { result, fine_tuned_model } => {
+                    lease.complete(result, fine_tuned_model.as_deref()).await
+                }
+                JobOutcome::Failed { message, retryable } => {
+                    lease.fail(message, *retryable).await.map(|_| ())
+                }
+                JobOutcome::Cancelled => lease.ack_cancel().await,
+                JobOutcome::Paused => lease.ack_pause().await,
+                JobOutcome::LeaseLost => Ok(()),
+            }
+        },
+    )
+    .await;
+    drop(heartbeat);
     match recorded {
         Ok(()) => tracing::info!(outcome = ?outcome_name(&outcome), "job attempt ended"),
-        Err(err) => tracing::warn!(error = %err, "could not record the job's outcome"),
+        Err(err) => tracing::warn!(error = %err, outcome = ?outcome_name(&outcome),
+                                   "could not record the job's outcome; its lease will expire and the job will be retried"),
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_string()
     }
 }
 

@@ -1,6 +1,6 @@
 //! Wake-ups for idle workers: LISTEN on the queue channel, with polling as the fallback.
 
-use super::CHANNEL;
+use super::{RetryPolicy, CHANNEL};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -31,21 +31,16 @@ impl JobWaker {
         let mut listener = PgListener::connect_with(pool).await?;
         listener.listen(CHANNEL).await?;
         let notify = Arc::new(Notify::new());
-        let wake = notify.clone();
-        let listener = tokio::spawn(async move {
-            loop {
-                match listener.recv().await {
-                    Ok(_) => wake.notify_one(),
-                    Err(err) => {
-                        // recv() reconnects on the next call; meanwhile polling covers us.
-                        tracing::warn!(error = %err, "queue listener lost its connection; reconnecting");
-                        wake.notify_one();
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                }
-            }
-        });
+        let listener = tokio::spawn(listen(Some(listener), pool.clone(), notify.clone()));
         Ok(JobWaker { notify, listener })
+    }
+
+    /// Starts listening in the background: connects (and reconnects whenever the connection
+    /// drops) with backoff; polling covers the gaps. Never fails.
+    pub fn spawn(pool: &PgPool) -> JobWaker {
+        let notify = Arc::new(Notify::new());
+        let listener = tokio::spawn(listen(None, pool.clone(), notify.clone()));
+        JobWaker { notify, listener }
     }
 
     /// A waker with no listener at all: polling only.
@@ -64,6 +59,56 @@ impl JobWaker {
     /// Stops the listener task (as if its connection had died for good).
     pub fn stop_listener(&self) {
         self.listener.abort();
+    }
+}
+
+/// Relays notifications to `wake`, (re)connecting with backoff whenever there is no listener.
+async fn listen(mut listener: Option<PgListener>, pool: PgPool, wake: Arc<Notify>) {
+    let mut backoff = RetryPolicy::WORKER.backoff();
+    loop {
+        let Some(connected) = listener.as_mut() else {
+            let attempt = async {
+                let mut fresh = PgListener::connect_with(&pool).await?;
+                fresh.listen(CHANNEL).await?;
+                Ok::<PgListener, sqlx::Error>(fresh)
+            };
+            match attempt.await {
+                Ok(fresh) => {
+                    if backoff.failures() > 0 {
+                        tracing::info!("queue listener connected again");
+                    }
+                    backoff.reset();
+                    listener = Some(fresh);
+                    // Jobs may have been queued while we were not listening.
+                    wake.notify_one();
+                }
+                Err(err) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "queue listener cannot connect; polling meanwhile");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            continue;
+        };
+        match connected.try_recv().await {
+            Ok(Some(_)) => {
+                backoff.reset();
+                wake.notify_one();
+            }
+            // The connection dropped; the next call would reconnect, but we do it ourselves to
+            // back off while the database is down.
+            Ok(None) => {
+                tracing::warn!("queue listener lost its connection; reconnecting");
+                listener = None;
+                wake.notify_one();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "queue listener failed; reconnecting");
+                listener = None;
+                wake.notify_one();
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
     }
 }
 

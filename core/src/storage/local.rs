@@ -52,6 +52,43 @@ impl LocalStore {
         Ok(self.root.join(key))
     }
 
+    /// The error for `key` found missing: absent, or (when the root itself is gone, e.g. an
+    /// unmounted volume) an I/O error, so callers retry instead of concluding it does not exist.
+    async fn missing(&self, key: &str, error: std::io::Error) -> StorageError {
+        match tokio::fs::metadata(&self.root).await {
+            Ok(meta) if meta.is_dir() => StorageError::NotFound(key.to_string()),
+            _ => StorageError::io(
+                key,
+                std::io::Error::new(
+                    error.kind(),
+                    format!("the store root {} is not available: {error}", self.root.display()),
+                ),
+            ),
+        }
+    }
+
+    /// Creates the folders between the root and `path`, never the root itself: if the root is
+    /// gone (an unmounted volume, a moved directory) this fails instead of recreating it.
+    async fn create_parents(&self, path: &Path) -> std::io::Result<()> {
+        let Some(parent) = path.parent() else { return Ok(()) };
+        if tokio::fs::metadata(parent).await.is_ok_and(|meta| meta.is_dir()) {
+            return Ok(());
+        }
+        let relative = parent
+            .strip_prefix(&self.root)
+            .map_err(|_| std::io::Error::other("the object's folder is outside the store root"))?;
+        let mut dir = self.root.clone();
+        for component in relative.components() {
+            dir.push(component);
+            match tokio::fs::create_dir(&dir).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Collects files under `dir` whose keys start with `prefix`.
     fn walk(&self, dir: &Path, prefix: &str, out: &mut Vec<ObjectMeta>) -> std::io::Result<()> {
         let entries = match std::fs::read_dir(dir) {
@@ -97,9 +134,7 @@ impl ObjectStore for LocalStore {
             let n = tokio::io::copy(&mut reader, &mut file).await?;
             file.flush().await?;
             file.sync_all().await?;
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await?;
-            }
+            self.create_parents(&path).await?;
             tokio::fs::rename(&tmp, &path).await?;
             Ok::<u64, std::io::Error>(n)
         }
@@ -114,9 +149,7 @@ impl ObjectStore for LocalStore {
         let path = self.path_of(key)?;
         match tokio::fs::File::open(&path).await {
             Ok(file) => Ok(Box::pin(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(StorageError::NotFound(key.to_string()))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.missing(key, e).await),
             Err(e) => Err(StorageError::io(key, e)),
         }
     }
@@ -130,12 +163,22 @@ impl ObjectStore for LocalStore {
                 last_modified: meta.modified().ok().map(DateTime::<Utc>::from),
             })),
             Ok(_) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match self.missing(key, e).await {
+                    StorageError::NotFound(_) => Ok(None),
+                    unavailable => Err(unavailable),
+                }
+            }
             Err(e) => Err(StorageError::io(key, e)),
         }
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        // A missing root is an outage, not an empty store.
+        if let Err(e) = tokio::fs::read_dir(&self.root).await {
+            let message = format!("the store root {} is not available: {e}", self.root.display());
+            return Err(StorageError::io(prefix, std::io::Error::new(e.kind(), message)));
+        }
         let store = self.clone();
         let wanted = prefix.to_string();
         let mut objects = tokio::task::spawn_blocking(move || {

@@ -85,6 +85,13 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// True for failures another try may not hit: I/O errors (a missing or unwritable store
+    /// root, a full disk) and S3 errors that outlasted the SDK's own retries. Missing objects,
+    /// bad keys, bad configuration and integrity failures are permanent.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StorageError::Io { .. } | StorageError::S3 { .. })
+    }
+
     pub(crate) fn io(key: impl Into<String>, source: std::io::Error) -> StorageError {
         StorageError::Io { key: key.into(), source }
     }

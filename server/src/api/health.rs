@@ -1,11 +1,15 @@
 //! Liveness and readiness probes.
 
-use super::error::ApiError;
 use super::state::AppState;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Longest a readiness check waits for the database or the object store.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -18,17 +22,57 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The database and object store answer.
+// 200 `{"status": "ready", "checks": {...}}`, or 503 `{"status": "unavailable", "reason":
+// "...", "checks": {...}}`. The database and store checks run concurrently, each for at most
+// two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
+// loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
+/// The database and object store answer (and the embedded worker runs).
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    sqlx::query("SELECT 1")
-        .execute(&state.pool)
-        .await
-        .map_err(|e| ApiError::unavailable("readiness: database", e))?;
-    state
-        .store
-        .head("readyz-probe")
-        .await
-        .map_err(|e| ApiError::unavailable("readiness: object store", e))?;
-    Ok(Json(json!({"status": "ready"})))
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let database = async {
+        match tokio::time::timeout(CHECK_TIMEOUT, sqlx::query("SELECT 1").execute(&state.pool))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+        }
+    };
+    let store = async {
+        match tokio::time::timeout(CHECK_TIMEOUT, state.store.head("readyz-probe")).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+        }
+    };
+    let (database, store) = tokio::join!(database, store);
+    let mut reasons = Vec::new();
+    let mut checks = serde_json::Map::new();
+    for (name, result) in [("database", database), ("object_store", store)] {
+        match result {
+            Ok(()) => {
+                checks.insert(name.into(), json!("ok"));
+            }
+            Err(error) => {
+                // The cause goes to the log only: it may name hosts and paths.
+                tracing::warn!(check = name, %error, "not ready");
+                checks.insert(name.into(), json!("unavailable"));
+                reasons.push(format!("{} unavailable", name.replace('_', " ")));
+            }
+        }
+    }
+    if let Some(worker) = &state.worker {
+        let health = worker.health();
+        if let (false, Some(reason)) = (health.ready, &health.reason) {
+            tracing::warn!(check = "worker", status = health.status, %reason, "not ready");
+            reasons.push(format!("worker {}: {reason}", health.status));
+        }
+        checks.insert("worker".into(), json!(health));
+    }
+    if reasons.is_empty() {
+        (StatusCode::OK, Json(json!({"status": "ready", "checks": checks})))
+    } else {
+        let body = json!({"status": "unavailable", "reason": reasons.join("; "), "checks": checks});
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+    }
 }

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
-use verity_core::queue::{Queue, QueueSettings};
+use verity_core::queue::{Queue, QueueSettings, WorkerLiveness};
 use verity_core::storage::{ObjectStore, UrlSigner};
 
 /// Flags and environment of `verity serve`.
@@ -93,6 +93,9 @@ pub struct AppState {
     pub job_cache: Arc<super::jobs::cache::JobCache>,
     /// Limits.
     pub limits: Limits,
+    /// Liveness of the worker embedded in this process (`verity up`), reported by `/readyz`;
+    /// `None` when the process runs no worker (`verity serve`).
+    pub worker: Option<WorkerLiveness>,
 }
 
 /// A configuration that cannot work.
@@ -140,6 +143,7 @@ impl AppState {
                 super::jobs::cache::JOB_CACHE_CAPACITY,
             )),
             limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
+            worker: None,
         })
     }
 }
@@ -182,14 +186,5 @@ impl FromRef<AppState> for Queue {
 impl FromRef<AppState> for Arc<dyn ObjectStore> {
     fn from_ref(state: &AppState) -> Arc<dyn ObjectStore> {
         state.store.clone()
-    }
-}
-
-/// Queue settings from the queue configuration.
-pub fn queue_settings(config: &QueueConfig) -> QueueSettings {
-    QueueSettings {
-        lease: config.lease(),
-        retry_base: Duration::from_millis(config.retry_base_ms),
-        ..QueueSettings::default()
     }
 }

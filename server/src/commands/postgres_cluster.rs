@@ -156,11 +156,21 @@ impl PrivateCluster {
 
     /// Stops the server (fast shutdown); a no-op once stopped.
     pub fn stop(&mut self) {
+        self.stop_with("fast");
+    }
+
+    /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`: no checkpoint,
+    /// crash recovery at the next start); a no-op once stopped. For fault tests.
+    pub fn stop_immediately(&mut self) {
+        self.stop_with("immediate");
+    }
+
+    fn stop_with(&mut self, mode: &str) {
         if !std::mem::take(&mut self.running) {
             return;
         }
         let mut stop = self.pg_ctl();
-        stop.arg("stop").arg("-m").arg("fast").arg("-w").arg("-t").arg("60");
+        stop.arg("stop").arg("-m").arg(mode).arg("-w").arg("-t").arg("60");
         match run(&mut stop, "pg_ctl stop") {
             Ok(()) => tracing::info!("private Postgres cluster stopped"),
             Err(err) if !self.status_running() => {

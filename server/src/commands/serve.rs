@@ -1,7 +1,8 @@
 //! `verity serve`: the REST API.
 
-use crate::api::state::{queue_settings, AppState, ServeConfig};
+use crate::api::state::{AppState, ServeConfig};
 use anyhow::Context;
+use verity_core::queue::QueueSettings;
 
 /// Connects, migrates, and serves until ctrl-c or SIGTERM.
 pub async fn run(config: &ServeConfig) -> anyhow::Result<()> {
@@ -27,8 +28,13 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     let store = verity_core::storage::open_store(&config.storage)
         .await
         .context("opening the object store")?;
-    let state =
-        AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
+    let state = AppState::new(
+        pool,
+        store,
+        QueueSettings::from(&config.queue),
+        &config.storage,
+        &config.api,
+    )?;
     state.start_job_change_listener().await;
     Ok(state)
 }

@@ -8,10 +8,12 @@ use crate::commands::client::ADMIN_KEY_FILE;
 use crate::commands::worker::WorkerArgs;
 use anyhow::Context;
 use clap::{Args, Parser};
+use std::future::IntoFuture;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use verity_core::queue::{Backoff, WorkerLiveness};
 
 /// Options of `verity up` (and `verity demo`).
 #[derive(Debug, Clone, Args)]
@@ -119,8 +121,10 @@ async fn serve_and_work(
         "--public-url",
         &base,
     ])?;
-    let state = super::serve::build_state(&config).await?;
+    let mut state = super::serve::build_state(&config).await?;
     let key = admin_key(&state.pool, data).await?;
+    let liveness = WorkerLiveness::new();
+    state.worker = Some(liveness.clone());
 
     let worker_args: WorkerArgs = parse_flags(&[
         "--database-url",
@@ -133,9 +137,22 @@ async fn serve_and_work(
         &args.device,
     ])?;
     let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(verity_worker::job::run_training_worker(
-        super::worker::training_config(worker_args),
+    let worker_config = super::worker::training_config(worker_args);
+    let start_worker = {
+        let (liveness, shutdown) = (liveness.clone(), shutdown.clone());
+        move || {
+            verity_worker::job::run_training_worker(
+                worker_config.clone(),
+                liveness.clone(),
+                shutdown.clone(),
+            )
+        }
+    };
+    let mut worker = tokio::spawn(supervise_worker(
+        start_worker,
+        liveness,
         shutdown.clone(),
+        RestartPolicy::DEFAULT,
     ));
 
     println!("Verity is up: {base}");
@@ -172,24 +189,59 @@ async fn serve_and_work(
         axum::serve(listener, super::serve::router(state)).with_graceful_shutdown(async move {
             tokio::select! { _ = crate::api::shutdown_signal() => {}, _ = stop.cancelled() => {} }
         });
-    let served = server.await.context("serving HTTP");
-    shutdown.cancel();
-    *worker_stopped = match tokio::time::timeout(Duration::from_secs(5), worker).await {
-        Ok(Ok(Ok(jobs))) => {
-            tracing::info!(jobs, "worker stopped");
-            true
-        }
-        Ok(Ok(Err(error))) => {
-            tracing::error!(error = format!("{error:#}"), "the worker failed");
-            true
-        }
-        Ok(Err(error)) => {
-            tracing::error!(%error, "the worker task failed");
-            true
-        }
-        Err(_) => false,
+    let server = server.into_future();
+    tokio::pin!(server);
+    // Supervision: the worker task restarts the worker itself; if it gives up (or panics), the
+    // whole process stops with its reason instead of serving without a worker.
+    let first = tokio::select! {
+        served = &mut server => Ok(served),
+        joined = &mut worker => Err(joined),
     };
+    let mut worker_died = None;
+    let served = match first {
+        Ok(served) => served.context("serving HTTP"),
+        Err(joined) => {
+            worker_died = match joined {
+                Ok(Ok(_)) if shutdown.is_cancelled() => None,
+                Ok(Ok(jobs)) => Some(format!("the worker stopped unexpectedly after {jobs} jobs")),
+                Ok(Err(error)) => Some(format!("{error:#}")),
+                Err(error) => Some(format!("the worker supervisor failed: {error}")),
+            };
+            *worker_stopped = true;
+            if let Some(reason) = &worker_died {
+                tracing::error!(%reason, "the embedded worker died; stopping");
+            }
+            shutdown.cancel();
+            // Open streams (the dashboard's live updates) must not keep a process without a
+            // worker alive: give them a moment, then stop regardless.
+            match tokio::time::timeout(Duration::from_secs(10), server.as_mut()).await {
+                Ok(served) => served.context("serving HTTP"),
+                Err(_) => Ok(()),
+            }
+        }
+    };
+    shutdown.cancel();
+    if !*worker_stopped {
+        *worker_stopped = match tokio::time::timeout(Duration::from_secs(5), &mut worker).await {
+            Ok(Ok(Ok(jobs))) => {
+                tracing::info!(jobs, "worker stopped");
+                true
+            }
+            Ok(Ok(Err(error))) => {
+                tracing::error!(error = format!("{error:#}"), "the worker failed");
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::error!(%error, "the worker task failed");
+                true
+            }
+            Err(_) => false,
+        };
+    }
     served?;
+    if let Some(reason) = worker_died {
+        anyhow::bail!("the embedded worker died: {reason}");
+    }
     if let Some(demo) = demo {
         match tokio::time::timeout(Duration::from_millis(100), demo).await {
             Ok(joined) => joined??,
@@ -197,6 +249,83 @@ async fn serve_and_work(
         }
     }
     Ok(())
+}
+
+/// When and how often [`supervise_worker`] restarts a worker that died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// Delay before the first restart; doubles (with jitter) up to `max_delay`.
+    pub initial_delay: Duration,
+    /// Largest delay between restarts.
+    pub max_delay: Duration,
+    /// Consecutive failures after which the supervisor gives up.
+    pub max_failures: u32,
+    /// A run that lasted this long resets the failure count.
+    pub healthy_after: Duration,
+}
+
+impl RestartPolicy {
+    /// 1 s doubling to 30 s; give up after 5 failures in a row; a minute up counts as healthy.
+    pub const DEFAULT: RestartPolicy = RestartPolicy {
+        initial_delay: Duration::from_secs(1),
+        max_delay: Duration::from_secs(30),
+        max_failures: 5,
+        healthy_after: Duration::from_secs(60),
+    };
+}
+
+/// Runs the worker `start` makes in its own task until `shutdown`, restarting it with backoff
+/// whenever it ends with an error or panics: each death is logged with its reason and marks
+/// `liveness` dead (so `/readyz` answers 503 with the reason) until the restart. Gives up with
+/// an error after `policy.max_failures` consecutive failures. Returns the jobs run.
+pub async fn supervise_worker<F, Fut>(
+    mut start: F,
+    liveness: WorkerLiveness,
+    shutdown: CancellationToken,
+    policy: RestartPolicy,
+) -> anyhow::Result<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<usize>> + Send + 'static,
+{
+    let mut backoff = Backoff::new(policy.initial_delay, policy.max_delay);
+    loop {
+        let started = std::time::Instant::now();
+        let reason = match tokio::spawn(start()).await {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(error)) => format!("{error:#}"),
+            Err(error) if error.is_panic() => {
+                let panic = error.into_panic();
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                format!("the worker panicked: {message}")
+            }
+            Err(error) => format!("the worker task was cancelled: {error}"),
+        };
+        if shutdown.is_cancelled() {
+            tracing::warn!(%reason, "the worker ended during shutdown");
+            return Ok(0);
+        }
+        if started.elapsed() >= policy.healthy_after {
+            backoff.reset();
+        }
+        if backoff.failures() + 1 >= policy.max_failures {
+            let failures = backoff.failures() + 1;
+            liveness.dead(format!("gave up after {failures} failures in a row: {reason}"));
+            anyhow::bail!("the worker failed {failures} times in a row; last: {reason}");
+        }
+        let delay = backoff.next_delay();
+        tracing::error!(%reason, failures = backoff.failures(), restart_in_ms = delay.as_millis() as u64,
+                        "the worker died; restarting it");
+        liveness.dead(format!("restarting after failure {}: {reason}", backoff.failures()));
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => return Ok(0),
+        }
+    }
 }
 
 /// The admin key: made on first start, or already in the data dir.

@@ -1,13 +1,15 @@
 //! `verity worker`: claim training jobs from the queue and run them until SIGTERM / ctrl-c.
 
+use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
+use verity_core::queue::WorkerLiveness;
 use verity_worker::job::{run_training_worker, TrainingWorkerConfig};
 
 /// Options of `verity worker`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     #[command(flatten)]
     database: DatabaseConfig,
@@ -33,7 +35,9 @@ pub struct WorkerArgs {
 }
 
 /// Runs the claim loop; the first SIGTERM or ctrl-c stops claiming (a running job is left to its
-/// lease, so another worker resumes it from its last checkpoint).
+/// lease, so another worker resumes it from its last checkpoint). Database and store outages
+/// are retried inside the loop; if the worker cannot run at all (bad device or configuration)
+/// it returns the reason, and the process exits non-zero.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
@@ -42,7 +46,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         trigger.cancel();
     });
     let config = training_config(args);
-    let jobs = run_training_worker(config, shutdown).await?;
+    let jobs = run_training_worker(config, WorkerLiveness::new(), shutdown)
+        .await
+        .context("the worker stopped")?;
     tracing::info!(jobs, "worker stopped");
     Ok(())
 }

@@ -74,14 +74,11 @@ async fn main() -> anyhow::Result<()> {
             lease: Duration::from_millis(lease_ms),
             retry_base: Duration::from_millis(0),
             retry_max: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(200),
         },
     );
-    let options = RunnerOptions {
-        poll_interval: Duration::from_millis(200),
-        heartbeat_interval: Duration::from_millis(lease_ms / 4),
-        max_jobs: Some(1),
-    };
+    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
-    run_worker(queue, worker, Arc::new(CountingHandler), options, CancellationToken::new()).await?;
+    run_worker(queue, worker, Arc::new(CountingHandler), options, CancellationToken::new()).await;
     Ok(())
 }

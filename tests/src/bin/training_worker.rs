@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
+use verity_core::queue::WorkerLiveness;
 use verity_worker::job::{run_training_worker, TrainingWorkerConfig};
 
 #[tokio::main]
@@ -28,6 +29,7 @@ async fn main() -> anyhow::Result<()> {
             lease_seconds: lease_ms.div_ceil(1000),
             poll_ms: 100,
             retry_base_ms: 100,
+            ..QueueConfig::default()
         },
         device: "cpu".into(),
         memory_mb: 1024,
@@ -35,6 +37,6 @@ async fn main() -> anyhow::Result<()> {
         grader_workers: 2,
         max_jobs: Some(1),
     };
-    run_training_worker(config, CancellationToken::new()).await?;
+    run_training_worker(config, WorkerLiveness::new(), CancellationToken::new()).await?;
     Ok(())
 }

@@ -21,6 +21,15 @@ pub const MODEL: &str = "tiny-llama";
 pub async fn prepare_store(pool: &PgPool, root: &Path) -> Arc<dyn ObjectStore> {
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(root.join("objects"), None).await.unwrap());
+    prepare(pool, root, store).await
+}
+
+/// Publishes the tiny model (written under `root`) and the task files to `store`.
+pub async fn prepare(
+    pool: &PgPool,
+    root: &Path,
+    store: Arc<dyn ObjectStore>,
+) -> Arc<dyn ObjectStore> {
     let model_dir = root.join("tiny-model");
     write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
     publish_folder(store.as_ref(), &model_dir, "models/tiny-llama").await.unwrap();

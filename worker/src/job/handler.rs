@@ -11,11 +11,11 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use verity_core::queue::{
-    EventLevel, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease, QueueError,
-    SampleIndexRow,
+    is_transient_db_error, retry_transient, EventLevel, Heartbeat, HeartbeatState, JobHandler,
+    JobOutcome, Lease, QueueError, RetryPolicy, SampleIndexRow,
 };
 use verity_core::spec::Method;
-use verity_core::storage::{publish_folder, ObjectStore};
+use verity_core::storage::{publish_folder, ObjectStore, StorageError};
 use verity_core::ControlSignal;
 use verity_verifiers::Grader;
 
@@ -55,6 +55,36 @@ fn trainer_error(err: TrainerError) -> Stop {
     Stop::Outcome(JobOutcome::Failed { message: err.to_string(), retryable: retry })
 }
 
+/// Runs a read or write of the store or the database, retrying it with backoff while it fails
+/// transiently (Postgres restarting, the store unreachable) for up to
+/// [`RetryPolicy::WORKER`]'s budget, so that a short outage does not cost the job an attempt.
+/// Stops retrying once the lease is lost. Every operation retried here is idempotent (upserts
+/// keyed by step, objects overwritten whole).
+async fn persist<T, E, F, Fut>(
+    what: &str,
+    heartbeat: &Heartbeat,
+    is_transient: impl Fn(&E) -> bool,
+    op: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let lost = || heartbeat.state() == HeartbeatState::Lost;
+    retry_transient(what, RetryPolicy::WORKER, is_transient, lost, op).await
+}
+
+/// Whether an error chain holds a transient database, queue, store or I/O failure.
+fn transient_chain(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<sqlx::Error>().is_some_and(is_transient_db_error)
+            || cause.downcast_ref::<QueueError>().is_some_and(QueueError::is_transient)
+            || cause.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
+            || cause.downcast_ref::<std::io::Error>().is_some()
+    })
+}
+
 fn lease_error(context: &str, err: QueueError) -> Stop {
     match err {
         QueueError::LeaseLost { .. } => Stop::Outcome(JobOutcome::LeaseLost),
@@ -68,18 +98,25 @@ impl TrainingHandler {
         TrainingHandler { store, config }
     }
 
-    async fn read_file(&self, file_id: &str) -> Result<String, Stop> {
-        let bytes = self
-            .store
-            .get_bytes(&file_key(file_id))
+    async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
+        let key = file_key(file_id);
+        let read = || self.store.get_bytes(&key);
+        let bytes = persist("reading a file", heartbeat, StorageError::is_transient, read)
             .await
-            .map_err(|e| user_error(format!("file {file_id} cannot be read: {e}")))?;
+            .map_err(|e| match e {
+                e if e.is_transient() => retryable(&format!("reading file {file_id}"), e),
+                e => user_error(format!("file {file_id} cannot be read: {e}")),
+            })?;
         String::from_utf8(bytes.to_vec())
             .map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
     }
 
     /// Builds the trainer from the job: spec, grader, model, data, latest checkpoint.
-    async fn build(&self, lease: &Lease) -> Result<(Trainer, Option<i32>), Stop> {
+    async fn build(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+    ) -> Result<(Trainer, Option<i32>), Stop> {
         let job = lease.job();
         let spec = if job.spec.get("type").is_some() {
             job.spec.clone()
@@ -92,33 +129,39 @@ impl TrainingHandler {
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
-        let row = model_row(lease.queue().pool(), &job.model)
+        let lookup = || model_row(lease.queue().pool(), &job.model);
+        let row = persist("looking up the model", heartbeat, transient_chain, lookup)
             .await
             .map_err(|e| retryable("model lookup", e))?
             .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
         let model_dir = self.config.cache_dir.join("models").join(sanitize(&job.model));
-        let model_dir =
-            cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir).await.map_err(
-                |e| user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
-            )?;
+        let fetch = || cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir);
+        let model_dir = persist("fetching the model", heartbeat, transient_chain, fetch)
+            .await
+            .map_err(|e| match e {
+                e if transient_chain(&e) => retryable("fetching the model", format!("{e:#}")),
+                e => user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
+            })?;
         let model_file = model_path(&model_dir, &row.format)
             .map_err(|e| user_error(format!("model {:?}: {e}", job.model)))?;
         let training_file =
             job.training_file.clone().ok_or_else(|| user_error("the job has no training file"))?;
-        let train_text = self.read_file(&training_file).await?;
+        let train_text = self.read_file(&training_file, heartbeat).await?;
         let validation_text = match &job.validation_file {
-            Some(id) => Some((id.clone(), self.read_file(id).await?)),
+            Some(id) => Some((id.clone(), self.read_file(id, heartbeat).await?)),
             None => None,
         };
-        let checkpoint = latest_checkpoint(lease.queue().pool(), &job.id)
+        let lookup = || latest_checkpoint(lease.queue().pool(), &job.id);
+        let checkpoint = persist("looking up the checkpoint", heartbeat, transient_chain, lookup)
             .await
             .map_err(|e| retryable("checkpoint lookup", e))?;
         let checkpoint_dir = match &checkpoint {
             Some((step, prefix)) => {
                 let dir =
                     self.config.cache_dir.join("jobs").join(&job.id).join(format!("resume-{step}"));
+                let fetch = || cached_folder(self.store.as_ref(), prefix, &dir);
                 Some(
-                    cached_folder(self.store.as_ref(), prefix, &dir)
+                    persist("downloading the checkpoint", heartbeat, transient_chain, fetch)
                         .await
                         .map_err(|e| retryable("downloading the checkpoint", e))?,
                 )
@@ -184,6 +227,7 @@ impl TrainingHandler {
     async fn checkpoint(
         &self,
         lease: &Lease,
+        heartbeat: &Heartbeat,
         trainer: Trainer,
         metrics: Option<&Value>,
     ) -> Result<Trainer, Stop> {
@@ -199,23 +243,19 @@ impl TrainingHandler {
         .map_err(|e| retryable("saving a checkpoint", e))?
         .map_err(|e| retryable("saving a checkpoint", e))?;
         let prefix = format!("jobs/{job_id}/checkpoints/step-{step}");
-        let manifest = publish_folder(self.store.as_ref(), &dir, &prefix)
-            .await
-            .map_err(|e| retryable("publishing a checkpoint", e))?;
-        let id = lease
-            .checkpoint(step as i32, &prefix, manifest.total_bytes as i64, metrics)
+        let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
+        let manifest =
+            persist("publishing a checkpoint", heartbeat, StorageError::is_transient, publish)
+                .await
+                .map_err(|e| retryable("publishing a checkpoint", e))?;
+        let register =
+            || lease.checkpoint(step as i32, &prefix, manifest.total_bytes as i64, metrics);
+        let id = persist("registering a checkpoint", heartbeat, QueueError::is_transient, register)
             .await
             .map_err(|e| lease_error("registering a checkpoint", e))?;
         let data = json!({"step": step, "checkpoint_id": id, "storage_prefix": prefix, "bytes": manifest.total_bytes});
-        lease
-            .event(
-                EventLevel::Info,
-                "checkpoint",
-                &format!("checkpoint saved at step {step}"),
-                Some(&data),
-            )
-            .await
-            .map_err(|e| lease_error("writing an event", e))?;
+        let message = format!("checkpoint saved at step {step}");
+        event(lease, heartbeat, EventLevel::Info, "checkpoint", &message, Some(&data)).await?;
         let _ = std::fs::remove_dir_all(&dir);
         Ok(trainer)
     }
@@ -224,6 +264,7 @@ impl TrainingHandler {
     async fn record_step(
         &self,
         lease: &Lease,
+        heartbeat: &Heartbeat,
         out: &StepOutput,
         eval: Option<&EvalMetrics>,
     ) -> Result<Value, Stop> {
@@ -242,8 +283,9 @@ impl TrainingHandler {
             );
             body.push('\n');
         }
-        self.store
-            .put_bytes(&key, Bytes::from(body))
+        let body = Bytes::from(body);
+        let put = || self.store.put_bytes(&key, body.clone());
+        persist("writing samples", heartbeat, StorageError::is_transient, put)
             .await
             .map_err(|e| retryable("writing samples", e))?;
         let rows: Vec<SampleIndexRow> = out
@@ -260,24 +302,24 @@ impl TrainingHandler {
                 line_no: line as i32,
             })
             .collect();
-        lease.samples(step as i32, &rows).await.map_err(|e| lease_error("indexing samples", e))?;
-        lease.metric(step as i32, &row).await.map_err(|e| lease_error("writing metrics", e))?;
-        append_metrics_line(self.store.as_ref(), job_id, step, &row)
+        let index = || lease.samples(step as i32, &rows);
+        persist("indexing samples", heartbeat, QueueError::is_transient, index)
+            .await
+            .map_err(|e| lease_error("indexing samples", e))?;
+        let metric = || lease.metric(step as i32, &row);
+        persist("writing metrics", heartbeat, QueueError::is_transient, metric)
+            .await
+            .map_err(|e| lease_error("writing metrics", e))?;
+        let line = || append_metrics_line(self.store.as_ref(), job_id, step, &row);
+        persist("writing metrics.jsonl", heartbeat, transient_chain, line)
             .await
             .map_err(|e| retryable("writing metrics.jsonl", e))?;
         let summary =
             json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss});
-        lease
-            .event(
-                EventLevel::Debug,
-                "step",
-                &format!("step {step}: reward {:.3}", out.metrics.reward_mean),
-                Some(&summary),
-            )
-            .await
-            .map_err(|e| lease_error("writing an event", e))?;
+        let message = format!("step {step}: reward {:.3}", out.metrics.reward_mean);
+        event(lease, heartbeat, EventLevel::Debug, "step", &message, Some(&summary)).await?;
         if let Some(eval) = eval {
-            eval_event(lease, eval).await?;
+            eval_event(lease, heartbeat, eval).await?;
         }
         Ok(row)
     }
@@ -294,36 +336,25 @@ impl TrainingHandler {
     }
 
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
-        let (mut trainer, resumed) = self.build(lease).await?;
+        let (mut trainer, resumed) = self.build(lease, heartbeat).await?;
         match resumed {
             Some(step) => {
-                lease
-                    .event(
-                        EventLevel::Info,
-                        "resumed",
-                        &format!("resumed from the checkpoint of step {step}"),
-                        Some(&json!({"step": step})),
-                    )
-                    .await
+                let message = format!("resumed from the checkpoint of step {step}");
+                let data = json!({"step": step});
+                event(lease, heartbeat, EventLevel::Info, "resumed", &message, Some(&data)).await?
             }
             None => {
-                lease
-                    .event(
-                        EventLevel::Info,
-                        "started",
-                        "training started",
-                        Some(&json!({"total_steps": trainer.total_steps()})),
-                    )
-                    .await
+                let data = json!({"total_steps": trainer.total_steps()});
+                let message = "training started";
+                event(lease, heartbeat, EventLevel::Info, "started", message, Some(&data)).await?
             }
         }
-        .map_err(|e| lease_error("writing an event", e))?;
         let hp = trainer.hyperparameters().clone();
         if hp.eval_on_start && resumed.is_none() {
             let (returned, baseline) = self.evaluate(trainer).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
-                eval_event(lease, &baseline).await?;
+                eval_event(lease, heartbeat, &baseline).await?;
             }
         }
         let mut last_eval = None;
@@ -332,7 +363,7 @@ impl TrainingHandler {
                 HeartbeatState::Lost => return Ok(JobOutcome::LeaseLost),
                 HeartbeatState::Held(ControlSignal::Cancel) => return Ok(JobOutcome::Cancelled),
                 HeartbeatState::Held(ControlSignal::Pause) => {
-                    self.checkpoint(lease, trainer, None).await?;
+                    self.checkpoint(lease, heartbeat, trainer, None).await?;
                     return Ok(JobOutcome::Paused);
                 }
                 HeartbeatState::Held(ControlSignal::Continue) => {}
@@ -358,13 +389,13 @@ impl TrainingHandler {
             } else {
                 None
             };
-            let row = self.record_step(lease, &out, eval.as_ref()).await?;
+            let row = self.record_step(lease, heartbeat, &out, eval.as_ref()).await?;
             if eval.is_some() {
                 last_eval = eval;
             }
             heartbeat.set_progress(json!({"step": step, "total_steps": trainer.total_steps()}));
             if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
-                trainer = self.checkpoint(lease, trainer, Some(&row)).await?;
+                trainer = self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
             }
         }
         let step = trainer.step();
@@ -373,25 +404,30 @@ impl TrainingHandler {
             "checkpoint": format!("jobs/{}/checkpoints/step-{step}", lease.job().id),
             "eval": last_eval,
         });
-        lease
-            .event(
-                EventLevel::Info,
-                "succeeded",
-                &format!("training finished after {step} steps"),
-                Some(&result),
-            )
-            .await
-            .map_err(|e| lease_error("writing an event", e))?;
+        let message = format!("training finished after {step} steps");
+        event(lease, heartbeat, EventLevel::Info, "succeeded", &message, Some(&result)).await?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
     }
 }
 
 /// An `eval` event carrying the validation results (step 0 is the baseline before training).
-async fn eval_event(lease: &Lease, eval: &EvalMetrics) -> Result<(), Stop> {
+async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &EvalMetrics) -> Result<(), Stop> {
     let data = serde_json::to_value(eval).unwrap_or(Value::Null);
     let message = format!("step {}: validation pass@1 {:.3}", eval.step, eval.pass_at_1());
-    lease
-        .event(EventLevel::Info, "eval", &message, Some(&data))
+    event(lease, heartbeat, EventLevel::Info, "eval", &message, Some(&data)).await
+}
+
+/// Appends an event to the job's log, retrying while the database is unreachable.
+async fn event(
+    lease: &Lease,
+    heartbeat: &Heartbeat,
+    level: EventLevel,
+    kind: &str,
+    message: &str,
+    data: Option<&Value>,
+) -> Result<(), Stop> {
+    let write = || lease.event(level, kind, message, data);
+    persist("writing an event", heartbeat, QueueError::is_transient, write)
         .await
         .map_err(|e| lease_error("writing an event", e))
 }

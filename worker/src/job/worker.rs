@@ -7,7 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
-use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
+use verity_core::db::DbError;
+use verity_core::queue::{
+    is_transient_db_error, retry_transient, run_worker, DeviceKind, Queue, QueueSettings,
+    RetryPolicy, RunnerOptions, WorkerInfo, WorkerLiveness,
+};
+use verity_core::storage::StorageError;
 
 /// Everything `verity worker` needs.
 #[derive(Debug, Clone)]
@@ -30,24 +35,41 @@ pub struct TrainingWorkerConfig {
     pub max_jobs: Option<usize>,
 }
 
-/// Runs the training claim loop until `shutdown` fires (or `max_jobs` jobs ran).
+/// Runs the training claim loop until `shutdown` fires (or `max_jobs` jobs ran), reporting to
+/// `liveness`. Connecting to the database and opening the store are retried with backoff while
+/// they fail transiently (a worker may start before Postgres); a configuration error (bad
+/// device, URL or store location) ends it with an error. Once running, only `shutdown` ends it.
 pub async fn run_training_worker(
     config: TrainingWorkerConfig,
+    liveness: WorkerLiveness,
     shutdown: CancellationToken,
 ) -> anyhow::Result<usize> {
     let device = crate::device::parse_device(&config.device)
         .with_context(|| format!("device {:?}", config.device))?;
     let kind = if device.is_cpu() { DeviceKind::Cpu } else { DeviceKind::Cuda };
-    let pool =
-        verity_core::db::connect(&config.database.database_url, config.database.max_connections)
-            .await?;
-    let store = verity_core::storage::open_store(&config.storage).await?;
-    let settings = QueueSettings {
-        lease: config.queue.lease(),
-        retry_base: Duration::from_millis(config.queue.retry_base_ms),
-        ..QueueSettings::default()
+    let database = &config.database;
+    let connect = || verity_core::db::connect(&database.database_url, database.max_connections);
+    let transient_db =
+        |e: &DbError| matches!(e, DbError::Connect { source, .. } if is_transient_db_error(source));
+    let Ok(pool) = retry_until_stopped("connecting to Postgres", &shutdown, transient_db, connect)
+        .await
+        .map_err(|e| anyhow::Error::new(e).context("connecting to Postgres"))?
+    else {
+        return Ok(0);
     };
-    let queue = Queue::new(pool, settings);
+    let open = || verity_core::storage::open_store(&config.storage);
+    let Ok(store) = retry_until_stopped(
+        "opening the object store",
+        &shutdown,
+        StorageError::is_transient,
+        open,
+    )
+    .await
+    .map_err(|e| anyhow::Error::new(e).context("opening the object store"))?
+    else {
+        return Ok(0);
+    };
+    let queue = Queue::new(pool, QueueSettings::from(&config.queue));
     let handler = TrainingHandler::new(
         store,
         TrainingHandlerConfig {
@@ -56,12 +78,29 @@ pub async fn run_training_worker(
             grader_workers: config.grader_workers,
         },
     );
-    let options = RunnerOptions {
-        poll_interval: config.queue.poll_interval(),
-        heartbeat_interval: (config.queue.lease() / 4).max(Duration::from_millis(200)),
-        max_jobs: config.max_jobs,
-    };
+    let options = RunnerOptions { max_jobs: config.max_jobs, liveness };
     let worker = WorkerInfo::new(kind, config.memory_mb);
     tracing::info!(worker_id = %worker.id, device = %config.device, "training worker started");
-    Ok(run_worker(queue, worker, Arc::new(handler), options, shutdown).await?)
+    Ok(run_worker(queue, worker, Arc::new(handler), options, shutdown).await)
+}
+
+/// Retries `op` with the workers' backoff, without a time budget, while it fails transiently;
+/// `Ok(Err(()))` when `shutdown` fired first.
+async fn retry_until_stopped<T, E, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    is_transient: impl Fn(&E) -> bool,
+    op: F,
+) -> Result<Result<T, ()>, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let policy = RetryPolicy { budget: Duration::MAX, ..RetryPolicy::WORKER };
+    let attempt = retry_transient(what, policy, is_transient, || shutdown.is_cancelled(), op);
+    tokio::select! {
+        result = attempt => result.map(Ok),
+        _ = shutdown.cancelled() => Ok(Err(())),
+    }
 }
