@@ -30,5 +30,6 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     let state =
         AppState::new(pool, store, queue_settings(&config.queue), &config.storage, &config.api)?;
     state.start_job_change_listener().await;
+    state.start_key_revocation_listener().await;
     Ok(state)
 }
