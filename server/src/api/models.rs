@@ -95,7 +95,8 @@ pub async fn list_models(
 pub struct RegisterModelRequest {
     /// Name (1–200 characters, no whitespace).
     pub id: String,
-    /// Folder (or GGUF file) already in the object store.
+    /// Folder (or GGUF file) of the org's already in the object store: under `models/`, an
+    /// uploaded file, or a checkpoint of one of its jobs.
     pub storage_prefix: String,
     /// `hf` (default), `gguf` or `peft`.
     pub format: Option<String>,

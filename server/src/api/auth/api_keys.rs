@@ -161,7 +161,8 @@ pub async fn list_keys(
     Ok(Json(KeyList { object: "list", data: org_keys(&state, &principal).await? }))
 }
 
-/// Creates an API key for the caller; the secret is in this response only.
+/// Creates an API key for the caller (admins, with an API key or a password sign-in at most 5
+/// minutes old; a token minted from a key answers 403); the secret is in this response only.
 #[utoipa::path(post, path = "/v1/api_keys", tag = "auth", request_body = CreateKeyRequest,
     responses((status = 200, body = CreatedKey), (status = 400), (status = 401), (status = 403)))]
 pub async fn create_key(
