@@ -26,9 +26,9 @@ pub enum JobChange {
 /// Longest pause between attempts to re-subscribe after the connection was lost.
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+async fn subscribe(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(JOB_CHANGES_CHANNEL).await?;
+    listener.listen(channel).await?;
     Ok(listener)
 }
 
@@ -43,7 +43,19 @@ pub async fn listen_for_job_changes<F>(
 where
     F: Fn(JobChange) + Send + Sync + 'static,
 {
-    let mut listener = subscribe(pool).await?;
+    listen(pool, JOB_CHANGES_CHANNEL, on_change).await
+}
+
+/// Like [`listen_for_job_changes`] for any `channel`: `Changed` carries each NOTIFY's payload.
+pub async fn listen<F>(
+    pool: &PgPool,
+    channel: &'static str,
+    on_change: F,
+) -> Result<JoinHandle<()>, sqlx::Error>
+where
+    F: Fn(JobChange) + Send + Sync + 'static,
+{
+    let mut listener = subscribe(pool, channel).await?;
     on_change(JobChange::Subscribed);
     let pool = pool.clone();
     Ok(tokio::spawn(async move {
@@ -54,18 +66,21 @@ where
                 }
                 outcome => {
                     if let Err(error) = outcome {
-                        tracing::warn!(%error, "job change listener failed; re-subscribing");
+                        tracing::warn!(%error, channel, "change listener failed; re-subscribing");
                     } else {
-                        tracing::warn!("job change listener lost its connection; re-subscribing");
+                        tracing::warn!(
+                            channel,
+                            "change listener lost its connection; re-subscribing"
+                        );
                     }
                     on_change(JobChange::Lost);
                     let mut pause = Duration::from_millis(100);
                     listener = loop {
                         tokio::time::sleep(pause).await;
-                        match subscribe(&pool).await {
+                        match subscribe(&pool, channel).await {
                             Ok(listener) => break listener,
                             Err(error) => {
-                                tracing::warn!(%error, "could not re-subscribe to job changes");
+                                tracing::warn!(%error, channel, "could not re-subscribe");
                                 pause = (pause * 2).min(MAX_RETRY);
                             }
                         }

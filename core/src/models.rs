@@ -78,3 +78,106 @@ pub async fn insert_base_model(
     .rows_affected();
     Ok(inserted > 0)
 }
+
+/// Why a storage prefix cannot even be considered for registration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadPrefix(pub &'static str);
+
+/// The canonical form of a storage prefix a caller sent: one trailing `/` dropped, and nothing
+/// that could mean another key once decoded or joined (`..`, `.`, empty segments, a leading
+/// `/`, `%`, `\`, whitespace or control characters).
+pub fn normalize_prefix(raw: &str) -> Result<String, BadPrefix> {
+    let prefix = raw.strip_suffix('/').unwrap_or(raw);
+    if prefix.chars().any(|c| c == '%' || c == '\\' || c.is_whitespace() || c.is_control()) {
+        return Err(BadPrefix("no %, backslash, whitespace or control characters"));
+    }
+    crate::storage::validate_key(prefix)
+        .map_err(|_| BadPrefix("a relative key without empty, . or .. segments"))?;
+    Ok(prefix.to_string())
+}
+
+/// True when `inner` is `outer` or lies under the folder `outer`.
+fn within(inner: &str, outer: &str) -> bool {
+    inner == outer || inner.strip_prefix(outer).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether org `org_id` may register a model stored at `prefix` (already normalised with
+/// [`normalize_prefix`]): a published base folder under `models/` that no other org holds
+/// privately, a file the org uploaded (`files/…`), or a checkpoint of one of the org's jobs
+/// (`jobs/<id>/checkpoints/step-N`, or a file inside it). Ownership comes from the database,
+/// not from the shape of the key; anything else (samples, metrics, another org's objects) is
+/// refused. Whether objects exist under the prefix is the caller's next check.
+pub async fn org_may_register(
+    pool: &PgPool,
+    org_id: Uuid,
+    prefix: &str,
+) -> Result<bool, sqlx::Error> {
+    let segments: Vec<&str> = prefix.split('/').collect();
+    match segments.as_slice() {
+        ["models", _, ..] => {
+            let claimed = sqlx::query_scalar!(
+                r#"SELECT storage_prefix AS "storage_prefix!" FROM models
+                   WHERE org_id IS NOT NULL AND org_id <> $1"#,
+                org_id
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(!claimed.iter().any(|other| within(prefix, other) || within(other, prefix)))
+        }
+        ["files", _] => {
+            sqlx::query_scalar!(
+                r#"SELECT EXISTS (SELECT 1 FROM files WHERE org_id = $1 AND storage_key = $2)
+               AS "found!""#,
+                org_id,
+                prefix
+            )
+            .fetch_one(pool)
+            .await
+        }
+        ["jobs", job_id, "checkpoints", _, ..] => {
+            let checkpoints = sqlx::query_scalar!(
+                r#"SELECT c.storage_prefix FROM checkpoints c JOIN jobs j ON j.id = c.job_id
+                   WHERE c.job_id = $1 AND j.org_id = $2"#,
+                job_id,
+                org_id
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(checkpoints.iter().any(|checkpoint| within(prefix, checkpoint)))
+        }
+        _ => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_normalised_or_refused() {
+        assert_eq!(normalize_prefix("models/a/").unwrap(), "models/a");
+        assert_eq!(
+            normalize_prefix("jobs/j/checkpoints/step-1").unwrap(),
+            "jobs/j/checkpoints/step-1"
+        );
+        for bad in [
+            "",
+            "/",
+            "/models/a",
+            "models//a",
+            "models/a//",
+            "models/../jobs/x",
+            "models/./a",
+            "models/%2e%2e/jobs",
+            "models/a%2Fb",
+            "models\\a",
+            "models/a b",
+            "models/a\n",
+        ] {
+            assert!(normalize_prefix(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(within("jobs/j/checkpoints/step-1/model.gguf", "jobs/j/checkpoints/step-1"));
+        assert!(!within("jobs/j/checkpoints/step-10", "jobs/j/checkpoints/step-1"));
+    }
+}

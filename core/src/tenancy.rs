@@ -215,30 +215,87 @@ pub struct ApiKeyInfo {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-/// The org's API keys, newest first.
-pub async fn list_api_keys(pool: &PgPool, org_id: Uuid) -> Result<Vec<ApiKeyInfo>, TenancyError> {
+/// The org's API keys, newest first; only `user_id`'s when given.
+pub async fn list_api_keys(
+    pool: &PgPool,
+    org_id: Uuid,
+    user_id: Option<Uuid>,
+) -> Result<Vec<ApiKeyInfo>, TenancyError> {
     let keys = sqlx::query_as!(
         ApiKeyInfo,
         r#"SELECT k.id, k.user_id, k.name, k.prefix, u.role, k.created_at, k.last_used_at, k.revoked_at
            FROM api_keys k JOIN users u ON u.id = k.user_id
-           WHERE k.org_id = $1 ORDER BY k.created_at DESC, k.id"#,
-        org_id
+           WHERE k.org_id = $1 AND ($2::uuid IS NULL OR k.user_id = $2)
+           ORDER BY k.created_at DESC, k.id"#,
+        org_id,
+        user_id
     )
     .fetch_all(pool)
     .await?;
     Ok(keys)
 }
 
-/// Revokes the org's key `id`; false when the org has no such key. Revoking twice is a no-op.
+/// Channel on which a revocation announces the key's id (every server evicts it from its caches).
+pub const KEY_REVOKED_CHANNEL: &str = "verity_api_key_revoked";
+
+/// Revokes the org's key `id` and announces it on [`KEY_REVOKED_CHANNEL`] (delivered when the
+/// statement commits); false when the org has no such key. Revoking twice is a no-op.
 pub async fn revoke_api_key(pool: &PgPool, org_id: Uuid, id: Uuid) -> Result<bool, TenancyError> {
-    let found = sqlx::query_scalar!(
-        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND org_id = $2 RETURNING id",
+    let found = sqlx::query!(
+        r#"WITH revoked AS (
+               UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
+               WHERE id = $1 AND org_id = $2 RETURNING id)
+           SELECT id, pg_notify('verity_api_key_revoked', id::text) AS "notified"
+           FROM revoked"#,
         id,
         org_id
     )
     .fetch_optional(pool)
     .await?;
     Ok(found.is_some())
+}
+
+/// Whether key `id` is still usable: `Some(false)` once revoked, `None` when no such key.
+pub async fn api_key_live(pool: &PgPool, id: Uuid) -> Result<Option<bool>, TenancyError> {
+    let revoked_at = sqlx::query_scalar!("SELECT revoked_at FROM api_keys WHERE id = $1", id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(revoked_at.map(|at| at.is_none()))
+}
+
+/// What a revocation listener learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRevocation {
+    /// This key was revoked (by any server).
+    Revoked(Uuid),
+    /// The listening connection was lost (or an announcement was unreadable): revocations may
+    /// be missed until `Subscribed`.
+    Lost,
+    /// Subscribed (again): every revocation from now on is announced; earlier ones may not be.
+    Subscribed,
+}
+
+/// Calls `on_event` for every key revoked from now on, from a background task that
+/// re-subscribes by itself when its connection drops; `Subscribed` comes once before this
+/// returns. Fails only if the first LISTEN fails.
+pub async fn listen_for_key_revocations<F>(
+    pool: &PgPool,
+    on_event: F,
+) -> Result<tokio::task::JoinHandle<()>, sqlx::Error>
+where
+    F: Fn(KeyRevocation) + Send + Sync + 'static,
+{
+    use crate::change_feed::JobChange;
+    crate::change_feed::listen(pool, KEY_REVOKED_CHANNEL, move |change| {
+        on_event(match change {
+            JobChange::Changed(payload) => {
+                Uuid::parse_str(&payload).map_or(KeyRevocation::Lost, KeyRevocation::Revoked)
+            }
+            JobChange::Lost => KeyRevocation::Lost,
+            JobChange::Subscribed => KeyRevocation::Subscribed,
+        })
+    })
+    .await
 }
 
 /// Records that key `id` was just used.

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
 use verity_core::tenancy::Role;
-use verity_server::api::auth::tokens::{Claims, TokenService, TokenSettings};
+use verity_server::api::auth::tokens::{Claims, TokenService, TokenSettings, TokenSource};
 
 fn b64(value: &Value) -> String {
     URL_SAFE_NO_PAD.encode(value.to_string())
@@ -76,6 +76,8 @@ async fn tokens_are_minted_and_tampering_is_rejected(pool: sqlx::PgPool) {
         aud: aud.into(),
         iat: chrono::Utc::now().timestamp() - 1000,
         exp: chrono::Utc::now().timestamp() + exp_offset,
+        src: TokenSource::Password,
+        kid: None,
     };
     let ours = service(JWT_SECRET, "verity", "verity-api");
     let wrong_key = service("another-secret-another-secret-another", "verity", "verity-api")

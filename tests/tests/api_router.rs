@@ -558,34 +558,28 @@ async fn models_register_and_roles(pool: sqlx::PgPool) {
         .unwrap();
     let body = json!({"id": "small", "storage_prefix": "models/small"});
     assert_error(
+        &post(&app.router, "/v1/models", &member, body.clone()).await,
+        StatusCode::FORBIDDEN,
+        None,
+    );
+    assert_error(
         &post(
             &app.router,
             "/v1/models",
-            &member,
+            &admin,
             json!({"id": "x", "storage_prefix": "models/none"}),
         )
         .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::NOT_FOUND,
         Some("storage_prefix"),
     );
     assert_error(
-        &post(&app.router, "/v1/models", &member, json!({"id": "x", "storage_prefix": "../etc"}))
+        &post(&app.router, "/v1/models", &admin, json!({"id": "x", "storage_prefix": "../etc"}))
             .await,
         StatusCode::BAD_REQUEST,
         Some("storage_prefix"),
     );
-    assert_error(
-        &post(
-            &app.router,
-            "/v1/models",
-            &member,
-            json!({"id": "small", "storage_prefix": "models/small", "shared": true}),
-        )
-        .await,
-        StatusCode::FORBIDDEN,
-        None,
-    );
-    let registered = post(&app.router, "/v1/models", &member, body.clone()).await;
+    let registered = post(&app.router, "/v1/models", &admin, body.clone()).await;
     assert_eq!(registered.status, StatusCode::OK, "{:?}", registered.json());
     assert_eq!(registered.json()["kind"], "base");
     assert_error(&post(&app.router, "/v1/models", &admin, body).await, StatusCode::CONFLICT, None);

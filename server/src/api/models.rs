@@ -95,11 +95,12 @@ pub async fn list_models(
 pub struct RegisterModelRequest {
     /// Name (1–200 characters, no whitespace).
     pub id: String,
-    /// Folder (or GGUF file) already in the object store.
+    /// Folder (or GGUF file) of the org's already in the object store: under `models/`, an
+    /// uploaded file, or a checkpoint of one of its jobs.
     pub storage_prefix: String,
     /// `hf` (default), `gguf` or `peft`.
     pub format: Option<String>,
-    /// Visible to every org (admins only).
+    /// Visible to every org.
     #[serde(default)]
     pub shared: bool,
     /// Extra facts.
@@ -119,14 +120,27 @@ pub fn check_model_name(id: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Registers a base model.
+/// The answer for a prefix the caller may not register, or where nothing is stored: the same
+/// body either way, so that it tells nothing about other orgs' objects.
+fn no_model_storage() -> ApiError {
+    ApiError {
+        message: "no model storage at that prefix in your org".to_string(),
+        param: Some("storage_prefix".to_string()),
+        ..ApiError::not_found("model storage", "")
+    }
+}
+
+/// Registers a base model (admins only). Its storage must be the org's: a published base folder
+/// under `models/`, a file the org uploaded, or a checkpoint of one of its jobs; any other prefix
+/// answers 404 whether or not something is stored there.
 #[utoipa::path(post, path = "/v1/models", tag = "models", request_body = RegisterModelRequest,
-    responses((status = 200, body = ModelObject), (status = 400), (status = 401), (status = 403), (status = 409)))]
+    responses((status = 200, body = ModelObject), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409)))]
 pub async fn register_model(
     State(state): State<AppState>,
     principal: Principal,
     ApiJson(request): ApiJson<RegisterModelRequest>,
 ) -> ApiResult<Json<ModelObject>> {
+    principal.require_admin()?;
     check_model_name(&request.id).map_err(|reason| ApiError::invalid("id", reason))?;
     let format = request.format.unwrap_or_else(|| "hf".to_string());
     if !matches!(format.as_str(), "hf" | "gguf" | "peft") {
@@ -137,17 +151,17 @@ pub async fn register_model(
     if !config.is_object() {
         return Err(ApiError::invalid("config", "must be an object"));
     }
-    if request.shared {
-        principal.require_admin()?;
-    }
-    let prefix = request.storage_prefix.trim_end_matches('/');
-    verity_core::storage::validate_key(prefix)
+    let prefix = verity_core::models::normalize_prefix(&request.storage_prefix)
         .map_err(|e| ApiError::invalid("storage_prefix", e.to_string()))?;
-    if state.store.list(prefix).await?.is_empty() {
-        return Err(ApiError::invalid(
-            "storage_prefix",
-            format!("nothing stored under {prefix:?}"),
-        ));
+    let prefix = prefix.as_str();
+    if !verity_core::models::org_may_register(&state.pool, principal.org_id, prefix).await? {
+        tracing::warn!(org_id = %principal.org_id, prefix, "model registration outside the org refused");
+        return Err(no_model_storage());
+    }
+    let stored = state.store.head(prefix).await?.is_some()
+        || !state.store.list(&format!("{prefix}/")).await?.is_empty();
+    if !stored {
+        return Err(no_model_storage());
     }
     let org = (!request.shared).then_some(principal.org_id);
     if !verity_core::models::insert_base_model(

@@ -46,7 +46,7 @@ pub struct ApiConfig {
     #[arg(long = "jwt-audience", env = "VERITY_JWT_AUDIENCE", default_value = "verity-api")]
     pub jwt_audience: String,
     /// Lifetime of access tokens (seconds).
-    #[arg(long = "token-ttl-seconds", env = "VERITY_TOKEN_TTL_SECONDS", default_value_t = 3600)]
+    #[arg(long = "token-ttl-seconds", env = "VERITY_TOKEN_TTL_SECONDS", default_value_t = 900)]
     pub token_ttl_seconds: u64,
     /// Largest accepted upload (MiB).
     #[arg(long = "max-upload-mib", env = "VERITY_MAX_UPLOAD_MIB", default_value_t = 512)]
@@ -165,6 +165,23 @@ impl AppState {
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot listen for job changes; job rows and metrics are not cached");
+                None
+            }
+        }
+    }
+}
+
+impl AppState {
+    /// Starts listening for API key revocations (from any server) so that verified keys can be
+    /// cached and a revoked key, and every token minted from it, is refused at once; without it
+    /// (or if the LISTEN fails: `None`) each use of a key reads its row.
+    pub async fn start_key_revocation_listener(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let cache = self.key_cache.clone();
+        let on_event = move |event| cache.apply(event);
+        match verity_core::tenancy::listen_for_key_revocations(&self.pool, on_event).await {
+            Ok(listener) => Some(listener),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for key revocations; every key use reads its row");
                 None
             }
         }

@@ -36,5 +36,6 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
         &config.api,
     )?;
     state.start_job_change_listener().await;
+    state.start_key_revocation_listener().await;
     Ok(state)
 }

@@ -88,11 +88,11 @@ async fn login(
     let outcome = sign_in(&state, request, ip.as_deref()).await;
     // Signed in with a key: the session carries the key itself, so revoking the key ends the
     // session at once. With a password: a minted token that expires.
-    let minted = outcome.and_then(|(user, org, role)| match api_key {
+    let minted = outcome.and_then(|signed_in| match api_key {
         Some(key) => Ok(key),
         None => state
             .tokens
-            .mint(user, org, role)
+            .mint(signed_in.user_id, signed_in.org_id, signed_in.role, None)
             .map_err(|e| crate::api::error::ApiError::internal("minting token", e)),
     });
     match minted {

@@ -1,5 +1,6 @@
-//! `/v1/api_keys`: list the org's keys, create one (its secret shown once), revoke one.
-//! Creating and revoking need the admin role; a revoke takes effect at once on this server.
+//! `/v1/api_keys`: list keys (admins: the org's; members: their own), create one (its secret
+//! shown once), revoke one. Creating needs the admin role and an API key or a fresh password
+//! sign-in; revoking needs the admin role and takes effect at once on every server.
 
 use super::{keys, Principal};
 use crate::api::error::{ApiError, ApiResult};
@@ -11,7 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
-use verity_core::tenancy::{self, ApiKeyInfo};
+use verity_core::tenancy::{self, ApiKeyInfo, Role};
 
 /// Longest key name.
 const MAX_NAME_LEN: usize = 100;
@@ -95,17 +96,19 @@ pub struct KeyList {
     pub data: Vec<ApiKeyObject>,
 }
 
-/// The org's keys.
+/// The keys the caller may see: all of the org's for an admin, a member's own otherwise.
 pub async fn org_keys(state: &AppState, principal: &Principal) -> ApiResult<Vec<ApiKeyObject>> {
-    let keys = tenancy::list_api_keys(&state.pool, principal.org_id)
+    let only_user = (principal.role != Role::Admin).then_some(principal.user_id);
+    let keys = tenancy::list_api_keys(&state.pool, principal.org_id, only_user)
         .await
         .map_err(|e| ApiError::internal("listing api keys", e))?;
     Ok(keys.into_iter().map(ApiKeyObject::from).collect())
 }
 
-/// Creates a key for the calling user (admins only).
+/// Creates a key for the calling user (admins only, signed in with a key or a fresh password).
 pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> ApiResult<CreatedKey> {
     principal.require_admin()?;
+    principal.require_key_minting()?;
     reject_nul("name", name)?;
     let name = name.trim();
     if name.chars().count() > MAX_NAME_LEN {
@@ -130,7 +133,8 @@ pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> Api
     Ok(CreatedKey { key: listed, secret: key.key })
 }
 
-/// Revokes the org's key `id` (admins only) and forgets it from the verified-key cache.
+/// Revokes the org's key `id` (admins only) and forgets it from this server's key cache; the
+/// database announces the revocation to the other servers, which forget it too.
 pub async fn revoke(state: &AppState, principal: &Principal, id: Uuid) -> ApiResult<ApiKeyObject> {
     principal.require_admin()?;
     let found = tenancy::revoke_api_key(&state.pool, principal.org_id, id)
@@ -148,7 +152,7 @@ pub async fn revoke(state: &AppState, principal: &Principal, id: Uuid) -> ApiRes
         .ok_or_else(|| ApiError::not_found("api key", &id.to_string()))
 }
 
-/// Lists the org's API keys.
+/// Lists API keys: the org's for an admin, the caller's own for a member.
 #[utoipa::path(get, path = "/v1/api_keys", tag = "auth", responses((status = 200, body = KeyList), (status = 401)))]
 pub async fn list_keys(
     State(state): State<AppState>,
@@ -157,7 +161,8 @@ pub async fn list_keys(
     Ok(Json(KeyList { object: "list", data: org_keys(&state, &principal).await? }))
 }
 
-/// Creates an API key for the caller; the secret is in this response only.
+/// Creates an API key for the caller (admins, with an API key or a password sign-in at most 5
+/// minutes old; a token minted from a key answers 403); the secret is in this response only.
 #[utoipa::path(post, path = "/v1/api_keys", tag = "auth", request_body = CreateKeyRequest,
     responses((status = 200, body = CreatedKey), (status = 400), (status = 401), (status = 403)))]
 pub async fn create_key(

@@ -15,10 +15,11 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-use verity_core::tenancy::Role;
+use verity_core::tenancy::{KeyRevocation, Role};
 
 /// Who is calling.
 #[derive(Debug, Clone)]
@@ -29,9 +30,28 @@ pub struct Principal {
     pub org_id: Uuid,
     /// Their role.
     pub role: Role,
-    /// The API key used, when not a JWT.
+    /// The API key behind the credential: sent as is, or the one a token was minted from.
     pub key_id: Option<Uuid>,
+    /// How the caller signed in.
+    pub via: Via,
 }
+
+/// How a caller proved who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// An API key, sent as is.
+    ApiKey,
+    /// A token minted from an API key: it dies with the key.
+    KeyToken,
+    /// A token minted from an e-mail and password sign-in at `issued_at` (Unix seconds).
+    PasswordToken {
+        /// When the password was checked.
+        issued_at: i64,
+    },
+}
+
+/// How recent a password sign-in must be for its token to create API keys.
+pub const FRESH_LOGIN: Duration = Duration::from_secs(5 * 60);
 
 impl Principal {
     /// Fails with 403 unless the caller is an org admin.
@@ -39,6 +59,30 @@ impl Principal {
         match self.role {
             Role::Admin => Ok(()),
             Role::Member => Err(ApiError::forbidden("this operation needs the admin role")),
+        }
+    }
+
+    /// Fails with 403 unless the credential may create API keys: an API key, or a token from a
+    /// password sign-in at most [`FRESH_LOGIN`] old. A token minted from a key may not (else a
+    /// leaked key's token would outlive the key through the keys it made).
+    pub fn require_key_minting(&self) -> Result<(), ApiError> {
+        match self.via {
+            Via::ApiKey => Ok(()),
+            Via::KeyToken => Err(ApiError::forbidden(
+                "a token minted from an API key cannot create API keys: use the key itself, or sign in with your password",
+            )),
+            Via::PasswordToken { issued_at } => {
+                // A minute of clock skew between replicas is tolerated.
+                let age = chrono::Utc::now().timestamp().saturating_sub(issued_at);
+                if (-60..=FRESH_LOGIN.as_secs() as i64).contains(&age) {
+                    Ok(())
+                } else {
+                    Err(ApiError::forbidden(format!(
+                        "creating an API key needs a recent sign-in (within {} minutes): sign in with your password again",
+                        FRESH_LOGIN.as_secs() / 60
+                    )))
+                }
+            }
         }
     }
 
@@ -51,13 +95,20 @@ impl Principal {
     }
 }
 
-/// Verified API keys, remembered briefly so that argon2 runs once per key and interval.
+/// Verified API keys and the keys known to be unrevoked, remembered briefly so that argon2 and
+/// the revocation lookup run once per key and interval. The unrevoked verdicts are trusted only
+/// while the revocation listener is subscribed ([`AppState::start_key_revocation_listener`]):
+/// every server then evicts a revoked key at once; without it each use reads the key's row.
 #[derive(Debug, Default)]
 pub struct KeyCache {
     entries: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
+    live: Mutex<HashMap<Uuid, Instant>>,
+    listening: AtomicBool,
+    /// Bumped by every eviction: a verdict read before one is not cached after it.
+    evictions: AtomicU64,
 }
 
-/// How long a verified key is trusted without re-reading its row (revocation delay).
+/// How long a verified key, or a key's unrevoked verdict, is kept.
 const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
 
 impl KeyCache {
@@ -66,16 +117,89 @@ impl KeyCache {
         entries.get(digest).filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL).map(|(p, _)| p.clone())
     }
 
-    fn put(&self, digest: [u8; 32], principal: Principal) {
+    fn put(&self, digest: [u8; 32], principal: Principal, generation: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if self.evictions.load(Ordering::SeqCst) != generation {
+            return;
+        }
         entries.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
         entries.insert(digest, (principal, Instant::now()));
     }
 
+    fn known_live(&self, key_id: Uuid) -> bool {
+        if !self.listening.load(Ordering::SeqCst) {
+            return false;
+        }
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.get(&key_id).is_some_and(|at| at.elapsed() < KEY_CACHE_TTL)
+    }
+
+    fn put_live(&self, key_id: Uuid, generation: u64) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.listening.load(Ordering::SeqCst)
+            || self.evictions.load(Ordering::SeqCst) != generation
+        {
+            return;
+        }
+        live.retain(|_, at| at.elapsed() < KEY_CACHE_TTL);
+        live.insert(key_id, Instant::now());
+    }
+
+    fn generation(&self) -> u64 {
+        self.evictions.load(Ordering::SeqCst)
+    }
+
     /// Forgets key `key_id`, so that its next use re-reads its row (e.g. after a revoke).
-    pub fn evict_key(&self, key_id: uuid::Uuid) {
+    pub fn evict_key(&self, key_id: Uuid) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        self.evictions.fetch_add(1, Ordering::SeqCst);
         entries.retain(|_, (principal, _)| principal.key_id != Some(key_id));
+        live.remove(&key_id);
+    }
+
+    /// Forgets every key.
+    pub fn clear(&self) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        self.evictions.fetch_add(1, Ordering::SeqCst);
+        entries.clear();
+        live.clear();
+    }
+
+    /// Acts on what the revocation listener learnt.
+    pub fn apply(&self, event: KeyRevocation) {
+        match event {
+            KeyRevocation::Revoked(key_id) => self.evict_key(key_id),
+            KeyRevocation::Lost => {
+                self.listening.store(false, Ordering::SeqCst);
+                self.clear();
+            }
+            KeyRevocation::Subscribed => {
+                self.clear();
+                self.listening.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Fails with 401 unless API key `key_id` exists and is not revoked (a cached verdict while the
+/// revocation listener runs, else the key's row).
+pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiError> {
+    if state.key_cache.known_live(key_id) {
+        return Ok(());
+    }
+    let generation = state.key_cache.generation();
+    let live = verity_core::tenancy::api_key_live(&state.pool, key_id)
+        .await
+        .map_err(|e| ApiError::internal("api key lookup", e))?;
+    match live {
+        Some(true) => {
+            state.key_cache.put_live(key_id, generation);
+            Ok(())
+        }
+        Some(false) => Err(ApiError::unauthorized("this API key was revoked")),
+        None => Err(ApiError::unauthorized("this API key no longer exists")),
     }
 }
 
@@ -86,8 +210,12 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     let mut digest = [0u8; 32];
     digest.copy_from_slice(&Sha256::digest(key.as_bytes()));
     if let Some(principal) = state.key_cache.get(&digest) {
+        if let Some(key_id) = principal.key_id {
+            require_live_key(state, key_id).await?;
+        }
         return Ok(principal);
     }
+    let generation = state.key_cache.generation();
     let record = verity_core::tenancy::find_api_key(&state.pool, lookup)
         .await
         .map_err(|e| ApiError::internal("api key lookup", e))?
@@ -103,24 +231,48 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
         return Err(invalid());
     }
     let role = record.role.parse().map_err(|e| ApiError::internal("api key role", e))?;
-    let principal =
-        Principal { user_id: record.user_id, org_id: record.org_id, role, key_id: Some(record.id) };
+    let principal = Principal {
+        user_id: record.user_id,
+        org_id: record.org_id,
+        role,
+        key_id: Some(record.id),
+        via: Via::ApiKey,
+    };
     if let Err(error) = verity_core::tenancy::touch_api_key(&state.pool, record.id).await {
         tracing::warn!(%error, "could not record the API key's last use");
     }
-    state.key_cache.put(digest, principal.clone());
+    state.key_cache.put(digest, principal.clone(), generation);
     Ok(principal)
 }
 
-/// The principal behind a credential: an API key (`vt-…`) or a token minted by this server.
+/// The principal behind a credential: an API key (`vt-…`) or a token minted by this server;
+/// a token minted from a key is refused once that key is revoked.
 pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principal, ApiError> {
     if credential.starts_with(keys::KEY_PREFIX) {
-        authenticate_key(state, credential).await
-    } else {
-        let claims =
-            state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
-        Ok(Principal { user_id: claims.sub, org_id: claims.org, role: claims.role, key_id: None })
+        return authenticate_key(state, credential).await;
     }
+    let claims =
+        state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    let via = match claims.kid {
+        Some(key_id) => {
+            require_live_key(state, key_id).await.map_err(|e| match e.status {
+                axum::http::StatusCode::UNAUTHORIZED => ApiError::unauthorized(format!(
+                    "invalid access token: minted from an API key that no longer works ({})",
+                    e.message
+                )),
+                _ => e,
+            })?;
+            Via::KeyToken
+        }
+        None => Via::PasswordToken { issued_at: claims.iat },
+    };
+    Ok(Principal {
+        user_id: claims.sub,
+        org_id: claims.org,
+        role: claims.role,
+        key_id: claims.kid,
+        via,
+    })
 }
 
 impl FromRequestParts<AppState> for Principal {

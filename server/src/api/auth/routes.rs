@@ -39,7 +39,7 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/auth/token", post(create_token)).merge(super::api_keys::router())
 }
 
-/// Mints an access token.
+/// Mints an access token; one minted from an API key stops working when the key is revoked.
 #[utoipa::path(post, path = "/v1/auth/token", request_body = TokenRequest, tag = "auth",
     responses((status = 200, body = TokenResponse), (status = 400), (status = 401), (status = 429)))]
 pub async fn create_token(
@@ -55,10 +55,10 @@ pub async fn create_token(
         }
     }
     let ip = super::throttle::client_ip(&extensions);
-    let (user_id, org_id, role) = sign_in(&state, request, ip.as_deref()).await?;
+    let signed_in = sign_in(&state, request, ip.as_deref()).await?;
     let access_token = state
         .tokens
-        .mint(user_id, org_id, role)
+        .mint(signed_in.user_id, signed_in.org_id, signed_in.role, signed_in.key_id)
         .map_err(|e| ApiError::internal("minting token", e))?;
     Ok(Json(TokenResponse {
         access_token,
@@ -67,13 +67,26 @@ pub async fn create_token(
     }))
 }
 
+/// Who signed in.
+#[derive(Debug, Clone, Copy)]
+pub struct SignedIn {
+    /// The user.
+    pub user_id: uuid::Uuid,
+    /// Their org.
+    pub org_id: uuid::Uuid,
+    /// Their role.
+    pub role: Role,
+    /// The API key used (`None`: a password).
+    pub key_id: Option<uuid::Uuid>,
+}
+
 /// Checks a password or an API key, throttled per user name and client address: after too
-/// many failures the answer is 429 with `Retry-After`. The user, org and role on success.
+/// many failures the answer is 429 with `Retry-After`.
 pub async fn sign_in(
     state: &AppState,
     request: TokenRequest,
     ip: Option<&str>,
-) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+) -> ApiResult<SignedIn> {
     let user_name = request.email.clone().or_else(|| {
         request.api_key.as_deref().and_then(super::keys::lookup_of).map(str::to_string)
     });
@@ -90,14 +103,16 @@ pub async fn sign_in(
     outcome
 }
 
-async fn check_credentials(
-    state: &AppState,
-    request: TokenRequest,
-) -> ApiResult<(uuid::Uuid, uuid::Uuid, Role)> {
+async fn check_credentials(state: &AppState, request: TokenRequest) -> ApiResult<SignedIn> {
     match (request.email, request.password, request.api_key) {
         (None, None, Some(key)) => {
             let principal = super::authenticate_key(state, &key).await?;
-            Ok((principal.user_id, principal.org_id, principal.role))
+            Ok(SignedIn {
+                user_id: principal.user_id,
+                org_id: principal.org_id,
+                role: principal.role,
+                key_id: principal.key_id,
+            })
         }
         (Some(email), Some(password), None) => {
             let denied = || {
@@ -116,7 +131,7 @@ async fn check_credentials(
                 return Err(denied());
             }
             let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
-            Ok((user.id, user.org_id, role))
+            Ok(SignedIn { user_id: user.id, org_id: user.org_id, role, key_id: None })
         }
         _ => Err(ApiError::invalid("body", "send either email and password, or api_key")),
     }

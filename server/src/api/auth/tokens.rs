@@ -19,6 +19,16 @@ pub struct TokenSettings {
     pub ttl: Duration,
 }
 
+/// How the holder of a token signed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// E-mail and password.
+    Password,
+    /// An API key (named by the `kid` claim): the token dies with the key.
+    ApiKey,
+}
+
 /// The claims of an access token.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
@@ -36,6 +46,11 @@ pub struct Claims {
     pub iat: i64,
     /// Expiry (Unix seconds).
     pub exp: i64,
+    /// How the holder signed in (required: tokens without it are refused).
+    pub src: TokenSource,
+    /// The API key the token was minted from (`src` = `api_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kid: Option<Uuid>,
 }
 
 /// Mints and checks access tokens.
@@ -82,8 +97,15 @@ impl TokenService {
         self.settings.ttl
     }
 
-    /// A token for this user, valid for the configured lifetime.
-    pub fn mint(&self, user_id: Uuid, org_id: Uuid, role: Role) -> Result<String, TokenError> {
+    /// A token for this user, valid for the configured lifetime; `key_id` is the API key it is
+    /// minted from (`None`: a password sign-in).
+    pub fn mint(
+        &self,
+        user_id: Uuid,
+        org_id: Uuid,
+        role: Role,
+        key_id: Option<Uuid>,
+    ) -> Result<String, TokenError> {
         let now = chrono::Utc::now().timestamp();
         let ttl = i64::try_from(self.settings.ttl.as_secs()).unwrap_or(3600);
         self.mint_claims(&Claims {
@@ -94,6 +116,8 @@ impl TokenService {
             aud: self.settings.audience.clone(),
             iat: now,
             exp: now + ttl,
+            src: if key_id.is_some() { TokenSource::ApiKey } else { TokenSource::Password },
+            kid: key_id,
         })
     }
 
@@ -103,10 +127,75 @@ impl TokenService {
             .map_err(|e| TokenError(e.to_string()))
     }
 
-    /// The claims of a valid token.
+    /// The claims of a valid token (signature, issuer, audience, expiry, and a `kid` exactly
+    /// when minted from a key); whether that key still stands is the caller's check.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
-        decode::<Claims>(token, &self.decoding, &self.validation)
+        let claims = decode::<Claims>(token, &self.decoding, &self.validation)
             .map(|data| data.claims)
-            .map_err(|e| TokenError(e.to_string()))
+            .map_err(|e| TokenError(e.to_string()))?;
+        if (claims.src == TokenSource::ApiKey) != claims.kid.is_some() {
+            return Err(TokenError("kid must name the key of an api_key token".into()));
+        }
+        Ok(claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::state::ApiConfig;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        api: ApiConfig,
+    }
+
+    #[test]
+    fn token_lifetime_defaults_to_fifteen_minutes_and_is_configurable() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["verity", "--jwt-secret", "s"];
+            all.extend_from_slice(args);
+            Flags::try_parse_from(all).unwrap().api.token_ttl_seconds
+        };
+        if std::env::var_os("VERITY_TOKEN_TTL_SECONDS").is_none() {
+            assert_eq!(parse(&[]), 900);
+        }
+        assert_eq!(parse(&["--token-ttl-seconds", "60"]), 60);
+    }
+
+    fn service() -> TokenService {
+        TokenService::new(TokenSettings {
+            secret: b"0123456789abcdef0123456789abcdef".to_vec(),
+            issuer: "verity".into(),
+            audience: "verity-api".into(),
+            ttl: Duration::from_secs(60),
+        })
+    }
+
+    #[test]
+    fn tokens_name_their_key_and_claims_must_agree() {
+        let tokens = service();
+        let (user, org, key) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let from_key = tokens.verify(&tokens.mint(user, org, Role::Admin, Some(key)).unwrap());
+        let from_key = from_key.unwrap();
+        assert_eq!((from_key.src, from_key.kid), (TokenSource::ApiKey, Some(key)));
+        let by_password = tokens.verify(&tokens.mint(user, org, Role::Admin, None).unwrap());
+        assert_eq!(by_password.unwrap().src, TokenSource::Password);
+
+        let mut forged = from_key.clone();
+        forged.kid = None;
+        assert!(tokens.verify(&tokens.mint_claims(&forged).unwrap()).is_err(), "no kid");
+        forged.src = TokenSource::Password;
+        forged.kid = Some(key);
+        assert!(tokens.verify(&tokens.mint_claims(&forged).unwrap()).is_err(), "stray kid");
+
+        // A token without `src` (minted before it existed) is refused.
+        let mut legacy = serde_json::to_value(&from_key).unwrap();
+        legacy.as_object_mut().unwrap().remove("src");
+        legacy.as_object_mut().unwrap().remove("kid");
+        let legacy = encode(&Header::new(Algorithm::HS256), &legacy, &tokens.encoding).unwrap();
+        assert!(tokens.verify(&legacy).is_err());
     }
 }
