@@ -289,6 +289,102 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
     assert_eq!(list["has_more"], false);
 }
 
+/// Uploads `content`; its file id and status.
+async fn uploaded(app: &TestApp, key: &str, content: &str) -> (String, String) {
+    let reply = upload(&app.router, key, "rows.jsonl", content.as_bytes()).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    let file = reply.json();
+    (file["id"].as_str().unwrap().to_string(), file["status"].as_str().unwrap().to_string())
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn job_creation_checks_every_row_for_what_the_job_reads(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let job = |training: &str, validation: Option<&str>, method: Value| {
+        let mut body = json!({"model": "tiny", "training_file": training, "method": method});
+        if let Some(validation) = validation {
+            body["validation_file"] = json!(validation);
+        }
+        post(&app.router, "/v1/fine_tuning/jobs", &key, body)
+    };
+    let refused = |reply: &Reply, param: &str, needles: &[&str]| {
+        assert_error(reply, StatusCode::BAD_REQUEST, Some(param));
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "invalid_file", "{error}");
+        let message = error["message"].as_str().unwrap();
+        for needle in needles {
+            assert!(message.contains(needle), "{needle:?} not in {message:?}");
+        }
+    };
+    // A multi grader whose sub-grader reads a nested field.
+    let multi = json!({"type": "reinforcement", "reinforcement": {"grader": {
+    "type": "multi", "calculate_output": "0.5 * exact + 0.5 * math",
+    "graders": {
+        "exact": method()["reinforcement"]["grader"].clone(),
+        "math": {"type": "math", "reference": "{{ item.meta.answer }}"}
+    }}}});
+
+    // Rows without `reference_answer` pass the upload (it does not know the grader) ...
+    let (no_answer, status) = uploaded(
+        &app,
+        &key,
+        "{\"prompt\": \"2+2?\", \"reference_answer\": \"4\"}\n{\"prompt\": \"3+3?\"}\n\n{\"prompt\": \"1+1?\", \"reference_answer\": null}\n",
+    )
+    .await;
+    assert_eq!(status, "processed");
+    // ... and are refused when a job's grader reads it: the first line and field, then the rest.
+    refused(
+        &job(&no_answer, None, method()).await,
+        "training_file",
+        &["line 2", "`reference_answer`", "{{item.reference_answer}}", "also line(s) 4"],
+    );
+    // Rows without a prompt are refused at upload, and a job names the line and field.
+    let (no_prompt, status) = uploaded(
+        &app,
+        &key,
+        "{\"prompt\": \"2+2?\", \"reference_answer\": \"4\"}\n{\"reference_answer\": \"6\"}\n",
+    )
+    .await;
+    assert_eq!(status, "error");
+    refused(&job(&no_prompt, None, method()).await, "training_file", &["line 2", "`messages`"]);
+    // Fields read inside a multi grader count; so does the validation file.
+    let flat = "{\"prompt\": \"2+2?\", \"reference_answer\": \"4\"}\n";
+    let nested = "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"reference_answer\": \"4\", \"meta\": {\"answer\": \"4\"}}\n";
+    let (flat_file, _) = uploaded(&app, &key, flat).await;
+    let (nested_file, _) = uploaded(&app, &key, &format!("{nested}{flat}")).await;
+    refused(
+        &job(&nested_file, None, multi.clone()).await,
+        "training_file",
+        &["line 2", "`meta.answer`"],
+    );
+    let (good_file, _) = uploaded(&app, &key, &nested.repeat(3)).await;
+    refused(
+        &job(&good_file, Some(&flat_file), multi.clone()).await,
+        "validation_file",
+        &["line 1", "`meta.answer`", "{{item.meta.answer}}"],
+    );
+    assert_eq!(
+        get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"],
+        json!([]),
+        "nothing was enqueued"
+    );
+
+    // Files with every field go through, for either grader.
+    let ok = job(&good_file, Some(&good_file), multi).await;
+    assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.json());
+    let ok = job(&flat_file, None, method()).await;
+    assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.json());
+    assert_eq!(
+        get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn cancel_pause_resume_follow_the_queue(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;

@@ -142,3 +142,136 @@ fn text_with_multibyte_characters_never_panics() {
         }
     }
 }
+
+fn score(completion: &str, reference: &str) -> f64 {
+    math::grade(completion, reference, MathExtract::Auto).score
+}
+
+#[test]
+fn decimal_approximations_of_exact_values_to_the_given_precision() {
+    for (answer, reference) in [
+        ("0.333333", r"\frac{1}{3}"),
+        ("0.3333", r"\frac{1}{3}"),
+        ("0.6667", r"\frac{2}{3}"),
+        ("0.6666", r"\frac{2}{3}"),
+        ("3.14159", r"\pi"),
+        ("3.1416", r"\pi"),
+        ("1.41421", r"\sqrt{2}"),
+        ("6.2832", r"2\pi"),
+        ("-0.3333", r"-\frac{1}{3}"),
+    ] {
+        let r = math::grade(&format!("\\boxed{{{answer}}}"), reference, MathExtract::Auto);
+        assert_eq!(r.score, 1.0, "{answer} against {reference}: {}", r.reason);
+        assert!(r.reason.contains("decimal places"), "{}", r.reason);
+    }
+    for (answer, reference) in [
+        ("0.3", r"\frac{1}{3}"),
+        ("0.33", r"\frac{1}{3}"),
+        ("0.333", r"\frac{1}{3}"),
+        ("3.14", r"\pi"),
+        ("1.41", r"\sqrt{2}"),
+        ("0.3334", r"\frac{1}{3}"),
+        ("3.1415", r"-\pi"),
+        ("3.14160", r"\pi"),
+        ("1.4143", r"\sqrt{2}"),
+        ("0.7499", "0.75"),
+        ("0.1249", r"\frac{1}{8}"),
+    ] {
+        assert_eq!(
+            score(&format!("\\boxed{{{answer}}}"), reference),
+            0.0,
+            "{answer} vs {reference}"
+        );
+    }
+}
+
+#[test]
+fn commutative_sums_and_products() {
+    for (answer, reference) in [
+        (r"\pi \cdot 2", r"2\pi"),
+        (r"\pi*2", r"2\pi"),
+        (r"2 \times \pi", r"\pi \cdot 2"),
+        ("1+x", "x+1"),
+        ("2ba", "2ab"),
+        ("a b", "b a"),
+        (r"c \cdot a b", "abc+0"),
+        ("yx+1", "1+xy"),
+        (r"-b + a", "a - b"),
+        // not evaluable at any sample point, still equal up to the order of operands
+        (r"1+\sqrt{x-100}", r"\sqrt{x-100}+1"),
+        ("a+b+c+d+f+g+h+k+m", "m+k+h+g+f+d+c+b+a"),
+    ] {
+        assert_eq!(
+            score(&format!("\\boxed{{{answer}}}"), reference),
+            1.0,
+            "{answer} vs {reference}"
+        );
+    }
+    for (answer, reference) in
+        [("1-x", "x-1"), (r"\pi - 2", r"2 - \pi"), ("a+b+c+d+f+g+h+k+m", "a+b")]
+    {
+        assert_eq!(
+            score(&format!("\\boxed{{{answer}}}"), reference),
+            0.0,
+            "{answer} vs {reference}"
+        );
+    }
+}
+
+#[test]
+fn nested_boxes_resolve_to_the_inner_answer() {
+    for completion in [
+        r"\boxed{\boxed{5}}",
+        r"\boxed{\text{\boxed{5}}}",
+        r"\boxed{\fbox{$5$}}",
+        r"so $\boxed{ \boxed{\boxed{5}} }$",
+    ] {
+        assert_eq!(score(completion, "5"), 1.0, "{completion}");
+        assert_eq!(math::grade(completion, "5", MathExtract::Boxed).score, 1.0, "{completion}");
+    }
+    assert_eq!(score(r"\boxed{\boxed{6}}", "5"), 0.0);
+    assert_eq!(score(r"\boxed{\boxed{5}} then \boxed{6}", "5"), 0.0);
+    // a reference written in nested boxes is read the same way
+    assert_eq!(score(r"\boxed{5}", r"\boxed{\boxed{5}}"), 1.0);
+}
+
+#[test]
+fn an_unterminated_box_scores_zero() {
+    for mode in [MathExtract::Auto, MathExtract::Boxed] {
+        for completion in [
+            r"The answer is \boxed{42",
+            r"<answer>\boxed{42</answer>",
+            r"\boxed{42} and later \boxed{42",
+            r"\boxed{\boxed{42}",
+        ] {
+            let r = math::grade(completion, "42", mode);
+            assert_eq!(r.score, 0.0, "{completion} ({mode:?})");
+            assert!(r.reason.contains("unterminated"), "{}", r.reason);
+        }
+    }
+    // answer_tag mode reads boxes inside tags only
+    let r = math::grade(r"<answer>\boxed{42</answer>", "42", MathExtract::AnswerTag);
+    assert_eq!((r.score, r.reason.contains("unterminated")), (0.0, true), "{}", r.reason);
+    assert_eq!(
+        math::grade(r"\boxed{4 <answer>42</answer>", "42", MathExtract::AnswerTag).score,
+        1.0
+    );
+    // last_number mode reads numbers only, as documented
+    assert_eq!(math::grade(r"\boxed{42", "42", MathExtract::LastNumber).score, 1.0);
+}
+
+#[test]
+fn strict_boxed_mode_requires_a_box() {
+    for completion in ["The answer is 42", "<answer>42</answer>", "42", "final answer: 42"] {
+        let strict = math::grade(completion, "42", MathExtract::Boxed);
+        assert_eq!(strict.score, 0.0, "{completion}");
+        assert_eq!(strict.reason, "no final answer found");
+        // the default (auto) accepts each of them
+        assert_eq!(score(completion, "42"), 1.0, "{completion}");
+    }
+    assert_eq!(math::grade(r"\boxed{42}", "42", MathExtract::Boxed).score, 1.0);
+    // the default mode is auto
+    let spec: verity_verifiers::spec::MathSpec =
+        serde_json::from_str(r#"{"reference": "{{item.reference_answer}}"}"#).unwrap();
+    assert_eq!(spec.extract, MathExtract::Auto);
+}

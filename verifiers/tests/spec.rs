@@ -124,3 +124,57 @@ fn constraints_can_come_from_the_row() {
     assert_eq!(r.error.unwrap().kind, ErrorKind::BadItem);
     assert!(Grader::from_json(r#"{"type":"constraints"}"#).is_err());
 }
+
+fn fields(spec: serde_json::Value) -> Vec<String> {
+    Grader::from_json(&spec.to_string())
+        .expect("valid grader")
+        .item_fields()
+        .into_iter()
+        .map(|path| path.join("."))
+        .collect()
+}
+
+#[test]
+fn item_fields_lists_every_item_path_the_templates_read() {
+    // sample fields and literal text are not item fields
+    assert_eq!(
+        fields(
+            json!({"type": "string_check", "input": "{{sample.output_text}}", "reference": "Answer: {{ item.reference_answer }}", "operation": "eq"})
+        ),
+        vec!["reference_answer"]
+    );
+    assert_eq!(
+        fields(json!({"type": "math", "reference": "{{item.meta.answer}}"})),
+        vec!["meta.answer"]
+    );
+    assert_eq!(
+        fields(
+            json!({"type": "code", "input": "{{item.prefix}}{{sample.output_text}}", "cases": "{{item.cases}}"})
+        ),
+        vec!["cases", "prefix"]
+    );
+    assert_eq!(
+        fields(json!({"type": "constraints", "checks_from": "{{item.constraints}}"})),
+        vec!["constraints"]
+    );
+    assert!(fields(json!({"type": "format", "preset": "think_answer"})).is_empty());
+    // a python grader's source is not inspected: it may read any field, or guard its reads
+    assert!(fields(json!({"type": "python", "source": "def grade(sample, item):\n    return float(item['x'] == 1)"})).is_empty());
+    // every sub-grader of a multi, nested multis included, each path once and sorted
+    let multi = json!({
+        "type": "multi",
+        "calculate_output": "a + b",
+        "graders": {
+            "a": {"type": "math", "reference": "{{item.reference_answer}}"},
+            "b": {
+                "type": "multi",
+                "calculate_output": "c * d",
+                "graders": {
+                    "c": {"type": "text_similarity", "input": "{{sample.output_text}}", "reference": "{{item.explanation}} {{item.reference_answer}}", "evaluation_metric": "bleu"},
+                    "d": {"type": "code", "tests": "{{item.tests.0}}"}
+                }
+            }
+        }
+    });
+    assert_eq!(fields(multi), vec!["explanation", "reference_answer", "tests.0"]);
+}

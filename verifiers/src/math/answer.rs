@@ -395,7 +395,8 @@ fn values_equal(x: &Val, y: &Val) -> bool {
 }
 
 fn expr_equiv(x: &Expr, y: &Expr, budget: &mut u32) -> bool {
-    if x == y {
+    // equal as written, or up to the order of the operands of + and ·
+    if x == y || x.canonical() == y.canonical() {
         return true;
     }
     // a percentage also matches its bare number: 50% ~ 50 and 50% ~ 0.5

@@ -293,6 +293,95 @@ impl Expr {
     }
 }
 
+impl Expr {
+    /// The same expression with the operands of every sum (`+`, `−`, unary `−` terms) and of
+    /// every product (`·`, implicit) in one fixed order, so that expressions equal up to
+    /// commutativity and associativity of `+` and `·` (`x+1` and `1+x`, `2\pi` and `\pi \cdot 2`)
+    /// have equal canonical forms, whether or not they can be evaluated.
+    pub fn canonical(&self) -> Expr {
+        let un = |a: &Expr| b(a.canonical());
+        match self {
+            Self::Add(..) | Self::Sub(..) => {
+                let mut terms = Vec::new();
+                collect_terms(self, false, &mut terms);
+                let mut keyed: Vec<(String, bool, Expr)> = terms
+                    .into_iter()
+                    .map(|(negative, term)| {
+                        let term = term.canonical();
+                        (format!("{term:?}"), negative, term)
+                    })
+                    .collect();
+                keyed.sort_by(|x, y| (&x.0, x.1).cmp(&(&y.0, y.1)));
+                let mut iter = keyed.into_iter();
+                let Some((_, negative, first)) = iter.next() else { return self.clone() };
+                let start = if negative { Self::Neg(b(first)) } else { first };
+                iter.fold(start, |sum, (_, negative, term)| {
+                    if negative {
+                        Self::Sub(b(sum), b(term))
+                    } else {
+                        Self::Add(b(sum), b(term))
+                    }
+                })
+            }
+            Self::Mul(..) => {
+                let mut factors = Vec::new();
+                collect_factors(self, &mut factors);
+                let mut keyed: Vec<(String, Expr)> = factors
+                    .into_iter()
+                    .map(|f| {
+                        let f = f.canonical();
+                        (format!("{f:?}"), f)
+                    })
+                    .collect();
+                keyed.sort_by(|x, y| x.0.cmp(&y.0));
+                let mut iter = keyed.into_iter().map(|(_, f)| f);
+                let Some(first) = iter.next() else { return self.clone() };
+                iter.fold(first, |product, f| Self::Mul(b(product), b(f)))
+            }
+            Self::Num(_) | Self::Var(_) | Self::Pi | Self::Inf | Self::E => self.clone(),
+            Self::Neg(a) => Self::Neg(un(a)),
+            Self::Func(f, a) => Self::Func(*f, un(a)),
+            Self::Factorial(a) => Self::Factorial(un(a)),
+            Self::Percent(a) => Self::Percent(un(a)),
+            Self::Div(x, y) => Self::Div(un(x), un(y)),
+            Self::Pow(x, y) => Self::Pow(un(x), un(y)),
+            Self::Root(x, y) => Self::Root(un(x), un(y)),
+            Self::Log(x, y) => Self::Log(un(x), un(y)),
+            Self::Binom(x, y) => Self::Binom(un(x), un(y)),
+        }
+    }
+}
+
+/// The terms of a sum, each with whether it is subtracted.
+fn collect_terms<'a>(e: &'a Expr, negative: bool, out: &mut Vec<(bool, &'a Expr)>) {
+    match e {
+        Expr::Add(x, y) => {
+            collect_terms(x, negative, out);
+            collect_terms(y, negative, out);
+        }
+        Expr::Sub(x, y) => {
+            collect_terms(x, negative, out);
+            collect_terms(y, !negative, out);
+        }
+        Expr::Neg(x) if matches!(**x, Expr::Add(..) | Expr::Sub(..) | Expr::Neg(_)) => {
+            collect_terms(x, !negative, out)
+        }
+        Expr::Neg(x) => out.push((!negative, &**x)),
+        other => out.push((negative, other)),
+    }
+}
+
+/// The factors of a product.
+fn collect_factors<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match e {
+        Expr::Mul(x, y) => {
+            collect_factors(x, out);
+            collect_factors(y, out);
+        }
+        other => out.push(other),
+    }
+}
+
 /// The token parser for one expression; the caller splits lists and relations.
 pub struct Parser {
     toks: Vec<Tok>,
@@ -850,6 +939,33 @@ mod tests {
         assert_eq!(value(r"5!"), Val::Rat(int(120)));
         assert_eq!(value(r"8^{2/3}"), Val::Rat(int(4)));
         assert!((value(r"2\pi").f() - 2.0 * std::f64::consts::PI).abs() < 1e-12);
+    }
+
+    fn canonical(s: &str) -> Expr {
+        let mut p = Parser::new(tokenize(s).unwrap());
+        let e = p.sum(0).unwrap();
+        assert!(p.done(), "{s}");
+        e.canonical()
+    }
+
+    #[test]
+    fn canonical_order_of_sums_and_products() {
+        for (a, c) in [
+            ("x+1", "1+x"),
+            (r"2\pi", r"\pi \cdot 2"),
+            (r"2\pi", r"\pi*2"),
+            ("ab", "ba"),
+            ("abc", "c(ab)"),
+            ("a-b+c", "c-b+a"),
+            ("-b+a", "a-b"),
+            (r"\sqrt{x-10}+1", r"1+\sqrt{-10+x}"),
+            (r"\frac{y x}{2}+3", r"3+\frac{xy}{2}"),
+        ] {
+            assert_eq!(canonical(a), canonical(c), "{a} vs {c}");
+        }
+        for (a, c) in [("x-1", "1-x"), ("x/2", "2/x"), ("x^2", "2^x"), ("a-b", "-a+b")] {
+            assert_ne!(canonical(a), canonical(c), "{a} vs {c}");
+        }
     }
 
     #[test]

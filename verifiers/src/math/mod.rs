@@ -4,6 +4,7 @@
 //! comparison is safe on any thread without signals or timeouts; nothing is ever `eval`ed.
 
 pub mod answer;
+pub mod approx;
 pub mod cases;
 pub mod expr;
 pub mod extract;
@@ -26,9 +27,13 @@ pub fn answers_match(a: &str, b: &str) -> bool {
 }
 
 /// Grades a completion against a reference answer: the last final answer must equal the
-/// reference by value, and several different final answers score 0.
+/// reference by value (or be a decimal approximation of it, see [`approx`]), several different
+/// final answers score 0, and so does a box left open.
 pub fn grade(completion: &str, reference: &str, extract: MathExtract) -> GradeResult {
-    let candidates = extract::candidates(completion, extract);
+    let candidates = match extract::candidates(completion, extract) {
+        Ok(candidates) => candidates,
+        Err(unterminated) => return GradeResult::pass_fail(false, unterminated.to_string()),
+    };
     let Some(last) = candidates.last() else {
         return GradeResult::pass_fail(false, "no final answer found");
     };
@@ -51,8 +56,14 @@ pub fn grade(completion: &str, reference: &str, extract: MathExtract) -> GradeRe
     if reference.len() > MAX_ANSWER_LEN {
         return GradeResult::pass_fail(false, "reference answer too long to compare");
     }
-    if equivalent(&predicted, &parse_answer(&reference)) {
+    let expected = parse_answer(&reference);
+    if equivalent(&predicted, &expected) {
         GradeResult::pass_fail(true, format!("answer '{}' equals the reference", last.trim()))
+    } else if let Some(places) = approx::decimal_places_matched(last, &expected) {
+        GradeResult::pass_fail(
+            true,
+            format!("answer '{}' is the reference's value to {places} decimal places", last.trim()),
+        )
     } else {
         GradeResult::pass_fail(
             false,

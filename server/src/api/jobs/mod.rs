@@ -106,13 +106,20 @@ pub async fn create_job(
     if let Some(metadata) = &request.metadata {
         reject_nul_json("metadata", metadata)?;
     }
-    let method = validate::validate_method(request.method.as_ref())?;
+    let (method, grader) = validate::validate_method(request.method.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
     validate::validate_model(&state, &principal, &model).await?;
-    validate::validate_file(&state, &principal, "training_file", &training_file).await?;
-    if let Some(validation_file) = &request.validation_file {
-        validate::validate_file(&state, &principal, "validation_file", validation_file).await?;
+    let training =
+        validate::validate_file(&state, &principal, "training_file", &training_file).await?;
+    let validation = match &request.validation_file {
+        Some(id) => Some(validate::validate_file(&state, &principal, "validation_file", id).await?),
+        None => None,
+    };
+    // Rows are read last: the cheap checks above answer first.
+    validate::validate_rows(&state, "training_file", &training, &grader).await?;
+    if let Some(validation) = &validation {
+        validate::validate_rows(&state, "validation_file", validation, &grader).await?;
     }
     let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
     let mut job = NewJob::new(principal.org_id, model, json!({ "method": method }));

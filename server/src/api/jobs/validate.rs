@@ -2,16 +2,24 @@
 
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::files::jsonl::{JsonlValidator, LineError};
 use crate::api::state::AppState;
 use serde_json::{Map, Value};
+use tokio::io::AsyncReadExt;
+use verity_core::files::FileRecord;
+use verity_verifiers::Grader;
+
+/// Bytes read from the store per step when checking a file's rows.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Checks a grader with the verity-verifiers crate (kinds, templates, formulas, sandbox limits).
-pub fn validate_grader(grader: &Value) -> Result<(), ApiError> {
-    crate::api::graders::parse_grader("method.reinforcement.grader", grader).map(|_| ())
+pub fn validate_grader(grader: &Value) -> Result<Grader, ApiError> {
+    crate::api::graders::parse_grader("method.reinforcement.grader", grader)
 }
 
-/// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`.
-pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
+/// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`; the
+/// method and its compiled grader.
+pub fn validate_method(method: Option<&Value>) -> ApiResult<(Value, Grader)> {
     let method = method
         .ok_or_else(|| ApiError::invalid("method", "missing `method` (type \"reinforcement\")"))?;
     let Value::Object(fields) = method else {
@@ -42,7 +50,7 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
     let grader = reinforcement
         .get("grader")
         .ok_or_else(|| ApiError::invalid("method.reinforcement.grader", "missing grader"))?;
-    validate_grader(grader)?;
+    let compiled = validate_grader(grader)?;
     match reinforcement.get("hyperparameters") {
         None | Some(Value::Object(_)) => {}
         Some(_) => {
@@ -60,7 +68,7 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<Value> {
     let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
         .map_err(|e| ApiError::invalid("method.reinforcement", e.to_string()))?;
     parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
-    Ok(method.clone())
+    Ok((method.clone(), compiled))
 }
 
 /// Checks the suffix: at most 64 characters of letters, digits, `-` and `_`.
@@ -102,13 +110,13 @@ pub fn validate_metadata(metadata: Option<&Value>) -> ApiResult<()> {
     Ok(())
 }
 
-/// Checks that `file_id` is a processed fine-tune file of the caller's org.
+/// Checks that `file_id` is a processed fine-tune file of the caller's org; its row.
 pub async fn validate_file(
     state: &AppState,
     principal: &Principal,
     param: &str,
     file_id: &str,
-) -> ApiResult<()> {
+) -> ApiResult<FileRecord> {
     let file = verity_core::files::get_file(&state.pool, principal.org_id, file_id)
         .await?
         .ok_or_else(|| {
@@ -116,7 +124,7 @@ pub async fn validate_file(
                 .with_code("file_not_found")
         })?;
     match file.status.as_str() {
-        "processed" => Ok(()),
+        "processed" => Ok(file),
         "error" => {
             let details = file
                 .status_details
@@ -130,6 +138,52 @@ pub async fn validate_file(
         other => Err(ApiError::invalid(param, format!("file {file_id} is {other}, not processed"))
             .with_code("invalid_file")),
     }
+}
+
+/// Checks every row of a processed file for what the job will do with it: a prompt the worker
+/// can render, and each `item` field the grader reads (`grader.item_fields()`). The file is
+/// streamed from the store; checking stops after a few problems, and the first is reported
+/// with its line and field (the others by line).
+pub async fn validate_rows(
+    state: &AppState,
+    param: &str,
+    file: &FileRecord,
+    grader: &Grader,
+) -> ApiResult<()> {
+    let mut reader = state.store.get_reader(&file.storage_key).await?;
+    let mut validator = JsonlValidator::requiring(grader.item_fields());
+    let mut buffer = vec![0u8; READ_CHUNK];
+    while !validator.is_full() {
+        let read = reader
+            .read(&mut buffer)
+            .await
+            .map_err(|e| ApiError::unavailable("reading a dataset from the object store", e))?;
+        if read == 0 {
+            break;
+        }
+        validator.feed(&buffer[..read]);
+    }
+    validator.finish_all().map(|_| ()).map_err(|errors| {
+        let message = rows_message(&file.id, &errors);
+        tracing::info!(file_id = %file.id, param, problems = errors.len(), "dataset rows refused");
+        ApiError::invalid(param, message).with_code("invalid_file")
+    })
+}
+
+/// `file file-… line 3: field `x`: why (also lines 5, 9)`.
+fn rows_message(file_id: &str, errors: &[LineError]) -> String {
+    let mut message = match errors.first() {
+        Some(first) => format!("file {file_id} {first}"),
+        None => format!("file {file_id} is invalid"),
+    };
+    if errors.len() > 1 {
+        let lines: Vec<String> = errors[1..].iter().map(|e| e.line.to_string()).collect();
+        message.push_str(&format!(" (also line(s) {})", lines.join(", ")));
+        if errors.len() == crate::api::files::jsonl::MAX_LINE_ERRORS {
+            message.push_str(" and possibly more; checking stopped there");
+        }
+    }
+    message
 }
 
 /// Checks that `model` names a model the caller's org can train.
