@@ -293,9 +293,10 @@ pub async fn metrics_rows_in(
     Ok(rows.into_iter().map(|r| (r.step, r.data)).collect())
 }
 
-/// A sample index row.
+/// A completion's entry in the samples index, read back with its step (the worker writes
+/// [`crate::queue::SampleIndexRow`]).
 #[derive(Debug, Clone)]
-pub struct SampleRecord {
+pub struct IndexedSample {
     /// Training step.
     pub step: i32,
     /// Index within the step.
@@ -333,10 +334,10 @@ pub async fn list_samples(
     job_id: &str,
     filter: &SampleFilter,
     limit: i64,
-) -> Result<Vec<SampleRecord>, sqlx::Error> {
+) -> Result<Vec<IndexedSample>, sqlx::Error> {
     let (after_step, after_idx) = filter.after.map_or((None, None), |(s, i)| (Some(s), Some(i)));
     sqlx::query_as!(
-        SampleRecord,
+        IndexedSample,
         r#"SELECT step, idx, prompt_idx, score, advantage, finish_reason, storage_key, line_no FROM samples
            WHERE job_id = $1
              AND ($2::int4 IS NULL OR step = $2)

@@ -69,10 +69,10 @@ pub enum Loss {
     Cispo,
 }
 
-/// Learning-rate schedule after warm-up.
+/// Learning-rate decay after warm-up (the `lr_schedule` hyperparameter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum LrSchedule {
+pub enum LrDecay {
     /// Constant after warm-up.
     #[default]
     Constant,
@@ -173,7 +173,7 @@ pub struct Hyperparameters {
     /// Linear warm-up steps.
     pub warmup_steps: usize,
     /// Schedule after warm-up.
-    pub lr_schedule: LrSchedule,
+    pub lr_schedule: LrDecay,
     /// Low-rank adapters; `null` trains all weights.
     pub lora: Option<LoraSpec>,
     /// Cap for the truncated importance correction of sampler/trainer mismatch (off when null).
@@ -222,7 +222,7 @@ impl Default for Hyperparameters {
             max_grad_norm: 1.0,
             weight_decay: 0.0,
             warmup_steps: 0,
-            lr_schedule: LrSchedule::Constant,
+            lr_schedule: LrDecay::Constant,
             lora: None,
             tis_cap: None,
             eval_interval: None,
@@ -237,7 +237,7 @@ impl Default for Hyperparameters {
 /// A hyperparameter that fails validation, with its JSON path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{param}: {message}")]
-pub struct SpecError {
+pub struct HyperparameterError {
     /// Dotted path of the field, e.g. `method.reinforcement.hyperparameters.group_size`.
     pub param: String,
     /// What is wrong.
@@ -287,9 +287,9 @@ impl Hyperparameters {
     }
 
     /// Checks every field; `prefix` is the JSON path of this object for error messages.
-    pub fn validate(&self, prefix: &str) -> Result<(), SpecError> {
+    pub fn validate(&self, prefix: &str) -> Result<(), HyperparameterError> {
         let err = |field: &str, message: String| {
-            Err(SpecError { param: format!("{prefix}.{field}"), message })
+            Err(HyperparameterError { param: format!("{prefix}.{field}"), message })
         };
         let positive = |field: &str, value: usize, max: usize| {
             if value == 0 || value > max {
@@ -430,7 +430,7 @@ impl Method {
     }
 
     /// Validates the hyperparameters (the grader is validated by its own crate).
-    pub fn validate(&self) -> Result<(), SpecError> {
+    pub fn validate(&self) -> Result<(), HyperparameterError> {
         self.reinforcement().hyperparameters.validate("method.reinforcement.hyperparameters")
     }
 }

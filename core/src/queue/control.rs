@@ -79,7 +79,7 @@ impl Queue {
         };
         let state: JobState = state
             .parse()
-            .map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))?;
+            .map_err(|e: crate::job_state::UnknownState| QueueError::Corrupt(e.to_string()))?;
         let pending = state == JobState::Running;
         if pending {
             sqlx::query!(

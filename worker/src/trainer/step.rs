@@ -265,7 +265,7 @@ impl Trainer {
             lr: hp.effective_learning_rate(),
             warmup_steps: hp.warmup_steps as u64,
             total_steps,
-            cosine: hp.lr_schedule == verity_core::spec::LrSchedule::Cosine,
+            cosine: hp.lr_schedule == verity_core::spec::LrDecay::Cosine,
             min_lr_ratio: 0.0,
         };
         let params = model.trainable_params();
