@@ -6,8 +6,8 @@ use super::mix_seed;
 use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
 use crate::grpo::{
     group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
-    DynamicSampler, LossConfig, LossMode, LossStats, OverlongShaping, PolicyLossInputs,
-    StepMetrics, StepNormalizer,
+    DynamicSampler, LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics,
+    StepNormalizer,
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
@@ -19,7 +19,7 @@ use candle_core::{DType, Tensor, Var};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use verity_core::spec::{Hyperparameters, Loss};
+use verity_core::spec::Hyperparameters;
 use verity_verifiers::{Grader, GraderPool};
 
 /// Reward at or above which a completion counts as correct (accuracy, pass@k).
@@ -101,16 +101,6 @@ pub struct Trainer {
     pub(super) seed: u64,
     pub(super) total_steps: u64,
     pub(super) options: TrainerOptions,
-}
-
-fn loss_mode(loss: Loss) -> LossMode {
-    match loss {
-        Loss::Grpo => LossMode::Grpo,
-        Loss::Dapo => LossMode::Dapo,
-        Loss::DrGrpo => LossMode::DrGrpo,
-        Loss::Gspo => LossMode::Gspo,
-        Loss::Cispo => LossMode::Cispo,
-    }
 }
 
 /// A frozen copy of the model's current (base) weights, for the KL reference.
@@ -236,15 +226,7 @@ impl Trainer {
     ) -> Result<Trainer> {
         hp.validate("hyperparameters").map_err(|e| TrainerError::Config(e.to_string()))?;
         let seed = hp.seed.unwrap_or(options.seed);
-        let (epsilon_low, epsilon_high) = hp.clip_range();
-        let loss = LossConfig {
-            mode: loss_mode(hp.loss),
-            epsilon_low,
-            epsilon_high,
-            beta: hp.beta,
-            max_completion_tokens: hp.max_completion_tokens,
-            tis_cap: hp.tis_cap,
-        };
+        let loss = LossConfig::from_hyperparameters(&hp);
         loss.validate()?;
         let reference = if hp.beta > 0.0 { Some(frozen_copy(&model)?) } else { None };
         if let Some(lora) = &hp.lora {
