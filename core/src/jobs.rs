@@ -179,6 +179,24 @@ pub async fn get_checkpoint(
     .await
 }
 
+/// The e-mail of the user who created each of the org's jobs `ids` (jobs created by a deleted
+/// user are absent), as `(job id, e-mail)`.
+pub async fn job_creators(
+    pool: &PgPool,
+    org_id: Uuid,
+    ids: &[String],
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT j.id, u.email FROM jobs j JOIN users u ON u.id = j.created_by
+           WHERE j.org_id = $1 AND j.id = ANY($2)"#,
+        org_id,
+        ids
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.email)).collect())
+}
+
 /// Every checkpoint of the org's jobs (for the model list), newest first.
 pub async fn org_checkpoints(
     pool: &PgPool,

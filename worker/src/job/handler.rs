@@ -1,8 +1,6 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{
-    append_metrics_line, cached_folder, file_key, latest_checkpoint, model_path, model_row,
-};
+use super::artifacts::{append_metrics_line, cached_folder, file_key, model_path};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -92,7 +90,7 @@ impl TrainingHandler {
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
-        let row = model_row(lease.queue().pool(), &job.model)
+        let row = verity_core::models::model_by_id(lease.queue().pool(), &job.model)
             .await
             .map_err(|e| retryable("model lookup", e))?
             .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
@@ -110,9 +108,13 @@ impl TrainingHandler {
             Some(id) => Some((id.clone(), self.read_file(id).await?)),
             None => None,
         };
-        let checkpoint = latest_checkpoint(lease.queue().pool(), &job.id)
-            .await
-            .map_err(|e| retryable("checkpoint lookup", e))?;
+        let checkpoint =
+            verity_core::jobs::list_checkpoints(lease.queue().pool(), &job.id, None, 1)
+                .await
+                .map_err(|e| retryable("checkpoint lookup", e))?
+                .into_iter()
+                .next()
+                .map(|c| (c.step, c.storage_prefix));
         let checkpoint_dir = match &checkpoint {
             Some((step, prefix)) => {
                 let dir =
