@@ -6,9 +6,9 @@ const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 /// A fresh identifier: `prefix` + `-` + 24 random alphanumeric characters (~142 bits).
 pub fn new_id(prefix: &str) -> String {
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     let body: String =
-        (0..24).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+        (0..24).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
     format!("{prefix}-{body}")
 }
 

@@ -179,6 +179,24 @@ pub async fn get_checkpoint(
     .await
 }
 
+/// The e-mail of the user who created each of the org's jobs `ids` (jobs created by a deleted
+/// user are absent), as `(job id, e-mail)`.
+pub async fn job_creators(
+    pool: &PgPool,
+    org_id: Uuid,
+    ids: &[String],
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT j.id, u.email FROM jobs j JOIN users u ON u.id = j.created_by
+           WHERE j.org_id = $1 AND j.id = ANY($2)"#,
+        org_id,
+        ids
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.email)).collect())
+}
+
 /// Every checkpoint of the org's jobs (for the model list), newest first.
 pub async fn org_checkpoints(
     pool: &PgPool,
@@ -293,9 +311,10 @@ pub async fn metrics_rows_in(
     Ok(rows.into_iter().map(|r| (r.step, r.data)).collect())
 }
 
-/// A sample index row.
+/// A completion's entry in the samples index, read back with its step (the worker writes
+/// [`crate::queue::SampleIndexRow`]).
 #[derive(Debug, Clone)]
-pub struct SampleRecord {
+pub struct IndexedSample {
     /// Training step.
     pub step: i32,
     /// Index within the step.
@@ -333,10 +352,10 @@ pub async fn list_samples(
     job_id: &str,
     filter: &SampleFilter,
     limit: i64,
-) -> Result<Vec<SampleRecord>, sqlx::Error> {
+) -> Result<Vec<IndexedSample>, sqlx::Error> {
     let (after_step, after_idx) = filter.after.map_or((None, None), |(s, i)| (Some(s), Some(i)));
     sqlx::query_as!(
-        SampleRecord,
+        IndexedSample,
         r#"SELECT step, idx, prompt_idx, score, advantage, finish_reason, storage_key, line_no FROM samples
            WHERE job_id = $1
              AND ($2::int4 IS NULL OR step = $2)

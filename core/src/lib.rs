@@ -5,7 +5,7 @@ pub mod config;
 pub mod db;
 pub mod files;
 pub mod ids;
-pub mod job;
+pub mod job_state;
 pub mod jobs;
 pub mod models;
 pub mod queue;
@@ -13,4 +13,4 @@ pub mod spec;
 pub mod storage;
 pub mod tenancy;
 
-pub use job::{ControlSignal, JobState};
+pub use job_state::{ControlSignal, JobState};

@@ -55,6 +55,19 @@ pub async fn get_model(
     .await
 }
 
+/// The model `id` whoever owns it (workers and admin commands; API handlers use [`get_model`],
+/// which checks the caller's org).
+pub async fn model_by_id(pool: &PgPool, id: &str) -> Result<Option<ModelRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        ModelRecord,
+        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at FROM models
+           WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
 /// Registers a base model; returns false when the name is taken.
 pub async fn insert_base_model(
     pool: &PgPool,

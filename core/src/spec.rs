@@ -52,27 +52,121 @@ impl std::str::FromStr for RolloutDtype {
     }
 }
 
-/// The policy-loss family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// The policy-loss family: the one description of every loss, its spelling, its defaults and
+/// its dashboard preset (the worker's loss configuration and the API's presets derive from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Loss {
-    /// Per-token clip, mean per response then over responses.
+    /// Per-token clip, mean per response then over responses (DeepSeekMath).
     #[default]
     Grpo,
     /// Clip-higher, token-level mean (plus dynamic sampling / overlong shaping when enabled).
     Dapo,
-    /// No std scaling, constant normaliser.
+    /// No std scaling, constant normaliser `N × max_completion_tokens` (Dr. GRPO).
     DrGrpo,
-    /// Sequence-level length-normalised ratio.
+    /// Sequence-level length-normalised ratio and clip, token-level mean (GSPO).
     Gspo,
-    /// Clipped stop-gradient importance weight.
+    /// Clipped stop-gradient importance weight times logp, token-level mean (CISPO).
     Cispo,
 }
 
-/// Learning-rate schedule after warm-up.
+impl Loss {
+    /// Every loss, in documentation order.
+    pub const ALL: [Loss; 5] = [Loss::Grpo, Loss::Dapo, Loss::DrGrpo, Loss::Gspo, Loss::Cispo];
+
+    /// The JSON spelling (`grpo`, `dapo`, `dr_grpo`, `gspo`, `cispo`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Loss::Grpo => "grpo",
+            Loss::Dapo => "dapo",
+            Loss::DrGrpo => "dr_grpo",
+            Loss::Gspo => "gspo",
+            Loss::Cispo => "cispo",
+        }
+    }
+
+    /// The name people read (`GRPO`, `Dr. GRPO`, …).
+    pub fn label(self) -> &'static str {
+        match self {
+            Loss::Grpo => "GRPO",
+            Loss::Dapo => "DAPO",
+            Loss::DrGrpo => "Dr. GRPO",
+            Loss::Gspo => "GSPO",
+            Loss::Cispo => "CISPO",
+        }
+    }
+
+    /// Default clip range (ε_low, ε_high): (0.2, 0.2) for grpo and dr_grpo, (0.2, 0.28) for
+    /// dapo, (3e-4, 4e-4) for gspo (paper values), (1.0, 0.28) for cispo (no lower bound on the
+    /// importance weight).
+    pub fn default_clip_range(self) -> (f64, f64) {
+        match self {
+            Loss::Grpo | Loss::DrGrpo => (0.2, 0.2),
+            Loss::Dapo => (0.2, 0.28),
+            Loss::Gspo => (3e-4, 4e-4),
+            Loss::Cispo => (1.0, 0.28),
+        }
+    }
+
+    /// Whether advantages are divided by the group std by default (false only for dr_grpo).
+    pub fn default_scale_rewards(self) -> bool {
+        self != Loss::DrGrpo
+    }
+
+    /// The hyperparameters the loss's preset sets: the loss, its defaults made explicit, no KL
+    /// penalty, and dynamic sampling for DAPO.
+    pub fn preset(self) -> LossPreset {
+        let (epsilon_low, epsilon_high) = self.default_clip_range();
+        LossPreset {
+            loss: self,
+            epsilon_low,
+            epsilon_high,
+            scale_rewards: self.default_scale_rewards(),
+            dynamic_sampling: self == Loss::Dapo,
+            beta: 0.0,
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Loss {
+    type Err = String;
+
+    /// Parses the JSON spelling.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Loss::ALL.into_iter().find(|loss| loss.as_str() == s).ok_or_else(|| {
+            format!("unknown loss {s:?}; expected one of grpo, dapo, dr_grpo, gspo, cispo")
+        })
+    }
+}
+
+/// The hyperparameters a loss preset sets, named as in [`Hyperparameters`] (so the object
+/// merges into a job's `hyperparameters` as is).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LossPreset {
+    /// The loss.
+    pub loss: Loss,
+    /// Its default ε_low.
+    pub epsilon_low: f64,
+    /// Its default ε_high.
+    pub epsilon_high: f64,
+    /// Its default for dividing advantages by the group std.
+    pub scale_rewards: bool,
+    /// Over-sample for reward contrast (on for DAPO).
+    pub dynamic_sampling: bool,
+    /// KL coefficient (0: no reference model).
+    pub beta: f64,
+}
+
+/// Learning-rate decay after warm-up (the `lr_schedule` hyperparameter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum LrSchedule {
+pub enum LrDecay {
     /// Constant after warm-up.
     #[default]
     Constant,
@@ -173,7 +267,7 @@ pub struct Hyperparameters {
     /// Linear warm-up steps.
     pub warmup_steps: usize,
     /// Schedule after warm-up.
-    pub lr_schedule: LrSchedule,
+    pub lr_schedule: LrDecay,
     /// Low-rank adapters; `null` trains all weights.
     pub lora: Option<LoraSpec>,
     /// Cap for the truncated importance correction of sampler/trainer mismatch (off when null).
@@ -222,7 +316,7 @@ impl Default for Hyperparameters {
             max_grad_norm: 1.0,
             weight_decay: 0.0,
             warmup_steps: 0,
-            lr_schedule: LrSchedule::Constant,
+            lr_schedule: LrDecay::Constant,
             lora: None,
             tis_cap: None,
             eval_interval: None,
@@ -237,7 +331,7 @@ impl Default for Hyperparameters {
 /// A hyperparameter that fails validation, with its JSON path.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{param}: {message}")]
-pub struct SpecError {
+pub struct HyperparameterError {
     /// Dotted path of the field, e.g. `method.reinforcement.hyperparameters.group_size`.
     pub param: String,
     /// What is wrong.
@@ -272,24 +366,19 @@ impl Hyperparameters {
 
     /// (ε_low, ε_high) with the loss's defaults filled in.
     pub fn clip_range(&self) -> (f64, f64) {
-        let (low, high) = match self.loss {
-            Loss::Grpo | Loss::DrGrpo => (0.2, 0.2),
-            Loss::Dapo => (0.2, 0.28),
-            Loss::Gspo => (3e-4, 4e-4),
-            Loss::Cispo => (1.0, 0.28),
-        };
+        let (low, high) = self.loss.default_clip_range();
         (self.epsilon_low.unwrap_or(low), self.epsilon_high.unwrap_or(high))
     }
 
     /// Whether advantages are divided by the group std.
     pub fn scale_rewards(&self) -> bool {
-        self.scale_rewards.unwrap_or(self.loss != Loss::DrGrpo)
+        self.scale_rewards.unwrap_or(self.loss.default_scale_rewards())
     }
 
     /// Checks every field; `prefix` is the JSON path of this object for error messages.
-    pub fn validate(&self, prefix: &str) -> Result<(), SpecError> {
+    pub fn validate(&self, prefix: &str) -> Result<(), HyperparameterError> {
         let err = |field: &str, message: String| {
-            Err(SpecError { param: format!("{prefix}.{field}"), message })
+            Err(HyperparameterError { param: format!("{prefix}.{field}"), message })
         };
         let positive = |field: &str, value: usize, max: usize| {
             if value == 0 || value > max {
@@ -430,7 +519,7 @@ impl Method {
     }
 
     /// Validates the hyperparameters (the grader is validated by its own crate).
-    pub fn validate(&self) -> Result<(), SpecError> {
+    pub fn validate(&self) -> Result<(), HyperparameterError> {
         self.reinforcement().hyperparameters.validate("method.reinforcement.hyperparameters")
     }
 }
@@ -457,6 +546,26 @@ mod tests {
         m.validate().unwrap();
         let dr = method(json!({"loss": "dr_grpo"})).unwrap();
         assert!(!dr.reinforcement().hyperparameters.scale_rewards());
+    }
+
+    #[test]
+    fn every_loss_has_one_spelling_and_a_valid_preset() {
+        assert!("ppo".parse::<Loss>().is_err());
+        for loss in Loss::ALL {
+            assert_eq!(loss.as_str().parse::<Loss>(), Ok(loss));
+            assert_eq!(serde_json::to_value(loss).unwrap(), json!(loss.as_str()));
+            let preset = serde_json::to_value(loss.preset()).unwrap();
+            let m = method(preset).unwrap();
+            m.validate().unwrap();
+            let hp = &m.reinforcement().hyperparameters;
+            assert_eq!(hp.loss, loss);
+            assert_eq!(hp.clip_range(), loss.default_clip_range());
+            assert_eq!(
+                hp.scale_rewards(),
+                Hyperparameters { loss, ..Default::default() }.scale_rewards()
+            );
+            assert_eq!(hp.dynamic_sampling, loss == Loss::Dapo);
+        }
     }
 
     #[test]

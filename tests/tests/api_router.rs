@@ -717,10 +717,49 @@ async fn prometheus_and_openapi(pool: sqlx::PgPool) {
     );
     let doc = call(&app.router, Method::GET, "/openapi.json", None, None).await.json();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for path in
-        ["/v1/files", "/v1/fine_tuning/jobs/{job_id}/checkpoints", "/v1/auth/token", "/v1/models"]
-    {
+    for path in [
+        "/v1/files",
+        "/v1/fine_tuning/jobs/{job_id}/checkpoints",
+        "/v1/auth/token",
+        "/v1/models",
+        "/v1/verity/loss_presets",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn loss_presets_come_from_the_spec_and_make_valid_jobs(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let anonymous = call(&app.router, Method::GET, "/v1/verity/loss_presets", None, None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let reply = get(&app.router, "/v1/verity/loss_presets", &key).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let presets = reply.json()["data"].as_array().unwrap().clone();
+    let ids: Vec<&str> = presets.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, verity_core::spec::Loss::ALL.map(|l| l.as_str()));
+    let dapo = &presets[1];
+    assert_eq!(dapo["label"], "DAPO");
+    assert_eq!(
+        dapo["hyperparameters"],
+        json!({"loss": "dapo", "epsilon_low": 0.2, "epsilon_high": 0.28, "scale_rewards": true,
+               "dynamic_sampling": true, "beta": 0.0})
+    );
+    let file = upload(&app.router, &key, "train.jsonl", DATASET).await.json()["id"].clone();
+    for preset in &presets {
+        let mut method = method();
+        let hp = method["reinforcement"]["hyperparameters"].as_object_mut().unwrap();
+        hp.extend(preset["hyperparameters"].as_object().unwrap().clone());
+        let job = post(
+            &app.router,
+            "/v1/fine_tuning/jobs",
+            &key,
+            json!({"model": "tiny", "training_file": file, "method": method}),
+        )
+        .await;
+        assert_eq!(job.status, StatusCode::OK, "{}: {:?}", preset["id"], job.json());
     }
 }
 

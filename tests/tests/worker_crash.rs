@@ -138,7 +138,7 @@ async fn twenty_sigkills_at_random_points_all_resume(pool: PgPool) {
         .unwrap();
     let queue = Queue::new(pool.clone(), QueueSettings::default());
     let started = Instant::now();
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     for kill in 0..KILLS {
         let spec = serde_json::json!({ "steps": STEPS, "step_ms": STEP_MS });
         let job = queue.enqueue(&NewJob::new(org, "m", spec)).await.unwrap();
@@ -154,8 +154,8 @@ async fn twenty_sigkills_at_random_points_all_resume(pool: PgPool) {
         };
         // A random point: after 1..=STEPS-3 recorded steps, plus a random part of a step (so
         // some kills land inside a step, some around a write).
-        let after = rng.gen_range(1..=STEPS - 3);
-        let extra = Duration::from_millis(rng.gen_range(0..STEP_MS));
+        let after = rng.random_range(1..=STEPS - 3);
+        let extra = Duration::from_millis(rng.random_range(0..STEP_MS));
         let mut victim = spawn_worker_with_lease(&url, 1000);
         let waiting = Instant::now();
         while steps().await < after {

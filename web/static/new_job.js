@@ -1,6 +1,7 @@
-// New-job page: uploads go to /v1/files (the API's validation; line errors shown), previews come
-// from /files/{id}/preview, "Run grader" calls /v1/fine_tuning/alpha/graders/run, and the form
-// posts to /v1/fine_tuning/jobs. The session cookie authenticates every call.
+// New-job page: loss presets come from /v1/verity/loss_presets, uploads go to /v1/files (the
+// API's validation; line errors shown), previews come from /files/{id}/preview, "Run grader"
+// calls /v1/fine_tuning/alpha/graders/run, and the form posts to /v1/fine_tuning/jobs. The
+// session cookie authenticates every call.
 (function () {
   var form = document.getElementById("job-form");
   if (!form) return;
@@ -15,13 +16,15 @@
                                        format: { type: "format", preset: "think_answer" } },
              calculate_output: "0.9 * answer + 0.1 * format" },
   };
-  var presets = {
-    grpo: { loss: "grpo", dynamic_sampling: "", epsilon_low: "", epsilon_high: "", beta: "" },
-    dapo: { loss: "dapo", dynamic_sampling: "true", epsilon_low: "0.2", epsilon_high: "0.28", beta: "0" },
-    dr_grpo: { loss: "dr_grpo", dynamic_sampling: "", epsilon_low: "", epsilon_high: "", beta: "0" },
-    gspo: { loss: "gspo", dynamic_sampling: "", epsilon_low: "", epsilon_high: "", beta: "0" },
-    cispo: { loss: "cispo", dynamic_sampling: "", epsilon_low: "", epsilon_high: "", beta: "0" },
-  };
+  // Loss presets: the hyperparameters each loss's preset sets, as the API describes them.
+  var presets = fetch("/v1/verity/loss_presets", { credentials: "same-origin" })
+    .then(function (r) { if (!r.ok) throw new Error("loss presets: HTTP " + r.status); return r.json(); })
+    .then(function (body) {
+      var byId = {};
+      body.data.forEach(function (p) { byId[p.id] = p.hyperparameters; });
+      return byId;
+    });
+  presets.catch(function () {}); // a failure is shown when a preset is clicked
   var grader = document.getElementById("grader");
   if (!grader.value) grader.value = JSON.stringify(templates.math, null, 2);
 
@@ -30,9 +33,16 @@
   });
   document.querySelectorAll("[data-preset]").forEach(function (b) {
     b.addEventListener("click", function () {
-      var p = presets[b.dataset.preset];
-      Object.keys(p).forEach(function (k) { var el = document.querySelector('[data-hp="' + k + '"]'); if (el) el.value = p[k]; });
-      document.querySelectorAll("[data-preset]").forEach(function (o) { o.setAttribute("aria-pressed", String(o === b)); });
+      presets.then(function (all) {
+        var p = all[b.dataset.preset];
+        if (!p) return;
+        Object.keys(p).forEach(function (k) { var el = document.querySelector('[data-hp="' + k + '"]'); if (el) el.value = String(p[k]); });
+        document.querySelectorAll("[data-preset]").forEach(function (o) { o.setAttribute("aria-pressed", String(o === b)); });
+      }).catch(function (e) {
+        var err = document.getElementById("form-error");
+        err.textContent = String(e.message || e);
+        err.hidden = false;
+      });
     });
   });
 

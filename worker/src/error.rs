@@ -38,6 +38,12 @@ pub enum WorkerError {
     /// A caller passed an invalid argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The accumulated gradients have an infinite or NaN norm; no update was applied.
+    #[error("the gradient norm is {norm}")]
+    NonFiniteGradient {
+        /// The global norm found.
+        norm: f64,
+    },
 }
 
 /// Result alias of the model core.

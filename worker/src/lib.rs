@@ -3,7 +3,7 @@
 //! The model core: [`loader`] opens HF folders and GGUF files, [`model::Transformer`] is the
 //! trainable forward, [`sampler`] generates completions, [`optim`] and [`policy_optimizer`] hold
 //! AdamW, clipping and gradient accumulation, [`checkpoint`] saves and restores everything,
-//! [`api`] hosts the entry points the `verity` CLI wires in.
+//! [`commands`] hosts the entry points the `verity` CLI wires in.
 //!
 //! One RL step with the public API (what the GRPO trainer does):
 //!
@@ -28,9 +28,9 @@
 //! # let _ = stats; Ok(()) }
 //! ```
 
-pub mod api;
 pub mod chat_template;
 pub mod checkpoint;
+pub mod commands;
 pub mod config;
 pub mod convert;
 pub mod device;
@@ -49,8 +49,8 @@ pub mod tokenizer;
 pub mod trainer;
 pub mod weights;
 
-pub use api::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};
 pub use chat_template::ChatMessage;
+pub use commands::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};
 pub use config::{Family, ModelConfig};
 pub use convert::convert_gguf;
 pub use device::parse_device;

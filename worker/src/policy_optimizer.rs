@@ -1,8 +1,9 @@
 //! One object for the trainer's update loop: backward over micro-batches, global-norm clipping,
-//! scheduled AdamW step, and exact save/restore of the optimizer side of a checkpoint.
+//! scheduled AdamW step, and exact save/restore of the optimizer side of a checkpoint. The GRPO
+//! trainer ([`crate::trainer::Trainer`]) updates its policy through it.
 
-use crate::checkpoint::TRAINER_STATE;
-use crate::error::Result;
+use crate::checkpoint::restore_optimizer;
+use crate::error::{Result, WorkerError};
 use crate::model::tape::Tape;
 use crate::model::Transformer;
 use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
@@ -64,8 +65,8 @@ impl PolicyOptimizer {
         schedule: LrSchedule,
         max_grad_norm: f64,
     ) -> Result<Self> {
+        let adamw = restore_optimizer(model, dir)?;
         let params = model.trainable_params();
-        let adamw = AdamW::load(&dir.join(TRAINER_STATE), &params)?;
         Ok(Self { grads: GradAccumulator::new(&params), adamw, params, schedule, max_grad_norm })
     }
 
@@ -84,11 +85,20 @@ impl PolicyOptimizer {
         self.grads.accumulate_layered(loss, tape, &self.params, scale)
     }
 
+    /// The learning rate the next step will use.
+    pub fn next_lr(&self) -> f64 {
+        self.schedule.lr_at(self.adamw.step_count())
+    }
+
     /// Clips the summed gradients to `max_grad_norm`, applies AdamW at the scheduled rate and
-    /// clears the gradients.
+    /// clears the gradients. Fails with [`WorkerError::NonFiniteGradient`], applying no update,
+    /// when the gradient norm is infinite or NaN.
     pub fn step(&mut self) -> Result<StepStats> {
         let (clip_factor, grad_norm) = self.grads.clip_factor(self.max_grad_norm);
-        let lr = self.schedule.lr_at(self.adamw.step_count());
+        if !grad_norm.is_finite() {
+            return Err(WorkerError::NonFiniteGradient { norm: grad_norm });
+        }
+        let lr = self.next_lr();
         let micro_batches = self.grads.micro_batches();
         self.adamw.step(&self.params, &self.grads, lr, clip_factor)?;
         self.grads.reset();

@@ -63,7 +63,7 @@ fn hp() -> Hyperparameters {
         max_completion_tokens: 3,
         micro_batch_size: 3,
         warmup_steps: 2,
-        lr_schedule: verity_core::spec::LrSchedule::Cosine,
+        lr_schedule: verity_core::spec::LrDecay::Cosine,
         seed: Some(3),
         ..Hyperparameters::default()
     }

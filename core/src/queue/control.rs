@@ -21,7 +21,7 @@ impl Queue {
                    state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
                    control = CASE WHEN state = 'running' THEN 'cancel' ELSE 'none' END,
                    finished_at = CASE WHEN state = 'running' THEN NULL ELSE now() END
-               WHERE id = $1 AND state IN ('validating_files', 'queued', 'running', 'paused')
+               WHERE id = $1 AND state IN ('queued', 'running', 'paused')
                RETURNING state"#,
             job_id
         )
@@ -79,7 +79,7 @@ impl Queue {
         };
         let state: JobState = state
             .parse()
-            .map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))?;
+            .map_err(|e: crate::job_state::UnknownState| QueueError::Corrupt(e.to_string()))?;
         let pending = state == JobState::Running;
         if pending {
             sqlx::query!(

@@ -36,8 +36,6 @@ pub struct NewJob {
     pub required_memory_mb: i64,
     /// Attempts before the job fails for good.
     pub max_attempts: i32,
-    /// `Queued`, or `ValidatingFiles` when files still need checking.
-    pub initial_state: JobState,
 }
 
 impl NewJob {
@@ -58,21 +56,13 @@ impl NewJob {
             required_device: "any".to_string(),
             required_memory_mb: 0,
             max_attempts: 3,
-            initial_state: JobState::Queued,
         }
     }
 }
 
 impl Queue {
-    /// Inserts the job; a queued job wakes listening workers through NOTIFY (a trigger sends it).
+    /// Inserts the job, queued; it wakes listening workers through NOTIFY (a trigger sends it).
     pub async fn enqueue(&self, job: &NewJob) -> Result<String, QueueError> {
-        if !matches!(job.initial_state, JobState::Queued | JobState::ValidatingFiles) {
-            return Err(QueueError::InvalidState {
-                job_id: job.id.clone(),
-                state: job.initial_state.to_string(),
-                action: "enqueue in this state",
-            });
-        }
         sqlx::query!(
             r#"INSERT INTO jobs (id, org_id, created_by, model, training_file, validation_file, suffix,
                                  seed, spec, metadata, priority, required_device, required_memory_mb,
@@ -92,30 +82,10 @@ impl Queue {
             job.required_device,
             job.required_memory_mb,
             job.max_attempts,
-            job.initial_state.as_str(),
+            JobState::Queued.as_str(),
         )
         .execute(&self.pool)
         .await?;
         Ok(job.id.clone())
-    }
-
-    /// Moves a job whose files passed validation to the queue.
-    pub async fn mark_validated(&self, job_id: &str) -> Result<(), QueueError> {
-        let moved = sqlx::query!(
-            "UPDATE jobs SET state = 'queued', run_after = now() WHERE id = $1 AND state = 'validating_files'",
-            job_id
-        )
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if moved == 0 {
-            let state = self.state(job_id).await?;
-            return Err(QueueError::InvalidState {
-                job_id: job_id.to_string(),
-                state: state.to_string(),
-                action: "mark validated",
-            });
-        }
-        Ok(())
     }
 }

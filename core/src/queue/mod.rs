@@ -100,7 +100,9 @@ impl Queue {
             .fetch_optional(&self.pool)
             .await?
             .ok_or_else(|| QueueError::NotFound(job_id.to_string()))?;
-        state.parse().map_err(|e: crate::job::UnknownState| QueueError::Corrupt(e.to_string()))
+        state
+            .parse()
+            .map_err(|e: crate::job_state::UnknownState| QueueError::Corrupt(e.to_string()))
     }
 }
 

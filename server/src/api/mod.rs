@@ -7,6 +7,7 @@ pub mod files;
 pub mod graders;
 pub mod health;
 pub mod jobs;
+pub mod loss_presets;
 pub mod models;
 pub mod objects;
 pub mod openapi;
@@ -34,6 +35,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(files::router())
         .merge(graders::router())
         .merge(jobs::router())
+        .merge(loss_presets::router())
         .merge(models::router())
         .merge(objects::router())
         .merge(openapi::router())

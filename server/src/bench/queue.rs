@@ -47,11 +47,7 @@ async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow
         .connect_with(options)
         .await?;
     verity_core::db::migrate(&pool).await?;
-    let org: uuid::Uuid =
-        sqlx::query_scalar("INSERT INTO orgs (id, name) VALUES ($1, 'bench') RETURNING id")
-            .bind(uuid::Uuid::new_v4())
-            .fetch_one(&pool)
-            .await?;
+    let org = verity_core::tenancy::ensure_org(&pool, "bench").await?;
     let queue = Queue::new(
         pool.clone(),
         QueueSettings { lease: Duration::from_secs(300), ..QueueSettings::default() },

@@ -64,10 +64,7 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     let client = Client::new(&context.base, key);
     println!("demo: preparing {MODEL} (cached in {})", model_cache().display());
     let model_dir = tokio::task::spawn_blocking(fetch_model).await??;
-    let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)")
-        .bind(MODEL)
-        .fetch_one(&context.pool)
-        .await?;
+    let known = verity_core::models::model_by_id(&context.pool, MODEL).await?.is_some();
     if !known {
         println!("demo: registering {MODEL}");
         super::models::import_model(&context.pool, context.store.as_ref(), MODEL, &model_dir, "hf")

@@ -94,10 +94,7 @@ pub async fn import_model(
     if let Err(reason) = crate::api::models::check_model_name(name) {
         bail!("invalid model name {name:?}: {reason}");
     }
-    let taken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)")
-        .bind(name)
-        .fetch_one(pool)
-        .await?;
+    let taken = verity_core::models::model_by_id(pool, name).await?.is_some();
     if taken {
         bail!("a model named {name:?} already exists");
     }

@@ -117,22 +117,6 @@ struct JobRow {
     created_by: String,
 }
 
-/// The e-mail of the user who created each of `ids` (jobs created by a deleted user are absent).
-async fn creators(
-    state: &AppState,
-    org_id: uuid::Uuid,
-    ids: &[String],
-) -> Result<HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT j.id, u.email FROM jobs j JOIN users u ON u.id = j.created_by WHERE j.org_id = $1 AND j.id = ANY($2)",
-    )
-    .bind(org_id)
-    .bind(ids)
-    .fetch_all(&state.pool)
-    .await?;
-    Ok(rows.into_iter().collect())
-}
-
 /// The jobs list.
 #[derive(Template)]
 #[template(path = "jobs.html")]
@@ -145,7 +129,11 @@ async fn jobs_page(State(state): State<AppState>, user: WebUser) -> WebResult<Re
     let records =
         verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_LIMIT).await?;
     let ids: Vec<String> = records.iter().map(|j| j.id.clone()).collect();
-    let mut created_by = creators(&state, user.0.org_id, &ids).await?;
+    let mut created_by: HashMap<String, String> =
+        verity_core::jobs::job_creators(&state.pool, user.0.org_id, &ids)
+            .await?
+            .into_iter()
+            .collect();
     let mut jobs = Vec::with_capacity(records.len());
     for job in records {
         let rows = metric_values(&state, &job.id).await?;

@@ -1,5 +1,6 @@
 //! The new-job page: base model, training and validation files (upload with preview and line
-//! errors), grader editor with templates and a Test grader panel, hyperparameters with presets.
+//! errors), grader editor with templates and a Test grader panel, hyperparameters with presets
+//! (the losses from `verity_core::spec::Loss`, their values from `GET /v1/verity/loss_presets`).
 //! The page's script submits to the REST API (`/v1/files`, `/v1/fine_tuning/alpha/graders/run`,
 //! `/v1/fine_tuning/jobs`) with the session cookie, so validation is the API's own.
 
@@ -11,7 +12,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use verity_core::spec::Hyperparameters;
+use verity_core::spec::{Hyperparameters, Loss};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -77,6 +78,13 @@ pub const FIELDS: &[Field] = &[
     },
 ];
 
+/// A loss as the page offers it: a preset button and a `loss` option (the preset's values come
+/// from `GET /v1/verity/loss_presets`).
+struct LossRow {
+    id: &'static str,
+    label: &'static str,
+}
+
 /// The new-job page.
 #[derive(Template)]
 #[template(path = "new_job.html")]
@@ -85,6 +93,8 @@ struct NewJobPage {
     models: Vec<String>,
     files: Vec<FileRow>,
     fields: Vec<FieldRow>,
+    losses: Vec<LossRow>,
+    default_loss: &'static str,
 }
 
 async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
@@ -103,5 +113,10 @@ async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult
         models,
         files,
         fields: field_rows(),
+        losses: Loss::ALL
+            .into_iter()
+            .map(|l| LossRow { id: l.as_str(), label: l.label() })
+            .collect(),
+        default_loss: Loss::default().as_str(),
     }))
 }

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use super::advantages::group_advantages;
 use super::dapo::DynamicSampler;
-use super::loss::{policy_loss, LossConfig, LossMode, LossStats, PolicyLossInputs, StepNormalizer};
+use super::loss::{policy_loss, Loss, LossConfig, LossStats, PolicyLossInputs, StepNormalizer};
 use super::mismatch::{sampler_trainer_kl, truncated_is_weights};
 
 const PROMPTS: usize = 4;
@@ -297,7 +297,7 @@ fn assert_learns(config: LossConfig, options: ToyOptions) -> TrainingRun {
 
 #[test]
 fn grpo_with_kl_learns() {
-    let config = LossConfig { beta: 0.01, ..LossConfig::for_mode(LossMode::Grpo, POSITIONS) };
+    let config = LossConfig { beta: 0.01, ..LossConfig::for_mode(Loss::Grpo, POSITIONS) };
     let run = assert_learns(config, ToyOptions::default());
     assert!(run.last_stats.kl_mean() > 0.0, "the KL term is active");
 }
@@ -305,22 +305,22 @@ fn grpo_with_kl_learns() {
 #[test]
 fn dapo_with_dynamic_sampling_learns() {
     let options = ToyOptions { dynamic_sampling: true, ..ToyOptions::default() };
-    assert_learns(LossConfig::for_mode(LossMode::Dapo, POSITIONS), options);
+    assert_learns(LossConfig::for_mode(Loss::Dapo, POSITIONS), options);
 }
 
 #[test]
 fn dr_grpo_learns() {
-    assert_learns(LossConfig::for_mode(LossMode::DrGrpo, POSITIONS), ToyOptions::default());
+    assert_learns(LossConfig::for_mode(Loss::DrGrpo, POSITIONS), ToyOptions::default());
 }
 
 #[test]
 fn gspo_learns() {
-    assert_learns(LossConfig::for_mode(LossMode::Gspo, POSITIONS), ToyOptions::default());
+    assert_learns(LossConfig::for_mode(Loss::Gspo, POSITIONS), ToyOptions::default());
 }
 
 #[test]
 fn cispo_with_truncated_is_correction_learns() {
     let options = ToyOptions { sampler_noise: Some(0.3), ..ToyOptions::default() };
-    let run = assert_learns(LossConfig::for_mode(LossMode::Cispo, POSITIONS), options);
+    let run = assert_learns(LossConfig::for_mode(Loss::Cispo, POSITIONS), options);
     assert!(run.last_sampler_kl > 0.0, "the simulated sampler mismatch is measured");
 }

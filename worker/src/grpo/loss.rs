@@ -1,4 +1,5 @@
-//! The GRPO-family policy loss, one function switched by [`LossMode`].
+//! The GRPO-family policy loss, one function switched by [`Loss`] (the job spec's loss family,
+//! whose defaults live with it in `verity_core::spec`).
 //!
 //! Per-token terms (all responses share their advantage `A_i` over their tokens):
 //! - `grpo`, `dapo`, `dr_grpo`: `−min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A)` with `ρ = exp(logp − logp_old)`;
@@ -13,76 +14,19 @@
 //! - `dapo`, `gspo`, `cispo`: token sum divided by the step's number of unmasked tokens;
 //! - `dr_grpo`: token sum divided by `N × max_completion_tokens` (N = the step's responses).
 
-use std::fmt;
-use std::str::FromStr;
-
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
+use verity_core::spec::Hyperparameters;
+pub use verity_core::spec::Loss;
 
 use super::error::{invalid_input, GrpoError, Result, TensorContext};
 use super::tensor_ops::{check_dims, mask_predicate, to_rows, token_dims, zero_outside};
-
-/// Which member of the GRPO family the loss implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LossMode {
-    /// Per-token clip, mean per response then over responses (DeepSeekMath).
-    Grpo,
-    /// Clip-higher, token-level mean (DAPO).
-    Dapo,
-    /// Per-token clip, constant normaliser `N × max_completion_tokens` (Dr. GRPO).
-    DrGrpo,
-    /// Sequence-level length-normalised ratio and clip, token-level mean (GSPO).
-    Gspo,
-    /// Clipped stop-gradient IS weight times logp, token-level mean (CISPO).
-    Cispo,
-}
-
-impl LossMode {
-    /// Every mode, in documentation order.
-    pub const ALL: [LossMode; 5] =
-        [LossMode::Grpo, LossMode::Dapo, LossMode::DrGrpo, LossMode::Gspo, LossMode::Cispo];
-
-    /// The config spelling of the mode (`grpo`, `dapo`, `dr_grpo`, `gspo`, `cispo`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LossMode::Grpo => "grpo",
-            LossMode::Dapo => "dapo",
-            LossMode::DrGrpo => "dr_grpo",
-            LossMode::Gspo => "gspo",
-            LossMode::Cispo => "cispo",
-        }
-    }
-
-    /// Whether advantages are divided by the group std by default (false only for `dr_grpo`).
-    pub fn default_scale_rewards(self) -> bool {
-        self != LossMode::DrGrpo
-    }
-}
-
-impl fmt::Display for LossMode {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
-
-impl FromStr for LossMode {
-    type Err = GrpoError;
-
-    fn from_str(text: &str) -> Result<Self> {
-        LossMode::ALL.into_iter().find(|mode| mode.as_str() == text).ok_or_else(|| {
-            GrpoError::InvalidConfig(format!(
-                "unknown loss {text:?}; expected one of grpo, dapo, dr_grpo, gspo, cispo"
-            ))
-        })
-    }
-}
 
 /// Hyperparameters of the policy loss.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LossConfig {
     /// The loss variant.
-    pub mode: LossMode,
+    pub mode: Loss,
     /// Lower clip range: ratios below `1 − epsilon_low` are clipped.
     pub epsilon_low: f64,
     /// Upper clip range: ratios above `1 + epsilon_high` are clipped.
@@ -97,16 +41,9 @@ pub struct LossConfig {
 }
 
 impl LossConfig {
-    /// Documented defaults for a mode: ε = (0.2, 0.2) for grpo and dr_grpo, (0.2, 0.28) for
-    /// dapo, (3e-4, 4e-4) for gspo (paper values), (1.0, 0.28) for cispo (no lower bound on the
-    /// IS weight); β = 0; no truncated IS correction.
-    pub fn for_mode(mode: LossMode, max_completion_tokens: usize) -> Self {
-        let (epsilon_low, epsilon_high) = match mode {
-            LossMode::Grpo | LossMode::DrGrpo => (0.2, 0.2),
-            LossMode::Dapo => (0.2, 0.28),
-            LossMode::Gspo => (3e-4, 4e-4),
-            LossMode::Cispo => (1.0, 0.28),
-        };
+    /// The loss's defaults ([`Loss::default_clip_range`]), β = 0, no truncated IS correction.
+    pub fn for_mode(mode: Loss, max_completion_tokens: usize) -> Self {
+        let (epsilon_low, epsilon_high) = mode.default_clip_range();
         LossConfig {
             mode,
             epsilon_low,
@@ -114,6 +51,19 @@ impl LossConfig {
             beta: 0.0,
             max_completion_tokens,
             tis_cap: None,
+        }
+    }
+
+    /// The loss configuration a job's hyperparameters describe (defaults filled in by the spec).
+    pub fn from_hyperparameters(hp: &Hyperparameters) -> Self {
+        let (epsilon_low, epsilon_high) = hp.clip_range();
+        LossConfig {
+            mode: hp.loss,
+            epsilon_low,
+            epsilon_high,
+            beta: hp.beta,
+            max_completion_tokens: hp.max_completion_tokens,
+            tis_cap: hp.tis_cap,
         }
     }
 
@@ -175,7 +125,7 @@ impl StepNormalizer {
     /// `dr_grpo`); `grpo` divides per-response means by `total_responses` instead.
     fn token_denominator(&self, config: &LossConfig) -> f64 {
         match config.mode {
-            LossMode::DrGrpo => (self.total_responses * config.max_completion_tokens) as f64,
+            Loss::DrGrpo => (self.total_responses * config.max_completion_tokens) as f64,
             _ => self.total_tokens,
         }
         .max(1.0)
@@ -358,12 +308,12 @@ fn response_lengths(mask: &Tensor) -> Result<Tensor> {
 fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor, Tensor)> {
     let log_ratio = (&prepared.logp - &prepared.logp_old).ctx("log ratio")?;
     match config.mode {
-        LossMode::Grpo | LossMode::Dapo | LossMode::DrGrpo => {
+        Loss::Grpo | Loss::Dapo | Loss::DrGrpo => {
             let ratio = log_ratio.exp().ctx("ratio")?;
             let term = clipped_surrogate(&ratio, &prepared.advantages, config)?;
             Ok((term, ratio))
         }
-        LossMode::Gspo => {
+        Loss::Gspo => {
             let lengths = response_lengths(&prepared.mask)?;
             let mean_log_ratio = log_ratio
                 .mul(&prepared.mask)
@@ -377,7 +327,7 @@ fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor
             let ratio = ratio.broadcast_as(shape).ctx("expanding the sequence ratio")?;
             Ok((term, ratio))
         }
-        LossMode::Cispo => {
+        Loss::Cispo => {
             let ratio = log_ratio.exp().ctx("ratio")?;
             let weight = ratio
                 .clamp(1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
@@ -431,7 +381,7 @@ pub fn policy_loss(
     let masked = per_token.mul(&prepared.mask).ctx("masking the loss")?;
     let lengths = response_lengths(&prepared.mask)?;
     let loss = match config.mode {
-        LossMode::Grpo => masked
+        Loss::Grpo => masked
             .sum_keepdim(1)
             .and_then(|sums| sums.div(&lengths))
             .and_then(|means| means.sum_all())
@@ -465,7 +415,7 @@ fn collect_stats(
         .ctx("copying advantages")?;
     let low = 1.0 - config.epsilon_low;
     let high = 1.0 + config.epsilon_high;
-    let sign_gated = config.mode != LossMode::Cispo;
+    let sign_gated = config.mode != Loss::Cispo;
     let mut stats = LossStats {
         loss_sum: loss
             .detach()

@@ -88,7 +88,7 @@ fn reproduces_the_loss_vectors() {
 fn micro_batches_sum_to_the_full_batch_for_every_mode() {
     let vectors = load_test_vectors();
     for case in &vectors.policy_loss {
-        for mode in LossMode::ALL {
+        for mode in Loss::ALL {
             let config = LossConfig { mode, ..config_of(case) };
             let responses = case.logp.len();
             let split = responses / 2 + 1;
@@ -166,7 +166,7 @@ fn clip_statistics_count_the_clipped_tokens() {
         advantages: &advantages,
         is_weights: None,
     };
-    let config = LossConfig::for_mode(LossMode::Dapo, 3);
+    let config = LossConfig::for_mode(Loss::Dapo, 3);
     let normalizer = StepNormalizer::from_masks([&mask]).unwrap();
     let stats = policy_loss(&inputs, &config, &normalizer).unwrap().stats;
     assert_eq!(stats.tokens, 5.0);
@@ -218,7 +218,7 @@ fn rejects_bad_inputs_and_configs() {
         advantages: &advantages,
         is_weights: None,
     };
-    let config = LossConfig::for_mode(LossMode::Grpo, 2);
+    let config = LossConfig::for_mode(Loss::Grpo, 2);
     let error = policy_loss(&inputs, &config, &normalizer).unwrap_err();
     assert!(error.to_string().contains("logp_old"), "{error}");
     let inputs = PolicyLossInputs { logp_old: &logp, ..inputs };
@@ -227,9 +227,9 @@ fn rejects_bad_inputs_and_configs() {
     assert!(error.to_string().contains("logp_ref"), "{error}");
     let negative = LossConfig { epsilon_high: -0.1, ..config };
     assert!(negative.validate().is_err());
-    assert!("ppo".parse::<LossMode>().is_err());
-    for mode in LossMode::ALL {
-        assert_eq!(mode.as_str().parse::<LossMode>().unwrap(), mode);
+    assert!("ppo".parse::<Loss>().is_err());
+    for mode in Loss::ALL {
+        assert_eq!(mode.as_str().parse::<Loss>().unwrap(), mode);
         let json = serde_json::to_string(&mode).unwrap();
         assert_eq!(json, format!("\"{mode}\""));
         LossConfig::for_mode(mode, 16).validate().unwrap();

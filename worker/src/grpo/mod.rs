@@ -19,8 +19,7 @@ pub use advantages::{group_advantages, GroupAdvantages};
 pub use dapo::{mask_truncated, DynamicSampler, DynamicSamplingOutcome, OverlongShaping};
 pub use error::{GrpoError, Result};
 pub use loss::{
-    policy_loss, LossConfig, LossMode, LossStats, PolicyLossInputs, PolicyLossOutput,
-    StepNormalizer,
+    policy_loss, Loss, LossConfig, LossStats, PolicyLossInputs, PolicyLossOutput, StepNormalizer,
 };
 pub use metrics::{pass_at_k, token_entropy, StepMetrics};
 pub use mismatch::{sampler_trainer_kl, truncated_is_weights};

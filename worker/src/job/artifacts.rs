@@ -1,43 +1,11 @@
-//! What a job reads and writes in the object store and the database besides the lease rows.
+//! What a job reads and writes in the object store (its database rows go through
+//! `verity_core::models` and `verity_core::jobs`).
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use verity_core::storage::{download_folder, read_manifest, ObjectStore};
-
-/// A base model row: where it is stored and in which format.
-pub struct ModelRow {
-    /// Storage prefix of the published folder.
-    pub storage_prefix: String,
-    /// `hf`, `gguf` or `peft`.
-    pub format: String,
-}
-
-/// The `models` row of `model_id`, if any.
-pub async fn model_row(pool: &sqlx::PgPool, model_id: &str) -> anyhow::Result<Option<ModelRow>> {
-    let row: Option<(String, String)> =
-        sqlx::query_as("SELECT storage_prefix, format FROM models WHERE id = $1")
-            .bind(model_id)
-            .fetch_optional(pool)
-            .await
-            .context("looking up the model")?;
-    Ok(row.map(|(storage_prefix, format)| ModelRow { storage_prefix, format }))
-}
-
-/// The latest registered checkpoint of a job: `(step, storage_prefix)`.
-pub async fn latest_checkpoint(
-    pool: &sqlx::PgPool,
-    job_id: &str,
-) -> anyhow::Result<Option<(i32, String)>> {
-    sqlx::query_as(
-        "SELECT step, storage_prefix FROM checkpoints WHERE job_id = $1 ORDER BY step DESC LIMIT 1",
-    )
-    .bind(job_id)
-    .fetch_optional(pool)
-    .await
-    .context("looking up the latest checkpoint")
-}
 
 /// Downloads the published folder at `prefix` into `dir` unless a complete copy is there
 /// (its manifest matches); returns `dir`.

@@ -1,8 +1,6 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{
-    append_metrics_line, cached_folder, file_key, latest_checkpoint, model_path, model_row,
-};
+use super::artifacts::{append_metrics_line, cached_folder, file_key, model_path};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -129,8 +127,9 @@ impl TrainingHandler {
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
-        let lookup = || model_row(lease.queue().pool(), &job.model);
-        let row = persist("looking up the model", heartbeat, transient_chain, lookup)
+        let pool = lease.queue().pool();
+        let lookup = || verity_core::models::model_by_id(pool, &job.model);
+        let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
             .await
             .map_err(|e| retryable("model lookup", e))?
             .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
@@ -151,10 +150,14 @@ impl TrainingHandler {
             Some(id) => Some((id.clone(), self.read_file(id, heartbeat).await?)),
             None => None,
         };
-        let lookup = || latest_checkpoint(lease.queue().pool(), &job.id);
-        let checkpoint = persist("looking up the checkpoint", heartbeat, transient_chain, lookup)
-            .await
-            .map_err(|e| retryable("checkpoint lookup", e))?;
+        let lookup = || verity_core::jobs::list_checkpoints(pool, &job.id, None, 1);
+        let checkpoint =
+            persist("looking up the checkpoint", heartbeat, is_transient_db_error, lookup)
+                .await
+                .map_err(|e| retryable("checkpoint lookup", e))?
+                .into_iter()
+                .next()
+                .map(|c| (c.step, c.storage_prefix));
         let checkpoint_dir = match &checkpoint {
             Some((step, prefix)) => {
                 let dir =

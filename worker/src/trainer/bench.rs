@@ -99,6 +99,6 @@ pub fn bench_grpo_step(
         "rollout_dtype": rollout_dtype,
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,
-        "peak_rss_mib": crate::api::peak_rss_mib(),
+        "peak_rss_mib": crate::commands::peak_rss_mib(),
     }))
 }

@@ -95,6 +95,6 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
         "validation_reward_before": reward(&before),
         "validation_reward_after": reward(&after),
         "wall_s": started.elapsed().as_secs_f64(),
-        "peak_rss_mib": crate::api::peak_rss_mib(),
+        "peak_rss_mib": crate::commands::peak_rss_mib(),
     }))
 }

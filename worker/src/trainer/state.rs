@@ -4,7 +4,8 @@
 use super::dataset::{DataCursor, DataOrder};
 use super::error::{Result, TrainerError};
 use super::step::Trainer;
-use crate::checkpoint::{restore_optimizer, restore_weights, save_checkpoint};
+use crate::checkpoint::{restore_weights, save_checkpoint};
+use crate::policy_optimizer::PolicyOptimizer;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -49,7 +50,7 @@ impl Trainer {
             dir,
             &self.model,
             Some(&self.tokenizer),
-            Some(&self.optimizer),
+            Some(&self.optimizer.adamw),
             &self.options.base_model,
         )?;
         let json = serde_json::to_vec_pretty(&self.progress())
@@ -76,8 +77,12 @@ impl Trainer {
             ));
         }
         restore_weights(&mut self.model, dir)?;
-        self.params = self.model.trainable_params();
-        self.optimizer = restore_optimizer(&self.model, dir)?;
+        self.optimizer = PolicyOptimizer::restore(
+            &self.model,
+            dir,
+            self.optimizer.schedule.clone(),
+            self.optimizer.max_grad_norm,
+        )?;
         self.step = progress.step;
         self.seed = progress.seed;
         self.order = DataOrder::new(progress.seed, self.train.len(), progress.cursor);

@@ -4,22 +4,24 @@ use super::dataset::{DataCursor, DataOrder, Dataset};
 use super::error::{Result, TrainerError};
 use super::mix_seed;
 use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
+use crate::error::WorkerError;
 use crate::grpo::{
     group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
-    DynamicSampler, LossConfig, LossMode, LossStats, OverlongShaping, PolicyLossInputs,
-    StepMetrics, StepNormalizer,
+    DynamicSampler, LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics,
+    StepNormalizer,
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
-use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
+use crate::optim::{AdamWConfig, LrSchedule};
+use crate::policy_optimizer::PolicyOptimizer;
 use crate::sampler::{FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
 use crate::weights::WeightMap;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use verity_core::spec::{Hyperparameters, Loss};
+use verity_core::spec::Hyperparameters;
 use verity_verifiers::{Grader, GraderPool};
 
 /// Reward at or above which a completion counts as correct (accuracy, pass@k).
@@ -91,9 +93,7 @@ pub struct Trainer {
     pub(super) pool: GraderPool,
     pub(super) hp: Hyperparameters,
     pub(super) loss: LossConfig,
-    pub(super) optimizer: AdamW,
-    pub(super) schedule: LrSchedule,
-    pub(super) params: Vec<(String, Var)>,
+    pub(super) optimizer: PolicyOptimizer,
     pub(super) train: Dataset,
     pub(super) validation: Option<Dataset>,
     pub(super) order: DataOrder,
@@ -101,16 +101,6 @@ pub struct Trainer {
     pub(super) seed: u64,
     pub(super) total_steps: u64,
     pub(super) options: TrainerOptions,
-}
-
-fn loss_mode(loss: Loss) -> LossMode {
-    match loss {
-        Loss::Grpo => LossMode::Grpo,
-        Loss::Dapo => LossMode::Dapo,
-        Loss::DrGrpo => LossMode::DrGrpo,
-        Loss::Gspo => LossMode::Gspo,
-        Loss::Cispo => LossMode::Cispo,
-    }
 }
 
 /// A frozen copy of the model's current (base) weights, for the KL reference.
@@ -236,15 +226,7 @@ impl Trainer {
     ) -> Result<Trainer> {
         hp.validate("hyperparameters").map_err(|e| TrainerError::Config(e.to_string()))?;
         let seed = hp.seed.unwrap_or(options.seed);
-        let (epsilon_low, epsilon_high) = hp.clip_range();
-        let loss = LossConfig {
-            mode: loss_mode(hp.loss),
-            epsilon_low,
-            epsilon_high,
-            beta: hp.beta,
-            max_completion_tokens: hp.max_completion_tokens,
-            tis_cap: hp.tis_cap,
-        };
+        let loss = LossConfig::from_hyperparameters(&hp);
         loss.validate()?;
         let reference = if hp.beta > 0.0 { Some(frozen_copy(&model)?) } else { None };
         if let Some(lora) = &hp.lora {
@@ -265,13 +247,14 @@ impl Trainer {
             lr: hp.effective_learning_rate(),
             warmup_steps: hp.warmup_steps as u64,
             total_steps,
-            cosine: hp.lr_schedule == verity_core::spec::LrSchedule::Cosine,
+            cosine: hp.lr_schedule == verity_core::spec::LrDecay::Cosine,
             min_lr_ratio: 0.0,
         };
-        let params = model.trainable_params();
-        let optimizer = AdamW::new(
+        let optimizer = PolicyOptimizer::new(
+            &model,
             AdamWConfig { weight_decay: hp.weight_decay, ..AdamWConfig::default() },
-            &params,
+            schedule,
+            hp.max_grad_norm,
         );
         let grader_name = grader.spec().name().unwrap_or(grader.spec().kind()).to_string();
         let order = DataOrder::new(seed, train.len(), DataCursor::default());
@@ -285,8 +268,6 @@ impl Trainer {
             hp,
             loss,
             optimizer,
-            schedule,
-            params,
             train,
             validation,
             order,
@@ -487,7 +468,7 @@ impl Trainer {
             };
             crate::kernels::on_pool(|| self.optimise(&batch, &mut metrics))?;
         } else {
-            metrics.learning_rate = self.schedule.lr_at(self.optimizer.step_count());
+            metrics.learning_rate = self.optimizer.next_lr();
         }
         metrics.training_seconds = started.elapsed().as_secs_f64();
         self.step = step;
@@ -585,9 +566,8 @@ impl Trainer {
         }
         let normalizer = StepNormalizer::from_masks(micros.iter().map(|m| &m.mask))?;
         let mut stats = LossStats::default();
-        let mut accumulator = GradAccumulator::new(&self.params);
         for _ in 0..self.hp.inner_epochs {
-            accumulator.reset();
+            self.optimizer.zero_grad();
             for (m, &(start, len)) in micros.iter_mut().zip(&ranges) {
                 let (current, tape) = self.model.completion_logprobs_layered(
                     &batch.prompts[start..start + len],
@@ -615,19 +595,17 @@ impl Trainer {
                 let output = policy_loss(&inputs, &self.loss, &normalizer)?;
                 m.logp_old = Some(logp_old);
                 stats.merge(&output.stats);
-                accumulator.accumulate_layered(&output.loss, tape, &self.params, 1.0)?;
+                self.optimizer.backward_layered(&output.loss, tape, 1.0)?;
             }
-            let (factor, norm) = accumulator.clip_factor(self.hp.max_grad_norm);
-            if !norm.is_finite() {
-                return Err(TrainerError::Config(format!(
+            let update = self.optimizer.step().map_err(|e| match e {
+                WorkerError::NonFiniteGradient { norm } => TrainerError::Config(format!(
                     "the gradient norm is {norm} at step {}; lower the learning rate",
                     self.step + 1
-                )));
-            }
-            let lr = self.schedule.lr_at(self.optimizer.step_count());
-            self.optimizer.step(&self.params, &accumulator, lr, factor)?;
-            metrics.grad_norm = norm;
-            metrics.learning_rate = lr;
+                )),
+                other => other.into(),
+            })?;
+            metrics.grad_norm = update.grad_norm;
+            metrics.learning_rate = update.lr;
         }
         metrics.entropy = old_stats.mean_entropy();
         metrics.sampler_kl = old_stats.mean_sampler_kl();

@@ -22,9 +22,9 @@ pub struct NewKey {
 
 /// A new random API key.
 pub fn generate_key() -> NewKey {
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     let body: String =
-        (0..SECRET_LEN).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+        (0..SECRET_LEN).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
     let key = format!("{KEY_PREFIX}{body}");
     NewKey { lookup: key[..LOOKUP_LEN].to_string(), key }
 }

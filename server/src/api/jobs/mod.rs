@@ -23,7 +23,6 @@ use utoipa::ToSchema;
 pub use validate::validate_grader;
 use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
-use verity_core::JobState;
 use view::{EventObject, JobObject, EVENT_PREFIX};
 
 /// Routes of this module.
@@ -129,7 +128,6 @@ pub async fn create_job(
     job.suffix = request.suffix;
     job.seed = seed;
     job.metadata = request.metadata.filter(|m| !m.is_null());
-    job.initial_state = JobState::Queued;
     let id = state.queue.enqueue(&job).await?;
     tracing::info!(job_id = %id, org_id = %principal.org_id, "job created");
     Ok(Json(find_job(&state, &principal, &id).await?.into()))

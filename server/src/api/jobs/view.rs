@@ -42,7 +42,7 @@ pub struct JobObject {
     pub result_files: Vec<String>,
     /// Seed.
     pub seed: i64,
-    /// validating_files | queued | running | succeeded | failed | cancelled | paused.
+    /// queued | running | succeeded | failed | cancelled | paused.
     pub status: String,
     /// Not tracked.
     pub trained_tokens: Option<i64>,

@@ -8,8 +8,6 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
-    /// Files are being validated before the job may be queued.
-    ValidatingFiles,
     /// Waiting for a worker.
     Queued,
     /// Held by a worker under a lease.
@@ -26,8 +24,7 @@ pub enum JobState {
 
 impl JobState {
     /// All states, in life order.
-    pub const ALL: [JobState; 7] = [
-        JobState::ValidatingFiles,
+    pub const ALL: [JobState; 6] = [
         JobState::Queued,
         JobState::Running,
         JobState::Paused,
@@ -39,7 +36,6 @@ impl JobState {
     /// The name stored in Postgres and shown in the API.
     pub fn as_str(self) -> &'static str {
         match self {
-            JobState::ValidatingFiles => "validating_files",
             JobState::Queued => "queued",
             JobState::Running => "running",
             JobState::Paused => "paused",
