@@ -726,8 +726,6 @@ impl GradStore {
         self.0.insert(id, grad)
     }
 
-    /// Get the gradient tensor associated with the given tensor, or, if it does not exist,
-    /// insert a tensor of zeroes, with the same shape and type as the given tensors and return it
     /// Adds `grad` to the gradient of `tensor`. A first contribution is stored as it is (made
     /// contiguous) instead of being added to a fresh tensor of zeros, which cost two extra
     /// passes over every gradient and an allocation (verity patch).
@@ -758,6 +756,8 @@ impl GradStore {
         Ok(())
     }
 
+    /// Get the gradient tensor associated with the given tensor, or, if it does not exist,
+    /// insert a tensor of zeroes, with the same shape and type as the given tensors and return it
     fn or_insert(&mut self, tensor: &Tensor) -> Result<&mut Tensor> {
         let grad = match self.0.entry(tensor.id()) {
             Entry::Occupied(entry) => entry.into_mut(),

@@ -47,7 +47,7 @@ impl Tape {
             };
             // d(sum(end ⊙ g))/d(end) = g continues the chain rule through the earlier segment;
             // dropping `end` afterwards frees that segment's activations (`g` records nothing,
-            // so no gradient is kept for it: see vendor/candle-core/VERITY-PATCH.md).
+            // so no gradient is kept for it: see vendor/VERITY-PATCH.md).
             grads = (end * upstream)?.sum_all()?.backward()?;
         }
         sink(grads)
