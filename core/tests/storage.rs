@@ -215,7 +215,7 @@ async fn local_backend_signs_download_urls() {
 }
 
 async fn s3_store(prefix: &str) -> Option<S3Store> {
-    verity_core::storage::testing::s3_test_store("S3 storage tests", "verity-test", prefix).await
+    verity_core::testing::s3_test_store("S3 storage tests", "verity-test", prefix).await
 }
 
 #[tokio::test]

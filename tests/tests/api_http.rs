@@ -13,7 +13,7 @@ use verity_core::queue::{DeviceKind, WorkerInfo};
 use verity_core::storage::{publish_folder, ObjectStore, S3Store};
 
 async fn s3_store() -> Option<S3Store> {
-    verity_core::storage::testing::s3_test_store("API over S3", "verity-api", "api").await
+    verity_core::testing::s3_test_store("API over S3", "verity-api", "api").await
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

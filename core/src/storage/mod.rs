@@ -6,7 +6,6 @@ mod local;
 mod publish;
 mod s3;
 mod signing;
-pub mod testing;
 
 pub use key::validate_key;
 pub use local::LocalStore;

@@ -1,7 +1,9 @@
-//! Support for test suites that run against a real S3-protocol server on loopback (moto, started
-//! by `scripts/test-services.sh`), shared by the crates' tests so that each does not re-spell it.
+//! Support shared by the crates' test suites, so that each does not re-spell it: the real
+//! S3-protocol server on loopback (moto, started by `scripts/test-services.sh`) and a placeholder
+//! base model.
 
-use super::{S3Options, S3Store};
+use crate::storage::{ObjectStore, S3Options, S3Store};
+use sqlx::PgPool;
 
 /// The test server's endpoint (`VERITY_TEST_S3_ENDPOINT`), or `None` after a loud `SKIPPED` note
 /// naming `what`; panics when `VERITY_REQUIRE_S3` demands a server that is not configured.
@@ -47,4 +49,23 @@ pub async fn s3_test_store(what: &str, bucket_stem: &str, prefix: &str) -> Optio
         .await
         .unwrap_or_else(|e| panic!("cannot create a bucket on the test S3 server {endpoint}: {e}"));
     Some(store)
+}
+
+/// Publishes and registers the shared base model `tiny`: a folder holding one empty
+/// `config.json`, enough for the API's model checks (nothing loads it). Panics on failure.
+pub async fn tiny_base_model(pool: &PgPool, store: &dyn ObjectStore) {
+    store
+        .put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}"))
+        .await
+        .expect("storing the tiny model's config");
+    crate::models::insert_base_model(
+        pool,
+        None,
+        "tiny",
+        "models/tiny",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .expect("registering the tiny model");
 }
