@@ -50,3 +50,44 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     MIGRATOR.run(pool).await?;
     Ok(())
 }
+
+/// One round trip to the database (readiness probes).
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(pool).await.map(|_| ())
+}
+
+/// The name of the database `pool` is connected to.
+pub async fn current_database(pool: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT current_database() AS "name!""#).fetch_one(pool).await
+}
+
+/// `name` as a quoted SQL identifier (DDL such as `CREATE DATABASE` takes no bind parameters).
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Creates database `name` on the server of `conn` unless it exists; true if it was created.
+pub async fn create_database_if_missing(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+) -> Result<bool, sqlx::Error> {
+    let exists = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        name
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if exists {
+        return Ok(false);
+    }
+    sqlx::raw_sql(&format!("CREATE DATABASE {}", quote_identifier(name))).execute(conn).await?;
+    Ok(true)
+}
+
+/// Drops database `name` if it exists, ending its sessions first.
+pub async fn drop_database(conn: &mut sqlx::PgConnection, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_identifier(name)))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

@@ -422,3 +422,10 @@ pub async fn metrics_version(pool: &PgPool, job_id: &str) -> Result<MetricsVersi
     .await?;
     Ok((row.rows, row.latest))
 }
+
+/// The last step a job recorded metrics for, if any (where a resumed attempt carries on).
+pub async fn last_metric_step(pool: &PgPool, job_id: &str) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT max(step) FROM job_metrics WHERE job_id = $1", job_id)
+        .fetch_one(pool)
+        .await
+}

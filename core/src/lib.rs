@@ -12,5 +12,6 @@ pub mod queue;
 pub mod spec;
 pub mod storage;
 pub mod tenancy;
+pub mod testing;
 
 pub use job_state::{ControlSignal, JobState};

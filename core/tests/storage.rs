@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use verity_core::storage::{
-    download_folder, publish_folder, read_manifest, LocalStore, ObjectStore, S3Options, S3Store,
-    StorageError, UrlSigner, MANIFEST,
+    download_folder, publish_folder, read_manifest, LocalStore, ObjectStore, S3Store, StorageError,
+    UrlSigner, MANIFEST,
 };
 
 /// Deterministic pseudo-random bytes.
@@ -214,38 +214,8 @@ async fn local_backend_signs_download_urls() {
     ));
 }
 
-/// The S3 server's endpoint, or `None` (with a loud note) when it is not configured.
-fn s3_endpoint() -> Option<String> {
-    match std::env::var("VERITY_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => Some(endpoint),
-        Err(_) if std::env::var("VERITY_REQUIRE_S3").is_ok() => {
-            panic!("VERITY_REQUIRE_S3 is set but VERITY_TEST_S3_ENDPOINT is not")
-        }
-        Err(_) => {
-            eprintln!(
-                "SKIPPED: S3 storage tests (set VERITY_TEST_S3_ENDPOINT; .ci/run starts a server)"
-            );
-            None
-        }
-    }
-}
-
 async fn s3_store(prefix: &str) -> Option<S3Store> {
-    let endpoint = s3_endpoint()?;
-    let store = S3Store::connect(S3Options {
-        bucket: format!("verity-test-{}", uuid::Uuid::new_v4().simple()),
-        prefix: prefix.to_string(),
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        credentials: Some(("test".into(), "test".into())),
-        path_style: true,
-        multipart_threshold: 5 * 1024 * 1024,
-        max_attempts: 3,
-    })
-    .await
-    .unwrap();
-    store.create_bucket_if_missing().await.unwrap();
-    Some(store)
+    verity_core::testing::s3_test_store("S3 storage tests", "verity-test", prefix).await
 }
 
 #[tokio::test]

@@ -40,18 +40,8 @@ fn database_url(pool: &sqlx::PgPool) -> String {
 async fn start(pool: &sqlx::PgPool) -> (Server, String) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), None).await.unwrap());
-    store.put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
     verity_core::db::migrate(pool).await.unwrap();
-    verity_core::models::insert_base_model(
-        pool,
-        None,
-        "tiny",
-        "models/tiny",
-        "hf",
-        &serde_json::json!({}),
-    )
-    .await
-    .unwrap();
+    verity_core::testing::tiny_base_model(pool, store.as_ref()).await;
     verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None)
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use sqlx::PgPool;
 /// processes: `DATABASE_URL` with its database name replaced.
 pub async fn database_url_of(pool: &PgPool) -> anyhow::Result<String> {
     let base = std::env::var("DATABASE_URL")?;
-    let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await?;
+    let name = verity_core::db::current_database(pool).await?;
     let (server, _) = base
         .rsplit_once('/')
         .ok_or_else(|| anyhow::anyhow!("DATABASE_URL has no database part"))?;

@@ -10,33 +10,10 @@ use std::future::IntoFuture;
 use std::io::Read;
 use std::sync::Arc;
 use verity_core::queue::{DeviceKind, WorkerInfo};
-use verity_core::storage::{publish_folder, ObjectStore, S3Options, S3Store};
+use verity_core::storage::{publish_folder, ObjectStore, S3Store};
 
 async fn s3_store() -> Option<S3Store> {
-    let endpoint = match std::env::var("VERITY_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var("VERITY_REQUIRE_S3").is_ok() => {
-            panic!("VERITY_REQUIRE_S3 is set but VERITY_TEST_S3_ENDPOINT is not")
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: API over S3 (set VERITY_TEST_S3_ENDPOINT; scripts/test-services.sh starts a server)");
-            return None;
-        }
-    };
-    let store = S3Store::connect(S3Options {
-        bucket: format!("verity-api-{}", uuid::Uuid::new_v4().simple()),
-        prefix: "api".into(),
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        credentials: Some(("test".into(), "test".into())),
-        path_style: true,
-        multipart_threshold: 5 * 1024 * 1024,
-        max_attempts: 3,
-    })
-    .await
-    .unwrap();
-    store.create_bucket_if_missing().await.unwrap();
-    Some(store)
+    verity_core::testing::s3_test_store("API over S3", "verity-api", "api").await
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

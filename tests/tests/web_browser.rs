@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use verity_core::queue::{run_worker, DeviceKind, RunnerOptions, WorkerInfo};
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, TARGET_TOKEN};
-use webdriver::Client;
+use webdriver::Browser;
 
 /// Longest wait for anything in the browser (generous: 2 shared cores, a training job).
 const PATIENCE: Duration = Duration::from_secs(240);
@@ -67,12 +67,12 @@ impl Driver {
         panic!("chromedriver did not answer on port {port}");
     }
 
-    async fn browser(&self) -> Client {
+    async fn browser(&self) -> Browser {
         let chromium =
             std::env::var("VERITY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let caps = json!({"browserName": "chrome", "goog:chromeOptions": {"binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}});
-        Client::connect(&format!("http://127.0.0.1:{}", self.port), caps).await
+        Browser::connect(&format!("http://127.0.0.1:{}", self.port), caps).await
     }
 }
 
@@ -86,13 +86,13 @@ fn shots_dir() -> PathBuf {
     dir
 }
 
-async fn shot(c: &Client, name: &str) {
+async fn shot(c: &Browser, name: &str) {
     let png = c.screenshot().await;
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
 /// Evaluates `expression` in the page until it is truthy; its value then.
-async fn until(c: &Client, expression: &str) -> Value {
+async fn until(c: &Browser, expression: &str) -> Value {
     let script = format!("try {{ return ({expression}); }} catch (e) {{ return null; }}");
     let started = std::time::Instant::now();
     loop {
@@ -115,13 +115,13 @@ async fn until(c: &Client, expression: &str) -> Value {
     }
 }
 
-async fn fill(c: &Client, css: &str, text: &str) {
+async fn fill(c: &Browser, css: &str, text: &str) {
     let element = c.find(css).await;
     element.clear().await;
     element.send_keys(text).await;
 }
 
-async fn click(c: &Client, css: &str) {
+async fn click(c: &Browser, css: &str) {
     c.find(css).await.click().await;
 }
 

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use training_support::{enqueue, event_kinds, method, metric_steps, prepare, prepare_store};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
+use verity_core::testing::{s3_test_endpoint, s3_test_options};
 use verity_core::JobState;
 use verity_server::commands::postgres_cluster::PrivateCluster;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
@@ -222,22 +223,13 @@ async fn forward(listener: tokio::net::TcpListener, target: String) {
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_job_survives_its_s3_server_being_unreachable_mid_job(pool: PgPool) {
     log_to_test_output();
-    let Ok(endpoint) = std::env::var("VERITY_TEST_S3_ENDPOINT") else {
-        assert!(std::env::var("VERITY_REQUIRE_S3").is_err(), "VERITY_TEST_S3_ENDPOINT is not set");
-        eprintln!("SKIPPED: set VERITY_TEST_S3_ENDPOINT (scripts/test-services.sh starts moto)");
-        return;
-    };
+    let Some(endpoint) = s3_test_endpoint("a job through an S3 outage") else { return };
     let target = endpoint.trim_start_matches("http://").trim_end_matches('/').to_string();
     let mut proxy = Proxy::start(&target).await;
+    let proxied = format!("http://127.0.0.1:{}", proxy.port);
     let s3 = S3Store::connect(S3Options {
-        bucket: format!("verity-outage-{}", uuid::Uuid::new_v4().simple()),
-        endpoint: Some(format!("http://127.0.0.1:{}", proxy.port)),
-        region: Some("us-east-1".into()),
-        credentials: Some(("test".into(), "test".into())),
-        path_style: true,
-        multipart_threshold: 5 * 1024 * 1024,
         max_attempts: 2,
-        ..S3Options::default()
+        ..s3_test_options(&proxied, "verity-outage", "")
     })
     .await
     .unwrap();

@@ -30,9 +30,7 @@ pub async fn healthz() -> Json<Value> {
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let database = async {
-        match tokio::time::timeout(CHECK_TIMEOUT, sqlx::query("SELECT 1").execute(&state.pool))
-            .await
-        {
+        match tokio::time::timeout(CHECK_TIMEOUT, verity_core::db::ping(&state.pool)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),

@@ -61,7 +61,7 @@ pub struct ApiConfig {
 
 /// Limits applied by handlers.
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub struct RequestLimits {
     /// Largest upload in bytes.
     pub max_upload_bytes: u64,
 }
@@ -91,8 +91,8 @@ pub struct AppState {
     pub metrics_cache: Arc<super::jobs::metrics_doc::MetricsCache>,
     /// Job rows read recently, current while the change listener runs.
     pub job_cache: Arc<super::jobs::cache::JobCache>,
-    /// Limits.
-    pub limits: Limits,
+    /// Request size limits.
+    pub limits: RequestLimits,
     /// Liveness of the worker embedded in this process (`verity up`), reported by `/readyz`;
     /// `None` when the process runs no worker (`verity serve`).
     pub worker: Option<WorkerLiveness>,
@@ -142,7 +142,9 @@ impl AppState {
             job_cache: Arc::new(super::jobs::cache::JobCache::new(
                 super::jobs::cache::JOB_CACHE_CAPACITY,
             )),
-            limits: Limits { max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024) },
+            limits: RequestLimits {
+                max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024),
+            },
             worker: None,
         })
     }

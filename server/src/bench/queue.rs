@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Executor};
+use sqlx::ConnectOptions;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
@@ -28,13 +28,11 @@ pub async fn run(args: &QueueBenchArgs) -> anyhow::Result<()> {
         PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
     let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
     let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
-    admin
-        .execute(format!("CREATE DATABASE \"{scratch}\"").as_str())
+    verity_core::db::create_database_if_missing(&mut admin, &scratch)
         .await
         .context("creating the scratch database")?;
     let result = measure_all(args, admin_options.clone().database(&scratch)).await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS \"{scratch}\" WITH (FORCE)").as_str())
+    verity_core::db::drop_database(&mut admin, &scratch)
         .await
         .context("dropping the scratch database")?;
     result

@@ -139,17 +139,9 @@ impl PrivateCluster {
         let mut conn = PgConnection::connect_with(&self.connect_options("postgres"))
             .await
             .context("connecting to the private Postgres cluster")?;
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-                .bind(DATABASE)
-                .fetch_one(&mut conn)
-                .await?;
-        if !exists {
-            sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
-                .execute(&mut conn)
-                .await
-                .context("creating the database")?;
-        }
+        verity_core::db::create_database_if_missing(&mut conn, DATABASE)
+            .await
+            .context("creating the database")?;
         conn.close().await?;
         Ok(())
     }

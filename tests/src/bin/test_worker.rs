@@ -21,17 +21,15 @@ impl JobHandler for CountingHandler {
         let spec = &lease.job().spec;
         let steps = spec["steps"].as_i64().unwrap_or(10) as i32;
         let step_ms = spec["step_ms"].as_u64().unwrap_or(100);
-        let resume_from: Option<i32> =
-            match sqlx::query_scalar("SELECT max(step) FROM job_metrics WHERE job_id = $1")
-                .bind(&lease.job().id)
-                .fetch_one(lease.queue().pool())
-                .await
-            {
-                Ok(step) => step,
-                Err(err) => {
-                    return JobOutcome::Failed { message: err.to_string(), retryable: true }
-                }
-            };
+        let resume_from: Option<i32> = match verity_core::jobs::last_metric_step(
+            lease.queue().pool(),
+            &lease.job().id,
+        )
+        .await
+        {
+            Ok(step) => step,
+            Err(err) => return JobOutcome::Failed { message: err.to_string(), retryable: true },
+        };
         let first = resume_from.map_or(0, |s| s + 1);
         if first > 0 {
             let _ = lease

@@ -193,21 +193,7 @@ pub fn method() -> Value {
 
 /// Registers the shared base model `tiny` (a folder with one file).
 pub async fn base_model(app: &TestApp) {
-    app.state
-        .store
-        .put_bytes("models/tiny/config.json", bytes::Bytes::from_static(b"{}"))
-        .await
-        .unwrap();
-    verity_core::models::insert_base_model(
-        &app.state.pool,
-        None,
-        "tiny",
-        "models/tiny",
-        "hf",
-        &serde_json::json!({}),
-    )
-    .await
-    .unwrap();
+    verity_core::testing::tiny_base_model(&app.state.pool, app.state.store.as_ref()).await;
 }
 
 /// Uploads the dataset and creates a job; returns (file id, job id).

@@ -9,20 +9,20 @@ use serde_json::{json, Value};
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A browser session.
-pub struct Client {
+pub struct Browser {
     http: reqwest::Client,
     base: String,
 }
 
 /// An element of the current page.
 pub struct Element<'a> {
-    client: &'a Client,
+    client: &'a Browser,
     id: String,
 }
 
-impl Client {
+impl Browser {
     /// Opens a session on the WebDriver server at `server` with `capabilities`.
-    pub async fn connect(server: &str, capabilities: Value) -> Client {
+    pub async fn connect(server: &str, capabilities: Value) -> Browser {
         let http = reqwest::Client::new();
         let reply: Value = http
             .post(format!("{server}/session"))
@@ -37,7 +37,7 @@ impl Client {
             .as_str()
             .unwrap_or_else(|| panic!("no session: {reply}"))
             .to_string();
-        Client { http, base: format!("{server}/session/{id}") }
+        Browser { http, base: format!("{server}/session/{id}") }
     }
 
     async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
