@@ -13,6 +13,21 @@ pub struct DatabaseConfig {
     /// Largest number of pooled connections.
     #[arg(long = "db-max-connections", env = "VERITY_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
+    /// Longest an API request waits for a pooled connection before answering 503 (seconds);
+    /// workers keep the longer [`crate::db::WORKER_ACQUIRE_TIMEOUT`].
+    #[arg(
+        long = "db-acquire-timeout-seconds",
+        env = "VERITY_DB_ACQUIRE_TIMEOUT_SECONDS",
+        default_value_t = 3
+    )]
+    pub acquire_timeout_seconds: u64,
+}
+
+impl DatabaseConfig {
+    /// The API's acquire timeout (at least one second).
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_secs(self.acquire_timeout_seconds.max(1))
+    }
 }
 
 /// Where objects (files, models, checkpoints, samples) are kept.

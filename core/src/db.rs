@@ -28,8 +28,23 @@ pub enum DbError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// Opens a pool of at most `max_connections` to `database_url`.
+/// How long workers and commands wait for a pooled connection; the API uses a shorter one
+/// (`--db-acquire-timeout-seconds`) so requests fail fast with 503 while Postgres is down.
+pub const WORKER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens a pool of at most `max_connections` to `database_url`, waiting up to
+/// [`WORKER_ACQUIRE_TIMEOUT`] for a connection.
 pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    connect_with_timeout(database_url, max_connections, WORKER_ACQUIRE_TIMEOUT).await
+}
+
+/// Opens a pool of at most `max_connections` to `database_url` whose acquires (connecting
+/// included) give up with `sqlx::Error::PoolTimedOut` after `acquire_timeout`.
+pub async fn connect_with_timeout(
+    database_url: &str,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> Result<PgPool, DbError> {
     let options = PgConnectOptions::from_str(database_url).map_err(DbError::BadUrl)?;
     let target = format!(
         "{}:{}/{}",
@@ -39,7 +54,7 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
     );
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire_timeout(acquire_timeout)
         .connect_with(options)
         .await
         .map_err(|source| DbError::Connect { target, source })

@@ -134,6 +134,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         database: DatabaseConfig {
             database_url: verity_tests::database_url_of(&pool).await.unwrap(),
             max_connections: 2,
+            acquire_timeout_seconds: 30,
         },
         storage: StorageConfig {
             storage: app.dir.path().display().to_string(),

@@ -11,6 +11,10 @@ use tokio::io::AsyncWriteExt;
 /// Folder under the root that holds in-flight writes; never listed.
 const TMP_DIR: &str = ".tmp";
 
+/// Temporary files untouched for this long are left over from interrupted writes (a crash, a
+/// killed process) and are removed by [`LocalStore::sweep_stale_temp`].
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+
 /// Objects in a local directory.
 #[derive(Debug, Clone)]
 pub struct LocalStore {
@@ -32,7 +36,40 @@ impl LocalStore {
         let root = tokio::fs::canonicalize(root)
             .await
             .map_err(|e| StorageError::io(root.display().to_string(), e))?;
-        Ok(LocalStore { root, signer })
+        let store = LocalStore { root, signer };
+        if let Err(error) = store.sweep_stale_temp(STALE_TEMP_AGE).await {
+            tracing::warn!(%error, "could not sweep the object store's temporary files");
+        }
+        Ok(store)
+    }
+
+    /// Removes temporary files of interrupted writes not modified for `max_age`; writes in
+    /// progress keep touching theirs and are left alone. Returns how many were removed.
+    pub async fn sweep_stale_temp(&self, max_age: Duration) -> Result<usize, StorageError> {
+        let dir = self.root.join(TMP_DIR);
+        let key = dir.display().to_string();
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(StorageError::io(key, e)),
+        };
+        let mut removed = 0;
+        while let Some(entry) = entries.next_entry().await.map_err(|e| StorageError::io(&key, e))? {
+            let Ok(meta) = entry.metadata().await else { continue };
+            let age = meta.modified().ok().and_then(|at| at.elapsed().ok());
+            if !meta.is_file() || age.is_none_or(|age| age < max_age) {
+                continue;
+            }
+            match tokio::fs::remove_file(entry.path()).await {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(entry.path().display().to_string(), e)),
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, root = %self.root.display(), "removed stale temporary files");
+        }
+        Ok(removed)
     }
 
     /// The root directory.
@@ -199,6 +236,10 @@ impl ObjectStore for LocalStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StorageError::io(key, e)),
         }
+    }
+
+    async fn sweep_stale_temp(&self, max_age: Duration) -> Result<usize, StorageError> {
+        LocalStore::sweep_stale_temp(self, max_age).await
     }
 
     async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, StorageError> {

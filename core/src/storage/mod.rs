@@ -8,7 +8,7 @@ mod s3;
 mod signing;
 
 pub use key::validate_key;
-pub use local::LocalStore;
+pub use local::{LocalStore, STALE_TEMP_AGE};
 pub use publish::{
     download_folder, publish_folder, read_manifest, Manifest, ManifestEntry, MANIFEST,
 };
@@ -119,6 +119,29 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// A URL from which `key` can be downloaded without other credentials until `expires_in`.
     async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, StorageError>;
 
+    /// Removes leftovers of interrupted writes older than `max_age`; returns how many. Only the
+    /// local backend has any (S3 multipart uploads are aborted on failure and expire by bucket
+    /// policy).
+    async fn sweep_stale_temp(&self, _max_age: Duration) -> Result<usize, StorageError> {
+        Ok(0)
+    }
+
+    /// Proves the store accepts writes: writes a small object under `key`, reads its size back,
+    /// and deletes it (readiness probes).
+    async fn probe_write(&self, key: &str) -> Result<(), StorageError> {
+        let body = Bytes::from_static(b"verity readiness probe");
+        self.put_bytes(key, body.clone()).await?;
+        let seen = self.head(key).await;
+        let deleted = self.delete(key).await;
+        match seen? {
+            Some(meta) if meta.size == body.len() as u64 => deleted,
+            _ => Err(StorageError::Integrity {
+                key: key.to_string(),
+                reason: "the probe object was not readable after writing it".to_string(),
+            }),
+        }
+    }
+
     /// Writes `bytes` to `key`.
     async fn put_bytes(&self, key: &str, bytes: Bytes) -> Result<(), StorageError> {
         self.put_reader(key, Box::pin(std::io::Cursor::new(bytes))).await?;
@@ -174,6 +197,25 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
         }
         Ok(objects.len())
     }
+}
+
+/// How often [`spawn_temp_sweeper`] sweeps.
+pub const TEMP_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Sweeps `store`'s stale temporary files ([`STALE_TEMP_AGE`]) every [`TEMP_SWEEP_INTERVAL`]
+/// until the runtime stops; failures are logged and retried at the next sweep.
+pub fn spawn_temp_sweeper(store: Arc<dyn ObjectStore>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TEMP_SWEEP_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await; // the first tick is immediate; opening the store already swept
+        loop {
+            every.tick().await;
+            if let Err(error) = store.sweep_stale_temp(STALE_TEMP_AGE).await {
+                tracing::warn!(%error, "could not sweep the object store's temporary files");
+            }
+        }
+    })
 }
 
 /// Opens the store a configuration names: `s3://bucket[/prefix]`, `file:///dir` or a directory.

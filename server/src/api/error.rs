@@ -7,6 +7,7 @@ use axum::Json;
 use serde::Serialize;
 use verity_core::queue::QueueError;
 use verity_core::storage::StorageError;
+use verity_core::tenancy::TenancyError;
 
 /// An error answered to the client.
 #[derive(Debug)]
@@ -21,7 +22,7 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A machine-readable code.
     pub code: Option<&'static str>,
-    /// Seconds to wait before retrying (429).
+    /// Seconds to wait before retrying (429, 503).
     pub retry_after: Option<u64>,
 }
 
@@ -139,6 +140,34 @@ impl ApiError {
         )
     }
 
+    /// A database failure: 503 `database_unavailable` with `Retry-After` when the database
+    /// cannot be reached (no pooled connection within the acquire timeout, a refused or broken
+    /// connection, a server shutting down or out of connections), else 500. The one place
+    /// that decides which database errors are outages.
+    pub fn database(context: &str, error: sqlx::Error) -> ApiError {
+        if !is_database_outage(&error) {
+            return ApiError::internal(context, error);
+        }
+        tracing::warn!(context, %error, "database unavailable");
+        ApiError {
+            code: Some("database_unavailable"),
+            retry_after: Some(DATABASE_RETRY_AFTER_SECONDS),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the database is unavailable; retry later",
+            )
+        }
+    }
+
+    /// A tenancy failure: its database errors as [`ApiError::database`], the rest 500.
+    pub fn tenancy(context: &str, error: TenancyError) -> ApiError {
+        match error {
+            TenancyError::Db(error) => ApiError::database(context, error),
+            other => ApiError::internal(context, other),
+        }
+    }
+
     /// Sets the machine-readable code.
     pub fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);
@@ -170,14 +199,29 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `Retry-After` of a 503 answered while the database is unreachable (seconds).
+const DATABASE_RETRY_AFTER_SECONDS: u64 = 5;
+
+/// True when `error` means the database cannot be used right now rather than that a query is
+/// wrong: pool timeouts, I/O and TLS failures, a closed pool, and the server's connection
+/// exception (`08…`), shutdown (`57P01`–`57P03`) and too-many-connections (`53300`) codes.
+fn is_database_outage(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> ApiError {
-        match error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                ApiError::unavailable("database", error)
-            }
-            other => ApiError::internal("database", other),
-        }
+        ApiError::database("database", error)
     }
 }
 

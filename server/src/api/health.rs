@@ -11,6 +11,9 @@ use std::time::Duration;
 /// Longest a readiness check waits for the database or the object store.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Folder of the objects the store check writes and deletes again (no API key reaches it).
+const PROBE_PREFIX: &str = ".readyz";
+
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
@@ -23,8 +26,10 @@ pub async fn healthz() -> Json<Value> {
 }
 
 // 200 `{"status": "ready", "checks": {...}}`, or 503 `{"status": "unavailable", "reason":
-// "...", "checks": {...}}`. The database and store checks run concurrently, each for at most
-// two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
+// "...", "checks": {...}}`. The database check runs a query; the store check writes, reads
+// back and deletes a small object under `.readyz/`, so a full disk, a read-only mount or a
+// vanished store root is 503, not only an unreachable one. Both run concurrently, each for at
+// most two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
 // loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
 /// The database and object store answer (and the embedded worker runs).
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
@@ -37,7 +42,9 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         }
     };
     let store = async {
-        match tokio::time::timeout(CHECK_TIMEOUT, state.store.head("readyz-probe")).await {
+        // A fresh key per probe: concurrent probes (and servers sharing a store) never meet.
+        let key = format!("{PROBE_PREFIX}/{}", uuid::Uuid::new_v4().simple());
+        match tokio::time::timeout(CHECK_TIMEOUT, state.store.probe_write(&key)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),

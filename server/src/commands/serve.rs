@@ -23,11 +23,17 @@ pub fn router(state: AppState) -> axum::Router {
 
 /// Opens the database (running migrations) and the object store, and builds the state.
 pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
-    let pool = verity_core::db::connect(&config.db.database_url, config.db.max_connections).await?;
+    let pool = verity_core::db::connect_with_timeout(
+        &config.db.database_url,
+        config.db.max_connections,
+        config.db.acquire_timeout(),
+    )
+    .await?;
     verity_core::db::migrate(&pool).await.context("migrating the database")?;
     let store = verity_core::storage::open_store(&config.storage)
         .await
         .context("opening the object store")?;
+    verity_core::storage::spawn_temp_sweeper(store.clone());
     let state = AppState::new(
         pool,
         store,

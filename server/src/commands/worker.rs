@@ -45,6 +45,17 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         crate::api::shutdown_signal().await;
         trigger.cancel();
     });
+    // The worker opens its own store (sweeping it once); this one sweeps it periodically,
+    // opened in the background so an unreachable store never delays the claim loop.
+    let storage = args.storage.clone();
+    tokio::spawn(async move {
+        match verity_core::storage::open_store(&storage).await {
+            Ok(store) => {
+                let _ = verity_core::storage::spawn_temp_sweeper(store).await;
+            }
+            Err(error) => tracing::warn!(%error, "no periodic sweep of the object store"),
+        }
+    });
     let config = training_config(args);
     let jobs = run_training_worker(config, WorkerLiveness::new(), shutdown)
         .await

@@ -17,6 +17,7 @@ async fn main() -> anyhow::Result<()> {
         database: DatabaseConfig {
             database_url: std::env::var("DATABASE_URL")?,
             max_connections: 4,
+            acquire_timeout_seconds: 30,
         },
         storage: StorageConfig {
             storage: std::env::var("VERITY_STORAGE")?,

@@ -101,7 +101,7 @@ pub async fn org_keys(state: &AppState, principal: &Principal) -> ApiResult<Vec<
     let only_user = (principal.role != Role::Admin).then_some(principal.user_id);
     let keys = tenancy::list_api_keys(&state.pool, principal.org_id, only_user)
         .await
-        .map_err(|e| ApiError::internal("listing api keys", e))?;
+        .map_err(|e| ApiError::tenancy("listing api keys", e))?;
     Ok(keys.into_iter().map(ApiKeyObject::from).collect())
 }
 
@@ -116,7 +116,7 @@ pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> Api
     }
     let user = tenancy::find_user_by_id(&state.pool, principal.user_id)
         .await
-        .map_err(|e| ApiError::internal("user lookup", e))?
+        .map_err(|e| ApiError::tenancy("user lookup", e))?
         .ok_or_else(|| ApiError::unauthorized("the signed-in user no longer exists"))?;
     let key = keys::generate_key();
     let secret = key.key.clone();
@@ -126,7 +126,7 @@ pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> Api
         .map_err(|e| ApiError::internal("hashing the key", e))?;
     let id = tenancy::insert_api_key(&state.pool, &user, name, &key.lookup, &hash)
         .await
-        .map_err(|e| ApiError::internal("storing the key", e))?;
+        .map_err(|e| ApiError::tenancy("storing the key", e))?;
     tracing::info!(key_id = %id, org_id = %principal.org_id, "api key created");
     let listed = org_keys(state, principal).await?.into_iter().find(|k| k.id == id);
     let listed = listed.ok_or_else(|| ApiError::internal("api key", "created key not listed"))?;
@@ -139,7 +139,7 @@ pub async fn revoke(state: &AppState, principal: &Principal, id: Uuid) -> ApiRes
     principal.require_admin()?;
     let found = tenancy::revoke_api_key(&state.pool, principal.org_id, id)
         .await
-        .map_err(|e| ApiError::internal("revoking the key", e))?;
+        .map_err(|e| ApiError::tenancy("revoking the key", e))?;
     if !found {
         return Err(ApiError::not_found("api key", &id.to_string()));
     }

@@ -192,7 +192,7 @@ pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiE
     let generation = state.key_cache.generation();
     let live = verity_core::tenancy::api_key_live(&state.pool, key_id)
         .await
-        .map_err(|e| ApiError::internal("api key lookup", e))?;
+        .map_err(|e| ApiError::tenancy("api key lookup", e))?;
     match live {
         Some(true) => {
             state.key_cache.put_live(key_id, generation);
@@ -218,7 +218,7 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     let generation = state.key_cache.generation();
     let record = verity_core::tenancy::find_api_key(&state.pool, lookup)
         .await
-        .map_err(|e| ApiError::internal("api key lookup", e))?
+        .map_err(|e| ApiError::tenancy("api key lookup", e))?
         .ok_or_else(invalid)?;
     if record.revoked_at.is_some() {
         return Err(ApiError::unauthorized("this API key was revoked"));

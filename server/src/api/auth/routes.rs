@@ -120,7 +120,7 @@ async fn check_credentials(state: &AppState, request: TokenRequest) -> ApiResult
             };
             let user = verity_core::tenancy::find_user_by_email(&state.pool, &email)
                 .await
-                .map_err(|e| ApiError::internal("user lookup", e))?;
+                .map_err(|e| ApiError::tenancy("user lookup", e))?;
             let Some(user) = user else { return Err(denied()) };
             let Some(hash) = user.password_hash.clone() else { return Err(denied()) };
             let ok =
