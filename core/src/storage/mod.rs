@@ -120,8 +120,7 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, StorageError>;
 
     /// Removes leftovers of interrupted writes older than `max_age`; returns how many. Only the
-    /// local backend has any (S3 multipart uploads are aborted on failure and expire by bucket
-    /// policy).
+    /// local backend has any (failed S3 multipart uploads are aborted).
     async fn sweep_stale_temp(&self, _max_age: Duration) -> Result<usize, StorageError> {
         Ok(0)
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// Longest a readiness check waits for the database or the object store.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Folder of the objects the store check writes and deletes again (no API key reaches it).
+/// Folder of the objects the store check writes and deletes again (no API object uses it).
 const PROBE_PREFIX: &str = ".readyz";
 
 /// Routes of this module.
@@ -29,8 +29,8 @@ pub async fn healthz() -> Json<Value> {
 // "...", "checks": {...}}`. The database check runs a query; the store check writes, reads
 // back and deletes a small object under `.readyz/`, so a full disk, a read-only mount or a
 // vanished store root is 503, not only an unreachable one. Both run concurrently, each for at
-// most two seconds; the worker check (only in a process that runs one, `verity up`) reads the claim
-// loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
+// most two seconds; the worker check (only in a process that runs one, `verity up`) reads the
+// claim loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
 /// The database and object store answer (and the embedded worker runs).
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200), (status = 503)))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
@@ -47,7 +47,12 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         match tokio::time::timeout(CHECK_TIMEOUT, state.store.probe_write(&key)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+            Err(_) => {
+                // The probe was cancelled part-way; remove what it may have written.
+                let store = state.store.clone();
+                tokio::spawn(async move { store.delete(&key).await });
+                Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs()))
+            }
         }
     };
     let (database, store) = tokio::join!(database, store);
