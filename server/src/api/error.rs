@@ -247,3 +247,34 @@ impl From<QueueError> for ApiError {
 
 /// The result type of handlers.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_outages_are_503_with_retry_after_and_other_database_errors_500() {
+        for outage in
+            [sqlx::Error::PoolTimedOut, sqlx::Error::PoolClosed, sqlx::Error::WorkerCrashed]
+        {
+            let error = ApiError::database("test", outage);
+            assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(error.code, Some("database_unavailable"));
+            assert_eq!(error.retry_after, Some(DATABASE_RETRY_AFTER_SECONDS));
+            let response = error.into_response();
+            assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        }
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            ApiError::from(sqlx::Error::Io(refused)).status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let error = ApiError::from(sqlx::Error::RowNotFound);
+        assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(error.retry_after, None);
+        let error = ApiError::tenancy("test", TenancyError::Db(sqlx::Error::PoolTimedOut));
+        assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
+        let error = ApiError::tenancy("test", TenancyError::NoSuchUser("a@x.io".into()));
+        assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}
