@@ -44,12 +44,13 @@ async fn with_postgres_down_requests_answer_503_with_retry_after_within_seconds(
     .await
     .unwrap();
 
-    // Twice: the first request meets the pooled connections the stop broke, the second has to
-    // open a new one and times out acquiring it.
+    // Twice: the first request meets the pooled connection the stop broke, the second has to
+    // open a new one (refused at once: the socket is gone).
     for attempt in 0..2 {
         let started = Instant::now();
         let reply = get(&app.router, "/v1/files", &key).await;
         let took = started.elapsed();
+        eprintln!("attempt {attempt}: {} in {took:?}", reply.status);
         assert_eq!(
             reply.status,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -142,4 +143,27 @@ async fn stale_temporary_files_are_swept_and_writes_in_progress_are_kept() {
     let shared: &dyn ObjectStore = &reopened;
     assert_eq!(shared.sweep_stale_temp(Duration::from_secs(1)).await.unwrap(), 1);
     assert!(!fresh.exists());
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_request_that_cannot_get_a_connection_answers_503_after_the_acquire_timeout(
+    pool: sqlx::PgPool,
+) {
+    // A stopped server refuses at once (above); a hung one, a black-holed network or an
+    // exhausted pool is what the acquire timeout bounds. Exhaust a one-connection pool.
+    let key = user(&pool, "ops@x.io", "acme", "admin").await;
+    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let timeout = Duration::from_secs(1);
+    let small = verity_core::db::connect_with_timeout(&url, 1, timeout).await.unwrap();
+    let app = app(small.clone()).await;
+    let held = small.acquire().await.unwrap();
+    let started = Instant::now();
+    let reply = get(&app.router, "/v1/files", &key).await;
+    let took = started.elapsed();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.json());
+    assert_eq!(reply.json()["error"]["code"], "database_unavailable");
+    assert!(reply.headers.contains_key(header::RETRY_AFTER));
+    assert!(took >= timeout && took < Duration::from_secs(5), "took {took:?}");
+    drop(held);
+    assert_eq!(get(&app.router, "/v1/files", &key).await.status, StatusCode::OK);
 }
