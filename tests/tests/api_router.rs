@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use std::io::Read;
 use verity_core::queue::{DeviceKind, SampleIndexRow, WorkerInfo};
 use verity_core::storage::publish_folder;
+use verity_server::api::state::ApiConfig;
 
 fn assert_error(reply: &Reply, status: StatusCode, param: Option<&str>) {
     assert_eq!(reply.status, status, "{}", String::from_utf8_lossy(&reply.bytes));
@@ -761,6 +762,55 @@ async fn loss_presets_come_from_the_spec_and_make_valid_jobs(pool: sqlx::PgPool)
         .await;
         assert_eq!(job.status, StatusCode::OK, "{}: {:?}", preset["id"], job.json());
     }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn grader_runs_beyond_the_concurrency_limit_wait_then_get_503(pool: sqlx::PgPool) {
+    let config = ApiConfig { grader_concurrency: 2, grader_wait_ms: 300, ..api_config() };
+    let app = app_with(pool.clone(), config, |_| {}).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let uri = "/v1/fine_tuning/alpha/graders/run";
+    let grader = json!({"type": "text_similarity", "input": "{{sample.output_text}}", "reference": "{{item.r}}", "evaluation_metric": "fuzzy_match"});
+    let body =
+        |sample: &str, r: &str| json!({"grader": grader, "model_sample": sample, "item": {"r": r}});
+    // Both slots are taken (as by two long gradings in flight): a third run waits, then is refused.
+    let slots = app.state.grader_slots.permits.clone();
+    let held = slots.clone().acquire_many_owned(2).await.unwrap();
+    let refused = post(&app.router, uri, &key, body("cat", "cat")).await;
+    assert_error(&refused, StatusCode::SERVICE_UNAVAILABLE, None);
+    assert_eq!(refused.json()["error"]["code"], "graders_busy");
+    assert_eq!(refused.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    // A run that finds a slot freed while it waits is answered.
+    let waiting = tokio::spawn({
+        let (router, key) = (app.router.clone(), key.clone());
+        let body = body("cat", "cat");
+        async move { post(&router, uri, &key, body).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    drop(held);
+    let answered = waiting.await.unwrap();
+    assert_eq!(answered.status, StatusCode::OK, "{:?}", answered.json());
+    assert_eq!(answered.json()["reward"], 1.0);
+    // Every slot is back once the runs end; an over-long text is graded on its capped prefix.
+    assert_eq!(slots.available_permits(), 2);
+    let long = "abcdefghij".repeat(25_000);
+    let capped = post(&app.router, uri, &key, body(&long, &long)).await;
+    assert_eq!(capped.status, StatusCode::OK, "{:?}", capped.json());
+    assert_eq!(capped.json()["reward"], 1.0);
+    let reason = capped.json()["metadata"]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("compared only the first 20000 characters"), "{reason}");
+    // Many runs at once: each is answered (200) or refused with 503, none fails otherwise.
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let (router, key, body) = (app.router.clone(), key.clone(), body(&long, &long));
+            tokio::spawn(async move { post(&router, uri, &key, body).await.status })
+        })
+        .collect();
+    for run in runs {
+        let status = run.await.unwrap();
+        assert!(status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE, "{status}");
+    }
+    assert_eq!(slots.available_permits(), 2);
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

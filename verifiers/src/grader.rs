@@ -192,11 +192,12 @@ impl Grader {
                 *operation,
             ),
             Compiled::TextSimilarity { input, reference, metric, threshold } => {
-                let value = text_similarity::similarity(
+                let similarity = text_similarity::similarity(
                     &input.render(item, sample)?,
                     &reference.render(item, sample)?,
                     *metric,
                 );
+                let value = similarity.value;
                 // as in OpenAI's API the score is the metric; the threshold only decides `passed`
                 let mut subs = BTreeMap::from([("similarity".to_string(), value)]);
                 let reason = match threshold {
@@ -209,6 +210,10 @@ impl Grader {
                         )
                     }
                     None => format!("similarity {value:.4}"),
+                };
+                let reason = match similarity.capped {
+                    Some(cap) => format!("{reason}; {cap}"),
+                    None => reason,
                 };
                 GradeResult::scored(value, reason).with_sub_scores(subs)
             }

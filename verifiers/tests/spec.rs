@@ -115,6 +115,16 @@ fn text_similarity_threshold() {
 }
 
 #[test]
+fn over_long_text_similarity_says_it_was_capped() {
+    let spec = json!({"type":"text_similarity","input":"{{sample.output_text}}","reference":"{{item.r}}","evaluation_metric":"fuzzy_match"});
+    let long = "abcdefghij".repeat(3_000);
+    let r = grade(spec, json!({"r": long}), &long);
+    assert_eq!(r.score, 1.0, "{r:?}");
+    assert!(r.reason.contains("compared only the first 20000 characters"), "{}", r.reason);
+    assert!(r.reason.contains("input has 30000"), "{}", r.reason);
+}
+
+#[test]
 fn constraints_can_come_from_the_row() {
     let spec = json!({"type": "constraints", "checks": [{"check": "lowercase"}], "checks_from": "{{item.constraints}}", "scoring": "fraction"});
     let item = json!({"constraints": [{"check": "word_count", "max": 3}, {"check": "include_keywords", "keywords": ["cat"]}]});

@@ -5,6 +5,8 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
 use super::state::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -68,11 +70,28 @@ pub struct RunGraderResponse {
     pub metadata: Value,
 }
 
+/// Seconds a client is told to wait when every grader slot is taken.
+const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// 503: every grader slot stayed taken for the whole wait.
+fn graders_busy() -> ApiError {
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: "the server is grading as many samples as it allows at once; retry later".into(),
+        kind: "server_error",
+        param: None,
+        code: Some("graders_busy"),
+        retry_after: Some(BUSY_RETRY_AFTER_SECS),
+    }
+}
+
 /// Grades one sample.
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/run", tag = "graders", request_body = RunGraderRequest,
-    responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401)))]
+    responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401),
+        (status = 503, description = "every grader slot is taken; retry after `Retry-After` seconds")))]
 pub async fn run_grader(
     _principal: Principal,
+    State(state): State<AppState>,
     ApiJson(request): ApiJson<RunGraderRequest>,
 ) -> ApiResult<Json<RunGraderResponse>> {
     let grader = parse_grader("grader", &request.grader)?;
@@ -82,11 +101,20 @@ pub async fn run_grader(
         return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"));
     }
     let sample = Sample::from_text(request.model_sample);
+    let Some(permit) = state.grader_slots.acquire().await else {
+        tracing::warn!(wait = ?state.grader_slots.wait, "every grader slot is taken; answering 503");
+        return Err(graders_busy());
+    };
     let started = Instant::now();
-    // Python and code graders run a sandboxed process: keep them off the async threads.
-    let result = tokio::task::spawn_blocking(move || grader.grade(&item, &sample))
-        .await
-        .map_err(|e| ApiError::internal("grader task", e))?;
+    // Grading is CPU work or a sandboxed process: keep it off the async threads. The permit goes
+    // with it, so a grading whose client gave up still holds its slot until it ends.
+    let result = tokio::task::spawn_blocking(move || {
+        let result = grader.grade(&item, &sample);
+        drop(permit);
+        result
+    })
+    .await
+    .map_err(|e| ApiError::internal("grader task", e))?;
     Ok(Json(RunGraderResponse {
         reward: result.score,
         sub_rewards: result.sub_scores.clone(),

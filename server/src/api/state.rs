@@ -57,6 +57,12 @@ pub struct ApiConfig {
     /// Burst size of the per-key rate limit.
     #[arg(long = "rate-limit-burst", env = "VERITY_RATE_LIMIT_BURST", default_value_t = 100.0)]
     pub rate_limit_burst: f64,
+    /// Grader runs (`graders/run`) graded at once (0: one per CPU core).
+    #[arg(long = "grader-concurrency", env = "VERITY_GRADER_CONCURRENCY", default_value_t = 0)]
+    pub grader_concurrency: usize,
+    /// How long a grader run waits for a free slot before a 503 with Retry-After (milliseconds).
+    #[arg(long = "grader-wait-ms", env = "VERITY_GRADER_WAIT_MS", default_value_t = 2000)]
+    pub grader_wait_ms: u64,
 }
 
 /// Limits applied by handlers.
@@ -64,6 +70,32 @@ pub struct ApiConfig {
 pub struct RequestLimits {
     /// Largest upload in bytes.
     pub max_upload_bytes: u64,
+}
+
+/// Slots for grader runs of the API, so that a flood of expensive gradings cannot take every
+/// core from the other requests.
+#[derive(Debug, Clone)]
+pub struct GraderSlots {
+    /// One permit per grading allowed at once.
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// How long a request waits for a permit.
+    pub wait: Duration,
+}
+
+impl GraderSlots {
+    /// `concurrency` slots (0: one per CPU core), waited for at most `wait`.
+    pub fn new(concurrency: usize, wait: Duration) -> GraderSlots {
+        let size = match concurrency {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n,
+        };
+        GraderSlots { permits: Arc::new(tokio::sync::Semaphore::new(size)), wait }
+    }
+
+    /// A permit, or `None` when every slot stayed taken for the whole wait.
+    pub async fn acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        tokio::time::timeout(self.wait, self.permits.clone().acquire_owned()).await.ok()?.ok()
+    }
 }
 
 /// Everything handlers share; cheap to clone.
@@ -96,6 +128,8 @@ pub struct AppState {
     /// Liveness of the worker embedded in this process (`verity up`), reported by `/readyz`;
     /// `None` when the process runs no worker (`verity serve`).
     pub worker: Option<WorkerLiveness>,
+    /// Concurrency limit of `graders/run`.
+    pub grader_slots: GraderSlots,
 }
 
 /// A configuration that cannot work.
@@ -146,6 +180,10 @@ impl AppState {
                 max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024),
             },
             worker: None,
+            grader_slots: GraderSlots::new(
+                api.grader_concurrency,
+                Duration::from_millis(api.grader_wait_ms),
+            ),
         })
     }
 }

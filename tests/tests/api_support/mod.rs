@@ -40,6 +40,8 @@ pub fn api_config() -> ApiConfig {
         max_upload_mib: 512,
         rate_limit_rps: 0.0,
         rate_limit_burst: 1.0,
+        grader_concurrency: 0,
+        grader_wait_ms: 2000,
     }
 }
 
