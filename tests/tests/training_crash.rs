@@ -8,7 +8,9 @@ use serde_json::json;
 use sqlx::PgPool;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use training_support::{enqueue, event_kinds, method, metric_steps, prepare_store};
+use training_support::{
+    enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps, prepare_store,
+};
 use verity_core::queue::{Queue, QueueSettings};
 use verity_core::JobState;
 
@@ -73,15 +75,10 @@ async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
         (1..=STEPS).collect::<Vec<_>>(),
         "each step exactly once"
     );
-    let metrics = String::from_utf8(
-        store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec(),
-    )
-    .unwrap();
-    let lines: Vec<i64> = metrics
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_i64().unwrap())
-        .collect();
-    assert_eq!(lines, (1..=STEPS as i64).collect::<Vec<_>>());
+    assert_eq!(
+        metrics_jsonl_steps(store.as_ref(), &job).await,
+        (1..=STEPS as i64).collect::<Vec<_>>()
+    );
     let attempts: Vec<i32> = sqlx::query_scalar(
         "SELECT DISTINCT attempt FROM job_metrics WHERE job_id = $1 ORDER BY attempt",
     )

@@ -8,25 +8,20 @@ use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-use training_support::{enqueue, event_kinds, method, metric_steps, prepare_store};
+use training_support::{
+    cpu_training_handler, enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps,
+    prepare_store,
+};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::download_folder;
 use verity_core::JobState;
-use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 
 async fn run_one_job(
     queue: &Queue,
     store: Arc<dyn verity_core::storage::ObjectStore>,
     cache: &std::path::Path,
 ) {
-    let handler = TrainingHandler::new(
-        store,
-        TrainingHandlerConfig {
-            cache_dir: cache.to_path_buf(),
-            device: candle_core::Device::Cpu,
-            grader_workers: 2,
-        },
-    );
+    let handler = cpu_training_handler(store, cache);
     let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     let done = run_worker(
         queue.clone(),
@@ -70,15 +65,7 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
         vec![0, 2, 3],
         "the baseline before training, every 2 steps, and at the end"
     );
-    let metrics = String::from_utf8(
-        store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec(),
-    )
-    .unwrap();
-    let steps: Vec<u64> = metrics
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(steps, vec![1, 2, 3]);
+    assert_eq!(metrics_jsonl_steps(store.as_ref(), &job).await, vec![1, 2, 3]);
     let row: serde_json::Value =
         sqlx::query_scalar("SELECT data FROM job_metrics WHERE job_id = $1 AND step = 2")
             .bind(&job)

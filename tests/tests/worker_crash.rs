@@ -82,12 +82,7 @@ async fn sigkilled_worker_is_replaced_and_the_job_finishes(pool: PgPool) {
     .await;
     assert!(second.wait().unwrap().success());
 
-    let rows: Vec<(i32, i32)> =
-        sqlx::query_as("SELECT step, attempt FROM job_metrics WHERE job_id = $1 ORDER BY step")
-            .bind(&job)
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let rows = steps_and_attempts(&pool, &job).await;
     assert_eq!(
         rows.iter().map(|r| r.0).collect::<Vec<_>>(),
         (0..12).collect::<Vec<_>>(),
@@ -174,12 +169,7 @@ async fn twenty_sigkills_at_random_points_all_resume(pool: PgPool) {
         })
         .await;
         assert!(rescuer.wait().unwrap().success());
-        let rows: Vec<(i32, i32)> =
-            sqlx::query_as("SELECT step, attempt FROM job_metrics WHERE job_id = $1 ORDER BY step")
-                .bind(&job)
-                .fetch_all(&pool)
-                .await
-                .unwrap();
+        let rows = steps_and_attempts(&pool, &job).await;
         assert_eq!(
             rows.iter().map(|r| r.0 as i64).collect::<Vec<_>>(),
             (0..STEPS).collect::<Vec<_>>(),
@@ -191,4 +181,13 @@ async fn twenty_sigkills_at_random_points_all_resume(pool: PgPool) {
         "{KILLS} kills at random points, all resumed and succeeded in {:.1?}",
         started.elapsed()
     );
+}
+
+/// The (step, attempt) of each metrics row a job recorded, by step.
+async fn steps_and_attempts(pool: &sqlx::PgPool, job: &str) -> Vec<(i32, i32)> {
+    sqlx::query_as("SELECT step, attempt FROM job_metrics WHERE job_id = $1 ORDER BY step")
+        .bind(job)
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }

@@ -15,13 +15,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use training_support::{enqueue, event_kinds, method, metric_steps, prepare, prepare_store};
+use training_support::{
+    cpu_training_handler, enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps, prepare,
+    prepare_store,
+};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
 use verity_core::testing::{s3_test_endpoint, s3_test_options};
 use verity_core::JobState;
 use verity_server::commands::postgres_cluster::PrivateCluster;
-use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 
 const STEPS: i32 = 12;
 
@@ -45,14 +47,7 @@ fn spawn_worker(
     store: Arc<dyn ObjectStore>,
     cache: &Path,
 ) -> tokio::task::JoinHandle<usize> {
-    let handler = TrainingHandler::new(
-        store,
-        TrainingHandlerConfig {
-            cache_dir: cache.to_path_buf(),
-            device: candle_core::Device::Cpu,
-            grader_workers: 2,
-        },
-    );
+    let handler = cpu_training_handler(store, cache);
     let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     tokio::spawn(run_worker(
         queue.clone(),
@@ -94,15 +89,11 @@ async fn assert_survived(pool: &PgPool, store: &dyn ObjectStore, queue: &Queue, 
             .unwrap();
     assert_eq!((attempt, failures), (1, 0), "the outage did not cost an attempt");
     assert_eq!(metric_steps(pool, job).await, (1..=STEPS).collect::<Vec<_>>());
-    let metrics = String::from_utf8(
-        store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap().to_vec(),
-    )
-    .unwrap();
-    let lines: Vec<i64> = metrics
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_i64().unwrap())
-        .collect();
-    assert_eq!(lines, (1..=STEPS as i64).collect::<Vec<_>>(), "one metrics.jsonl line per step");
+    assert_eq!(
+        metrics_jsonl_steps(store, job).await,
+        (1..=STEPS as i64).collect::<Vec<_>>(),
+        "one metrics.jsonl line per step"
+    );
     let kinds = event_kinds(pool, job).await;
     assert!(!kinds.contains(&"failed".to_string()), "{kinds:?}");
 }

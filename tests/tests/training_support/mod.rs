@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use verity_core::queue::{NewJob, Queue};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
+use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 use verity_worker::trainer::testing::{
     first_token_grader, target_token_jsonl, write_tiny_model_dir,
 };
@@ -80,4 +81,26 @@ pub async fn event_kinds(pool: &PgPool, job: &str) -> Vec<String> {
         .fetch_all(pool)
         .await
         .unwrap()
+}
+
+/// The steps of the lines of a job's `metrics.jsonl`, in file order.
+pub async fn metrics_jsonl_steps(store: &dyn ObjectStore, job: &str) -> Vec<i64> {
+    let bytes = store.get_bytes(&format!("jobs/{job}/metrics.jsonl")).await.unwrap();
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["step"].as_i64().unwrap())
+        .collect()
+}
+
+/// A CPU training handler over `store`, caching models in `cache`, with two grader workers.
+pub fn cpu_training_handler(store: Arc<dyn ObjectStore>, cache: &Path) -> TrainingHandler {
+    TrainingHandler::new(
+        store,
+        TrainingHandlerConfig {
+            cache_dir: cache.to_path_buf(),
+            device: candle_core::Device::Cpu,
+            grader_workers: 2,
+        },
+    )
 }
