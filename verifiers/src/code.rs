@@ -118,6 +118,69 @@ fn ending(outcome: &RunOutcome) -> &'static str {
     }
 }
 
+/// What a well-formed `tests` verdict stream says.
+#[derive(Debug, Default)]
+struct TestTally {
+    total: usize,
+    reported: usize,
+    passed: usize,
+    first_failure: Option<String>,
+    program_error: Option<String>,
+}
+
+/// A verdict stream that breaks the harness's protocol: never a score.
+pub fn malformed(why: &str) -> GradeResult {
+    GradeResult::failed(ErrorKind::Sandbox, format!("the harness's verdict stream is malformed: {why}"))
+}
+
+/// Reads the `tests` stream: one plan, then the tests in order (`index` 0, 1, …), each once,
+/// and `done` only after all of them. `None` when no plan arrived.
+fn tally_tests(outcome: &RunOutcome) -> Result<Option<TestTally>, String> {
+    outcome.check_shape(&["plan", "program_error", "test"])?;
+    let mut tally: Option<TestTally> = None;
+    for event in outcome.events.iter().skip(1) {
+        match event["event"].as_str() {
+            Some("plan") => {
+                if tally.is_some() {
+                    return Err("a second plan".into());
+                }
+                let total = event["total"].as_u64().ok_or("a plan without a total")?;
+                tally = Some(TestTally { total: total as usize, ..TestTally::default() });
+            }
+            Some("program_error") => {
+                let t = tally.as_mut().ok_or("a program error before the plan")?;
+                if t.reported > 0 || t.program_error.is_some() {
+                    return Err("a program error after the tests began".into());
+                }
+                t.program_error = Some(event["message"].as_str().unwrap_or("").to_string());
+            }
+            Some("test") => {
+                let t = tally.as_mut().ok_or("a test before the plan")?;
+                if event["index"].as_u64() != Some(t.reported as u64) || t.reported >= t.total {
+                    return Err("tests reported out of order, twice or beyond the plan".into());
+                }
+                let passed = event["passed"].as_bool().ok_or("a test without a verdict")?;
+                if passed && t.program_error.is_some() {
+                    return Err("a test passed although the program did not load".into());
+                }
+                t.reported += 1;
+                if passed {
+                    t.passed += 1;
+                } else if t.first_failure.is_none() {
+                    t.first_failure = event["message"].as_str().map(str::to_string);
+                }
+            }
+            Some("done") => {
+                if tally.as_ref().is_some_and(|t| t.reported != t.total) {
+                    return Err("done before every planned test was reported".into());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(tally)
+}
+
 fn grade_tests(
     sandbox: &SandboxConfig,
     program: &str,
@@ -139,29 +202,18 @@ fn grade_tests(
             format!("the tests do not parse: {}", e["message"]),
         );
     }
-    let Some(total) = outcome.of_kind("plan").next().and_then(|e| e["total"].as_u64()) else {
-        return GradeResult::pass_fail(false, format!("no test ran{}", ending(&outcome)));
+    let tally = match tally_tests(&outcome) {
+        Ok(Some(tally)) => tally,
+        Ok(None) => return GradeResult::pass_fail(false, format!("no test ran{}", ending(&outcome))),
+        Err(why) => return malformed(&why),
     };
-    let total = total as usize;
+    let TestTally { total, passed, first_failure, program_error, .. } = tally;
     if total == 0 {
         return GradeResult::failed(ErrorKind::BadItem, "the tests hold no test statement");
     }
-    let mut passed = 0;
-    let mut first_failure = None;
-    for event in outcome.of_kind("test") {
-        if event["passed"] == true {
-            passed += 1;
-        } else if first_failure.is_none() {
-            first_failure = event["message"].as_str().map(str::to_string);
-        }
-    }
-    let passed = if outcome.finished() { passed } else { passed.min(total) };
     let mut reason = format!("{passed}/{total} tests passed{}", ending(&outcome));
-    if let Some(e) = outcome.of_kind("program_error").next() {
-        reason.push_str(&format!(
-            "; the program failed to load: {}",
-            e["message"].as_str().unwrap_or("")
-        ));
+    if let Some(e) = program_error {
+        reason.push_str(&format!("; the program failed to load: {e}"));
     } else if let Some(f) = first_failure {
         reason.push_str(&format!("; first failure: {f}"));
     }
@@ -241,11 +293,16 @@ fn grade_cases(
     if let Some(failure) = startup_failure(&outcome) {
         return failure;
     }
+    if let Err(why) = outcome.check_shape(&["case"]) {
+        return malformed(&why);
+    }
     let mut passed = 0;
     let mut first_failure = None;
-    for event in outcome.of_kind("case") {
-        let Some(case) = event["index"].as_u64().and_then(|i| cases.get(i as usize)) else {
-            continue;
+    for (seen, event) in outcome.of_kind("case").enumerate() {
+        let index = event["index"].as_u64();
+        let Some(case) = index.filter(|&i| i == seen as u64).and_then(|i| cases.get(i as usize))
+        else {
+            return malformed("cases reported out of order, twice or beyond the input");
         };
         let got = event["stdout"].as_str().unwrap_or("");
         let ok =
@@ -254,14 +311,17 @@ fn grade_cases(
             passed += 1;
         } else if first_failure.is_none() {
             first_failure = Some(if event["timed_out"] == true {
-                format!("case {} timed out", event["index"])
+                format!("case {seen} timed out")
             } else {
                 format!(
-                    "case {} printed the wrong output (exit code {})",
-                    event["index"], event["returncode"]
+                    "case {seen} printed the wrong output (exit code {})",
+                    event["returncode"]
                 )
             });
         }
+    }
+    if outcome.finished() && outcome.of_kind("case").count() != cases.len() {
+        return malformed("done before every case was reported");
     }
     let total = cases.len();
     let mut reason = format!("{passed}/{total} cases passed{}", ending(&outcome));

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::code::{startup_failure, Limits};
+use crate::code::{malformed, startup_failure, Limits};
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
 use crate::sandbox::{run_harness, SandboxConfig};
@@ -25,6 +25,12 @@ pub fn grade(
     };
     if let Some(failure) = startup_failure(&outcome) {
         return failure;
+    }
+    if let Err(why) = outcome.check_shape(&["grade", "grade_error"]) {
+        return malformed(&why);
+    }
+    if outcome.of_kind("grade").count() + outcome.of_kind("grade_error").count() > 1 {
+        return malformed("more than one result");
     }
     if let Some(e) = outcome.of_kind("grade_error").next() {
         return GradeResult::failed(

@@ -306,7 +306,7 @@ fn python_grader_scores_and_reports_its_own_failures() {
 
 #[test]
 fn walking_frames_from_program_code_finds_no_test_namespace() {
-    // the program's frames lead back to thread start-up only, never to the tests
+    // the program runs in its own process: its frames never lead to the tests
     let program = "import sys\ndef f(x):\n    frame = sys._getframe(0)\n    while frame is not None:\n        g = frame.f_globals\n        if '__verity_cmp__' in g:\n            g['__verity_cmp__'] = lambda *a: True\n            g['__verity_truth__'] = lambda v: True\n        frame = frame.f_back\n    return 0";
     assert_wrong(&run(program, TESTS, 10_000).0);
     let program = "import sys\nclass S:\n    def __init__(self):\n        frame = sys._getframe(0)\n        while frame is not None:\n            frame.f_globals['__verity_cmp__'] = lambda *a: True\n            frame = frame.f_back\n    def f(self, x):\n        return 0";
@@ -327,7 +327,7 @@ fn walking_frames_from_program_code_finds_no_test_namespace() {
 
 #[test]
 fn module_code_cannot_reach_the_harness() {
-    // module-level code runs on its own thread: no frame leads to the harness's emit or nonce
+    // module-level code runs in the child process: no frame leads to the harness's emit or nonce
     let program = "import sys\nframe = sys._getframe(0)\nwhile frame is not None:\n    for name, value in list(frame.f_locals.items()):\n        if callable(value) and name == 'emit':\n            value('test', index=0, passed=True, message='')\n            value('test', index=1, passed=True, message='')\n            value('done')\n            import os\n            os._exit(0)\n    frame = frame.f_back\ndef f(x):\n    return 0";
     assert_wrong(&run(program, TESTS, 10_000).0);
     // exceptions of program classes are reported without running program code
@@ -339,15 +339,14 @@ fn module_code_cannot_reach_the_harness() {
 
 #[test]
 fn test_helpers_cannot_be_patched_through_frames_or_finalisers() {
-    // a program object's finaliser runs while check() runs; it patches every namespace it can
-    // reach, but the tests' helpers are bound into the compiled test code, not looked up by name
+    // a program object's finaliser runs in the program's process; it patches every namespace it
+    // can reach there, none of which is the tests'
     let program = "import sys, gc\nclass S:\n    def f(self, x):\n        return 0\n    def __del__(self):\n        frame = sys._getframe(0)\n        while frame is not None:\n            for k in list(frame.f_globals):\n                if 'verity' in k:\n                    frame.f_globals[k] = lambda *a, **kw: True\n            frame = frame.f_back";
     let tests = "def check():\n    assert S().f(1) == 2\n    assert S().f(2) == 4\ncheck()";
     assert_wrong(&run(program, tests, 10_000).0);
+    // the program's interpreter is not the tests': a correct program may re-enable the collector
     let program = "import gc\ngc.enable()\ndef f(x):\n    gc.enable()\n    return 2 * x";
-    let (r, _) = run(program, TESTS, 10_000);
-    assert_wrong(&r);
-    assert!(r.reason.contains("garbage collector"), "{r:?}");
+    assert_passes(&run(program, TESTS, 10_000).0);
     // attribute and item access on program objects still work for honest class-based tasks
     let program = "class Box:\n    def __init__(self):\n        self.items = [1, 2, 3]\n    def __getitem__(self, i):\n        return self.items[i]\n    @property\n    def size(self):\n        return len(self.items)";
     assert_passes(

@@ -1,307 +1,287 @@
-# Verity sandbox harness: runs inside bubblewrap. Reads its request from fd 4 before any untrusted
-# code runs, writes nonce-tagged JSON lines to fd 3. The verdict is never the exit status, never
-# stdout, and never a file the program can reach.
+
+# Verity sandbox harness (the verdict process). It reads its request from fd 4 before anything
+# else runs, writes nonce-tagged JSON lines to fd 3, and never runs untrusted code: the program
+# (or a user's grade()) runs in a child process started from the wire format and child sources
+# above, which has neither fd 3 nor the nonce, and cannot inspect this process (it is made
+# non-dumpable, so same-uid ptrace, /proc/<pid>/mem and /proc/<pid>/fd are refused). Everything
+# the child says arrives as plain data (exact built-in types built here) or as opaque references
+# to its objects; comparisons, truth values and arithmetic in the tests run in this clean
+# interpreter on that plain data.
 import ast
 import builtins
 import json
+import keyword
 import os
+import signal
+import subprocess
 import sys
 
+VERDICT_FD, INPUT_FD = 3, 4
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 
-def main():
-    _write, _read, _close = os.write, os.read, os.close
-    _type, _len, _repr, _str, _isinstance = type, len, repr, str, isinstance
-    _int, _float, _bool, _all, _range = int, float, bool, all, range
+
+def read_request():
     chunks = []
     while True:
-        chunk = _read(4, 1 << 16)
+        chunk = os.read(INPUT_FD, 1 << 16)
         if not chunk:
             break
         chunks.append(chunk)
-    _close(4)
-    request = json.loads(b"".join(chunks))
-    nonce = request.pop("nonce")
-    sys.path.extend(request.get("site_paths", []))  # started with -S: no .pth hooks, same packages
-    if len(sys.argv) > 1 and os.getuid() == 0:
-        # privileged bwrap (Verity runs as root): become this run's own unprivileged uid
-        uid = int(sys.argv[1])
-        os.chown("/work", uid, uid)
-        os.chown("/tmp", uid, uid)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+    os.close(INPUT_FD)
+    return json.loads(b"".join(chunks))
 
-    def quote(s):
-        out = ['"']
-        for ch in _str(s):
-            o = ord(ch)
-            if ch == '"' or ch == "\\":
-                out.append("\\" + ch)
-            elif o < 0x20 or o > 0x7E:
-                out.append("\\u%04x" % o if o <= 0xFFFF else "\\u%04x\\u%04x" % (0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)))
-            else:
-                out.append(ch)
-        out.append('"')
-        return "".join(out)
 
-    def encode(v):
-        t = _type(v)
-        if v is None:
-            return "null"
-        if t is _bool:
-            return "true" if v else "false"
-        if t is _int:
-            return _str(v)
-        if t is _float:
-            return _repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
-        if t is list:
-            return "[" + ",".join([encode(x) for x in v]) + "]"
-        if t is dict:
-            return "{" + ",".join([quote(k) + ":" + encode(x) for k, x in v.items()]) + "}"
-        return quote(v)
+def drop_privileges(uid):
+    """Privileged bwrap (Verity runs as root): become this run's own unprivileged uid."""
+    os.chown("/work", uid, uid)
+    os.chown("/tmp", uid, uid)
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
 
-    def emit(event, **fields):
+
+def make_undumpable():
+    """Refuses ptrace, /proc/<pid>/mem, /proc/<pid>/fd and pidfd_getfd to same-uid processes."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+class Verdict:
+    """The verdict channel: one JSON line per event, tagged with the run's nonce."""
+
+    def __init__(self, nonce):
+        self.nonce = nonce
+
+    def emit(self, event, **fields):
         fields["event"] = event
-        fields["nonce"] = nonce
-        data = (encode(fields) + "\n").encode("utf-8", "replace")
+        fields["nonce"] = self.nonce
+        data = (json.dumps(fields, ensure_ascii=True, allow_nan=False) + "\n").encode()
         while data:
+            data = data[os.write(VERDICT_FD, data):]
+
+
+def describe(e):
+    """A message for an exception raised in this process (never program code)."""
+    detail = ""
+    if len(e.args) == 1 and type(e.args[0]) in (str, int, float):
+        detail = str(e.args[0])[:300]
+    name = type(e).__name__
+    return name + ": " + detail if detail else name
+
+
+def spawn_child(request):
+    """Starts the child that runs untrusted code; returns (process, write fd, read fd)."""
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", request["child_source"], str(to_child_r), str(from_child_w)],
+        stdin=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w), cwd="/work")
+    os.close(to_child_r)
+    os.close(from_child_w)
+    return proc, to_child_w, from_child_r
+
+
+def kill_program_processes():
+    """Kills every process this one may signal except itself and the sandbox's init: the
+    program's processes, strays included (they share this uid; init is bwrap)."""
+    for _ in range(100):  # again until nothing is left (a fork bomb forks while it is killed)
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            return
+
+
+# ---------------------------------------------------------------- tests
+
+# Exceptions the child may name that the tests then see as raised; any other becomes RuntimeError
+# (a StopIteration from a call must not end a loop of the tests early).
+RAISABLE = frozenset(
+    name for name, v in vars(builtins).items()
+    if isinstance(v, type) and issubclass(v, Exception) and not issubclass(v, (StopIteration, StopAsyncIteration)))
+COMPARE_REFUSED = ("comparison, truth value or arithmetic on an object of the program: "
+                   "tests compare plain data (the program's functions must return built-in types)")
+
+
+# Modules whose import acts (prints, opens a browser or a window, adds built-ins).
+NOT_REIMPORTED = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo",
+                            "tkinter", "turtle", "site", "sitecustomize", "usercustomize", "webbrowser"})
+
+
+class ProgramGone(Exception):
+    """The program's process ended or broke the protocol; every later interaction fails."""
+
+
+def program_exception(error):
+    if type(error) is not list or len(error) != 3 or type(error[0]) is not str or type(error[1]) is not str:
+        raise ProgramGone("the program's process sent a malformed error")
+    base, message, defined_by_program = error[0], error[1][:300], error[2] is True
+    cls = getattr(builtins, base) if base in RAISABLE else RuntimeError
+    if defined_by_program:
+        message = "an exception of a class defined by the program (derived from " + base + ")"
+    elif cls is RuntimeError and base != "RuntimeError":
+        message = "the program raised " + base + (": " + message if message else "")
+    try:
+        return cls(message) if message else cls()
+    except Exception:  # a built-in exception that needs more arguments
+        return RuntimeError(base + ": " + message)
+
+
+class Program:
+    """The client side of the child's object protocol."""
+
+    def __init__(self, wfd, rfd):
+        self.wfd, self.rfd = wfd, rfd
+        self.broken = None
+        self.objects = {}
+        self.object_class = make_object_class(self)
+
+    def fail(self, why):
+        self.broken = why
+        raise ProgramGone(why)
+
+    def obj(self, n):
+        o = self.objects.get(n)
+        if o is None:
+            o = object.__new__(self.object_class)
+            object.__setattr__(o, "_verity_ref", n)
+            self.objects[n] = o
+        return o
+
+    def module(self, name, n):
+        """A module the program imported, imported again here from the read-only sys.path (so
+        the tests' `math.isclose` is never the program's); otherwise an opaque reference."""
+        parts = name.split(".")
+        if all(p.isidentifier() and p != "__main__" for p in parts) and parts[0] not in NOT_REIMPORTED:
             try:
-                n = _write(3, data)
-            except OSError:
-                return
-            data = data[n:]
+                import importlib
+                return importlib.import_module(name)
+            except BaseException:  # noqa: B036
+                pass
+        return self.obj(n)
 
-    emit("ready")
-    mode = request["mode"]
-    if mode == "cases":
-        run_cases(request, emit)
-    else:
-        harden(request)
-        if mode == "tests":
-            run_tests(request, emit, _type, _isinstance, _bool, _all, _len)
-        else:
-            run_grade(request, emit, _type, _float, _int, _bool)
-    emit("done")
-    os._exit(0)
+    def value(self, node, with_modules=False):
+        try:
+            return decode(node, self.obj, self.module if with_modules else None)
+        except WireError as e:
+            self.fail("the program's process sent a malformed value: " + str(e))
 
+    def encode_arg(self, value):
+        def other(x):
+            if type(x) is self.object_class:
+                return {"p": object.__getattribute__(x, "_verity_ref")}
+            for base in (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset):
+                if isinstance(x, base):
+                    return encode(base(x), other)
+            if isinstance(x, bytearray):
+                return encode(bytes(x), other)
+            raise TypeError("tests can pass only plain data and the program's own objects to the program")
+        return encode(value, other)
 
-BLOCKED_EVENTS = frozenset({
-    "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
-    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-})
-TRUSTED_FILES = frozenset({"<tests>", "<string>"})
-FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_globals", "f_locals"})
+    def request(self, op, target, **fields):
+        if self.broken is not None:
+            raise ProgramGone(self.broken)
+        fields["op"] = op
+        fields["target"] = {"p": object.__getattribute__(target, "_verity_ref")}
+        try:
+            send(self.wfd, fields)
+            reply = recv(self.rfd)
+        except WireError as e:
+            self.fail("the program's process ended or broke the protocol (" + str(e) + ")")
+        if type(reply) is not dict or len(reply) != 1:
+            self.fail("the program's process sent a malformed reply")
+        if "value" in reply:
+            return self.value(reply["value"])
+        if "error" in reply:
+            raise program_exception(reply["error"])
+        if op == "next" and reply.get("stop") is True:
+            raise StopIteration
+        self.fail("the program's process sent a malformed reply")
 
-
-def harden(request):
-    """Untrusted code may not inspect the harness's frames, objects or memory, nor rewrite code."""
-
-    def hook(event, args, _events=BLOCKED_EVENTS, _frames=FRAME_ATTRS, _trusted=TRUSTED_FILES, _err=RuntimeError,
-             _isinstance=isinstance, _str=str, _bytes=bytes, _len=len, _startswith=str.startswith,
-             _bstartswith=bytes.startswith):
-        if event in _events or _startswith(event, "ctypes."):
-            raise _err("blocked by the sandbox: " + event)
-        if event == "sys._getframe" and args and args[0].f_code.co_filename in _trusted:
-            raise _err("blocked by the sandbox: harness frame")
-        if event == "object.__getattr__" and _len(args) > 1 and args[1] in _frames:
-            raise _err("blocked by the sandbox: frame access")
-        if (event == "object.__setattr__" or event == "object.__delattr__") and _len(args) > 1 and args[1] == "__code__":
-            raise _err("blocked by the sandbox: code replacement")
-        if event == "open" and args:
-            path = args[0]
-            if (_isinstance(path, _str) and _startswith(path, "/proc")) or (_isinstance(path, _bytes) and _bstartswith(path, b"/proc")):
-                raise _err("blocked by the sandbox: /proc")
-
-    sys.addaudithook(hook)
-
-
-def plain_checker(_type, _isinstance, _all, _len):
-    # identity checks only: `t in {...}` would hash t and could run a program metaclass
-    atoms = frozenset(id(t) for t in (int, float, complex, str, bytes, bool, type(None)))
-    seqs = frozenset(id(t) for t in (list, tuple, set, frozenset))
-    _id, _dict = id, dict
-
-    def plain(x, depth=0):
-        t = _id(_type(x))
-        if t in atoms:
-            return True
-        if depth > 64:
-            return False
-        if t in seqs:
-            return _all([plain(i, depth + 1) for i in x])
-        if t == _id(_dict):
-            return _all([plain(k, depth + 1) and plain(v, depth + 1) for k, v in x.items()])
-        return False
-
-    return plain
-
-
-def make_compare(plain, _bool):
-    import operator as op
-    table = {
-        "Eq": op.eq, "NotEq": op.ne, "Lt": op.lt, "LtE": op.le, "Gt": op.gt, "GtE": op.ge,
-        "Is": op.is_, "IsNot": op.is_not, "In": lambda a, b: op.contains(b, a),
-        "NotIn": lambda a, b: not op.contains(b, a),
-    }
-
-    def compare(ops, values):
-        # Only plain data (exact builtin types, recursively) is compared: objects whose __eq__
-        # or __lt__ always answer True cannot pass a test.
-        for v in values:
-            if not plain(v):
-                return False
-        for i, name in enumerate(ops):
-            if not _bool(table[name](values[i], values[i + 1])):
-                return False
-        return True
-
-    def truth(value):
-        if not plain(value):
-            raise AssertionError("assert on a value that is not plain data")
-        return _bool(value)
-
-    return compare, truth
-
-
-def make_isolated_runner(_type, plain):
-    """Runs a callable on a fresh thread and returns (ok, value or exception): program code run
-    this way has stack frames that lead back to thread start-up only, never to the harness.
-    Objects coming back are kept alive for the whole run, so their finalisers never run on a
-    harness thread; re-enabling the garbage collector is reported as tampering."""
-    import _thread
-    import gc
-    import types
-    generator = types.GeneratorType
-    _start_thread, _new_lock, _list, _isenabled, _disable = (
-        _thread.start_new_thread, _thread.allocate_lock, list, gc.isenabled, gc.disable)
-    keepalive = []
-    state = {"tampered": False}
-
-    def run(fn, args, kwargs):
-        box = {}
-        finished = _new_lock()
-        finished.acquire()
-
-        def runner():
+    def load(self, request):
+        """Runs the program's module code in the child; returns its exports or an error text."""
+        message = {"mode": "tests", "program": request["program"], "site_paths": request.get("site_paths", [])}
+        try:
+            send(self.wfd, message)
+            reply = recv(self.rfd)
+        except WireError as e:
+            return None, "the program's process ended while loading (" + str(e) + ")"
+        if type(reply) is not dict:
+            return None, "the program's process sent a malformed reply"
+        if reply.get("loaded") is not True:
             try:
-                result = fn(*args, **kwargs)
-                if _type(result) is generator:
-                    result = _list(result)
-                box["result"] = result
-            except BaseException as e:  # noqa: B036
-                box["error"] = e
-            finally:
-                finished.release()
-
-        _start_thread(runner, ())
-        finished.acquire()
-        if _isenabled():
-            _disable()
-            state["tampered"] = True
-        if "error" in box:
-            error = box["error"]
-            keepalive.append(error)
-            return False, error
-        result = box.get("result")
-        if not plain(result):
-            keepalive.append(result)
-        return True, result
-
-    return run, state
+                return None, describe(program_exception(reply.get("error")))
+            except ProgramGone as e:
+                return None, str(e)
+        exports = reply.get("exports")
+        if type(exports) is not dict:
+            return None, "the program's process sent a malformed reply"
+        shadowed = frozenset(dir(builtins))
+        namespace = {}
+        try:
+            for name, node in exports.items():
+                # names of built-ins stay the built-ins: a program defining `all` or `range`
+                # cannot change what the tests' own calls mean
+                if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__") \
+                        and name not in shadowed:
+                    namespace[name] = self.value(node, with_modules=True)
+        except ProgramGone as e:
+            return None, str(e)
+        return namespace, None
 
 
-def make_call_check(plain, program_ns, _type, isolated):
-    import types
-    function_type, method_type = types.FunctionType, types.MethodType
-    _list, _id, _getattr = list, id, getattr
-    builtin_callables = frozenset(id(v) for v in builtins.__dict__.values() if callable(v))
+def make_object_class(program):
+    request = program.request
 
-    def call(fn, *args, **kwargs):
-        # Calls that may run program code run on a fresh thread (see make_isolated_runner).
-        if _id(fn) in builtin_callables and plain(_list(args)) and plain(kwargs):
-            return fn(*args, **kwargs)
-        ok, result = isolated(fn, args, kwargs)
-        if not ok:
-            raise result
-        # Values returned by the program's functions must be plain data: objects that answer
-        # every comparison or arithmetic with what the test wants cannot pass.
-        t = _type(fn)
-        if t is function_type or t is method_type:
-            owner = fn.__func__ if t is method_type else fn
-            if owner.__globals__ is program_ns and not plain(result):
-                raise AssertionError("the program returned a non-plain value")
-        return result
+    def refused(*_args):
+        raise TypeError(COMPARE_REFUSED)
 
-    def get_attr(obj, name):
-        if plain(obj):
-            return _getattr(obj, name)
-        ok, result = isolated(_getattr, (obj, name), {})
-        if not ok:
-            raise result
-        return result
+    class ProgramObject:
+        """An opaque reference to an object in the program's process. Calls, attribute and
+        item access, iteration, len, str and repr ask the program; everything whose answer
+        the tests would trust as a comparison of values is refused."""
+        __slots__ = ("_verity_ref",)
 
-    def get_item(obj, key):
-        if plain(obj) and plain(key):
-            return obj[key]
-        ok, result = isolated(lambda o, k: o[k], (obj, key), {})
-        if not ok:
-            raise result
-        return result
+        def __getattr__(self, name):
+            if name.startswith("__") and name.endswith("__"):
+                raise AttributeError(name)
+            return request("getattr", self, name=name)
 
-    return call, get_attr, get_item
+        def __setattr__(self, name, value):
+            request("setattr", self, name=name, value=program.encode_arg(value))
 
+        def __call__(self, *args, **kwargs):
+            return request("call", self, args=[program.encode_arg(a) for a in args],
+                           kwargs={k: program.encode_arg(v) for k, v in kwargs.items()})
 
-# Placeholders the rewriter calls; after compilation they are swapped for the harness's
-# functions inside the code objects' constants, so no namespace entry can be patched.
-CMP, TRUTH, CALL, GETATTR, GETITEM = ("\0verity:" + n for n in ("cmp", "truth", "call", "getattr", "getitem"))
+        def __getitem__(self, key):
+            return request("getitem", self, key=program.encode_arg(key))
 
+        def __setitem__(self, key, value):
+            request("setitem", self, key=program.encode_arg(key), value=program.encode_arg(value))
 
-def placeholder_call(name, args, node):
-    return ast.copy_location(ast.Call(ast.Constant(name), args, []), node)
+        def __iter__(self):
+            return request("iter", self)
 
+        def __next__(self):
+            return request("next", self)
 
-class Rewriter(ast.NodeTransformer):
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        call = ast.Call(ast.Constant(CALL), [node.func] + list(node.args), list(node.keywords))
-        return ast.copy_location(call, node)
+        def __len__(self):
+            return request("len", self)
 
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        if not isinstance(node.ctx, ast.Load):
-            return node
-        return placeholder_call(GETATTR, [node.value, ast.Constant(node.attr)], node)
+        def __str__(self):
+            return request("str", self)
 
-    def visit_Subscript(self, node):
-        self.generic_visit(node)
-        if not isinstance(node.ctx, ast.Load):
-            return node
-        return placeholder_call(GETITEM, [node.value, node.slice], node)
+        def __repr__(self):
+            return request("repr", self)
 
-    def visit_Compare(self, node):
-        self.generic_visit(node)
-        ops = ast.Tuple([ast.Constant(type(o).__name__) for o in node.ops], ast.Load())
-        values = ast.List([node.left] + list(node.comparators), ast.Load())
-        return placeholder_call(CMP, [ops, values], node)
+        def __hash__(self):
+            return id(self)
 
-    def visit_Assert(self, node):
-        self.generic_visit(node)
-        node.test = placeholder_call(TRUTH, [node.test], node.test)
-        return node
+        __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = refused
 
-
-def bind_placeholders(code, functions, _type=type):
-    """Replaces placeholder constants (recursively through nested code) with the functions."""
-    code_type = _type(code)
-    consts = []
-    for c in code.co_consts:
-        if _type(c) is str and c in functions:
-            consts.append(functions[c])
-        elif _type(c) is code_type:
-            consts.append(bind_placeholders(c, functions))
-        else:
-            consts.append(c)
-    return code.replace(co_consts=tuple(consts))
+    return ProgramObject
 
 
 def is_test_statement(stmt):
@@ -309,122 +289,151 @@ def is_test_statement(stmt):
                                  ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Pass))
 
 
-BUILTIN_EXCEPTIONS = frozenset(
-    id(v) for v in builtins.__dict__.values() if isinstance(v, type) and issubclass(v, BaseException))
-
-
-def describe(e, _type=type, _len=len, _str=str, _id=id):
-    """A message for an exception that never runs program code (no __str__/__repr__ of its own)."""
-    t = _type(e)
-    if _id(t) not in BUILTIN_EXCEPTIONS:
-        return "an exception of a class defined by the program"
-    args = BaseException.__dict__["args"].__get__(e)
-    detail = ""
-    if _len(args) == 1 and (_type(args[0]) is _str or _type(args[0]) is int or _type(args[0]) is float):
-        detail = ": " + _str(args[0])[:300]
-    return t.__name__ + detail
-
-
-def run_tests(request, emit, _type, _isinstance, _bool, _all, _len):
-    clean_builtins = dict(builtins.__dict__)
+def run_tests(request, verdict):
     try:
         tree = ast.parse(request["tests"], "<tests>")
     except SyntaxError as e:
-        emit("tests_invalid", message=describe(e))
+        verdict.emit("tests_invalid", message=describe(e))
         return
-    statements = [Rewriter().visit(s) for s in tree.body]
-    tests = [i for i, s in enumerate(statements) if is_test_statement(s)]
-    emit("plan", total=len(tests))
-    plain = plain_checker(_type, _isinstance, _all, _len)
-    compare, truth = make_compare(plain, _bool)
-    program_ns = {"__name__": "solution", "__builtins__": builtins}
-    isolated, state = make_isolated_runner(_type, plain)
-    call_check, get_attr, get_item = make_call_check(plain, program_ns, _type, isolated)
-    functions = {CMP: compare, TRUTH: truth, CALL: call_check, GETATTR: get_attr, GETITEM: get_item}
-    import gc
-    import warnings
-    compiled = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "'str' object is not callable" on placeholders
-        for s in statements:
-            module = ast.fix_missing_locations(ast.Module([s], []))
-            compiled.append(bind_placeholders(compile(module, "<tests>", "exec"), functions))
-    gc.disable()
-    try:
-        program = compile(request["program"], "solution.py", "exec")
-        ok, error = isolated(exec, (program, program_ns), {})
-        loaded = None if ok else describe(error)
-    except BaseException as e:  # noqa: B036 - SystemExit and friends are failures too
-        loaded = describe(e)
-    if loaded is not None:
-        emit("program_error", message=loaded)
-    test_ns = dict(program_ns)
-    test_ns["__builtins__"] = clean_builtins
-    test_ns["__name__"] = "__tests__"
-    for index, code in enumerate(compiled):
-        counted = index in tests
-        if loaded is not None:
-            if counted:
-                emit("test", index=index, passed=False, message="program failed to load")
-            continue
-        try:
-            exec(code, test_ns)
-            ok, message = True, ""
-        except BaseException as e:  # noqa: B036
-            ok, message = False, describe(e)
-        if state["tampered"]:
-            ok, message = False, "the program re-enabled the garbage collector"
+    statements = [(s, is_test_statement(s)) for s in tree.body]
+    verdict.emit("plan", total=sum(1 for _, counted in statements if counted))
+    proc, wfd, rfd = spawn_child(request)
+    program = Program(wfd, rfd)
+    namespace, load_error = program.load(request)
+    if load_error is not None:
+        verdict.emit("program_error", message=load_error)
+    tests = dict(namespace or {})
+    tests["__name__"] = "__tests__"
+    tests["__builtins__"] = builtins
+    ordinal = 0
+    for statement, counted in statements:
+        if load_error is not None:
+            ok, message = False, "program failed to load"
+        else:
+            try:
+                exec(compile(ast.Module([statement], []), "<tests>", "exec"), tests)
+                ok, message = True, ""
+            except BaseException as e:  # noqa: B036 - SystemExit and friends are failures too
+                ok, message = False, describe(e)
         if counted:
-            emit("test", index=index, passed=ok, message=message)
+            verdict.emit("test", index=ordinal, passed=ok, message=message)
+            ordinal += 1
 
 
-def run_grade(request, emit, _type, _float, _int, _bool):
-    namespace = {"__name__": "grader", "__builtins__": builtins}
+# ---------------------------------------------------------------- grade
+
+def run_grade(request, verdict):
+    proc, wfd, rfd = spawn_child(request)
     try:
-        exec(compile(request["program"], "grader.py", "exec"), namespace)
-        grade = namespace["grade"]
-        value = grade(request["sample"], request["item"])
-    except BaseException as e:  # noqa: B036
-        emit("grade_error", message=describe(e))
+        send(wfd, {"mode": "grade", "program": request["program"], "sample": request["sample"],
+                   "item": request["item"], "site_paths": request.get("site_paths", [])})
+        reply = recv(rfd)
+    except WireError:
+        verdict.emit("grade_error", message="grade() ended without a result")
         return
-    if _type(value) not in (_float, _int, _bool):
-        emit("grade_error", message="grade() returned " + _type(value).__name__ + ", not a number")
-        return
-    emit("grade", score=_float(value))
+    if type(reply) is dict and len(reply) == 1 and type(reply.get("score")) in (int, float):
+        score = float(reply["score"])
+        if score - score == 0.0:
+            verdict.emit("grade", score=score)
+        else:
+            verdict.emit("grade_error", message="grade() returned a non-finite number")
+    elif type(reply) is dict and len(reply) == 1 and "error" in reply:
+        try:
+            verdict.emit("grade_error", message=describe(program_exception(reply["error"])))
+        except ProgramGone as e:
+            verdict.emit("grade_error", message=str(e))
+    else:
+        verdict.emit("grade_error", message="grade() sent a malformed result")
 
 
-def run_cases(request, emit):
-    import signal
-    import subprocess
+# ---------------------------------------------------------------- cases
+
+def case_stdin(text):
+    data = text.encode("utf-8")
+    fd = os.memfd_create("stdin", 0)
+    while data:
+        data = data[os.write(fd, data):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_case(request, stdin_text):
+    """Runs one case; returns (stdout bytes, truncated, exit code, timed out)."""
+    import select
+    import time
+    cap = request["max_case_output"]
+    boot = ("import sys, runpy; sys.path.extend(sys.argv[1:]); sys.argv = ['main.py']; "
+            "runpy.run_path('/work/main.py', run_name='__main__')")
+    stdin_fd = case_stdin(stdin_text)
+    out_r, out_w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", boot] + request.get("site_paths", []),
+                                stdin=stdin_fd, stdout=out_w, stderr=subprocess.DEVNULL, cwd="/work",
+                                start_new_session=True)
+    except OSError:
+        os.close(out_r)
+        return b"", False, None, False
+    finally:
+        os.close(out_w)
+        os.close(stdin_fd)
+    deadline = time.monotonic() + request["case_timeout_s"]
+    out, timed_out, truncated = bytearray(), False, False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = proc.poll() is None
+            break
+        ready, _, _ = select.select([out_r], [], [], min(left, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(out_r, 1 << 16)
+        if not chunk:
+            break
+        out += chunk
+        if len(out) > cap:
+            truncated = True
+            break
+    if not (timed_out or truncated):
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    kill_program_processes()  # the case and anything it left behind: no stray writes into later cases
+    proc.wait()
+    os.close(out_r)
+    return bytes(out[:cap]), truncated, proc.returncode, timed_out
+
+
+def run_cases(request, verdict):
     with open("/work/main.py", "w") as f:
         f.write(request["program"])
-    cap = request["max_case_output"]
-    deadline = request["case_timeout_s"]
     for index, stdin_text in enumerate(request["inputs"]):
-        with open("/work/in.txt", "w") as f:
-            f.write(stdin_text)
-        out_path = "/work/out_%d.txt" % index
-        timed_out = False
-        with open("/work/in.txt", "rb") as fin, open(out_path, "wb") as fout:
-            boot = ("import sys, runpy; sys.path.extend(sys.argv[1:]); sys.argv = ['main.py']; "
-                    "runpy.run_path('/work/main.py', run_name='__main__')")
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", boot] + request.get("site_paths", []),
-                                    stdin=fin, stdout=fout,
-                                    stderr=subprocess.DEVNULL, cwd="/work", start_new_session=True)
-            try:
-                proc.wait(timeout=deadline)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
-        with open(out_path, "rb") as f:
-            out = f.read(cap + 1)
-        os.unlink(out_path)
-        emit("case", index=index, stdout=out[:cap].decode("utf-8", "replace"), truncated=len(out) > cap,
-             returncode=proc.returncode, timed_out=timed_out)
+        out, truncated, returncode, timed_out = run_case(request, stdin_text)
+        verdict.emit("case", index=index, stdout=out.decode("utf-8", "replace"), truncated=truncated,
+                     returncode=returncode, timed_out=timed_out)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    os.set_inheritable(VERDICT_FD, False)
+    request = read_request()
+    verdict = Verdict(request.pop("nonce"))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.path.extend(request.get("site_paths", []))  # started with -S: no .pth hooks, same packages
+    if len(sys.argv) > 1 and os.getuid() == 0:
+        drop_privileges(int(sys.argv[1]))
+    make_undumpable()
+    verdict.emit("ready")
+    mode = request["mode"]
+    if mode == "cases":
+        run_cases(request, verdict)
+    elif mode == "tests":
+        run_tests(request, verdict)
+    else:
+        run_grade(request, verdict)
+    verdict.emit("done")
+    os._exit(0)
 
 
 main()

@@ -7,7 +7,10 @@
 //! limit holds; a wall-clock SIGKILL of the whole process group; capped stdout/stderr. Inputs
 //! (program, tests) travel through a pipe the harness reads before untrusted code runs, and the
 //! verdict travels back on a separate pipe in nonce-tagged lines, so exit codes and printed text
-//! cannot forge it.
+//! cannot forge it. Inside, the harness (`harness.py`) never runs untrusted code: the program or
+//! a user's `grade()` runs in a child process (`child.py`) that has neither the verdict pipe nor
+//! the nonce and answers only in plain data (`wire.py`); the tests run in the harness's clean
+//! interpreter on that data (docs/security.md, "Grader integrity").
 
 mod config;
 mod run;

@@ -14,8 +14,10 @@ use serde_json::Value;
 use super::config::SandboxConfig;
 use super::SandboxError;
 
-/// The harness script run inside the sandbox.
-const HARNESS: &str = include_str!("harness.py");
+/// The harness script run inside the sandbox: the verdict process, which never runs untrusted code.
+const HARNESS: &str = concat!(include_str!("wire.py"), include_str!("harness.py"));
+/// The child script the harness starts to run untrusted code (the program, or a user's grade()).
+const CHILD: &str = concat!(include_str!("wire.py"), include_str!("child.py"));
 /// Bytes of verdict lines kept.
 const MAX_VERDICT_BYTES: usize = 8 << 20;
 /// How long pipes may stay open after the sandbox exits or is killed.
@@ -63,6 +65,29 @@ impl RunOutcome {
     /// The harness reached its end.
     pub fn finished(&self) -> bool {
         self.events.iter().any(|e| e["event"] == "done")
+    }
+
+    /// Checks the shape every verdict stream has: `ready` first, only the given kinds (plus
+    /// `ready` and `done`) after it, and `done`, when present, once and last. Only the harness
+    /// holds the verdict pipe and the nonce, so a stream breaking this is a harness bug or a
+    /// breach, never a verdict.
+    pub fn check_shape(&self, kinds: &[&str]) -> Result<(), String> {
+        let kind = |e: &Value| e["event"].as_str().unwrap_or("").to_string();
+        match self.events.first() {
+            Some(e) if e["event"] == "ready" => {}
+            _ => return Err("it does not start with ready".into()),
+        }
+        for (i, e) in self.events.iter().enumerate().skip(1) {
+            let k = kind(e);
+            if k == "done" {
+                if i + 1 != self.events.len() {
+                    return Err("events follow done".into());
+                }
+            } else if !kinds.contains(&k.as_str()) {
+                return Err(format!("unexpected event '{k}'"));
+            }
+        }
+        Ok(())
     }
 
     /// Events of one kind.
@@ -364,6 +389,7 @@ pub fn run_harness(
             .map(|p| Value::String(p.to_string_lossy().into_owned()))
             .collect();
         map.insert("site_paths".into(), Value::Array(site));
+        map.insert("child_source".into(), Value::String(CHILD.into()));
     }
     let input = serde_json::to_vec(&payload).map_err(|e| SandboxError::Io(io::Error::other(e)))?;
     let (verdict_r, verdict_w) = pipe().map_err(SandboxError::Io)?;

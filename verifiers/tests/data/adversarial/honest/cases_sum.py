@@ -1,0 +1,3 @@
+# honest: read two integers and print their sum
+a, b = map(int, input().split())
+print(a + b)

@@ -1,0 +1,3 @@
+# honest: a correct add
+def add(a, b):
+    return a + b

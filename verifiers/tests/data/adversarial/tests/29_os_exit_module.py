@@ -1,0 +1,3 @@
+# technique: os._exit(0) at import time
+import os
+os._exit(0)
