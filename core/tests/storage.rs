@@ -247,3 +247,18 @@ async fn s3_presigned_url_downloads_over_http() {
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(response.bytes().await.unwrap().to_vec(), body);
 }
+
+#[tokio::test]
+async fn s3_stale_probe_objects_are_swept() {
+    use verity_core::storage::{sweep_stale_probes, PROBE_PREFIX};
+    let Some(store) = s3_store("probes").await else { return };
+    let key = format!("{PROBE_PREFIX}/left-over");
+    store.put_bytes(&key, Bytes::from_static(b"verity readiness probe")).await.unwrap();
+    store.put_bytes("files/kept.jsonl", Bytes::from_static(b"{}")).await.unwrap();
+    // Younger than the age limit: a probe in flight keeps its object.
+    assert_eq!(sweep_stale_probes(&store, Duration::from_secs(3600)).await.unwrap(), 0);
+    assert!(store.head(&key).await.unwrap().is_some());
+    assert_eq!(sweep_stale_probes(&store, Duration::ZERO).await.unwrap(), 1);
+    assert!(store.head(&key).await.unwrap().is_none());
+    assert!(store.head("files/kept.jsonl").await.unwrap().is_some());
+}

@@ -1,7 +1,8 @@
 //! Readiness that tells the truth fast: with Postgres stopped an API call answers 503
 //! `database_unavailable` with `Retry-After` within seconds and `/readyz` answers 503; an
 //! unwritable object store makes `/readyz` 503; stale temporary files of interrupted local
-//! writes are swept while a write in progress keeps its own.
+//! writes are swept while a write in progress keeps its own, and so are readiness-probe objects
+//! a probe could not delete.
 
 mod api_support;
 
@@ -143,6 +144,29 @@ async fn stale_temporary_files_are_swept_and_writes_in_progress_are_kept() {
     let shared: &dyn ObjectStore = &reopened;
     assert_eq!(shared.sweep_stale_temp(Duration::from_secs(1)).await.unwrap(), 1);
     assert!(!fresh.exists());
+}
+
+#[tokio::test]
+async fn stale_readiness_probe_objects_are_swept_and_probes_in_flight_are_kept() {
+    use verity_core::storage::{sweep_stale_probes, PROBE_PREFIX, STALE_PROBE_AGE};
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::open(dir.path(), None).await.unwrap();
+    let bytes = || bytes::Bytes::from_static(b"verity readiness probe");
+    // A probe whose delete failed (the store went away mid-probe) 20 minutes ago, and one in flight.
+    store.put_bytes(&format!("{PROBE_PREFIX}/left-over"), bytes()).await.unwrap();
+    store.put_bytes(&format!("{PROBE_PREFIX}/in-flight"), bytes()).await.unwrap();
+    store.put_bytes("files/a.jsonl", bytes()).await.unwrap();
+    let old = store.root().join(PROBE_PREFIX).join("left-over");
+    let file = std::fs::File::options().write(true).open(&old).unwrap();
+    file.set_modified(SystemTime::now() - 2 * STALE_PROBE_AGE).unwrap();
+
+    let shared: &dyn ObjectStore = &store;
+    assert_eq!(sweep_stale_probes(shared, STALE_PROBE_AGE).await.unwrap(), 1);
+    assert!(!old.exists(), "the left-over probe object is gone");
+    let left: Vec<String> = store.list("").await.unwrap().into_iter().map(|o| o.key).collect();
+    assert_eq!(left, [format!("{PROBE_PREFIX}/in-flight"), "files/a.jsonl".to_string()]);
+
+    // (What /readyz itself writes it deletes: readyz_writes_to_the_store_and_fails_when_it_cannot.)
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

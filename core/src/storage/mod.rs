@@ -198,11 +198,40 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Folder of the small objects readiness probes write and delete again (no API object uses it).
+pub const PROBE_PREFIX: &str = ".readyz";
+
+/// Probe objects older than this were left by a probe that could not delete its object (a
+/// store outage during the delete, a process killed mid-probe); a probe lasts at most seconds.
+pub const STALE_PROBE_AGE: Duration = Duration::from_secs(600);
+
+/// Removes readiness-probe objects (under [`PROBE_PREFIX`]) last written more than `max_age`
+/// ago; returns how many. Objects whose backend reports no date are kept.
+pub async fn sweep_stale_probes(
+    store: &dyn ObjectStore,
+    max_age: Duration,
+) -> Result<usize, StorageError> {
+    let max_age = chrono::Duration::from_std(max_age).unwrap_or(chrono::Duration::MAX);
+    let cutoff = Utc::now().checked_sub_signed(max_age).unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let mut removed = 0;
+    for object in store.list(&format!("{PROBE_PREFIX}/")).await? {
+        if object.last_modified.is_some_and(|at| at <= cutoff) {
+            store.delete(&object.key).await?;
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, "removed stale readiness-probe objects");
+    }
+    Ok(removed)
+}
+
 /// How often [`spawn_temp_sweeper`] sweeps.
 pub const TEMP_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 
-/// Sweeps `store`'s stale temporary files ([`STALE_TEMP_AGE`]) every [`TEMP_SWEEP_INTERVAL`]
-/// until the runtime stops; failures are logged and retried at the next sweep.
+/// Sweeps `store`'s stale temporary files ([`STALE_TEMP_AGE`]) and stale readiness-probe
+/// objects ([`STALE_PROBE_AGE`]) every [`TEMP_SWEEP_INTERVAL`] until the runtime stops; failures
+/// are logged and retried at the next sweep.
 pub fn spawn_temp_sweeper(store: Arc<dyn ObjectStore>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(TEMP_SWEEP_INTERVAL);
@@ -212,6 +241,9 @@ pub fn spawn_temp_sweeper(store: Arc<dyn ObjectStore>) -> tokio::task::JoinHandl
             every.tick().await;
             if let Err(error) = store.sweep_stale_temp(STALE_TEMP_AGE).await {
                 tracing::warn!(%error, "could not sweep the object store's temporary files");
+            }
+            if let Err(error) = sweep_stale_probes(store.as_ref(), STALE_PROBE_AGE).await {
+                tracing::warn!(%error, "could not sweep the object store's probe objects");
             }
         }
     })

@@ -7,12 +7,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::time::Duration;
+use verity_core::storage::PROBE_PREFIX;
 
 /// Longest a readiness check waits for the database or the object store.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Folder of the objects the store check writes and deletes again (no API object uses it).
-const PROBE_PREFIX: &str = ".readyz";
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -27,7 +25,8 @@ pub async fn healthz() -> Json<Value> {
 
 // 200 `{"status": "ready", "checks": {...}}`, or 503 `{"status": "unavailable", "reason":
 // "...", "checks": {...}}`. The database check runs a query; the store check writes, reads
-// back and deletes a small object under `.readyz/`, so a full disk, a read-only mount or a
+// back and deletes a small object under `.readyz/` (leftovers of a failed delete are swept by
+// `verity_core::storage::spawn_temp_sweeper`), so a full disk, a read-only mount or a
 // vanished store root is 503, not only an unreachable one. Both run concurrently, each for at
 // most two seconds; the worker check (only in a process that runs one, `verity up`) reads the
 // claim loop's liveness: dead, stopped, stuck, or failing to reach the queue for a while is 503.
