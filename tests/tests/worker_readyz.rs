@@ -149,6 +149,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         memory_mb: 1024,
         cache_dir: app.dir.path().join("cache"),
         grader_workers: 1,
+        grader_budget: None,
         max_jobs: None,
     };
     let shutdown = CancellationToken::new();

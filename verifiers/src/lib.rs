@@ -26,7 +26,7 @@ pub mod spec;
 pub mod template;
 
 pub use grader::{Grader, InvalidGrader, SpecError};
-pub use pool::GraderPool;
+pub use pool::{GraderPool, GradingBudget};
 pub use result::{ErrorKind, GradeError, GradeResult};
 pub use sample::Sample;
 pub use sandbox::SandboxConfig;

@@ -1,51 +1,62 @@
 //! A bounded pool that grades batches in parallel, for the trainer and the CLI.
 //!
 //! At most `workers` gradings run at once across every batch submitted to one pool (sandboxed
-//! gradings are processes, so the bound is what keeps a host healthy). The blocking API uses
-//! scoped threads; the async API moves the batch onto tokio's blocking threads.
+//! gradings are processes, so the bound is what keeps a host healthy). The bound is a
+//! [`GradingBudget`] that several pools — and the API's `graders/run` slots, in a process that
+//! serves both (`verity up`) — can share, so grading in one process never takes more than one
+//! budget of cores. The blocking API uses scoped threads; the async API moves the batch onto
+//! tokio's blocking threads.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::grader::Grader;
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
 
-/// A counting semaphore shared by every batch of one pool.
-#[derive(Debug)]
-struct Permits {
-    free: Mutex<usize>,
-    freed: Condvar,
+/// Gradings allowed at once in a process: one permit per grading, shared by every pool (and
+/// any other grading path) given a clone.
+#[derive(Debug, Clone)]
+pub struct GradingBudget {
+    permits: Arc<Semaphore>,
+    size: usize,
 }
 
-impl Permits {
-    fn acquire(&self) -> PermitGuard<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-        PermitGuard(self)
+impl GradingBudget {
+    /// A budget of `size` gradings at once (0 means the number of CPU cores).
+    pub fn new(size: usize) -> Self {
+        let size = if size == 0 {
+            std::thread::available_parallelism().map(usize::from).unwrap_or(1)
+        } else {
+            size
+        };
+        Self { permits: Arc::new(Semaphore::new(size)), size }
     }
-}
 
-struct PermitGuard<'a>(&'a Permits);
+    /// Gradings allowed at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
 
-impl Drop for PermitGuard<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.freed.notify_one();
+    /// The semaphore, for async callers that wait with a deadline (the API's `graders/run`).
+    pub fn semaphore(&self) -> Arc<Semaphore> {
+        self.permits.clone()
+    }
+
+    /// Blocks the calling (non-async) thread until a grading may start.
+    fn acquire_blocking(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        futures::executor::block_on(self.permits.acquire()).ok()
     }
 }
 
 /// Grades rows in parallel with at most `workers` gradings at a time; cheap to clone and share.
 #[derive(Debug, Clone)]
 pub struct GraderPool {
-    workers: usize,
-    permits: Arc<Permits>,
+    budget: GradingBudget,
 }
 
 impl Default for GraderPool {
@@ -57,25 +68,29 @@ impl Default for GraderPool {
 impl GraderPool {
     /// A pool of `workers` parallel gradings (0 means the number of CPU cores).
     pub fn new(workers: usize) -> Self {
-        let workers = if workers == 0 {
-            std::thread::available_parallelism().map(usize::from).unwrap_or(1)
-        } else {
-            workers
-        };
-        Self {
-            workers,
-            permits: Arc::new(Permits { free: Mutex::new(workers), freed: Condvar::new() }),
-        }
+        Self::with_budget(GradingBudget::new(workers))
+    }
+
+    /// A pool drawing on a shared budget: gradings of every holder of the budget count together.
+    pub fn with_budget(budget: GradingBudget) -> Self {
+        Self { budget }
     }
 
     /// The parallelism bound.
     pub fn workers(&self) -> usize {
-        self.workers
+        self.budget.size()
+    }
+
+    /// The budget this pool draws on.
+    pub fn budget(&self) -> &GradingBudget {
+        &self.budget
     }
 
     /// Grades one row, turning a panic (a Verity bug) into an `internal` error.
     pub fn grade_one(&self, grader: &Grader, item: &Value, sample: &Sample) -> GradeResult {
-        let _permit = self.permits.acquire();
+        let Some(_permit) = self.budget.acquire_blocking() else {
+            return GradeResult::failed(ErrorKind::Internal, "the grading budget was closed");
+        };
         catch_unwind(AssertUnwindSafe(|| grader.grade(item, sample)))
             .unwrap_or_else(|_| GradeResult::failed(ErrorKind::Internal, "grading panicked"))
     }
@@ -89,7 +104,7 @@ impl GraderPool {
         let next = AtomicUsize::new(0);
         let slots: Vec<Mutex<Option<GradeResult>>> =
             rows.iter().map(|_| Mutex::new(None)).collect();
-        let threads = self.workers.min(rows.len());
+        let threads = self.workers().min(rows.len());
         std::thread::scope(|scope| {
             for _ in 0..threads {
                 scope.spawn(|| loop {
@@ -166,6 +181,29 @@ mod tests {
         let (a, b) = tokio::join!(pool.grade_batch(&g, rows(20)), pool.grade_batch(&g, rows(5)));
         assert_eq!(a.len(), 20);
         assert_eq!(b.len(), 5);
-        assert_eq!(*pool.permits.free.lock().unwrap(), 2);
+        assert_eq!(pool.budget().semaphore().available_permits(), 2);
+    }
+
+    #[test]
+    fn pools_sharing_a_budget_wait_for_each_other() {
+        // Another holder of the budget (the API's graders/run in `verity up`) takes both slots:
+        // a trainer's pool on the same budget grades nothing until one is given back.
+        let budget = GradingBudget::new(2);
+        let trainer = GraderPool::with_budget(budget.clone());
+        let held = budget.semaphore().try_acquire_many_owned(2).unwrap();
+        let g = grader();
+        let rows = rows(4);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let results = trainer.grade_batch_blocking(&g, &rows);
+                done_tx.send(results.len()).unwrap();
+            });
+            let waited = done_rx.recv_timeout(std::time::Duration::from_millis(300));
+            assert!(waited.is_err(), "the pool graded while the shared budget was exhausted");
+            drop(held);
+            assert_eq!(done_rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap(), 4);
+        });
+        assert_eq!(budget.semaphore().available_permits(), 2);
     }
 }

@@ -3,7 +3,7 @@
 //! validation reward from near 0 to above 0.9 within a bounded number of steps.
 
 use verity_core::spec::{Hyperparameters, Loss};
-use verity_verifiers::Grader;
+use verity_verifiers::{Grader, GraderPool};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, tiny_tokenizer};
 use verity_worker::trainer::{Dataset, Trainer, TrainerOptions};
 use verity_worker::{testing::tiny_model, Family};
@@ -31,7 +31,8 @@ fn trainer(hp: Hyperparameters) -> Trainer {
     let train = Dataset::from_jsonl(&data, "training", &tokenizer, 256).unwrap();
     let validation = Dataset::from_jsonl(&data, "validation", &tokenizer, 256).unwrap();
     let grader = Grader::from_json(&first_token_grader().to_string()).unwrap();
-    let options = TrainerOptions { seed: 1, base_model: "tiny".into(), grader_workers: 2 };
+    let options =
+        TrainerOptions { seed: 1, base_model: "tiny".into(), graders: GraderPool::new(2) };
     Trainer::new(
         tiny_model(Family::Llama, 3).unwrap(),
         tokenizer,

@@ -3,7 +3,7 @@
 //! uninterrupted run.
 
 use verity_core::spec::{Hyperparameters, Loss};
-use verity_verifiers::Grader;
+use verity_verifiers::{Grader, GraderPool};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, tiny_tokenizer};
 use verity_worker::trainer::{Dataset, Trainer, TrainerOptions};
 use verity_worker::{testing::tiny_model, Family};
@@ -12,7 +12,8 @@ fn trainer(hp: &Hyperparameters) -> Trainer {
     let tokenizer = tiny_tokenizer().unwrap();
     let train = Dataset::from_jsonl(&target_token_jsonl(5), "training", &tokenizer, 256).unwrap();
     let grader = Grader::from_json(&first_token_grader().to_string()).unwrap();
-    let options = TrainerOptions { seed: 5, base_model: "tiny".into(), grader_workers: 2 };
+    let options =
+        TrainerOptions { seed: 5, base_model: "tiny".into(), graders: GraderPool::new(2) };
     Trainer::new(
         tiny_model(Family::Qwen2, 9).unwrap(),
         tokenizer,

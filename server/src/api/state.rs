@@ -12,6 +12,7 @@ use std::time::Duration;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::queue::{Queue, QueueSettings, WorkerLiveness};
 use verity_core::storage::{ObjectStore, UrlSigner};
+use verity_verifiers::GradingBudget;
 
 /// Flags and environment of `verity serve`.
 #[derive(Debug, Clone, Args)]
@@ -76,7 +77,10 @@ pub struct RequestLimits {
 /// core from the other requests.
 #[derive(Debug, Clone)]
 pub struct GraderSlots {
-    /// One permit per grading allowed at once.
+    /// The process's grading budget; `verity up` gives the same one to its embedded worker, so
+    /// API and training gradings together never exceed it.
+    pub budget: GradingBudget,
+    /// One permit per grading allowed at once (the budget's semaphore).
     pub permits: Arc<tokio::sync::Semaphore>,
     /// How long a request waits for a permit.
     pub wait: Duration,
@@ -85,11 +89,12 @@ pub struct GraderSlots {
 impl GraderSlots {
     /// `concurrency` slots (0: one per CPU core), waited for at most `wait`.
     pub fn new(concurrency: usize, wait: Duration) -> GraderSlots {
-        let size = match concurrency {
-            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            n => n,
-        };
-        GraderSlots { permits: Arc::new(tokio::sync::Semaphore::new(size)), wait }
+        GraderSlots::on_budget(GradingBudget::new(concurrency), wait)
+    }
+
+    /// Slots drawn from a shared budget, waited for at most `wait`.
+    pub fn on_budget(budget: GradingBudget, wait: Duration) -> GraderSlots {
+        GraderSlots { permits: budget.semaphore(), budget, wait }
     }
 
     /// A permit, or `None` when every slot stayed taken for the whole wait.

@@ -137,7 +137,9 @@ async fn serve_and_work(
         &args.device,
     ])?;
     let shutdown = CancellationToken::new();
-    let worker_config = super::worker::training_config(worker_args);
+    let mut worker_config = super::worker::training_config(worker_args);
+    // One grading budget for the process: training gradings and graders/run share the cores.
+    worker_config.grader_budget = Some(state.grader_slots.budget.clone());
     let start_worker = {
         let (liveness, shutdown) = (liveness.clone(), shutdown.clone());
         move || {

@@ -74,6 +74,7 @@ pub fn training_config(args: WorkerArgs) -> TrainingWorkerConfig {
         memory_mb: args.memory_mb,
         cache_dir: args.cache_dir,
         grader_workers: args.grader_workers,
+        grader_budget: None,
         max_jobs: args.max_jobs,
     }
 }

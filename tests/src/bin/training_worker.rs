@@ -36,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
         memory_mb: 1024,
         cache_dir: PathBuf::from(std::env::var("VERITY_CACHE_DIR")?),
         grader_workers: 2,
+        grader_budget: None,
         max_jobs: Some(1),
     };
     run_training_worker(config, WorkerLiveness::new(), CancellationToken::new()).await?;

@@ -15,7 +15,7 @@ use verity_core::queue::{
 use verity_core::spec::Method;
 use verity_core::storage::{publish_folder, ObjectStore, StorageError};
 use verity_core::ControlSignal;
-use verity_verifiers::Grader;
+use verity_verifiers::{Grader, GraderPool, GradingBudget};
 
 /// Settings of the training handler.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct TrainingHandlerConfig {
     pub cache_dir: PathBuf,
     /// The device to train on.
     pub device: Device,
-    /// Parallel gradings (0 = CPU cores).
+    /// Parallel gradings (0 = CPU cores), for every job of this handler together.
     pub grader_workers: usize,
 }
 
@@ -32,6 +32,8 @@ pub struct TrainingHandlerConfig {
 pub struct TrainingHandler {
     store: Arc<dyn ObjectStore>,
     config: TrainingHandlerConfig,
+    /// One grading pool for every job this handler runs.
+    graders: GraderPool,
 }
 
 /// Why a run stopped early.
@@ -93,7 +95,17 @@ fn lease_error(context: &str, err: QueueError) -> Stop {
 impl TrainingHandler {
     /// A handler reading and writing `store`.
     pub fn new(store: Arc<dyn ObjectStore>, config: TrainingHandlerConfig) -> TrainingHandler {
-        TrainingHandler { store, config }
+        let budget = GradingBudget::new(config.grader_workers);
+        TrainingHandler::with_budget(store, config, budget)
+    }
+
+    /// A handler whose gradings draw on `budget` (shared with other grading in the process).
+    pub fn with_budget(
+        store: Arc<dyn ObjectStore>,
+        config: TrainingHandlerConfig,
+        budget: GradingBudget,
+    ) -> TrainingHandler {
+        TrainingHandler { store, config, graders: GraderPool::with_budget(budget) }
     }
 
     async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
@@ -175,7 +187,7 @@ impl TrainingHandler {
         let options = TrainerOptions {
             seed: job.seed as u64,
             base_model: job.model.clone(),
-            grader_workers: self.config.grader_workers,
+            graders: self.graders.clone(),
         };
         let hp = reinforcement.hyperparameters.clone();
         let model_name = job.model.clone();

@@ -13,6 +13,7 @@ use verity_core::queue::{
     RetryPolicy, RunnerOptions, WorkerInfo, WorkerLiveness,
 };
 use verity_core::storage::StorageError;
+use verity_verifiers::GradingBudget;
 
 /// Everything `verity worker` needs.
 #[derive(Debug, Clone)]
@@ -29,8 +30,11 @@ pub struct TrainingWorkerConfig {
     pub memory_mb: i64,
     /// Local cache of models and checkpoints.
     pub cache_dir: PathBuf,
-    /// Parallel gradings (0 = CPU cores).
+    /// Parallel gradings (0 = CPU cores), for every job of this worker together.
     pub grader_workers: usize,
+    /// A grading budget shared with the rest of the process (`verity up` passes the API's);
+    /// `None`: a budget of `grader_workers` of its own.
+    pub grader_budget: Option<GradingBudget>,
     /// Stop after this many jobs (`None`: until `shutdown`).
     pub max_jobs: Option<usize>,
 }
@@ -70,13 +74,16 @@ pub async fn run_training_worker(
         return Ok(0);
     };
     let queue = Queue::new(pool, QueueSettings::from(&config.queue));
-    let handler = TrainingHandler::new(
+    let budget =
+        config.grader_budget.clone().unwrap_or_else(|| GradingBudget::new(config.grader_workers));
+    let handler = TrainingHandler::with_budget(
         store,
         TrainingHandlerConfig {
             cache_dir: config.cache_dir.clone(),
             device,
-            grader_workers: config.grader_workers,
+            grader_workers: budget.size(),
         },
+        budget,
     );
     let options = RunnerOptions { max_jobs: config.max_jobs, liveness };
     let worker = WorkerInfo::new(kind, config.memory_mb);

@@ -66,8 +66,11 @@ pub fn bench_grpo_step(
         seed: Some(0),
         ..Hyperparameters::default()
     };
-    let options =
-        TrainerOptions { seed: 0, base_model: model_dir.display().to_string(), grader_workers: 0 };
+    let options = TrainerOptions {
+        seed: 0,
+        base_model: model_dir.display().to_string(),
+        graders: verity_verifiers::GraderPool::new(0),
+    };
     let mut trainer =
         Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
     let (mut total, mut sampling, mut grading, mut training, mut rewards) =

@@ -50,7 +50,7 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
     let options = TrainerOptions {
         seed: 0,
         base_model: run.model_dir.display().to_string(),
-        grader_workers: 0,
+        graders: verity_verifiers::GraderPool::new(0),
     };
     let mut trainer = Trainer::new(
         loaded.model,

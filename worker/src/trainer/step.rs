@@ -37,8 +37,9 @@ pub struct TrainerOptions {
     pub seed: u64,
     /// Name of the base model (written into LoRA adapter configs).
     pub base_model: String,
-    /// Parallel gradings (0 = CPU cores).
-    pub grader_workers: usize,
+    /// The pool that grades rollouts (its budget bounds gradings in parallel; a worker shares
+    /// one across its jobs, and `verity up` with the API's `graders/run`).
+    pub graders: GraderPool,
 }
 
 /// One completion of a step, as stored in `samples/step-{n}.jsonl`.
@@ -264,7 +265,7 @@ impl Trainer {
             reference,
             grader,
             grader_name,
-            pool: GraderPool::new(options.grader_workers),
+            pool: options.graders.clone(),
             hp,
             loss,
             optimizer,
