@@ -130,7 +130,10 @@ struct TestTally {
 
 /// A verdict stream that breaks the harness's protocol: never a score.
 pub fn malformed(why: &str) -> GradeResult {
-    GradeResult::failed(ErrorKind::Sandbox, format!("the harness's verdict stream is malformed: {why}"))
+    GradeResult::failed(
+        ErrorKind::Sandbox,
+        format!("the harness's verdict stream is malformed: {why}"),
+    )
 }
 
 /// Reads the `tests` stream: one plan, then the tests in order (`index` 0, 1, …), each once,
@@ -170,10 +173,8 @@ fn tally_tests(outcome: &RunOutcome) -> Result<Option<TestTally>, String> {
                     t.first_failure = event["message"].as_str().map(str::to_string);
                 }
             }
-            Some("done") => {
-                if tally.as_ref().is_some_and(|t| t.reported != t.total) {
-                    return Err("done before every planned test was reported".into());
-                }
+            Some("done") if tally.as_ref().is_some_and(|t| t.reported != t.total) => {
+                return Err("done before every planned test was reported".into());
             }
             _ => {}
         }
@@ -204,7 +205,9 @@ fn grade_tests(
     }
     let tally = match tally_tests(&outcome) {
         Ok(Some(tally)) => tally,
-        Ok(None) => return GradeResult::pass_fail(false, format!("no test ran{}", ending(&outcome))),
+        Ok(None) => {
+            return GradeResult::pass_fail(false, format!("no test ran{}", ending(&outcome)))
+        }
         Err(why) => return malformed(&why),
     };
     let TestTally { total, passed, first_failure, program_error, .. } = tally;
@@ -313,10 +316,7 @@ fn grade_cases(
             first_failure = Some(if event["timed_out"] == true {
                 format!("case {seen} timed out")
             } else {
-                format!(
-                    "case {seen} printed the wrong output (exit code {})",
-                    event["returncode"]
-                )
+                format!("case {seen} printed the wrong output (exit code {})", event["returncode"])
             });
         }
     }
