@@ -115,7 +115,13 @@ fn jobs() -> Vec<Job> {
     let mut jobs = Vec::new();
     let mut add = |name: &str, kind: Kind, text: &str, scorings: &[&'static str], expect: f64| {
         for &scoring in scorings {
-            jobs.push(Job { name: name.to_string(), kind, text: text.to_string(), scoring, expect });
+            jobs.push(Job {
+                name: name.to_string(),
+                kind,
+                text: text.to_string(),
+                scoring,
+                expect,
+            });
         }
     };
     let both: &[&'static str] = &["all_pass", "fraction"];
