@@ -200,7 +200,8 @@ print("SIMILARITY OK")
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
     let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
-    let Some(model) = verity_worker::testing::minilm_dir("openai_sdk_runs_cosine_and_meteor_graders")
+    let Some(model) =
+        verity_worker::testing::minilm_dir("openai_sdk_runs_cosine_and_meteor_graders")
     else {
         return;
     };

@@ -183,7 +183,10 @@ impl Grader {
             }
             Compiled::Multi { graders, .. } => {
                 for (name, grader) in graders {
-                    grader.collect_embedding_paths(&join_path(&join_path(prefix, "graders"), name), out);
+                    grader.collect_embedding_paths(
+                        &join_path(&join_path(prefix, "graders"), name),
+                        out,
+                    );
                 }
             }
             _ => {}
@@ -241,7 +244,9 @@ impl Grader {
                     (SimilarityMetric::Cosine, Some(model)) => {
                         match cosine_similarity(model.as_ref(), &candidate, &reference) {
                             Ok(similarity) => similarity,
-                            Err(e) => return Ok(GradeResult::failed(ErrorKind::Embedding, e.to_string())),
+                            Err(e) => {
+                                return Ok(GradeResult::failed(ErrorKind::Embedding, e.to_string()))
+                            }
                         }
                     }
                     (SimilarityMetric::Cosine, None) => {
@@ -250,15 +255,17 @@ impl Grader {
                             "cosine needs an embedding model and none is configured",
                         ))
                     }
-                    (lexical, _) => match text_similarity::similarity(&candidate, &reference, *lexical) {
-                        Some(similarity) => similarity,
-                        None => {
-                            return Ok(GradeResult::failed(
-                                ErrorKind::Internal,
-                                format!("{lexical:?} is not a lexical metric"),
-                            ))
+                    (lexical, _) => {
+                        match text_similarity::similarity(&candidate, &reference, *lexical) {
+                            Some(similarity) => similarity,
+                            None => {
+                                return Ok(GradeResult::failed(
+                                    ErrorKind::Internal,
+                                    format!("{lexical:?} is not a lexical metric"),
+                                ))
+                            }
                         }
-                    },
+                    }
                 };
                 similarity_result(similarity, *threshold)
             }
@@ -329,14 +336,20 @@ impl Grader {
 
 /// The result of a `text_similarity` grading: the metric is the score; the threshold, as in
 /// OpenAI's API, only decides `passed`.
-fn similarity_result(similarity: text_similarity::Similarity, threshold: Option<f64>) -> GradeResult {
+fn similarity_result(
+    similarity: text_similarity::Similarity,
+    threshold: Option<f64>,
+) -> GradeResult {
     let value = similarity.value;
     let mut subs = BTreeMap::from([("similarity".to_string(), value)]);
     let reason = match threshold {
         Some(t) => {
             let passed = value >= t;
             subs.insert("passed".into(), f64::from(u8::from(passed)));
-            format!("similarity {value:.4} {} threshold {t}", if passed { "meets" } else { "is below" })
+            format!(
+                "similarity {value:.4} {} threshold {t}",
+                if passed { "meets" } else { "is below" }
+            )
         }
         None => format!("similarity {value:.4}"),
     };

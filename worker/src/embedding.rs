@@ -65,7 +65,8 @@ impl BertEmbedder {
     /// `sentence_bert_config.json`'s `max_seq_length` from a sentence-transformers folder.
     pub fn load(dir: &Path) -> Result<Self, EmbeddingModelError> {
         let read = |name: &str| {
-            std::fs::read_to_string(dir.join(name)).map_err(|e| load_error(dir, format!("{name}: {e}")))
+            std::fs::read_to_string(dir.join(name))
+                .map_err(|e| load_error(dir, format!("{name}: {e}")))
         };
         let config: Config = serde_json::from_str(&read("config.json")?)
             .map_err(|e| load_error(dir, format!("config.json: {e}")))?;
@@ -87,8 +88,9 @@ impl BertEmbedder {
         let weights = dir.join("model.safetensors");
         // SAFETY: the file is memory-mapped read-only and not modified while the model lives
         // (the same assumption as every safetensors loader).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
-            .map_err(|e| load_error(dir, format!("model.safetensors: {e}")))?;
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
+                .map_err(|e| load_error(dir, format!("model.safetensors: {e}")))?;
         let model = BertModel::load(vb, &config).map_err(|e| load_error(dir, e))?;
         let name = dir
             .file_name()
@@ -136,9 +138,9 @@ impl BertEmbedder {
             // mean over the real tokens, then unit length
             let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
             let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-            let counts = mask.sum(1)?.clamp(1e-9, f32::MAX)?;
+            let counts = mask.sum(1)?.clamp(1e-9f32, f32::MAX)?;
             let mean = summed.broadcast_div(&counts)?;
-            let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f32::MAX)?;
+            let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
             mean.broadcast_div(&norm)?.to_vec2::<f32>()
         };
         let vectors = embed().map_err(|e| self.error(e))?;
@@ -160,38 +162,25 @@ impl Embedder for BertEmbedder {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Embedding>, EmbedError> {
-        let cache = |f: &mut dyn FnMut(&mut HashMap<String, Embedding>)| {
-            f(&mut self.cache.lock().unwrap_or_else(PoisonError::into_inner))
+        let cached: Vec<Option<Embedding>> = {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            texts.iter().map(|t| cache.get(*t).cloned()).collect()
         };
-        let mut found: Vec<Option<Embedding>> = vec![None; texts.len()];
-        cache(&mut |c| {
-            for (slot, text) in found.iter_mut().zip(texts) {
-                *slot = c.get(*text).cloned();
-            }
-        });
         let missing: Vec<&str> =
-            texts.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(t, _)| *t).collect();
-        let mut computed = if missing.is_empty() { Vec::new() } else { self.run(&missing)? }.into_iter();
-        cache(&mut |c| {
-            if c.len() + missing.len() > CACHE_ENTRIES {
-                c.clear();
-            }
-        });
-        let mut out = Vec::with_capacity(texts.len());
-        for (text, slot) in texts.iter().zip(found) {
-            let embedding = match slot {
-                Some(e) => e,
-                None => {
-                    let e = computed.next().ok_or_else(|| self.error("missing embedding"))?;
-                    cache(&mut |c| {
-                        c.insert((*text).to_string(), e.clone());
-                    });
-                    e
-                }
-            };
-            out.push(embedding);
+            texts.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(t, _)| *t).collect();
+        let computed = if missing.is_empty() { Vec::new() } else { self.run(&missing)? };
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() + computed.len() > CACHE_ENTRIES {
+            cache.clear();
         }
-        Ok(out)
+        for (text, embedding) in missing.iter().zip(&computed) {
+            cache.insert((*text).to_string(), embedding.clone());
+        }
+        let mut computed = computed.into_iter();
+        cached
+            .into_iter()
+            .map(|c| c.or_else(|| computed.next()).ok_or_else(|| self.error("missing embedding")))
+            .collect()
     }
 }
 

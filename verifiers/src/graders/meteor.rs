@@ -60,7 +60,7 @@ fn align<'a>(hyp: Vec<(usize, &'a str)>, refr: Vec<(usize, &'a str)>) -> Aligned
     // for each word, the positions in `refr` still free, ascending: the last is taken first
     let mut free: HashMap<&str, Vec<usize>> = HashMap::new();
     for (k, (_, word)) in refr.iter().enumerate() {
-        free.entry(word).or_default().push(k);
+        free.entry(*word).or_default().push(k);
     }
     let mut ref_taken = vec![false; refr.len()];
     let mut hyp_left = Vec::with_capacity(hyp.len());
