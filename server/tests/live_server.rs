@@ -38,6 +38,11 @@ fn database_url(pool: &sqlx::PgPool) -> String {
 /// Starts `verity serve` on a free port over the test database, with a base model `tiny` and a
 /// user; returns the server and an API key.
 async fn start(pool: &sqlx::PgPool) -> (Server, String) {
+    start_with(pool, &[]).await
+}
+
+/// [`start`] with extra environment variables for the server.
+async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, String) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), None).await.unwrap());
     verity_core::db::migrate(pool).await.unwrap();
@@ -54,6 +59,7 @@ async fn start(pool: &sqlx::PgPool) -> (Server, String) {
         .env("VERITY_JWT_SECRET", JWT_SECRET)
         .env("VERITY_RATE_LIMIT_RPS", "0")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -155,6 +161,66 @@ async fn openai_python_sdk_drives_the_api(pool: sqlx::PgPool) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success() && stdout.contains("SDK OK"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+const SIMILARITY_SCRIPT: &str = r#"
+import io, openai
+from openai import OpenAI
+
+client = OpenAI()
+def grader(metric):
+    return {"type": "text_similarity", "name": metric, "input": "{{sample.output_text}}",
+            "reference": "{{item.reference_answer}}", "evaluation_metric": metric, "pass_threshold": 0.5}
+
+item = {"reference_answer": "A cat is sitting on a rug."}
+cosine = client.fine_tuning.alpha.graders.run(grader=grader("cosine"), model_sample="The cat sits on the mat.", item=item)
+# all-MiniLM-L6-v2 (sentence-transformers): 0.768879 for this pair (worker/tests/embedding.rs)
+assert abs(cosine.reward - 0.768879) < 1e-4, cosine
+assert cosine.sub_rewards == {"similarity": cosine.reward, "passed": 1.0}, cosine
+assert cosine.metadata.type == "text_similarity", cosine
+meteor = client.fine_tuning.alpha.graders.run(grader=grader("meteor"), model_sample="the cat sat on the mat",
+                                              item={"reference_answer": "the cat is sitting on the mat"})
+# NLTK 3.10.4 meteor_score without WordNet on the same tokens
+assert abs(meteor.reward - 0.7014492753623188) < 1e-12, meteor
+valid = client.fine_tuning.alpha.graders.validate(grader=grader("cosine"))
+assert valid.grader.evaluation_metric == "cosine", valid
+
+data = b'{"prompt": "Describe a cat.", "reference_answer": "A cat is sitting on a rug."}\n'
+f = client.files.create(file=("train.jsonl", io.BytesIO(data)), purpose="fine-tune")
+method = {"type": "reinforcement", "reinforcement": {"grader": grader("cosine")}}
+job = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, method=method)
+assert job.status == "queued" and job.method.reinforcement.grader.evaluation_metric == "cosine", job
+print("SIMILARITY OK")
+"#;
+
+/// `text_similarity` with `cosine` (the all-MiniLM-L6-v2 fixture as the server's embedding
+/// model) and `meteor` through the official SDK: graders.run, graders.validate, job creation.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
+    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
+    let Some(model) =
+        verity_worker::testing::minilm_dir("openai_sdk_runs_cosine_and_meteor_graders")
+    else {
+        return;
+    };
+    let model = model.to_string_lossy().into_owned();
+    let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &model)]).await;
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), SIMILARITY_SCRIPT).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(script.path())
+        .env("OPENAI_API_KEY", &key)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
+        .env("OPENAI_MAX_RETRIES", "0")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("SIMILARITY OK"),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
 }

@@ -1029,3 +1029,57 @@ async fn cached_metrics_follow_new_and_rewritten_steps(pool: sqlx::PgPool) {
     listener.abort();
     let _ = listener.await;
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn meteor_runs_and_cosine_without_an_embedding_model_is_a_400(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let meteor = json!({"type": "text_similarity", "name": "m", "input": "{{sample.output_text}}",
+                        "reference": "{{item.r}}", "evaluation_metric": "meteor"});
+    let body = json!({"grader": meteor, "model_sample": "The cat sat on the mat",
+                      "item": {"r": "the cat is sitting on the mat"}});
+    let reply = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, body).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    // NLTK 3.10.4 meteor_score (WordNet off) on these tokens: 0.7014492753623188
+    let reward = reply.json()["reward"].as_f64().unwrap();
+    assert!((reward - 0.7014492753623188).abs() < 1e-12, "{reward}");
+
+    if verity_worker::embedding::configured().dir().is_some() {
+        eprintln!("SKIPPED: the cosine-without-a-model half: VERITY_EMBEDDING_MODEL is set here");
+        return;
+    }
+    let cosine = json!({"type": "text_similarity", "name": "c", "input": "{{sample.output_text}}",
+                        "reference": "{{item.reference_answer}}", "evaluation_metric": "cosine"});
+    let run = json!({"grader": cosine, "model_sample": "a", "item": {"reference_answer": "b"}});
+    let refused = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("grader.evaluation_metric"));
+    assert!(
+        refused.json()["error"]["message"].as_str().unwrap().contains("VERITY_EMBEDDING_MODEL"),
+        "{:?}",
+        refused.json()
+    );
+    let multi = json!({"type": "multi", "graders": {"sim": cosine}, "calculate_output": "sim"});
+    let refused =
+        post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": multi}))
+            .await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("grader.graders.sim.evaluation_metric"));
+    // job creation: a 400 naming the field, and nothing enqueued
+    let file = upload(&app.router, &key, "train.jsonl", DATASET).await.json()["id"].clone();
+    let mut method = method();
+    method["reinforcement"]["grader"] = cosine;
+    let job = post(
+        &app.router,
+        "/v1/fine_tuning/jobs",
+        &key,
+        json!({"model": "tiny", "training_file": file, "method": method}),
+    )
+    .await;
+    assert_error(
+        &job,
+        StatusCode::BAD_REQUEST,
+        Some("method.reinforcement.grader.evaluation_metric"),
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();
+    assert_eq!(jobs, 0);
+}

@@ -7,6 +7,7 @@ use regex::Regex;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::embed::{cosine_similarity, SharedEmbedder};
 use crate::formula::Formula;
 use crate::graders::{constraints, format, string_check, text_similarity};
 use crate::result::{ErrorKind, GradeResult};
@@ -54,6 +55,8 @@ enum Compiled {
         reference: Template,
         metric: SimilarityMetric,
         threshold: Option<f64>,
+        /// The embedding model of `cosine` (given after compiling: [`Grader::with_embedder`]).
+        embedder: Option<SharedEmbedder>,
     },
     Python {
         source: String,
@@ -165,6 +168,49 @@ impl Grader {
         }
     }
 
+    /// JSON paths (`evaluation_metric`, under `graders.<name>` in a multi) of the `cosine`
+    /// graders, which need an embedding model: empty when the grader needs none.
+    pub fn embedding_paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.collect_embedding_paths("", &mut out);
+        out
+    }
+
+    fn collect_embedding_paths(&self, prefix: &str, out: &mut Vec<String>) {
+        match &self.compiled {
+            Compiled::TextSimilarity { metric: SimilarityMetric::Cosine, .. } => {
+                out.push(join_path(prefix, "evaluation_metric"));
+            }
+            Compiled::Multi { graders, .. } => {
+                for (name, grader) in graders {
+                    grader.collect_embedding_paths(
+                        &join_path(&join_path(prefix, "graders"), name),
+                        out,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// This grader with `embedder` as the model of every `cosine` grader in it.
+    pub fn with_embedder(mut self, model: SharedEmbedder) -> Self {
+        self.set_embedder(&model);
+        self
+    }
+
+    fn set_embedder(&mut self, model: &SharedEmbedder) {
+        match &mut self.compiled {
+            Compiled::TextSimilarity { metric: SimilarityMetric::Cosine, embedder, .. } => {
+                *embedder = Some(Arc::clone(model));
+            }
+            Compiled::Multi { graders, .. } => {
+                graders.values_mut().for_each(|g| g.set_embedder(model));
+            }
+            _ => {}
+        }
+    }
+
     /// Whether grading runs programs in the sandbox (code, python, or a multi holding one).
     pub fn uses_sandbox(&self) -> bool {
         match &self.compiled {
@@ -191,31 +237,37 @@ impl Grader {
                 &reference.render(item, sample)?,
                 *operation,
             ),
-            Compiled::TextSimilarity { input, reference, metric, threshold } => {
-                let similarity = text_similarity::similarity(
-                    &input.render(item, sample)?,
-                    &reference.render(item, sample)?,
-                    *metric,
-                );
-                let value = similarity.value;
-                // as in OpenAI's API the score is the metric; the threshold only decides `passed`
-                let mut subs = BTreeMap::from([("similarity".to_string(), value)]);
-                let reason = match threshold {
-                    Some(t) => {
-                        let passed = value >= *t;
-                        subs.insert("passed".into(), f64::from(u8::from(passed)));
-                        format!(
-                            "similarity {value:.4} {} threshold {t}",
-                            if passed { "meets" } else { "is below" }
-                        )
+            Compiled::TextSimilarity { input, reference, metric, threshold, embedder } => {
+                let (candidate, reference) =
+                    (input.render(item, sample)?, reference.render(item, sample)?);
+                let similarity = match (metric, embedder) {
+                    (SimilarityMetric::Cosine, Some(model)) => {
+                        match cosine_similarity(model.as_ref(), &candidate, &reference) {
+                            Ok(similarity) => similarity,
+                            Err(e) => {
+                                return Ok(GradeResult::failed(ErrorKind::Embedding, e.to_string()))
+                            }
+                        }
                     }
-                    None => format!("similarity {value:.4}"),
+                    (SimilarityMetric::Cosine, None) => {
+                        return Ok(GradeResult::failed(
+                            ErrorKind::Embedding,
+                            "cosine needs an embedding model and none is configured",
+                        ))
+                    }
+                    (lexical, _) => {
+                        match text_similarity::similarity(&candidate, &reference, *lexical) {
+                            Some(similarity) => similarity,
+                            None => {
+                                return Ok(GradeResult::failed(
+                                    ErrorKind::Internal,
+                                    format!("{lexical:?} is not a lexical metric"),
+                                ))
+                            }
+                        }
+                    }
                 };
-                let reason = match similarity.capped {
-                    Some(cap) => format!("{reason}; {cap}"),
-                    None => reason,
-                };
-                GradeResult::scored(value, reason).with_sub_scores(subs)
+                similarity_result(similarity, *threshold)
             }
             Compiled::Math { input, reference, extract } => math::grade(
                 &input.render(item, sample)?,
@@ -280,6 +332,32 @@ impl Grader {
             }
         })
     }
+}
+
+/// The result of a `text_similarity` grading: the metric is the score; the threshold, as in
+/// OpenAI's API, only decides `passed`.
+fn similarity_result(
+    similarity: text_similarity::Similarity,
+    threshold: Option<f64>,
+) -> GradeResult {
+    let value = similarity.value;
+    let mut subs = BTreeMap::from([("similarity".to_string(), value)]);
+    let reason = match threshold {
+        Some(t) => {
+            let passed = value >= t;
+            subs.insert("passed".into(), f64::from(u8::from(passed)));
+            format!(
+                "similarity {value:.4} {} threshold {t}",
+                if passed { "meets" } else { "is below" }
+            )
+        }
+        None => format!("similarity {value:.4}"),
+    };
+    let reason = match similarity.capped {
+        Some(cap) => format!("{reason}; {cap}"),
+        None => reason,
+    };
+    GradeResult::scored(value, reason).with_sub_scores(subs)
 }
 
 /// Per-row constraint checks: a JSON array of checks or its JSON text.
@@ -461,6 +539,7 @@ fn compile(
                 reference: template(&s.reference, p("reference"), errors),
                 metric: s.evaluation_metric,
                 threshold: s.pass_threshold,
+                embedder: None,
             }
         }
         GraderSpec::Python(s) => {

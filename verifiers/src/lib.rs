@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod code;
+pub mod embed;
 pub mod formula;
 pub mod grader;
 pub mod graders;
@@ -25,6 +26,7 @@ pub mod sandbox;
 pub mod spec;
 pub mod template;
 
+pub use embed::{EmbedError, Embedder, Embedding, SharedEmbedder};
 pub use grader::{Grader, InvalidGrader, SpecError};
 pub use pool::{GraderPool, GradingBudget};
 pub use result::{ErrorKind, GradeError, GradeResult};

@@ -23,6 +23,8 @@ pub enum ErrorKind {
     BadItem,
     /// A formula could not be evaluated (division by zero, NaN).
     Formula,
+    /// The embedding model of a `cosine` grader is not configured or failed to run.
+    Embedding,
     /// A bug in Verity itself (a grading panicked); never expected.
     Internal,
 }

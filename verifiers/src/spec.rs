@@ -78,6 +78,10 @@ pub struct TextSimilaritySpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SimilarityMetric {
+    /// Cosine similarity of sentence embeddings (the configured embedding model).
+    Cosine,
+    /// METEOR with exact and stem matching (NLTK's defaults, no WordNet synonyms).
+    Meteor,
     /// Normalised Indel similarity of the characters (rapidfuzz `ratio`).
     FuzzyMatch,
     /// Sentence BLEU-4 with add-one smoothing and brevity penalty.

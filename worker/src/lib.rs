@@ -34,6 +34,7 @@ pub mod commands;
 pub mod config;
 pub mod convert;
 pub mod device;
+pub mod embedding;
 pub mod error;
 pub mod gguf;
 pub mod grpo;

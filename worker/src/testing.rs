@@ -115,6 +115,26 @@ pub fn smollm2_dir(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// The all-MiniLM-L6-v2 folder from `VERITY_EMBEDDING_MODEL`, or the default cache location
+/// made by `scripts/fetch-embedding-model.sh`; `None` (after a loud `SKIPPED:` line) when absent.
+pub fn minilm_dir(test: &str) -> Option<PathBuf> {
+    let dir =
+        std::env::var_os(crate::embedding::EMBEDDING_MODEL_ENV).map(PathBuf::from).or_else(|| {
+            let cache =
+                std::env::var_os("VERITY_MODEL_CACHE").map(PathBuf::from).or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models"))
+                })?;
+            Some(cache.join("all-minilm-l6-v2"))
+        });
+    match dir {
+        Some(d) if d.join("model.safetensors").is_file() => Some(d),
+        _ => {
+            eprintln!("SKIPPED: {test}: all-MiniLM-L6-v2 folder not found (run scripts/fetch-embedding-model.sh or set VERITY_EMBEDDING_MODEL)");
+            None
+        }
+    }
+}
+
 /// The SmolLM2 GGUF from `VERITY_TEST_GGUF` or the default cache; `None` (loudly) when absent.
 pub fn smollm2_gguf(test: &str) -> Option<PathBuf> {
     let file = std::env::var_os("VERITY_TEST_GGUF").map(PathBuf::from).or_else(|| {

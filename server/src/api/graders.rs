@@ -23,8 +23,17 @@ pub fn router() -> Router<AppState> {
         .route("/v1/fine_tuning/alpha/graders/validate", post(validate_grader_endpoint))
 }
 
-/// Parses a grader, mapping the first problem to a 400 naming its JSON path under `param`.
+/// Parses a grader, mapping the first problem to a 400 naming its JSON path under `param`; a
+/// `cosine` grader gets the embedding model (`VERITY_EMBEDDING_MODEL`), loaded on first use, and
+/// is refused, naming its `evaluation_metric`, when there is none.
 pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
+    let grader = compile_grader(param, grader)?;
+    verity_worker::embedding::configured()
+        .attach(grader)
+        .map_err(|(path, e)| ApiError::invalid(format!("{param}.{path}"), e.to_string()))
+}
+
+fn compile_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
     let text =
         serde_json::to_string(grader).map_err(|e| ApiError::invalid(param, e.to_string()))?;
     Grader::from_json(&text).map_err(|invalid| {

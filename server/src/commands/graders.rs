@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::io::BufReader;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use verity_verifiers::cli::{run_jsonl, validate};
 use verity_verifiers::Grader;
 
@@ -46,6 +46,13 @@ fn read_grader(path: &PathBuf) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading grader {}", path.display()))
 }
 
+/// `grader` with the embedding model its `cosine` graders need (`VERITY_EMBEDDING_MODEL`).
+fn attach_embedding_model(grader: Grader, file: &Path) -> anyhow::Result<Grader> {
+    verity_worker::embedding::configured()
+        .attach(grader)
+        .map_err(|(path, e)| anyhow::anyhow!("grader {} at {path}: {e}", file.display()))
+}
+
 /// Runs a grader subcommand; `validate` exits non-zero when the grader or dataset is invalid.
 pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
     match command {
@@ -53,6 +60,7 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             let spec = read_grader(&args.grader)?;
             let grader = Grader::from_json(&spec)
                 .map_err(|e| anyhow::anyhow!("invalid grader {}: {e}", args.grader.display()))?;
+            let grader = attach_embedding_model(grader, &args.grader)?;
             let stdout = std::io::stdout().lock();
             let summary = if args.input.as_os_str() == "-" {
                 run_jsonl(&grader, std::io::stdin().lock(), stdout, args.jobs)
@@ -71,6 +79,9 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             if !report.valid {
                 anyhow::bail!("{} problem(s) found", report.errors.len());
+            }
+            if let Ok(grader) = Grader::from_json(&spec) {
+                attach_embedding_model(grader, &args.grader)?;
             }
             Ok(())
         }

@@ -1,9 +1,11 @@
-//! `text_similarity`: fuzzy_match, BLEU, GLEU, ROUGE-N and ROUGE-L in [0, 1].
+//! `text_similarity`: the lexical metrics (fuzzy_match, BLEU, GLEU, METEOR, ROUGE-N, ROUGE-L)
+//! in [0, 1]; `cosine` needs a model and lives in [`crate::embed`].
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 
+use crate::graders::meteor::meteor;
 use crate::spec::SimilarityMetric;
 
 /// Default of [`Limits::fuzzy_chars`]: the characters of each text `fuzzy_match` compares.
@@ -12,7 +14,7 @@ pub const MAX_FUZZY_CHARS: usize = 20_000;
 pub const MAX_LCS_TOKENS: usize = 10_000;
 
 /// How much of each text the LCS-based (quadratic) metrics compare; the linear metrics (BLEU,
-/// GLEU, ROUGE-N) always read the whole text.
+/// GLEU, METEOR, ROUGE-N) always read the whole text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Characters of each text compared by `fuzzy_match`.
@@ -59,21 +61,28 @@ impl fmt::Display for Cap {
     }
 }
 
-/// The metric value of `candidate` against `reference` with the default [`Limits`].
-pub fn similarity(candidate: &str, reference: &str, metric: SimilarityMetric) -> Similarity {
+/// The metric value of `candidate` against `reference` with the default [`Limits`]; `None`
+/// for `cosine`, which needs an embedding model ([`crate::embed::cosine_similarity`]).
+pub fn similarity(
+    candidate: &str,
+    reference: &str,
+    metric: SimilarityMetric,
+) -> Option<Similarity> {
     similarity_with(candidate, reference, metric, Limits::default())
 }
 
-/// The metric value of `candidate` against `reference`; the LCS-based metrics compare at most
-/// `limits` units of each text, so their work is bounded by `limit · ⌈limit / 64⌉` word steps.
+/// The metric value of `candidate` against `reference` (`None` for `cosine`); the LCS-based
+/// metrics compare at most `limits` units of each text, so their work is bounded by
+/// `limit · ⌈limit / 64⌉` word steps.
 pub fn similarity_with(
     candidate: &str,
     reference: &str,
     metric: SimilarityMetric,
     limits: Limits,
-) -> Similarity {
+) -> Option<Similarity> {
     let whole = |value| Similarity { value, capped: None };
-    match metric {
+    Some(match metric {
+        SimilarityMetric::Cosine => return None,
         SimilarityMetric::FuzzyMatch => fuzzy_ratio(candidate, reference, limits.fuzzy_chars),
         SimilarityMetric::RougeL => rouge_l(candidate, reference, limits.lcs_tokens),
         linear => {
@@ -81,17 +90,18 @@ pub fn similarity_with(
             whole(match linear {
                 SimilarityMetric::Bleu => bleu(&cand, &refr),
                 SimilarityMetric::Gleu => gleu(&cand, &refr),
+                SimilarityMetric::Meteor => meteor(&cand, &refr),
                 SimilarityMetric::Rouge1 => rouge_n(&cand, &refr, 1),
                 SimilarityMetric::Rouge2 => rouge_n(&cand, &refr, 2),
                 SimilarityMetric::Rouge3 => rouge_n(&cand, &refr, 3),
                 SimilarityMetric::Rouge4 => rouge_n(&cand, &refr, 4),
                 SimilarityMetric::Rouge5 => rouge_n(&cand, &refr, 5),
-                SimilarityMetric::FuzzyMatch | SimilarityMetric::RougeL => {
-                    unreachable!("handled above")
-                }
+                SimilarityMetric::Cosine
+                | SimilarityMetric::FuzzyMatch
+                | SimilarityMetric::RougeL => unreachable!("handled above"),
             })
         }
-    }
+    })
 }
 
 fn token_iter(text: &str) -> impl Iterator<Item = &str> + Clone {
@@ -284,16 +294,18 @@ mod tests {
     use SimilarityMetric::*;
 
     fn value(candidate: &str, reference: &str, metric: SimilarityMetric) -> f64 {
-        let result = similarity(candidate, reference, metric);
+        let result = similarity(candidate, reference, metric).expect("a lexical metric");
         assert_eq!(result.capped, None, "short texts are compared whole");
         result.value
     }
 
     #[test]
     fn identical_texts_score_one_and_disjoint_zero() {
-        for m in [FuzzyMatch, Bleu, Gleu, Rouge1, Rouge2, Rouge3, Rouge4, Rouge5, RougeL] {
+        for m in [FuzzyMatch, Bleu, Gleu, Meteor, Rouge1, Rouge2, Rouge3, Rouge4, Rouge5, RougeL] {
             let same = value("the cat sat on the mat today", "the cat sat on the mat today", m);
-            assert!((same - 1.0).abs() < 1e-9, "{m:?} {same}");
+            // METEOR keeps its fragmentation penalty for one chunk: 1 - 0.5 (1/7)^3, as NLTK
+            let expected = if m == Meteor { 1.0 - 0.5 / 343.0 } else { 1.0 };
+            assert!((same - expected).abs() < 1e-9, "{m:?} {same}");
             assert!(value("alpha beta gamma delta", "one two three four", m) < 0.35, "{m:?}");
         }
     }
@@ -346,25 +358,28 @@ mod tests {
             "the quick brown fox jumps over the lazy dog ".repeat(5),
             "a quick brown cat jumps over a lazy dog ".repeat(4),
         );
-        let fuzzy = similarity_with(&a, &b, FuzzyMatch, limits);
+        let fuzzy = similarity_with(&a, &b, FuzzyMatch, limits).expect("lexical");
         let (pa, pb): (String, String) =
             (a.chars().take(50).collect(), b.chars().take(50).collect());
-        assert_eq!(fuzzy.value, similarity_with(&pa, &pb, FuzzyMatch, limits).value);
+        assert_eq!(
+            fuzzy.value,
+            similarity_with(&pa, &pb, FuzzyMatch, limits).expect("lexical").value
+        );
         let cap = fuzzy.capped.expect("over-long texts are capped");
         assert_eq!(
             (cap.limit, cap.candidate_len, cap.reference_len),
             (50, a.chars().count(), b.chars().count())
         );
-        let rouge = similarity_with(&a, &b, RougeL, limits);
+        let rouge = similarity_with(&a, &b, RougeL, limits).expect("lexical");
         let first = |t: &str| t.split(' ').take(8).collect::<Vec<_>>().join(" ");
-        let uncapped = similarity_with(&first(&a), &first(&b), RougeL, limits);
+        let uncapped = similarity_with(&first(&a), &first(&b), RougeL, limits).expect("lexical");
         assert_eq!((rouge.value, uncapped.capped), (uncapped.value, None));
         assert_eq!(
             rouge.capped.map(|c| (c.unit, c.limit, c.candidate_len)),
             Some(("tokens", 8, 45))
         );
         // exactly at the limit: nothing was left out
-        assert_eq!(similarity_with(&pa, &pb, FuzzyMatch, limits).capped, None);
+        assert_eq!(similarity_with(&pa, &pb, FuzzyMatch, limits).expect("lexical").capped, None);
     }
 
     #[test]
@@ -385,7 +400,7 @@ mod tests {
             .collect();
         let started = std::time::Instant::now();
         for metric in [FuzzyMatch, RougeL] {
-            let result = similarity(&a, &b, metric);
+            let result = similarity(&a, &b, metric).expect("lexical");
             let cap = result.capped.expect("200k-character inputs are capped");
             assert_eq!(
                 cap.limit,
@@ -393,8 +408,9 @@ mod tests {
             );
             assert!((0.0..=1.0).contains(&result.value), "{metric:?} {}", result.value);
         }
-        for metric in [Bleu, Gleu, Rouge1, Rouge2, Rouge5] {
-            assert_eq!(similarity(&a, &b, metric).capped, None, "linear metrics read everything");
+        for metric in [Bleu, Gleu, Meteor, Rouge1, Rouge2, Rouge5] {
+            let result = similarity(&a, &b, metric).expect("lexical");
+            assert_eq!(result.capped, None, "linear metrics read everything");
         }
         // far above the expected time (well under a second even unoptimised): a regression to
         // the quadratic table on the whole input would take minutes here

@@ -139,6 +139,9 @@ impl TrainingHandler {
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
+        let grader = crate::embedding::configured()
+            .attach(grader)
+            .map_err(|(path, e)| user_error(format!("grader {path}: {e}")))?;
         let pool = lease.queue().pool();
         let lookup = || verity_core::models::model_by_id(pool, &job.model);
         let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
