@@ -150,6 +150,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         cache_dir: app.dir.path().join("cache"),
         grader_workers: 1,
         max_jobs: None,
+        judges: Default::default(),
     };
     let shutdown = CancellationToken::new();
     let start = {

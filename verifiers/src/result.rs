@@ -23,6 +23,12 @@ pub enum ErrorKind {
     BadItem,
     /// A formula could not be evaluated (division by zero, NaN).
     Formula,
+    /// The judge model of a model grader gave no reply (not available, failed, outage).
+    Judge,
+    /// The judge is down (endpoint unreachable after retries): an outage, not a verdict.
+    JudgeUnavailable,
+    /// The judge replied, but its reply holds no score or label in the grader's terms.
+    JudgeReply,
     /// A bug in Verity itself (a grading panicked); never expected.
     Internal,
 }

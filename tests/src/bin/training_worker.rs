@@ -37,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
         cache_dir: PathBuf::from(std::env::var("VERITY_CACHE_DIR")?),
         grader_workers: 2,
         max_jobs: Some(1),
+        judges: Default::default(),
     };
     run_training_worker(config, WorkerLiveness::new(), CancellationToken::new()).await?;
     Ok(())

@@ -2,5 +2,6 @@
 
 pub mod constraints;
 pub mod format;
+pub mod model;
 pub mod string_check;
 pub mod text_similarity;

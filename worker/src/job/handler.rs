@@ -15,6 +15,7 @@ use verity_core::queue::{
 use verity_core::spec::Method;
 use verity_core::storage::{publish_folder, ObjectStore, StorageError};
 use verity_core::ControlSignal;
+use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use verity_verifiers::Grader;
 
 /// Settings of the training handler.
@@ -32,6 +33,7 @@ pub struct TrainingHandlerConfig {
 pub struct TrainingHandler {
     store: Arc<dyn ObjectStore>,
     config: TrainingHandlerConfig,
+    judges: Arc<JudgeProvider>,
 }
 
 /// Why a run stopped early.
@@ -93,7 +95,20 @@ fn lease_error(context: &str, err: QueueError) -> Stop {
 impl TrainingHandler {
     /// A handler reading and writing `store`.
     pub fn new(store: Arc<dyn ObjectStore>, config: TrainingHandlerConfig) -> TrainingHandler {
-        TrainingHandler { store, config }
+        let judges = JudgeProvider::new(
+            JudgeSettings::default(),
+            config.cache_dir.clone(),
+            config.device.clone(),
+        );
+        TrainingHandler { store, config, judges: Arc::new(judges) }
+    }
+
+    /// Routes and retries judges of model graders as `settings` say (default: no endpoints).
+    pub fn with_judge_settings(mut self, settings: JudgeSettings) -> TrainingHandler {
+        let judges =
+            JudgeProvider::new(settings, self.config.cache_dir.clone(), self.config.device.clone());
+        self.judges = Arc::new(judges);
+        self
     }
 
     async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
@@ -128,6 +143,23 @@ impl TrainingHandler {
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
         let pool = lease.queue().pool();
+        let grader = if grader.uses_judge() {
+            // the judge loads next to the policy; its prompts run batched on the same sampler
+            let judge = self
+                .judges
+                .judge_for(pool, self.store.as_ref(), job.org_id, &grader)
+                .await
+                .map_err(|e| match e {
+                    JudgeSetupError::Database(e) => retryable("judge lookup", e),
+                    e @ JudgeSetupError::Fetch { transient: true, .. } => {
+                        retryable("fetching the judge", e)
+                    }
+                    e => user_error(format!("grader: {e}")),
+                })?;
+            grader.with_judge(judge)
+        } else {
+            grader
+        };
         let lookup = || verity_core::models::model_by_id(pool, &job.model);
         let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
             .await
