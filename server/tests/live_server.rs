@@ -45,14 +45,25 @@ async fn start(pool: &sqlx::PgPool) -> (Server, String) {
     verity_core::db::migrate(pool).await.unwrap();
     verity_core::testing::tiny_base_model(pool, store.as_ref()).await;
     let judge_dir = dir.path().join("tiny-judge-folder");
-    verity_worker::trainer::testing::write_tiny_model_dir(&judge_dir, verity_worker::Family::Llama, 5)
-        .unwrap();
+    verity_worker::trainer::testing::write_tiny_model_dir(
+        &judge_dir,
+        verity_worker::Family::Llama,
+        5,
+    )
+    .unwrap();
     verity_core::storage::publish_folder(store.as_ref(), &judge_dir, "models/tiny-judge")
         .await
         .unwrap();
-    verity_core::models::insert_base_model(pool, None, "tiny-judge", "models/tiny-judge", "hf", &serde_json::json!({}))
-        .await
-        .unwrap();
+    verity_core::models::insert_base_model(
+        pool,
+        None,
+        "tiny-judge",
+        "models/tiny-judge",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
     verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None)
         .await
         .unwrap();

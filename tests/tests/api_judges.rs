@@ -60,24 +60,36 @@ async fn bad_model_graders_are_400s_naming_the_path_and_enqueue_nothing(pool: sq
         (bad_labels, format!("{grader}.passing_labels.1"), "'right' is not one of 'labels'"),
     ];
     for (g, param, needle) in &cases {
-        let reply = post(&app.router, "/v1/fine_tuning/jobs", &key, job_body(&file, g.clone())).await;
+        let reply =
+            post(&app.router, "/v1/fine_tuning/jobs", &key, job_body(&file, g.clone())).await;
         assert_400(&reply, param, needle);
         // the same answers from graders/validate and graders/run, under `grader`
         let local = param.replacen(grader, "grader", 1);
         let body = json!({"grader": g});
-        assert_400(&post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, body).await, &local, needle);
+        assert_400(
+            &post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, body).await,
+            &local,
+            needle,
+        );
         let body = json!({"grader": g, "model_sample": "4", "item": {"reference_answer": "4"}});
-        assert_400(&post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, body).await, &local, needle);
+        assert_400(
+            &post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, body).await,
+            &local,
+            needle,
+        );
     }
     // a template naming a field the rows lack: the file and the field are named
-    let reply = post(&app.router, "/v1/fine_tuning/jobs", &key, job_body(&file, missing_field)).await;
+    let reply =
+        post(&app.router, "/v1/fine_tuning/jobs", &key, job_body(&file, missing_field)).await;
     assert_400(&reply, "training_file", "`rubric`");
     let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();
     assert_eq!(jobs, 0, "nothing was enqueued");
 
     // the same graders, correct, go through (the judge `tiny` is registered for every org)
     for g in [score_model("tiny"), label_model("tiny")] {
-        let ok = post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": g})).await;
+        let ok =
+            post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": g}))
+                .await;
         assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.json());
         let job = post(&app.router, "/v1/fine_tuning/jobs", &key, job_body(&file, g)).await;
         assert_eq!(job.status, StatusCode::OK, "{:?}", job.json());

@@ -18,12 +18,15 @@ use verity_core::JobState;
 use verity_worker::judge::{JudgeEndpoint, JudgeSettings};
 use verity_worker::trainer::bench::arithmetic_jsonl;
 
-/// The judge of both tests: SmolLM2 rates the answer from 0 to 10.
-fn judge_grader(model: &str) -> Value {
-    json!({"type": "score_model", "name": "judge", "model": model, "range": [0, 10],
-           "input": [{"role": "system", "content": "You grade answers to arithmetic questions. Reply with a single number from 0 (wrong) to 10 (right)."},
-                     {"role": "user", "content": "Reference answer: {{item.answer}}\nStudent answer: {{sample.output_text}}\nScore from 0 to 10:"}],
-           "sampling_params": {"temperature": 0, "seed": 7, "max_completions_tokens": 6}})
+/// The judge of both tests: rate the answer from 0 to 100. SmolLM2-135M is far too small to be a
+/// good judge (its replies often echo a number of the question); these tests check the
+/// plumbing — batched judging, parsing, scores and reasons in metrics and samples — not its
+/// judgement.
+fn judge_grader(model: &str, question: &str) -> Value {
+    json!({"type": "score_model", "name": "judge", "model": model, "range": [0, 100],
+           "input": [{"role": "system", "content": "You grade answers. Reply with only a number from 0 to 100."},
+                     {"role": "user", "content": format!("Question: {question} Answer: {{{{sample.output_text}}}}. Rate the answer from 0 to 100. Reply with only the number.")}],
+           "sampling_params": {"temperature": 0, "seed": 7, "max_completions_tokens": 8}})
 }
 
 async fn org(pool: &PgPool) -> uuid::Uuid {
@@ -66,15 +69,18 @@ async fn smollm2_judged_job_trains_two_steps_with_scores_and_reasons(pool: PgPoo
         .unwrap();
     store.put_bytes("files/file-math.jsonl", arithmetic_jsonl(4).into()).await.unwrap();
     let method = json!({"type": "reinforcement", "reinforcement": {
-        "grader": judge_grader("smollm2"),
+        "grader": judge_grader("smollm2", "{{item.messages.0.content}}"),
         "hyperparameters": {"batch_size": 1, "group_size": 4, "max_steps": 2, "max_completion_tokens": 16,
                             "learning_rate": 1e-5, "checkpoint_interval": 2}}});
     let queue = Queue::new(pool.clone(), QueueSettings::default());
     let mut job = NewJob::new(org(&pool).await, "smollm2", method);
     job.training_file = Some("file-math".into());
     let job = queue.enqueue(&job).await.unwrap();
-    run_one(&queue, training_support::cpu_training_handler(store.clone(), &root.path().join("cache")))
-        .await;
+    run_one(
+        &queue,
+        training_support::cpu_training_handler(store.clone(), &root.path().join("cache")),
+    )
+    .await;
     let error: Option<Value> = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
         .bind(&job)
         .fetch_one(&pool)
@@ -90,7 +96,8 @@ async fn smollm2_judged_job_trains_two_steps_with_scores_and_reasons(pool: PgPoo
             .unwrap();
     let mut judged = 0;
     for step in 1..=2 {
-        let bytes = store.get_bytes(&format!("jobs/{job}/samples/step-{step}.jsonl")).await.unwrap();
+        let bytes =
+            store.get_bytes(&format!("jobs/{job}/samples/step-{step}.jsonl")).await.unwrap();
         for line in String::from_utf8(bytes.to_vec()).unwrap().lines() {
             let sample: Value = serde_json::from_str(line).unwrap();
             let reason = sample["reason"].as_str().unwrap();
@@ -114,7 +121,7 @@ async fn a_judge_outage_stops_the_job_instead_of_scoring_zeros(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store = training_support::prepare_store(&pool, root.path()).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());
-    let grader = judge_grader("down-judge");
+    let grader = judge_grader("down-judge", "{{item.prompt}}");
     let method = json!({"type": "reinforcement", "reinforcement": {"grader": grader,
         "hyperparameters": {"batch_size": 1, "group_size": 2, "max_steps": 1, "max_completion_tokens": 4}}});
     let mut job = NewJob::new(org(&pool).await, training_support::MODEL, method);

@@ -131,7 +131,9 @@ impl Grader {
         let mut errors = Vec::new();
         let compiled = compile(&spec, "", &sandbox, &mut errors);
         match compiled {
-            Some(compiled) if errors.is_empty() => Ok(Self { spec, compiled, sandbox, judge: None }),
+            Some(compiled) if errors.is_empty() => {
+                Ok(Self { spec, compiled, sandbox, judge: None })
+            }
             _ => Err(InvalidGrader(errors)),
         }
     }

@@ -21,7 +21,9 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).ok_or_else(|| anyhow::anyhow!("usage: bench_judge MODEL_DIR [ROWS] [MAX_TOKENS] [REPEATS]"))?;
+    let dir = args.get(1).ok_or_else(|| {
+        anyhow::anyhow!("usage: bench_judge MODEL_DIR [ROWS] [MAX_TOKENS] [REPEATS]")
+    })?;
     let rows: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(32);
     let max_tokens: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(8);
     let repeats: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(3);
@@ -42,7 +44,10 @@ fn main() -> anyhow::Result<()> {
         .map(|i| {
             let (a, b) = (3 + i % 17, 5 + i / 17);
             let answer = if i % 3 == 0 { a + b + 1 } else { a + b };
-            (json!({"question": format!("What is {a} + {b}?")}), Sample::from_text(format!("The answer is {answer}.")))
+            (
+                json!({"question": format!("What is {a} + {b}?")}),
+                Sample::from_text(format!("The answer is {answer}.")),
+            )
         })
         .collect();
     let pool = GraderPool::new(0);

@@ -21,7 +21,10 @@ use verity_worker::trainer::testing::write_tiny_model_dir;
 fn rows() -> Vec<(Value, Sample)> {
     let mut rows: Vec<(Value, Sample)> = (0..6)
         .map(|i| {
-            (json!({"q": format!("t{} t{}", 3 + i, 20 + i)}), Sample::from_text(format!("t{}", 40 + i)))
+            (
+                json!({"q": format!("t{} t{}", 3 + i, 20 + i)}),
+                Sample::from_text(format!("t{}", 40 + i)),
+            )
         })
         .collect();
     rows.extend(rows[..2].to_vec());
@@ -105,11 +108,12 @@ fn smollm2_judge_batched_equals_one_by_one_greedy() {
         .to_string(),
     )
     .unwrap();
-    let rows: Vec<(Value, Sample)> = [("2+2?", "4"), ("3+5?", "8"), ("7-2?", "9"), ("1+1?", "2"), ("6/3?", "2"), ("9-9?", "1")]
-        .iter()
-        .map(|(q, a)| (json!({"q": q}), Sample::from_text(*a)))
-        .chain([(json!({"q": "2+2?"}), Sample::from_text("4"))])
-        .collect();
+    let rows: Vec<(Value, Sample)> =
+        [("2+2?", "4"), ("3+5?", "8"), ("7-2?", "9"), ("1+1?", "2"), ("6/3?", "2"), ("9-9?", "1")]
+            .iter()
+            .map(|(q, a)| (json!({"q": q}), Sample::from_text(*a)))
+            .chain([(json!({"q": "2+2?"}), Sample::from_text("4"))])
+            .collect();
     let batched_grader = grader.clone().with_judge(judge.clone());
     let batched = GraderPool::new(2).grade_batch_blocking(&batched_grader, &rows);
     assert_eq!(batched_grader.judge_cache().unwrap().stats().1, 6);
@@ -134,9 +138,15 @@ async fn chat_server(fail_first: usize) -> (String, Arc<AtomicUsize>) {
             return Err(StatusCode::SERVICE_UNAVAILABLE);
         }
         assert_eq!(body["model"], "remote-judge");
-        let text = body["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).unwrap_or("");
+        let text = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
         let word = text.split_whitespace().next().unwrap_or("").to_string();
-        Ok(Json(json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": format!("{{\"result\": {word}}}")}}]})))
+        Ok(Json(
+            json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": format!("{{\"result\": {word}}}")}}]}),
+        ))
     }
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -194,6 +204,7 @@ async fn endpoint_outage_is_an_outage_not_a_score() {
         key_env: None,
     };
     let grader = endpoint_grader(EndpointJudge::new(closed, &settings(1)));
-    let results = GraderPool::new(1).grade_batch(&grader, vec![(json!({}), Sample::from_text("5"))]).await;
+    let results =
+        GraderPool::new(1).grade_batch(&grader, vec![(json!({}), Sample::from_text("5"))]).await;
     assert_eq!(results[0].error.as_ref().map(|e| e.kind), Some(ErrorKind::JudgeUnavailable));
 }

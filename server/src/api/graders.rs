@@ -4,6 +4,7 @@
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
+use super::jobs::validate::validate_judges;
 use super::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +15,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use utoipa::ToSchema;
-use super::jobs::validate::validate_judges;
 use verity_verifiers::{Grader, Sample};
 use verity_worker::judge::JudgeSetupError;
 

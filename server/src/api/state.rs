@@ -81,7 +81,11 @@ pub struct JudgeArgs {
     #[arg(long = "judge-endpoints", env = "VERITY_JUDGE_ENDPOINTS", default_value = "")]
     pub endpoints: String,
     /// Time limit of one request to a judge endpoint (seconds).
-    #[arg(long = "judge-timeout-seconds", env = "VERITY_JUDGE_TIMEOUT_SECONDS", default_value_t = 60)]
+    #[arg(
+        long = "judge-timeout-seconds",
+        env = "VERITY_JUDGE_TIMEOUT_SECONDS",
+        default_value_t = 60
+    )]
     pub timeout_seconds: u64,
     /// Retries of a failed judge request (connection error, timeout, 429, 5xx), with backoff.
     #[arg(long = "judge-retries", env = "VERITY_JUDGE_RETRIES", default_value_t = 3)]

@@ -2,11 +2,11 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::path::PathBuf;
-use verity_verifiers::cli::{run_jsonl, validate};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use verity_verifiers::cli::{run_jsonl, validate};
 use verity_verifiers::{Grader, Judge};
 use verity_worker::judge::LocalJudge;
 

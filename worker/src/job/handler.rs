@@ -1,6 +1,7 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, model_path};
+use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,7 +16,6 @@ use verity_core::queue::{
 use verity_core::spec::Method;
 use verity_core::storage::{publish_folder, ObjectStore, StorageError};
 use verity_core::ControlSignal;
-use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use verity_verifiers::Grader;
 
 /// Settings of the training handler.

@@ -125,7 +125,11 @@ impl EndpointJudge {
         body
     }
 
-    async fn ask(&self, client: &reqwest::Client, prompt: &JudgePrompt) -> Result<String, JudgeError> {
+    async fn ask(
+        &self,
+        client: &reqwest::Client,
+        prompt: &JudgePrompt,
+    ) -> Result<String, JudgeError> {
         let url = format!("{}/chat/completions", self.endpoint.base_url);
         let body = self.body(prompt);
         let mut last = String::new();
@@ -224,9 +228,10 @@ mod tests {
 
     #[test]
     fn endpoints_parse_with_optional_key_variable() {
-        let parsed =
-            parse_endpoints("big=https://api.example.com/v1/|JUDGE_KEY, small=http://127.0.0.1:8000/v1")
-                .unwrap();
+        let parsed = parse_endpoints(
+            "big=https://api.example.com/v1/|JUDGE_KEY, small=http://127.0.0.1:8000/v1",
+        )
+        .unwrap();
         assert_eq!(parsed.len(), 2);
         assert_eq!(parsed[0].base_url, "https://api.example.com/v1");
         assert_eq!(parsed[0].key_env.as_deref(), Some("JUDGE_KEY"));

@@ -110,9 +110,10 @@ impl Rollout<'_> {
             .collect();
         let grades = self.pool.grade_batch_blocking(self.grader, &batch);
         // a judge outage stops the step: its samples are not scored as wrong
-        if let Some(outage) = grades.iter().find_map(|g| {
-            g.error.as_ref().filter(|e| e.kind == ErrorKind::JudgeUnavailable)
-        }) {
+        if let Some(outage) = grades
+            .iter()
+            .find_map(|g| g.error.as_ref().filter(|e| e.kind == ErrorKind::JudgeUnavailable))
+        {
             return Err(TrainerError::JudgeUnavailable(outage.message.clone()));
         }
         let mut grades = grades.into_iter();
