@@ -208,3 +208,19 @@ async fn endpoint_outage_is_an_outage_not_a_score() {
         GraderPool::new(1).grade_batch(&grader, vec![(json!({}), Sample::from_text("5"))]).await;
     assert_eq!(results[0].error.as_ref().map(|e| e.kind), Some(ErrorKind::JudgeUnavailable));
 }
+
+#[test]
+fn endpoints_parse_with_optional_key_variable() {
+    let parsed = verity_worker::judge::parse_endpoints(
+        "big=https://api.example.com/v1/|JUDGE_KEY, small=http://127.0.0.1:8000/v1",
+    )
+    .unwrap();
+    assert_eq!(parsed.len(), 2);
+    assert_eq!(parsed[0].base_url, "https://api.example.com/v1");
+    assert_eq!(parsed[0].key_env.as_deref(), Some("JUDGE_KEY"));
+    assert_eq!(parsed[1].key_env, None);
+    assert!(verity_worker::judge::parse_endpoints("noequals").is_err());
+    assert!(verity_worker::judge::parse_endpoints("a=ftp://x").is_err());
+    assert!(verity_worker::judge::parse_endpoints("a=http://x,a=http://y").is_err());
+    assert_eq!(verity_worker::judge::parse_endpoints("").unwrap(), vec![]);
+}

@@ -221,24 +221,3 @@ impl Judge for EndpointJudge {
         })
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_parse_with_optional_key_variable() {
-        let parsed = parse_endpoints(
-            "big=https://api.example.com/v1/|JUDGE_KEY, small=http://127.0.0.1:8000/v1",
-        )
-        .unwrap();
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(parsed[0].base_url, "https://api.example.com/v1");
-        assert_eq!(parsed[0].key_env.as_deref(), Some("JUDGE_KEY"));
-        assert_eq!(parsed[1].key_env, None);
-        assert!(parse_endpoints("noequals").is_err());
-        assert!(parse_endpoints("a=ftp://x").is_err());
-        assert!(parse_endpoints("a=http://x,a=http://y").is_err());
-        assert_eq!(parse_endpoints("").unwrap(), vec![]);
-    }
-}

@@ -106,11 +106,13 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String
             Ok(ids) if ids.is_empty() => {
                 out[i] = Some(Err(JudgeError::Failed("the prompt renders to no tokens".into())))
             }
-            Ok(ids) if ids.len() >= limit => out[i] = Some(Err(JudgeError::Failed(format!(
+            Ok(ids) if ids.len() >= limit => {
+                out[i] = Some(Err(JudgeError::Failed(format!(
                 "the judge prompt has {} tokens; the judge allows {} with {max_new} reply tokens",
                 ids.len(),
                 limit.saturating_sub(1)
-            )))),
+            ))))
+            }
             Ok(ids) => ready.push((i, ids, prompt_seed(prompt))),
             Err(e) => out[i] = Some(Err(JudgeError::Failed(format!("tokenizer: {e}")))),
         }
