@@ -1,7 +1,8 @@
 //! The judge of model graders: a tiny random model (and SmolLM2 when present) loaded from an HF
 //! folder judges batched exactly as it judges one sample at a time (greedy and seeded
 //! sampling), identical prompts are judged once, and an OpenAI-compatible endpoint judge (a
-//! real HTTP server on loopback) is retried and reported as an outage when it stays down.
+//! real HTTP server on loopback) is retried and reported as an outage when it stays down;
+//! `VERITY_JUDGE_ENDPOINTS` entries parse.
 
 use axum::extract::State;
 use axum::http::StatusCode;
