@@ -1,5 +1,6 @@
 //! Drives a real `verity serve` process over HTTP: the official `openai` Python SDK against the
-//! fine-tuning endpoints, and schemathesis against `/openapi.json` (zero 5xx, responses match
+//! fine-tuning and grader endpoints (model graders judged in-process by a registered tiny
+//! random model), and schemathesis against `/openapi.json` (zero 5xx, responses match
 //! the schema). The Python tools come from `scripts/test-services.sh` (VERITY_TEST_PYTHON,
 //! VERITY_TEST_SCHEMATHESIS); without them the tests say so and skip.
 
@@ -35,8 +36,9 @@ fn database_url(pool: &sqlx::PgPool) -> String {
     )
 }
 
-/// Starts `verity serve` on a free port over the test database, with a base model `tiny` and a
-/// user; returns the server and an API key.
+/// Starts `verity serve` on a free port over the test database, with a base model `tiny`, a
+/// loadable judge model `tiny-judge` (random weights) and a user; returns the server and an API
+/// key.
 async fn start(pool: &sqlx::PgPool) -> (Server, String) {
     start_with(pool, &[]).await
 }
@@ -47,6 +49,26 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
     let store: Arc<dyn ObjectStore> = Arc::new(LocalStore::open(dir.path(), None).await.unwrap());
     verity_core::db::migrate(pool).await.unwrap();
     verity_core::testing::tiny_base_model(pool, store.as_ref()).await;
+    let judge_dir = dir.path().join("tiny-judge-folder");
+    verity_worker::trainer::testing::write_tiny_model_dir(
+        &judge_dir,
+        verity_worker::Family::Llama,
+        5,
+    )
+    .unwrap();
+    verity_core::storage::publish_folder(store.as_ref(), &judge_dir, "models/tiny-judge")
+        .await
+        .unwrap();
+    verity_core::models::insert_base_model(
+        pool,
+        None,
+        "tiny-judge",
+        "models/tiny-judge",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
     verity_server::commands::admin::create_user(pool, "sdk@x.io", "sdk-org", "member", None)
         .await
         .unwrap();
@@ -56,6 +78,7 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
         .env("DATABASE_URL", database_url(pool))
         .env("VERITY_BIND", "127.0.0.1:0")
         .env("VERITY_STORAGE", dir.path())
+        .env("VERITY_CACHE_DIR", dir.path().join("cache"))
         .env("VERITY_JWT_SECRET", JWT_SECRET)
         .env("VERITY_RATE_LIMIT_RPS", "0")
         .env("RUST_LOG", "warn")
@@ -76,6 +99,32 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
         .unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
     let base = listening["listening"].as_str().unwrap().to_string();
     (Server { child, base, _dir: dir }, key)
+}
+
+/// Runs `script` under the SDK's `python` against `server` and asserts it printed `marker`.
+async fn assert_sdk_script_passes(
+    python: &str,
+    server: &Server,
+    key: &str,
+    script: &str,
+    marker: &str,
+) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), script).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(file.path())
+        .env("OPENAI_API_KEY", key)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
+        .env("OPENAI_MAX_RETRIES", "0")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(marker),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 }
 
 fn tool(var: &str) -> Option<String> {
@@ -147,22 +196,7 @@ print("SDK OK")
 async fn openai_python_sdk_drives_the_api(pool: sqlx::PgPool) {
     let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
     let (server, key) = start(&pool).await;
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), SDK_SCRIPT).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(script.path())
-        .env("OPENAI_API_KEY", &key)
-        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
-        .env("OPENAI_MAX_RETRIES", "0")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("SDK OK"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    assert_sdk_script_passes(&python, &server, &key, SDK_SCRIPT, "SDK OK").await;
 }
 
 const SIMILARITY_SCRIPT: &str = r#"
@@ -207,22 +241,65 @@ async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
     };
     let model = model.to_string_lossy().into_owned();
     let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &model)]).await;
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), SIMILARITY_SCRIPT).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(script.path())
-        .env("OPENAI_API_KEY", &key)
-        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
-        .env("OPENAI_MAX_RETRIES", "0")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("SIMILARITY OK"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    assert_sdk_script_passes(&python, &server, &key, SIMILARITY_SCRIPT, "SIMILARITY OK").await;
+}
+
+/// Model graders through `client.fine_tuning.alpha.graders` of the official SDK; the judge
+/// `tiny-judge` (random weights: its replies are words like `t17`, whose number is the score)
+/// is loaded by the server within the request.
+const SDK_GRADERS_SCRIPT: &str = r#"
+import openai
+from openai import OpenAI
+
+client = OpenAI()
+messages = [{"role": "system", "content": "t5 t6"},
+            {"role": "user", "content": "{{item.question}} t9 {{sample.output_text}}"}]
+score = {"type": "score_model", "name": "judge", "model": "tiny-judge", "input": messages,
+         "range": [0, 100], "sampling_params": {"temperature": 0, "seed": 3, "max_completions_tokens": 4}}
+r = client.fine_tuning.alpha.graders.run(grader=score, model_sample="t44", item={"question": "t3 t8"})
+meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
+reason = meta["reason"] if isinstance(meta, dict) else meta.reason
+if meta.get("errors"):
+    assert meta["errors"]["kind"] == "judge_reply" and r.reward == 0, r
+else:
+    assert 0 <= r.reward <= 1 and reason.startswith("judge tiny-judge scored"), r
+again = client.fine_tuning.alpha.graders.run(grader=score, model_sample="t44", item={"question": "t3 t8"})
+assert again.reward == r.reward, (again, r)
+
+labels = ["t%d" % i for i in range(3, 64)]
+label = {"type": "label_model", "name": "verdict", "model": "tiny-judge", "input": messages,
+         "labels": labels, "passing_labels": labels[:30]}
+r = client.fine_tuning.alpha.graders.run(grader=label, model_sample="t44", item={"question": "t3 t8"})
+meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
+assert r.reward in (0, 1), r
+assert meta.get("errors") or meta["reason"].startswith("judge tiny-judge labelled"), r
+
+multi = {"type": "multi", "graders": {"s": score, "exact": {"type": "string_check", "name": "exact",
+         "input": "{{sample.output_text}}", "reference": "t44", "operation": "eq"}},
+         "calculate_output": "exact"}
+r = client.fine_tuning.alpha.graders.run(grader=multi, model_sample="t44", item={"question": "t3 t8"})
+meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
+assert r.reward == 1 or meta.get("errors"), r
+
+for g in (score, label):
+    v = client.fine_tuning.alpha.graders.validate(grader=g)
+    assert v.grader is not None, v
+for bad, param in ((dict(score, model="nope"), "grader.model"),
+                   (dict(score, range=[1, 0]), "grader.range"),
+                   (dict(label, passing_labels=["nope"]), "grader.passing_labels.0")):
+    try:
+        client.fine_tuning.alpha.graders.run(grader=bad, model_sample="t4")
+        raise SystemExit("expected 400 for %s" % param)
+    except openai.BadRequestError as e:
+        assert e.param == param, (e.param, param)
+print("GRADERS OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {
+    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
+    let (server, key) = start(&pool).await;
+    assert_sdk_script_passes(&python, &server, &key, SDK_GRADERS_SCRIPT, "GRADERS OK").await;
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

@@ -151,6 +151,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         grader_workers: 1,
         grader_budget: None,
         max_jobs: None,
+        judges: Default::default(),
     };
     let shutdown = CancellationToken::new();
     let start = {

@@ -9,7 +9,9 @@ use thiserror::Error;
 
 use crate::embed::{cosine_similarity, SharedEmbedder};
 use crate::formula::Formula;
-use crate::graders::{constraints, format, string_check, text_similarity};
+use crate::graders::model::JudgeTemplate;
+use crate::graders::{constraints, format, model, string_check, text_similarity};
+use crate::judge::{Judge, JudgeCache, JudgePrompt, DEFAULT_CACHE_ENTRIES};
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
 use crate::sandbox::SandboxConfig;
@@ -41,6 +43,7 @@ pub struct Grader {
     spec: GraderSpec,
     compiled: Compiled,
     sandbox: Arc<SandboxConfig>,
+    judge: Option<Arc<JudgeCache>>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +93,16 @@ enum Compiled {
         checks_from: Option<Template>,
         scoring: CodeScoring,
     },
+    ScoreModel {
+        prompt: JudgeTemplate,
+        range: [f64; 2],
+        pass_threshold: Option<f64>,
+    },
+    LabelModel {
+        prompt: JudgeTemplate,
+        labels: Vec<String>,
+        passing: Vec<String>,
+    },
 }
 
 impl Grader {
@@ -121,7 +134,9 @@ impl Grader {
         let mut errors = Vec::new();
         let compiled = compile(&spec, "", &sandbox, &mut errors);
         match compiled {
-            Some(compiled) if errors.is_empty() => Ok(Self { spec, compiled, sandbox }),
+            Some(compiled) if errors.is_empty() => {
+                Ok(Self { spec, compiled, sandbox, judge: None })
+            }
             _ => Err(InvalidGrader(errors)),
         }
     }
@@ -129,6 +144,78 @@ impl Grader {
     /// The spec this grader was built from.
     pub fn spec(&self) -> &GraderSpec {
         &self.spec
+    }
+
+    /// Attaches the judge that model graders (here and inside a `multi`) ask, behind a cache
+    /// that judges each identical (judge, prompt, sampling) once.
+    pub fn with_judge(self, judge: Arc<dyn Judge>) -> Self {
+        let cache = Arc::new(JudgeCache::new(judge, DEFAULT_CACHE_ENTRIES));
+        self.with_judge_cache(&cache)
+    }
+
+    fn with_judge_cache(mut self, cache: &Arc<JudgeCache>) -> Self {
+        if let Compiled::Multi { graders, .. } = &mut self.compiled {
+            let taken = std::mem::take(graders);
+            *graders = taken.into_iter().map(|(k, g)| (k, g.with_judge_cache(cache))).collect();
+        }
+        self.judge = Some(Arc::clone(cache));
+        self
+    }
+
+    /// The attached judge's cache, if any.
+    pub fn judge_cache(&self) -> Option<&JudgeCache> {
+        self.judge.as_deref()
+    }
+
+    /// Every judge model the grader's model graders name, with the JSON path of its `model`.
+    pub fn judge_models(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        self.collect_judge_models("", &mut out);
+        out
+    }
+
+    fn collect_judge_models(&self, prefix: &str, out: &mut Vec<(String, String)>) {
+        match &self.compiled {
+            Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
+                out.push((join_path(prefix, "model"), prompt.model().to_string()));
+            }
+            Compiled::Multi { graders, .. } => {
+                for (name, g) in graders {
+                    g.collect_judge_models(&join_path(&join_path(prefix, "graders"), name), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether grading asks a judge model (a model grader, or a multi holding one).
+    pub fn uses_judge(&self) -> bool {
+        !self.judge_models().is_empty()
+    }
+
+    /// The judge prompts grading `(item, sample)` will ask (rows missing a field ask none).
+    pub fn judge_prompts(&self, item: &Value, sample: &Sample) -> Vec<JudgePrompt> {
+        match &self.compiled {
+            Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
+                prompt.render(item, sample).into_iter().collect()
+            }
+            Compiled::Multi { graders, .. } => {
+                graders.values().flat_map(|g| g.judge_prompts(item, sample)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Asks the judge every prompt of `rows` in one batch, so that grading the rows afterwards
+    /// reads the replies from the cache (one batched generation instead of one per sample).
+    pub fn prefetch_judge(&self, rows: &[(Value, Sample)]) {
+        let Some(cache) = &self.judge else { return };
+        cache.forget_outages();
+        let prompts: Vec<JudgePrompt> =
+            rows.iter().flat_map(|(item, sample)| self.judge_prompts(item, sample)).collect();
+        if !prompts.is_empty() {
+            let _ = cache.complete(&prompts);
+        }
     }
 
     /// The sandbox configuration used by code and python graders.
@@ -158,6 +245,9 @@ impl Grader {
                 std::iter::once(input).chain(checks_from.iter()).collect()
             }
             Compiled::Python { .. } => vec![],
+            Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
+                prompt.templates().collect()
+            }
             Compiled::Multi { graders, .. } => {
                 graders.values().for_each(|g| g.collect_item_fields(out));
                 vec![]
@@ -330,6 +420,18 @@ impl Grader {
             Compiled::Multi { graders, formula, range } => {
                 grade_multi(graders, formula, *range, item, sample)
             }
+            Compiled::ScoreModel { prompt, range, pass_threshold } => model::grade_score(
+                &prompt.render(item, sample)?,
+                self.judge.as_deref().map(|j| j as &dyn Judge),
+                *range,
+                *pass_threshold,
+            ),
+            Compiled::LabelModel { prompt, labels, passing } => model::grade_label(
+                &prompt.render(item, sample)?,
+                self.judge.as_deref().map(|j| j as &dyn Judge),
+                labels,
+                passing,
+            ),
         })
     }
 }
@@ -471,11 +573,13 @@ pub fn parse_spec_value(value: &Value, prefix: &str) -> Result<GraderSpec, SpecE
         "code" => GraderSpec::Code(typed::<s::CodeSpec>(body, &at)?),
         "format" => GraderSpec::Format(typed::<s::FormatSpec>(body, &at)?),
         "constraints" => GraderSpec::Constraints(typed::<s::ConstraintsSpec>(body, &at)?),
+        "score_model" => GraderSpec::ScoreModel(typed::<s::ScoreModelSpec>(body, &at)?),
+        "label_model" => GraderSpec::LabelModel(typed::<s::LabelModelSpec>(body, &at)?),
         other => {
             return Err(SpecError {
                 path: at("type"),
                 message: format!(
-                    "unknown grader type '{other}' (string_check, text_similarity, python, multi, math, code, format, constraints)"
+                    "unknown grader type '{other}' (string_check, text_similarity, python, multi, math, code, format, constraints, score_model, label_model)"
                 ),
             })
         }
@@ -560,7 +664,12 @@ fn compile(
                 if let Some(compiled) = compile(sub, &sub_prefix, sandbox, errors) {
                     graders.insert(
                         name.clone(),
-                        Grader { spec: sub.clone(), compiled, sandbox: Arc::clone(sandbox) },
+                        Grader {
+                            spec: sub.clone(),
+                            compiled,
+                            sandbox: Arc::clone(sandbox),
+                            judge: None,
+                        },
                     );
                 }
             }
@@ -642,6 +751,60 @@ fn compile(
                 input: template(&s.input, p("input"), errors),
                 preset: s.preset,
                 regex,
+            }
+        }
+        GraderSpec::ScoreModel(s) => {
+            let prompt =
+                JudgeTemplate::compile(&s.model, &s.input, s.sampling_params.as_ref(), &p, errors);
+            let range = s.range.unwrap_or([0.0, 1.0]);
+            if !(range[0].is_finite() && range[1].is_finite() && range[0] < range[1]) {
+                errors.push(SpecError {
+                    path: p("range"),
+                    message: "must be [min, max] with min < max".into(),
+                });
+            }
+            if let Some(t) = s.pass_threshold {
+                if !(range[0]..=range[1]).contains(&t) {
+                    errors.push(SpecError {
+                        path: p("pass_threshold"),
+                        message: "must lie within range".into(),
+                    });
+                }
+            }
+            Compiled::ScoreModel { prompt, range, pass_threshold: s.pass_threshold }
+        }
+        GraderSpec::LabelModel(s) => {
+            let prompt =
+                JudgeTemplate::compile(&s.model, &s.input, s.sampling_params.as_ref(), &p, errors);
+            if s.labels.is_empty() {
+                errors.push(SpecError { path: p("labels"), message: "must not be empty".into() });
+            }
+            for (i, label) in s.labels.iter().enumerate() {
+                if label.trim().is_empty() {
+                    errors.push(SpecError {
+                        path: format!("{}.{i}", p("labels")),
+                        message: "must not be empty".into(),
+                    });
+                }
+            }
+            if s.passing_labels.is_empty() {
+                errors.push(SpecError {
+                    path: p("passing_labels"),
+                    message: "must name at least one of 'labels'".into(),
+                });
+            }
+            for (i, label) in s.passing_labels.iter().enumerate() {
+                if !s.labels.contains(label) {
+                    errors.push(SpecError {
+                        path: format!("{}.{i}", p("passing_labels")),
+                        message: format!("'{label}' is not one of 'labels'"),
+                    });
+                }
+            }
+            Compiled::LabelModel {
+                prompt,
+                labels: s.labels.clone(),
+                passing: s.passing_labels.clone(),
             }
         }
         GraderSpec::Constraints(s) => {

@@ -5,7 +5,10 @@
 //!   sub-scores, and `error` set only for infrastructure failures (missing template field,
 //!   sandbox failure, the grader's own timeout), which are never silently scored as wrong.
 //! - [`GraderPool`] grades batches with bounded parallelism: `grade_batch` (async, tokio) and
-//!   `grade_batch_blocking`.
+//!   `grade_batch_blocking`; before a batch it asks the judge of model graders every prompt
+//!   at once ([`Grader::prefetch_judge`]).
+//! - [`judge`] defines the [`Judge`] that `score_model` / `label_model` ask (implemented by the
+//!   worker crate: a model registered in Verity, or an operator's OpenAI-compatible endpoint).
 //! - [`cli`] holds `run_jsonl`, `validate` and `bench` for `verity graders run|validate` and
 //!   `verity bench graders`; [`grader_json_schema`] exports the spec's JSON Schema.
 //! - [`sandbox`] runs untrusted programs under bubblewrap; [`SandboxConfig`] finds `bwrap` and
@@ -17,6 +20,7 @@ pub mod embed;
 pub mod formula;
 pub mod grader;
 pub mod graders;
+pub mod judge;
 pub mod math;
 pub mod pool;
 pub mod python;
@@ -28,6 +32,7 @@ pub mod template;
 
 pub use embed::{EmbedError, Embedder, Embedding, SharedEmbedder};
 pub use grader::{Grader, InvalidGrader, SpecError};
+pub use judge::{Judge, JudgeCache, JudgeError, JudgeMessage, JudgePrompt, JudgeSampling};
 pub use pool::{GraderPool, GradingBudget};
 pub use result::{ErrorKind, GradeError, GradeResult};
 pub use sample::Sample;

@@ -101,6 +101,8 @@ impl GraderPool {
         grader: &Grader,
         rows: &[(Value, Sample)],
     ) -> Vec<GradeResult> {
+        // model graders: one batched judge call for the whole batch, then cache hits per row
+        grader.prefetch_judge(rows);
         let next = AtomicUsize::new(0);
         let slots: Vec<Mutex<Option<GradeResult>>> =
             rows.iter().map(|_| Mutex::new(None)).collect();

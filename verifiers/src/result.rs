@@ -25,6 +25,12 @@ pub enum ErrorKind {
     Formula,
     /// The embedding model of a `cosine` grader is not configured or failed to run.
     Embedding,
+    /// The judge model of a model grader gave no reply (not available, failed, outage).
+    Judge,
+    /// The judge is down (endpoint unreachable after retries): an outage, not a verdict.
+    JudgeUnavailable,
+    /// The judge replied, but its reply holds no score or label in the grader's terms.
+    JudgeReply,
     /// A bug in Verity itself (a grading panicked); never expected.
     Internal,
 }

@@ -25,6 +25,10 @@ pub enum GraderSpec {
     Format(FormatSpec),
     /// IFEval-style instruction constraints.
     Constraints(ConstraintsSpec),
+    /// A judge model scores the sample with a number in `range`.
+    ScoreModel(ScoreModelSpec),
+    /// A judge model picks one of `labels`; 1 when it is a passing label.
+    LabelModel(LabelModelSpec),
 }
 
 /// `string_check`: `input` compared with `reference` by `operation`.
@@ -375,6 +379,117 @@ impl ConstraintCheck {
     }
 }
 
+/// `score_model`: a judge model (registered in Verity) replies with a score in `range`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreModelSpec {
+    /// Display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The judge: a model registered in Verity (base or fine-tuned) or routed to an endpoint.
+    pub model: String,
+    /// The judge's chat messages; contents may hold `{{item.…}}` / `{{sample.…}}` templates.
+    pub input: Vec<JudgeInputMessage>,
+    /// `[min, max]` of the judge's score (default `[0, 1]`), mapped linearly onto [0, 1].
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
+    /// How the judge samples its reply.
+    #[serde(default)]
+    pub sampling_params: Option<JudgeSamplingParams>,
+    /// Accepted for OpenAI compatibility: `sub_scores.passed` is 1 when the raw score reaches it.
+    #[serde(default)]
+    pub pass_threshold: Option<f64>,
+}
+
+/// `label_model`: a judge model picks one of `labels`; the score is 1 for a passing label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LabelModelSpec {
+    /// Display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The judge: a model registered in Verity (base or fine-tuned) or routed to an endpoint.
+    pub model: String,
+    /// The judge's chat messages; contents may hold `{{item.…}}` / `{{sample.…}}` templates.
+    pub input: Vec<JudgeInputMessage>,
+    /// The labels the judge chooses from.
+    pub labels: Vec<String>,
+    /// The labels that score 1 (a subset of `labels`).
+    pub passing_labels: Vec<String>,
+    /// How the judge samples its reply (Verity extension; OpenAI's label_model has none).
+    #[serde(default)]
+    pub sampling_params: Option<JudgeSamplingParams>,
+}
+
+/// One message of a model grader's `input` (OpenAI's EvalItem).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeInputMessage {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    /// Text, a `{"type": "input_text"|"output_text", "text": …}` part, or a list of parts.
+    pub content: JudgeContent,
+    /// Always `message` when given.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// The content of a [`JudgeInputMessage`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum JudgeContent {
+    /// Plain text (a template).
+    Text(String),
+    /// One text part.
+    Part(JudgeContentPart),
+    /// Several text parts, joined by newlines.
+    Parts(Vec<JudgeContentPart>),
+}
+
+/// A text part of a judge message (images and audio are not supported by text judges).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeContentPart {
+    /// `input_text` or `output_text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text (a template).
+    pub text: String,
+}
+
+impl JudgeContent {
+    /// The text parts, in order.
+    pub fn texts(&self) -> Vec<(&str, &str)> {
+        match self {
+            Self::Text(t) => vec![("input_text", t.as_str())],
+            Self::Part(p) => vec![(p.kind.as_str(), p.text.as_str())],
+            Self::Parts(ps) => ps.iter().map(|p| (p.kind.as_str(), p.text.as_str())).collect(),
+        }
+    }
+}
+
+/// OpenAI's `sampling_params` of a model grader.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSamplingParams {
+    /// Softmax temperature (default 0: greedy, so a grading is reproducible).
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus mass kept (default 1).
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Seed of the judge's sampling (default 0).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Longest judge reply in tokens (default 256).
+    #[serde(default)]
+    pub max_completions_tokens: Option<usize>,
+    /// `none`, `minimal`, `low`, `medium` or `high`: forwarded to an endpoint judge; a local
+    /// judge without a reasoning mode ignores it.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+}
+
 fn default_output_template() -> String {
     "{{sample.output_text}}".to_string()
 }
@@ -391,6 +506,8 @@ impl GraderSpec {
             Self::Code(s) => s.name.as_deref(),
             Self::Format(s) => s.name.as_deref(),
             Self::Constraints(s) => s.name.as_deref(),
+            Self::LabelModel(s) => s.name.as_deref(),
+            Self::ScoreModel(s) => s.name.as_deref(),
         }
     }
 
@@ -405,6 +522,8 @@ impl GraderSpec {
             Self::Code(_) => "code",
             Self::Format(_) => "format",
             Self::Constraints(_) => "constraints",
+            Self::LabelModel(_) => "label_model",
+            Self::ScoreModel(_) => "score_model",
         }
     }
 }

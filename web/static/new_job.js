@@ -15,6 +15,10 @@
     multi: { type: "multi", graders: { answer: { type: "math", reference: "{{item.reference_answer}}" },
                                        format: { type: "format", preset: "think_answer" } },
              calculate_output: "0.9 * answer + 0.1 * format" },
+    score_model: { type: "score_model", name: "judge", model: "smollm2-135m-instruct", range: [0, 10],
+                   input: [{ role: "system", content: "Rate the answer from 0 to 10. Reply with the number only." },
+                           { role: "user", content: "Question: {{item.question}}\nReference: {{item.reference_answer}}\nAnswer: {{sample.output_text}}" }],
+                   sampling_params: { temperature: 0, max_completions_tokens: 16 } },
   };
   // Loss presets: the hyperparameters each loss's preset sets, as the API describes them.
   var presets = fetch("/v1/verity/loss_presets", { credentials: "same-origin" })

@@ -3,7 +3,8 @@
 //! The model core: [`loader`] opens HF folders and GGUF files, [`model::Transformer`] is the
 //! trainable forward, [`sampler`] generates completions, [`optim`] and [`policy_optimizer`] hold
 //! AdamW, clipping and gradient accumulation, [`checkpoint`] saves and restores everything,
-//! [`commands`] hosts the entry points the `verity` CLI wires in.
+//! [`commands`] hosts the entry points the `verity` CLI wires in, [`judge`] runs the judge
+//! models of model graders.
 //!
 //! One RL step with the public API (what the GRPO trainer does):
 //!
@@ -39,6 +40,7 @@ pub mod error;
 pub mod gguf;
 pub mod grpo;
 pub mod job;
+pub mod judge;
 pub mod kernels;
 pub mod loader;
 pub mod model;

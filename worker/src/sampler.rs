@@ -175,6 +175,38 @@ pub fn sample(
     pad_id: u32,
     tokenizer: Option<&ChatTokenizer>,
 ) -> Result<Vec<Completion>> {
+    let rng = |p: usize, s: usize| sequence_rng(params.seed, p, s);
+    sample_with_rngs(model, prompts, params, eos_ids, pad_id, tokenizer, &rng)
+}
+
+/// Like [`sample`], but prompt `p` draws from its own seed `seeds[p]` (sample `s` of it from
+/// `sequence_rng(seeds[p], 0, s)`), so that a prompt samples the same tokens whatever else is
+/// in the batch and wherever it stands in it (the judge's batched and one-by-one paths agree).
+pub fn sample_seeded(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    seeds: &[u64],
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    tokenizer: Option<&ChatTokenizer>,
+) -> Result<Vec<Completion>> {
+    if seeds.len() != prompts.len() {
+        return Err(WorkerError::InvalidArgument("one seed per prompt is needed".into()));
+    }
+    let rng = |p: usize, s: usize| sequence_rng(seeds[p], 0, s);
+    sample_with_rngs(model, prompts, params, eos_ids, pad_id, tokenizer, &rng)
+}
+
+fn sample_with_rngs(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    tokenizer: Option<&ChatTokenizer>,
+    rng_of: &(dyn Fn(usize, usize) -> StdRng + Sync),
+) -> Result<Vec<Completion>> {
     // The whole decode runs on a pool thread (see `kernels::on_pool`).
     crate::kernels::on_pool(|| -> Result<Vec<Completion>> {
         if params.n == 0 || params.max_new_tokens == 0 {
@@ -219,7 +251,7 @@ pub fn sample(
                 Sequence {
                     prompt_index: p,
                     sample_index: s,
-                    rng: sequence_rng(params.seed, p, s),
+                    rng: rng_of(p, s),
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: None,

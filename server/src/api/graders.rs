@@ -4,6 +4,7 @@
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
+use super::jobs::validate::validate_judges;
 use super::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use utoipa::ToSchema;
 use verity_verifiers::{Grader, Sample};
+use verity_worker::judge::JudgeSetupError;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -99,11 +101,12 @@ fn graders_busy() -> ApiError {
     responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401),
         (status = 503, description = "every grader slot is taken; retry after `Retry-After` seconds")))]
 pub async fn run_grader(
-    _principal: Principal,
+    principal: Principal,
     State(state): State<AppState>,
     ApiJson(request): ApiJson<RunGraderRequest>,
 ) -> ApiResult<Json<RunGraderResponse>> {
     let grader = parse_grader("grader", &request.grader)?;
+    validate_judges(&state, &principal, "grader", &grader).await?;
     let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let item = request.item.unwrap_or_else(|| json!({}));
     if !item.is_object() {
@@ -115,6 +118,25 @@ pub async fn run_grader(
         return Err(graders_busy());
     };
     let started = Instant::now();
+    // A model grader's judge is loaded in this process (kept for the next runs) and asked
+    // within the request: slower than the other graders, see docs/graders.md.
+    let grader = if grader.uses_judge() {
+        let judge = state
+            .judges
+            .judge_for(&state.pool, state.store.as_ref(), principal.org_id, &grader)
+            .await
+            .map_err(|e| match e {
+                JudgeSetupError::UnknownModel { path, name } => ApiError::invalid(
+                    format!("grader.{path}"),
+                    format!("judge model {name:?} does not exist"),
+                ),
+                JudgeSetupError::Database(e) => ApiError::database("judge lookup", e),
+                e => ApiError::internal("judge", e),
+            })?;
+        grader.with_judge(judge)
+    } else {
+        grader
+    };
     // Grading is CPU work or a sandboxed process: keep it off the async threads. The permit goes
     // with it, so a grading whose client gave up still holds its slot until it ends.
     let result = tokio::task::spawn_blocking(move || {
@@ -149,9 +171,11 @@ pub struct ValidateGraderRequest {
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/validate", tag = "graders", request_body = ValidateGraderRequest,
     responses((status = 200, body = Object), (status = 400), (status = 401)))]
 pub async fn validate_grader_endpoint(
-    _principal: Principal,
+    principal: Principal,
+    State(state): State<AppState>,
     ApiJson(request): ApiJson<ValidateGraderRequest>,
 ) -> ApiResult<Json<Value>> {
-    parse_grader("grader", &request.grader)?;
+    let grader = parse_grader("grader", &request.grader)?;
+    validate_judges(&state, &principal, "grader", &grader).await?;
     Ok(Json(json!({ "grader": request.grader })))
 }

@@ -13,6 +13,7 @@ use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::queue::{Queue, QueueSettings, WorkerLiveness};
 use verity_core::storage::{ObjectStore, UrlSigner};
 use verity_verifiers::GradingBudget;
+use verity_worker::judge::{parse_endpoints, JudgeProvider, JudgeSettings};
 
 /// Flags and environment of `verity serve`.
 #[derive(Debug, Clone, Args)]
@@ -64,6 +65,47 @@ pub struct ApiConfig {
     /// How long a grader run waits for a free slot before a 503 with Retry-After (milliseconds).
     #[arg(long = "grader-wait-ms", env = "VERITY_GRADER_WAIT_MS", default_value_t = 2000)]
     pub grader_wait_ms: u64,
+    /// Where `graders/run` caches the files of judge models it loads.
+    #[arg(long = "judge-cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
+    pub judge_cache_dir: std::path::PathBuf,
+    /// Judges of model graders.
+    #[command(flatten)]
+    pub judges: JudgeArgs,
+}
+
+/// Routing, timeouts and retries of the judges of model graders (`score_model`, `label_model`),
+/// shared by `verity serve` (for `graders/run`) and `verity worker`.
+#[derive(Debug, Clone, Args)]
+pub struct JudgeArgs {
+    /// Judge names served by OpenAI-compatible endpoints: `name=url[|KEY_ENV],…` (`url` up to
+    /// `/v1`; `KEY_ENV` names the environment variable holding the endpoint's API key).
+    #[arg(long = "judge-endpoints", env = "VERITY_JUDGE_ENDPOINTS", default_value = "")]
+    pub endpoints: String,
+    /// Time limit of one request to a judge endpoint (seconds).
+    #[arg(
+        long = "judge-timeout-seconds",
+        env = "VERITY_JUDGE_TIMEOUT_SECONDS",
+        default_value_t = 60
+    )]
+    pub timeout_seconds: u64,
+    /// Retries of a failed judge request (connection error, timeout, 429, 5xx), with backoff.
+    #[arg(long = "judge-retries", env = "VERITY_JUDGE_RETRIES", default_value_t = 3)]
+    pub retries: u32,
+    /// Judge models kept loaded in one process (least recently used dropped first).
+    #[arg(long = "judge-models-loaded", env = "VERITY_JUDGE_MODELS_LOADED", default_value_t = 2)]
+    pub models_loaded: usize,
+}
+
+impl JudgeArgs {
+    /// The typed settings; a malformed `VERITY_JUDGE_ENDPOINTS` is a configuration error.
+    pub fn settings(&self) -> Result<JudgeSettings, ConfigError> {
+        Ok(JudgeSettings {
+            endpoints: parse_endpoints(&self.endpoints).map_err(|e| ConfigError(e.to_string()))?,
+            timeout: Duration::from_secs(self.timeout_seconds.max(1)),
+            retries: self.retries,
+            models_loaded: self.models_loaded.max(1),
+        })
+    }
 }
 
 /// Limits applied by handlers.
@@ -135,6 +177,8 @@ pub struct AppState {
     pub worker: Option<WorkerLiveness>,
     /// Concurrency limit of `graders/run`.
     pub grader_slots: GraderSlots,
+    /// Judges of model graders (`graders/run` loads judge models in-process, on the CPU).
+    pub judges: Arc<JudgeProvider>,
 }
 
 /// A configuration that cannot work.
@@ -163,6 +207,7 @@ impl AppState {
             audience: api.jwt_audience.clone(),
             ttl: Duration::from_secs(api.token_ttl_seconds.max(1)),
         });
+        let judges = JudgeProvider::on_cpu(api.judges.settings()?, api.judge_cache_dir.clone());
         let signer = match (&storage.public_url, storage.signing_secret.is_empty()) {
             (Some(base), false) => Some(UrlSigner::new(base, storage.signing_secret.as_bytes())),
             _ => None,
@@ -189,6 +234,7 @@ impl AppState {
                 api.grader_concurrency,
                 Duration::from_millis(api.grader_wait_ms),
             ),
+            judges: Arc::new(judges),
         })
     }
 }

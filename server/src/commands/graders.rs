@@ -2,10 +2,13 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use verity_verifiers::cli::{run_jsonl, validate};
-use verity_verifiers::Grader;
+use verity_verifiers::{Grader, Judge};
+use verity_worker::judge::LocalJudge;
 
 /// Grader commands.
 #[derive(Debug, Subcommand)]
@@ -29,6 +32,36 @@ pub struct RunArgs {
     /// Parallel gradings (0 = number of cores).
     #[arg(long, default_value_t = 0)]
     pub jobs: usize,
+    /// The judge of model graders: `NAME=PATH` loads the HF folder or GGUF file at PATH for
+    /// the judge model NAME (repeat for several); judge prompts run batched on the CPU.
+    #[arg(long = "judge", value_name = "NAME=PATH")]
+    pub judges: Vec<String>,
+}
+
+/// The local judge of `--judge NAME=PATH` options, for the model graders of `grader`.
+fn local_judge(grader: &Grader, options: &[String]) -> anyhow::Result<Option<Arc<dyn Judge>>> {
+    if !grader.uses_judge() {
+        return Ok(None);
+    }
+    let mut models = BTreeMap::new();
+    for option in options {
+        let (name, path) = option
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--judge {option:?}: expected NAME=PATH"))?;
+        let loaded = verity_worker::load_model(path.as_ref(), &candle_core_cpu()?)
+            .with_context(|| format!("loading judge {name:?} from {path}"))?;
+        models.insert(name.to_string(), Arc::new(Mutex::new(loaded)));
+    }
+    for (path, name) in grader.judge_models() {
+        if !models.contains_key(&name) {
+            anyhow::bail!("{path}: judge model {name:?} needs --judge {name}=PATH");
+        }
+    }
+    Ok(Some(Arc::new(LocalJudge::new(models))))
+}
+
+fn candle_core_cpu() -> anyhow::Result<verity_worker::judge::Device> {
+    Ok(verity_worker::parse_device("cpu")?)
 }
 
 /// Options of `verity graders validate`.
@@ -61,6 +94,10 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             let grader = Grader::from_json(&spec)
                 .map_err(|e| anyhow::anyhow!("invalid grader {}: {e}", args.grader.display()))?;
             let grader = attach_embedding_model(grader, &args.grader)?;
+            let grader = match local_judge(&grader, &args.judges)? {
+                Some(judge) => grader.with_judge(judge),
+                None => grader,
+            };
             let stdout = std::io::stdout().lock();
             let summary = if args.input.as_os_str() == "-" {
                 run_jsonl(&grader, std::io::stdin().lock(), stdout, args.jobs)

@@ -120,6 +120,8 @@ async fn serve_and_work(
         &secret,
         "--public-url",
         &base,
+        "--judge-cache-dir",
+        &cache,
     ])?;
     let mut state = super::serve::build_state(&config).await?;
     let key = admin_key(&state.pool, data).await?;
@@ -137,7 +139,7 @@ async fn serve_and_work(
         &args.device,
     ])?;
     let shutdown = CancellationToken::new();
-    let mut worker_config = super::worker::training_config(worker_args);
+    let mut worker_config = super::worker::training_config(worker_args)?;
     // One grading budget for the process: training gradings and graders/run share the cores.
     worker_config.grader_budget = Some(state.grader_slots.budget.clone());
     let start_worker = {

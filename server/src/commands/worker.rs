@@ -32,6 +32,9 @@ pub struct WorkerArgs {
     /// Exit after this many jobs.
     #[arg(long = "max-jobs")]
     max_jobs: Option<usize>,
+    /// Judges of model graders.
+    #[command(flatten)]
+    judges: crate::api::state::JudgeArgs,
 }
 
 /// Runs the claim loop; the first SIGTERM or ctrl-c stops claiming (a running job is left to its
@@ -56,7 +59,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             Err(error) => tracing::warn!(%error, "no periodic sweep of the object store"),
         }
     });
-    let config = training_config(args);
+    let config = training_config(args)?;
     let jobs = run_training_worker(config, WorkerLiveness::new(), shutdown)
         .await
         .context("the worker stopped")?;
@@ -65,8 +68,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
 }
 
 /// The training worker's configuration from the command's options (shared with `verity up`).
-pub fn training_config(args: WorkerArgs) -> TrainingWorkerConfig {
-    TrainingWorkerConfig {
+pub fn training_config(args: WorkerArgs) -> anyhow::Result<TrainingWorkerConfig> {
+    Ok(TrainingWorkerConfig {
+        judges: args.judges.settings()?,
         database: args.database,
         storage: args.storage,
         queue: args.queue,
@@ -76,5 +80,5 @@ pub fn training_config(args: WorkerArgs) -> TrainingWorkerConfig {
         grader_workers: args.grader_workers,
         grader_budget: None,
         max_jobs: args.max_jobs,
-    }
+    })
 }

@@ -38,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
         grader_workers: 2,
         grader_budget: None,
         max_jobs: Some(1),
+        judges: Default::default(),
     };
     run_training_worker(config, WorkerLiveness::new(), CancellationToken::new()).await?;
     Ok(())

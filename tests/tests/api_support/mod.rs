@@ -42,6 +42,13 @@ pub fn api_config() -> ApiConfig {
         rate_limit_burst: 1.0,
         grader_concurrency: 0,
         grader_wait_ms: 2000,
+        judge_cache_dir: std::env::temp_dir().join("verity-test-judges"),
+        judges: verity_server::api::state::JudgeArgs {
+            endpoints: String::new(),
+            timeout_seconds: 5,
+            retries: 1,
+            models_loaded: 1,
+        },
     }
 }
 

@@ -3,5 +3,6 @@
 pub mod constraints;
 pub mod format;
 pub mod meteor;
+pub mod model;
 pub mod string_check;
 pub mod text_similarity;

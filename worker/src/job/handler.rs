@@ -1,6 +1,7 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, model_path};
+use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -34,6 +35,8 @@ pub struct TrainingHandler {
     config: TrainingHandlerConfig,
     /// One grading pool for every job this handler runs.
     graders: GraderPool,
+    /// The judges of model graders, loaded or routed on first use.
+    judges: Arc<JudgeProvider>,
 }
 
 /// Why a run stopped early.
@@ -105,7 +108,25 @@ impl TrainingHandler {
         config: TrainingHandlerConfig,
         budget: GradingBudget,
     ) -> TrainingHandler {
-        TrainingHandler { store, config, graders: GraderPool::with_budget(budget) }
+        let judges = JudgeProvider::new(
+            JudgeSettings::default(),
+            config.cache_dir.clone(),
+            config.device.clone(),
+        );
+        TrainingHandler {
+            store,
+            config,
+            graders: GraderPool::with_budget(budget),
+            judges: Arc::new(judges),
+        }
+    }
+
+    /// Routes and retries judges of model graders as `settings` say (default: no endpoints).
+    pub fn with_judge_settings(mut self, settings: JudgeSettings) -> TrainingHandler {
+        let judges =
+            JudgeProvider::new(settings, self.config.cache_dir.clone(), self.config.device.clone());
+        self.judges = Arc::new(judges);
+        self
     }
 
     async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
@@ -143,6 +164,23 @@ impl TrainingHandler {
             .attach(grader)
             .map_err(|(path, e)| user_error(format!("grader {path}: {e}")))?;
         let pool = lease.queue().pool();
+        let grader = if grader.uses_judge() {
+            // the judge loads next to the policy; its prompts run batched on the same sampler
+            let judge = self
+                .judges
+                .judge_for(pool, self.store.as_ref(), job.org_id, &grader)
+                .await
+                .map_err(|e| match e {
+                    JudgeSetupError::Database(e) => retryable("judge lookup", e),
+                    e @ JudgeSetupError::Fetch { transient: true, .. } => {
+                        retryable("fetching the judge", e)
+                    }
+                    e => user_error(format!("grader: {e}")),
+                })?;
+            grader.with_judge(judge)
+        } else {
+            grader
+        };
         let lookup = || verity_core::models::model_by_id(pool, &job.model);
         let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
             .await

@@ -37,6 +37,8 @@ pub struct TrainingWorkerConfig {
     pub grader_budget: Option<GradingBudget>,
     /// Stop after this many jobs (`None`: until `shutdown`).
     pub max_jobs: Option<usize>,
+    /// Routing, timeouts and retries of model graders' judges.
+    pub judges: crate::judge::JudgeSettings,
 }
 
 /// Runs the training claim loop until `shutdown` fires (or `max_jobs` jobs ran), reporting to
@@ -84,7 +86,8 @@ pub async fn run_training_worker(
             grader_workers: budget.size(),
         },
         budget,
-    );
+    )
+    .with_judge_settings(config.judges.clone());
     let options = RunnerOptions { max_jobs: config.max_jobs, liveness };
     let worker = WorkerInfo::new(kind, config.memory_mb);
     tracing::info!(worker_id = %worker.id, device = %config.device, "training worker started");

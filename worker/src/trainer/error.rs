@@ -33,6 +33,9 @@ pub enum TrainerError {
         /// The first failure's message.
         first: String,
     },
+    /// The judge of a model grader is down (an outage, not a verdict): the step is not scored.
+    #[error("judge unavailable: {0}; the step was not scored (the job retries later)")]
+    JudgeUnavailable(String),
     /// The hyperparameters are inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -1,13 +1,13 @@
 //! Rollouts: sample G completions for a set of prompts, then grade them on the grader pool.
 
 use super::dataset::Example;
-use super::error::Result;
+use super::error::{Result, TrainerError};
 use crate::model::Transformer;
 use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use verity_verifiers::{GradeResult, Grader, GraderPool, Sample};
+use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample};
 
 /// One prompt's sampled and graded completions.
 #[derive(Debug, Clone)]
@@ -108,7 +108,15 @@ impl Rollout<'_> {
                 (rows[examples[c.prompt_index]].item.clone(), Sample::from_text(text.clone()))
             })
             .collect();
-        let mut grades = self.pool.grade_batch_blocking(self.grader, &batch).into_iter();
+        let grades = self.pool.grade_batch_blocking(self.grader, &batch);
+        // a judge outage stops the step: its samples are not scored as wrong
+        if let Some(outage) = grades
+            .iter()
+            .find_map(|g| g.error.as_ref().filter(|e| e.kind == ErrorKind::JudgeUnavailable))
+        {
+            return Err(TrainerError::JudgeUnavailable(outage.message.clone()));
+        }
+        let mut grades = grades.into_iter();
         let grading = started.elapsed().as_secs_f64();
         let mut texts = texts.into_iter();
         let mut completions = completions.into_iter();

@@ -186,6 +186,27 @@ fn rows_message(file_id: &str, errors: &[LineError]) -> String {
     message
 }
 
+/// Checks that every judge model the grader names (at `param`) is routed to an endpoint or
+/// registered for the caller's org; a missing one is a 400 naming its JSON path.
+pub async fn validate_judges(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: &Grader,
+) -> ApiResult<()> {
+    match state.judges.missing_judge(&state.pool, principal.org_id, grader).await? {
+        None => Ok(()),
+        Some((path, name)) => Err(ApiError::invalid(
+            format!("{param}.{path}"),
+            format!(
+                "judge model {name:?} does not exist (see GET /v1/models; register it with \
+                 `verity models import`, or route it with VERITY_JUDGE_ENDPOINTS)"
+            ),
+        )
+        .with_code("model_not_found")),
+    }
+}
+
 /// Checks that `model` names a model the caller's org can train.
 pub async fn validate_model(state: &AppState, principal: &Principal, model: &str) -> ApiResult<()> {
     if model.is_empty() {
