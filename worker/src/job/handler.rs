@@ -468,7 +468,7 @@ impl TrainingHandler {
         });
         let message = format!("training finished after {step} steps");
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, Some(&result)).await?;
-        Ok(JobOutcome::Succeeded { result, fine_tuned_model: Some(model) })
+        Ok(JobOutcome::Succeeded { result, fine_tuned_model: Some(Box::new(model)) })
     }
 }
 
