@@ -42,7 +42,7 @@ pub fn router() -> Router<AppState> {
 /// Body of `POST /v1/fine_tuning/jobs`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateJobRequest {
-    /// Base model name.
+    /// Model to train: a base model, or a fine-tuned model (`ft:…`) of the org.
     pub model: Option<String>,
     /// Training file id (`file-…`, processed).
     pub training_file: Option<String>,
