@@ -13,6 +13,8 @@ pub struct JobRecord {
     pub id: String,
     /// Owning org.
     pub org_id: Uuid,
+    /// The org's name (its slug is part of the fine-tuned model's name).
+    pub org_name: String,
     /// Base model.
     pub model: String,
     /// Training file id.
@@ -37,6 +39,8 @@ pub struct JobRecord {
     pub progress: Option<Value>,
     /// Final model name.
     pub fine_tuned_model: Option<String>,
+    /// What the worker reported on success (`trained_tokens`, `result_files`, …).
+    pub result: Option<Value>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// End time, for terminal states.
@@ -51,9 +55,10 @@ pub async fn get_job(
 ) -> Result<Option<JobRecord>, sqlx::Error> {
     sqlx::query_as!(
         JobRecord,
-        r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
-                  control, error, progress, fine_tuned_model, created_at, finished_at
-           FROM jobs WHERE org_id = $1 AND id = $2"#,
+        r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
+                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
+                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
+           FROM jobs j JOIN orgs o ON o.id = j.org_id WHERE j.org_id = $1 AND j.id = $2"#,
         org_id,
         id
     )
@@ -70,13 +75,14 @@ pub async fn list_jobs(
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
     sqlx::query_as!(
         JobRecord,
-        r#"SELECT id, org_id, model, training_file, validation_file, suffix, seed, spec, metadata, state,
-                  control, error, progress, fine_tuned_model, created_at, finished_at
-           FROM jobs
-           WHERE org_id = $1
-             AND ($2::text IS NULL OR (created_at, id) <
+        r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
+                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
+                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
+           FROM jobs j JOIN orgs o ON o.id = j.org_id
+           WHERE j.org_id = $1
+             AND ($2::text IS NULL OR (j.created_at, j.id) <
                   (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $2))
-           ORDER BY created_at DESC, id DESC
+           ORDER BY j.created_at DESC, j.id DESC
            LIMIT $3"#,
         org_id,
         after,
@@ -84,6 +90,18 @@ pub async fn list_jobs(
     )
     .fetch_all(pool)
     .await
+}
+
+impl JobRecord {
+    /// The name of the model this job produces (and, with `:ckpt-step-N`, of its checkpoints).
+    pub fn output_model_name(&self) -> String {
+        crate::models::fine_tuned_model_name(
+            &self.model,
+            &self.org_name,
+            self.suffix.as_deref(),
+            &self.id,
+        )
+    }
 }
 
 /// A job event row.
@@ -197,14 +215,16 @@ pub async fn job_creators(
     Ok(rows.into_iter().map(|r| (r.id, r.email)).collect())
 }
 
-/// Every checkpoint of the org's jobs (for the model list), newest first.
+/// Every checkpoint of the org's jobs (for the model list), newest first, each with the name of
+/// the model its job produces ([`JobRecord::output_model_name`]).
 pub async fn org_checkpoints(
     pool: &PgPool,
     org_id: Uuid,
 ) -> Result<Vec<(CheckpointRecord, String)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT c.id, c.job_id, c.step, c.storage_prefix, c.bytes, c.metrics, c.created_at, j.model
-           FROM checkpoints c JOIN jobs j ON j.id = c.job_id
+        r#"SELECT c.id, c.job_id, c.step, c.storage_prefix, c.bytes, c.metrics, c.created_at,
+                  j.model, j.suffix, o.name AS org_name
+           FROM checkpoints c JOIN jobs j ON j.id = c.job_id JOIN orgs o ON o.id = j.org_id
            WHERE j.org_id = $1 ORDER BY c.created_at DESC, c.id DESC"#,
         org_id
     )
@@ -213,6 +233,12 @@ pub async fn org_checkpoints(
     Ok(rows
         .into_iter()
         .map(|r| {
+            let name = crate::models::fine_tuned_model_name(
+                &r.model,
+                &r.org_name,
+                r.suffix.as_deref(),
+                &r.job_id,
+            );
             let record = CheckpointRecord {
                 id: r.id,
                 job_id: r.job_id,
@@ -222,7 +248,7 @@ pub async fn org_checkpoints(
                 metrics: r.metrics,
                 created_at: r.created_at,
             };
-            (record, r.model)
+            (record, name)
         })
         .collect())
 }

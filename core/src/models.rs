@@ -92,6 +92,59 @@ pub async fn insert_base_model(
     Ok(inserted > 0)
 }
 
+/// Prefix of every fine-tuned model name (OpenAI's convention).
+const FINE_TUNED_PREFIX: &str = "ft:";
+
+/// An org name as it appears in model names: lowercase ASCII letters and digits, every other run
+/// of characters one `-`.
+pub fn org_slug(name: &str) -> String {
+    let mut slug = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug = slug.trim_matches('-');
+    if slug.is_empty() {
+        "org".to_string()
+    } else {
+        slug.to_string()
+    }
+}
+
+/// The root base model of `model`: itself, or for a fine-tuned name
+/// (`ft:{base}:{org}:{suffix}:{job}`) the base it names, so that fine-tuning a fine-tuned model
+/// does not nest names. The base may contain `:`; the other segments never do.
+pub fn root_base_model(model: &str) -> &str {
+    match model.strip_prefix(FINE_TUNED_PREFIX) {
+        Some(rest) => rest.rsplitn(4, ':').nth(3).unwrap_or(model),
+        None => model,
+    }
+}
+
+/// The name of the model a job produces, OpenAI's shape: `ft:{base}:{org}:{suffix}:{job_id}`
+/// (an empty suffix segment when the job has none), with the root base model and the org's slug.
+pub fn fine_tuned_model_name(
+    model: &str,
+    org_name: &str,
+    suffix: Option<&str>,
+    job_id: &str,
+) -> String {
+    format!(
+        "{FINE_TUNED_PREFIX}{}:{}:{}:{job_id}",
+        root_base_model(model),
+        org_slug(org_name),
+        suffix.unwrap_or("")
+    )
+}
+
+/// The name of a job's checkpoint at `step`: the job's model name then `:ckpt-step-{step}`.
+pub fn checkpoint_model_name(fine_tuned_model: &str, step: i32) -> String {
+    format!("{fine_tuned_model}:ckpt-step-{step}")
+}
+
 /// Why a storage prefix cannot even be considered for registration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -166,6 +219,18 @@ pub async fn org_may_register(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fine_tuned_names_follow_openai_and_do_not_nest() {
+        let first = fine_tuned_model_name("tiny", "Acme Labs!", Some("mine"), "ftjob-1");
+        assert_eq!(first, "ft:tiny:acme-labs:mine:ftjob-1");
+        let second = fine_tuned_model_name(&first, "acme", None, "ftjob-2");
+        assert_eq!(second, "ft:tiny:acme::ftjob-2");
+        let colon = fine_tuned_model_name("llama:7b", "a", Some("s"), "ftjob-3");
+        assert_eq!(root_base_model(&colon), "llama:7b");
+        assert_eq!(checkpoint_model_name(&second, 4), "ft:tiny:acme::ftjob-2:ckpt-step-4");
+        assert_eq!(org_slug("--"), "org");
+    }
 
     #[test]
     fn prefixes_are_normalised_or_refused() {

@@ -8,21 +8,17 @@ use serde_json::Value;
 fn auto_or<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
-    T: Deserialize<'de>,
+    T: serde::de::DeserializeOwned,
 {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum AutoOr<T> {
-        Auto(String),
-        Value(T),
-    }
-    match Option::<AutoOr<T>>::deserialize(deserializer)? {
-        None => Ok(None),
-        Some(AutoOr::Value(v)) => Ok(Some(v)),
-        Some(AutoOr::Auto(s)) if s == "auto" => Ok(None),
-        Some(AutoOr::Auto(s)) => {
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "auto" => Ok(None),
+        Some(Value::String(s)) => {
             Err(serde::de::Error::custom(format!("expected a number or \"auto\", got {s:?}")))
         }
+        Some(value) => serde_json::from_value(value.clone()).map(Some).map_err(|_| {
+            serde::de::Error::custom(format!("expected a number or \"auto\", got {value}"))
+        }),
     }
 }
 
@@ -199,21 +195,65 @@ impl Default for LoraSpec {
     }
 }
 
+/// OpenAI's `reasoning_effort`: how long the model may think. Verity's models have no separate
+/// reasoning mode, so the effort sets the completion-token budget (the default of
+/// `max_completion_tokens`; an explicit `max_completion_tokens` wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    /// OpenAI's "the model's default": the same budget as `medium`.
+    #[default]
+    Default,
+    /// 128 completion tokens.
+    Low,
+    /// 256 completion tokens.
+    Medium,
+    /// 1024 completion tokens.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The completion-token budget this effort stands for.
+    pub fn max_completion_tokens(self) -> usize {
+        match self {
+            ReasoningEffort::Low => 128,
+            ReasoningEffort::Default | ReasoningEffort::Medium => 256,
+            ReasoningEffort::High => 1024,
+        }
+    }
+
+    /// The effort echoed in a resolved job: `default` resolves to `medium`.
+    pub fn resolved(self) -> ReasoningEffort {
+        match self {
+            ReasoningEffort::Default => ReasoningEffort::Medium,
+            other => other,
+        }
+    }
+}
+
+/// Completions per prompt at `compute_multiplier` 1 (the default of `group_size`).
+const BASE_GROUP_SIZE: f64 = 8.0;
+/// Largest `compute_multiplier`.
+const MAX_COMPUTE_MULTIPLIER: f64 = 128.0;
+
 /// Most stop strings a job may set (as OpenAI's `stop`).
 const MAX_STOP_STRINGS: usize = 4;
 /// Longest stop string, in bytes.
 const MAX_STOP_LEN: usize = 64;
 
 /// Training hyperparameters. Every field has a default; `"auto"` is accepted where OpenAI's
-/// API accepts it and means the default.
+/// API accepts it and means the default. OpenAI's coarse knobs (`compute_multiplier`,
+/// `reasoning_effort`) choose the defaults of Verity's precise ones (`group_size`,
+/// `max_completion_tokens`); a precise knob given explicitly wins. [`Hyperparameters::resolved`]
+/// fills every default in, and is what a job echoes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Hyperparameters {
     /// Prompts per step.
     #[serde(deserialize_with = "auto_or")]
     pub batch_size: Option<usize>,
-    /// Completions sampled per prompt.
-    pub group_size: usize,
+    /// Completions sampled per prompt (default: 8 × `compute_multiplier`, at least 2).
+    pub group_size: Option<usize>,
     /// Peak learning rate.
     pub learning_rate: f64,
     /// OpenAI-style multiplier on the learning rate.
@@ -224,8 +264,15 @@ pub struct Hyperparameters {
     pub n_epochs: Option<usize>,
     /// Stop after this many steps.
     pub max_steps: Option<usize>,
-    /// Longest completion, in tokens.
-    pub max_completion_tokens: usize,
+    /// Longest completion, in tokens (default: the `reasoning_effort` budget, 256).
+    pub max_completion_tokens: Option<usize>,
+    /// OpenAI's multiplier on exploration compute: scales the rollouts per prompt (the default
+    /// `group_size`). Default 1.
+    #[serde(deserialize_with = "auto_or")]
+    pub compute_multiplier: Option<f64>,
+    /// OpenAI's reasoning effort: sets the completion-token budget (the default
+    /// `max_completion_tokens`): low 128, medium (and default) 256, high 1024.
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Sampling temperature.
     pub temperature: f64,
     /// Nucleus sampling mass.
@@ -290,12 +337,14 @@ impl Default for Hyperparameters {
     fn default() -> Self {
         Hyperparameters {
             batch_size: None,
-            group_size: 8,
+            group_size: None,
             learning_rate: 1e-6,
             learning_rate_multiplier: None,
             n_epochs: None,
             max_steps: None,
-            max_completion_tokens: 256,
+            max_completion_tokens: None,
+            compute_multiplier: None,
+            reasoning_effort: None,
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
@@ -344,6 +393,51 @@ impl Hyperparameters {
         self.batch_size.unwrap_or(4)
     }
 
+    /// Multiplier on exploration compute (default 1).
+    pub fn compute_multiplier(&self) -> f64 {
+        self.compute_multiplier.unwrap_or(1.0)
+    }
+
+    /// Completions sampled per prompt: `group_size`, else 8 × `compute_multiplier` rounded, at
+    /// least 2.
+    pub fn group_size(&self) -> usize {
+        self.group_size.unwrap_or_else(|| {
+            ((BASE_GROUP_SIZE * self.compute_multiplier()).round() as usize).max(2)
+        })
+    }
+
+    /// Reasoning effort (default `medium`).
+    pub fn reasoning_effort(&self) -> ReasoningEffort {
+        self.reasoning_effort.unwrap_or_default().resolved()
+    }
+
+    /// Longest completion: `max_completion_tokens`, else the reasoning effort's budget.
+    pub fn max_completion_tokens(&self) -> usize {
+        self.max_completion_tokens
+            .unwrap_or_else(|| self.reasoning_effort().max_completion_tokens())
+    }
+
+    /// Every default filled in (what a job echoes as its hyperparameters): OpenAI's `"auto"`
+    /// values become the numbers Verity trains with. Resolving twice changes nothing.
+    pub fn resolved(&self) -> Hyperparameters {
+        let (epsilon_low, epsilon_high) = self.clip_range();
+        Hyperparameters {
+            batch_size: Some(self.batch_size()),
+            group_size: Some(self.group_size()),
+            learning_rate_multiplier: Some(self.learning_rate_multiplier.unwrap_or(1.0)),
+            n_epochs: Some(self.n_epochs()),
+            max_completion_tokens: Some(self.max_completion_tokens()),
+            compute_multiplier: Some(self.compute_multiplier()),
+            reasoning_effort: Some(self.reasoning_effort()),
+            epsilon_low: Some(epsilon_low),
+            epsilon_high: Some(epsilon_high),
+            scale_rewards: Some(self.scale_rewards()),
+            eval_interval: Some(self.eval_interval()),
+            eval_samples: Some(self.eval_samples()),
+            ..self.clone()
+        }
+    }
+
     /// Learning rate after the multiplier.
     pub fn effective_learning_rate(&self) -> f64 {
         self.learning_rate * self.learning_rate_multiplier.unwrap_or(1.0)
@@ -388,8 +482,17 @@ impl Hyperparameters {
             }
         };
         positive("batch_size", self.batch_size(), 4096)?;
-        positive("group_size", self.group_size, 1024)?;
-        if self.group_size < 2 {
+        if let Some(multiplier) = self.compute_multiplier {
+            if !(multiplier.is_finite() && multiplier > 0.0 && multiplier <= MAX_COMPUTE_MULTIPLIER)
+            {
+                return err(
+                    "compute_multiplier",
+                    format!("must be in (0, {MAX_COMPUTE_MULTIPLIER}], got {multiplier}"),
+                );
+            }
+        }
+        positive("group_size", self.group_size(), 1024)?;
+        if self.group_size() < 2 {
             return err(
                 "group_size",
                 "must be at least 2: advantages compare completions of one prompt".into(),
@@ -399,11 +502,16 @@ impl Hyperparameters {
         if let Some(steps) = self.max_steps {
             positive("max_steps", steps, 10_000_000)?;
         }
-        positive("max_completion_tokens", self.max_completion_tokens, 131_072)?;
+        positive("max_completion_tokens", self.max_completion_tokens(), 131_072)?;
         positive("inner_epochs", self.inner_epochs, 64)?;
         positive("micro_batch_size", self.micro_batch_size, 4096)?;
         positive("checkpoint_interval", self.checkpoint_interval, 10_000_000)?;
         positive("eval_samples", self.eval_samples(), 1024)?;
+        if let Some(m) = self.learning_rate_multiplier {
+            if !(m.is_finite() && m > 0.0) {
+                return err("learning_rate_multiplier", format!("must be positive, got {m}"));
+            }
+        }
         let lr = self.effective_learning_rate();
         if !(lr.is_finite() && lr > 0.0 && lr <= 1.0) {
             return err(
@@ -439,12 +547,12 @@ impl Hyperparameters {
         if !(self.beta.is_finite() && (0.0..=10.0).contains(&self.beta)) {
             return err("beta", format!("must be in [0, 10], got {}", self.beta));
         }
-        if self.overlong_buffer >= self.max_completion_tokens && self.overlong_buffer > 0 {
+        if self.overlong_buffer >= self.max_completion_tokens() && self.overlong_buffer > 0 {
             return err(
                 "overlong_buffer",
                 format!(
                     "must be smaller than max_completion_tokens ({})",
-                    self.max_completion_tokens
+                    self.max_completion_tokens()
                 ),
             );
         }
@@ -518,6 +626,17 @@ impl Method {
         }
     }
 
+    /// The method with every hyperparameter default filled in ([`Hyperparameters::resolved`]).
+    pub fn resolved(&self) -> Method {
+        let reinforcement = self.reinforcement();
+        Method::Reinforcement {
+            reinforcement: Reinforcement {
+                grader: reinforcement.grader.clone(),
+                hyperparameters: reinforcement.hyperparameters.resolved(),
+            },
+        }
+    }
+
     /// Validates the hyperparameters (the grader is validated by its own crate).
     pub fn validate(&self) -> Result<(), HyperparameterError> {
         self.reinforcement().hyperparameters.validate("method.reinforcement.hyperparameters")
@@ -546,6 +665,58 @@ mod tests {
         m.validate().unwrap();
         let dr = method(json!({"loss": "dr_grpo"})).unwrap();
         assert!(!dr.reinforcement().hyperparameters.scale_rewards());
+    }
+
+    #[test]
+    fn openai_knobs_set_the_defaults_of_the_precise_ones_and_resolve_idempotently() {
+        let all_auto = method(json!({"batch_size": "auto", "n_epochs": "auto",
+            "learning_rate_multiplier": "auto", "eval_interval": "auto", "eval_samples": "auto",
+            "compute_multiplier": "auto", "reasoning_effort": "default"}))
+        .unwrap();
+        all_auto.validate().unwrap();
+        let resolved = serde_json::to_value(all_auto.resolved()).unwrap();
+        let hp = &resolved["reinforcement"]["hyperparameters"];
+        for (field, value) in [
+            ("batch_size", json!(4)),
+            ("n_epochs", json!(1)),
+            ("learning_rate_multiplier", json!(1.0)),
+            ("eval_interval", json!(0)),
+            ("eval_samples", json!(4)),
+            ("compute_multiplier", json!(1.0)),
+            ("reasoning_effort", json!("medium")),
+            ("group_size", json!(8)),
+            ("max_completion_tokens", json!(256)),
+            ("epsilon_low", json!(0.2)),
+            ("scale_rewards", json!(true)),
+        ] {
+            assert_eq!(hp[field], value, "{field}");
+        }
+        let again: Method = serde_json::from_value(resolved.clone()).unwrap();
+        assert_eq!(serde_json::to_value(again.resolved()).unwrap(), resolved, "idempotent");
+
+        let scaled =
+            method(json!({"compute_multiplier": 2.5, "reasoning_effort": "high"})).unwrap();
+        let hp = &scaled.reinforcement().hyperparameters;
+        assert_eq!((hp.group_size(), hp.max_completion_tokens()), (20, 1024));
+        let low = method(json!({"compute_multiplier": 0.1, "reasoning_effort": "low"})).unwrap();
+        let hp = &low.reinforcement().hyperparameters;
+        assert_eq!((hp.group_size(), hp.max_completion_tokens()), (2, 128), "at least 2");
+        let explicit = method(json!({"compute_multiplier": 4, "group_size": 3,
+            "reasoning_effort": "high", "max_completion_tokens": 16}))
+        .unwrap();
+        let hp = &explicit.reinforcement().hyperparameters;
+        assert_eq!((hp.group_size(), hp.max_completion_tokens()), (3, 16), "explicit wins");
+        for (bad, field) in [
+            (json!({"compute_multiplier": 0}), "compute_multiplier"),
+            (json!({"compute_multiplier": 1000}), "compute_multiplier"),
+            (json!({"learning_rate_multiplier": -1}), "learning_rate_multiplier"),
+            (json!({"eval_samples": 0}), "eval_samples"),
+        ] {
+            let e = method(bad).unwrap().validate().unwrap_err();
+            assert_eq!(e.param, format!("method.reinforcement.hyperparameters.{field}"));
+        }
+        assert!(method(json!({"reasoning_effort": "extreme"})).is_err());
+        assert!(method(json!({"compute_multiplier": "lots"})).is_err());
     }
 
     #[test]

@@ -156,7 +156,7 @@ async fn a_stale_attempt_can_write_nothing(pool: PgPool) {
         line_no: 0,
     };
     assert!(lost(old.samples(1, std::slice::from_ref(&row)).await));
-    assert!(lost(old.complete(&json!({}), None).await));
+    assert!(lost(old.complete(&json!({}), None).await.map(|_| ())));
     assert!(lost(old.fail("stale", true).await.map(|_| ())));
     assert!(lost(old.ack_cancel().await));
     assert!(lost(old.ack_pause().await));

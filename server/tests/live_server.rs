@@ -1,7 +1,8 @@
-//! Drives a real `verity serve` process over HTTP: the official `openai` Python SDK against the
-//! fine-tuning and grader endpoints (model graders judged in-process by a registered tiny
-//! random model), and schemathesis against `/openapi.json` (zero 5xx, responses match
-//! the schema). The Python tools come from `scripts/test-services.sh` (VERITY_TEST_PYTHON,
+//! Drives a real `verity serve` process over HTTP: the official `openai` Python SDK — its newest
+//! 3.x release and the oldest release docs/api.md promises — against the fine-tuning and grader
+//! endpoints (model graders judged in-process by a registered tiny random model), and
+//! schemathesis against `/openapi.json` (zero 5xx, responses match the schema). The Python tools
+//! come from `scripts/test-services.sh` (VERITY_TEST_PYTHON, VERITY_TEST_PYTHON_OLDEST,
 //! VERITY_TEST_SCHEMATHESIS); without them the tests say so and skip.
 
 use std::io::{BufRead, BufReader};
@@ -101,32 +102,6 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
     (Server { child, base, _dir: dir }, key)
 }
 
-/// Runs `script` under the SDK's `python` against `server` and asserts it printed `marker`.
-async fn assert_sdk_script_passes(
-    python: &str,
-    server: &Server,
-    key: &str,
-    script: &str,
-    marker: &str,
-) {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), script).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(file.path())
-        .env("OPENAI_API_KEY", key)
-        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
-        .env("OPENAI_MAX_RETRIES", "0")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains(marker),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-}
-
 fn tool(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(path) => Some(path),
@@ -137,6 +112,14 @@ fn tool(var: &str) -> Option<String> {
     }
 }
 
+/// The newest and the oldest supported SDK's interpreters, each that is set up.
+fn sdk_pythons() -> Vec<String> {
+    ["VERITY_TEST_PYTHON", "VERITY_TEST_PYTHON_OLDEST"].into_iter().filter_map(tool).collect()
+}
+
+/// The first part of the SDK run: files, job creation (the `"auto"` body, a full OpenAI body,
+/// suffix and metadata), controls, events, errors; every bad body a 400 naming its JSON path
+/// with nothing enqueued. Prints the id of the job the test then finishes as a worker would.
 const SDK_SCRIPT: &str = r#"
 import io, os, openai
 from openai import OpenAI
@@ -148,10 +131,11 @@ assert f.id.startswith("file-") and f.status == "processed" and f.bytes == len(d
 bad = client.files.create(file=("bad.jsonl", io.BytesIO(b'{"prompt": 3}\n')), purpose="fine-tune")
 assert bad.status == "error" and "prompt" in bad.status_details, bad
 
-method = {"type": "reinforcement", "reinforcement": {
-    "grader": {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
-               "reference": "{{item.reference_answer}}", "operation": "eq"},
-    "hyperparameters": {"n_epochs": 1}}}
+grader = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+          "reference": "{{item.reference_answer}}", "operation": "eq"}
+def rft(hyperparameters):
+    return {"type": "reinforcement", "reinforcement": {"grader": grader, "hyperparameters": hyperparameters}}
+method = rft({"n_epochs": 1})
 job = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, method=method, seed=3, suffix="sdk")
 assert job.id.startswith("ftjob-") and job.status == "queued" and job.seed == 3, job
 assert job.method.type == "reinforcement", job.method
@@ -174,29 +158,188 @@ assert every[-1] == "job created in state queued", every
 checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id)
 assert checkpoints.data == [], checkpoints
 
+# Every OpenAI RFT hyperparameter as "auto": resolved and echoed, Verity's own beside them.
+auto = rft({"batch_size": "auto", "n_epochs": "auto", "learning_rate_multiplier": "auto",
+            "eval_interval": "auto", "eval_samples": "auto", "compute_multiplier": "auto",
+            "reasoning_effort": "default"})
+metadata = {"team": "rl", "k" * 64: "v" * 512}
+resolved = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, method=auto, suffix="auto", metadata=metadata)
+hp = resolved.method.reinforcement.hyperparameters
+assert (hp.batch_size, hp.n_epochs, hp.learning_rate_multiplier, hp.eval_interval, hp.eval_samples,
+        hp.compute_multiplier, hp.reasoning_effort) == (4, 1, 1.0, 0, 4, 1.0, "medium"), hp
+top = resolved.hyperparameters
+assert (top.batch_size, top.n_epochs, top.learning_rate_multiplier) == (4, 1, 1.0), top
+verity = resolved.to_dict()["hyperparameters"]
+assert verity["group_size"] == 8 and verity["max_completion_tokens"] == 256 and verity["loss"] == "grpo", verity
+assert resolved.metadata == metadata and resolved.suffix == "auto", resolved
+assert resolved.integrations is None and resolved.result_files == [] and resolved.trained_tokens is None, resolved
+assert client.fine_tuning.jobs.retrieve(resolved.id).metadata == metadata
+
+# A full OpenAI body, every hyperparameter given: accepted unchanged, echoed as given.
+given = {"batch_size": 2, "n_epochs": 3, "learning_rate_multiplier": 0.5, "eval_interval": 2,
+         "eval_samples": 3, "compute_multiplier": 1.5, "reasoning_effort": "low"}
+full = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, validation_file=f.id,
+                                      method=rft(given), suffix="full", seed=11, metadata={"a": "b"})
+echoed = full.method.reinforcement.hyperparameters.to_dict()
+assert {k: echoed[k] for k in given} == given, echoed
+extra = full.to_dict()["hyperparameters"]
+assert extra["group_size"] == 12 and extra["max_completion_tokens"] == 128, extra
+
+# Bad input: a 400 naming the JSON path, and nothing enqueued.
+before = [j.id for j in client.fine_tuning.jobs.list(limit=100).data]
+hp_path = "method.reinforcement.hyperparameters"
+cases = [
+    (dict(metadata={f"k{i}": "v" for i in range(17)}), "metadata"),
+    (dict(metadata={"k" * 65: "v"}), "metadata." + "k" * 65),
+    (dict(metadata={"k": "v" * 513}), "metadata.k"),
+    (dict(integrations=[{"type": "wandb", "wandb": {"project": "p"}}]), "integrations"),
+    (dict(method=rft({"compute_multiplier": 0})), hp_path + ".compute_multiplier"),
+    (dict(method=rft({"n_epochs": -1})), hp_path + ".n_epochs"),
+    (dict(method=rft({"batch_size": "many"})), hp_path + ".batch_size"),
+    (dict(method=rft({"learning_rate_multiplier": -1})), hp_path + ".learning_rate_multiplier"),
+    (dict(method=rft({"eval_samples": 0})), hp_path + ".eval_samples"),
+    (dict(method=rft({"reasoning_effort": "extreme"})), hp_path + ".reasoning_effort"),
+    (dict(method={"type": "supervised", "supervised": {}}), "method.type"),
+    (dict(model="nope"), "model"),
+]
+for kwargs, param in cases:
+    body = dict(model="tiny", training_file=f.id, method=method) | kwargs
+    try:
+        client.fine_tuning.jobs.create(**body)
+        raise SystemExit(f"expected 400 for {param}")
+    except openai.BadRequestError as e:
+        assert e.param == param, (e.param, param, e)
+assert [j.id for j in client.fine_tuning.jobs.list(limit=100).data] == before, "bad input enqueued nothing"
+
 try:
     client.fine_tuning.jobs.retrieve("ftjob-doesnotexist")
     raise SystemExit("expected 404")
 except openai.NotFoundError:
     pass
 try:
-    client.fine_tuning.jobs.create(model="nope", training_file=f.id, method=method)
-    raise SystemExit("expected 400")
-except openai.BadRequestError as e:
-    assert e.param == "model", e
-try:
     client.fine_tuning.jobs.cancel(job.id)
     raise SystemExit("expected 409")
 except openai.ConflictError:
     pass
+client.fine_tuning.jobs.cancel(resolved.id)
+print("FINISH", full.id)
 print("SDK OK")
 "#;
 
-#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
-async fn openai_python_sdk_drives_the_api(pool: sqlx::PgPool) {
-    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
+/// The second part, after the test finished the job as its worker would: the succeeded job's
+/// fields, its results file, checkpoint names, and a new job on its fine-tuned model.
+const SDK_FINISHED_SCRIPT: &str = r#"
+import os, openai
+from openai import OpenAI
+
+client = OpenAI()
+job = client.fine_tuning.jobs.retrieve(os.environ["JOB"])
+assert job.status == "succeeded", job
+assert job.fine_tuned_model == f"ft:tiny:sdk-org:full:{job.id}", job.fine_tuned_model
+assert job.trained_tokens == 84 and job.estimated_finish is None, job
+assert job.metadata == {"a": "b"} and job.suffix == "full", job
+assert len(job.result_files) == 1, job.result_files
+results = client.files.retrieve(job.result_files[0])
+assert results.purpose == "fine-tune-results" and results.filename == "step_metrics.csv", results
+csv = client.files.content(job.result_files[0]).text.splitlines()
+assert csv[0].startswith("step,train_loss,train_reward_mean,train_reward_std,train_accuracy,valid_reward_mean"), csv
+assert len(csv) == 3 and csv[2].startswith("2,0.4,0.5,"), csv
+[checkpoint] = client.fine_tuning.jobs.checkpoints.list(job.id).data
+assert checkpoint.fine_tuned_model_checkpoint == job.fine_tuned_model + ":ckpt-step-2", checkpoint
+assert checkpoint.step_number == 2 and checkpoint.fine_tuning_job_id == job.id, checkpoint
+assert job.fine_tuned_model in [m.id for m in client.models.list().data]
+
+method = {"type": "reinforcement", "reinforcement": {"grader": job.method.reinforcement.grader.to_dict(),
+          "hyperparameters": {"n_epochs": 1}}}
+child = client.fine_tuning.jobs.create(model=job.fine_tuned_model, training_file=job.training_file,
+                                       method=method, suffix="child")
+assert child.status == "queued" and child.model == job.fine_tuned_model, child
+print("SDK OK")
+"#;
+
+/// Runs `script` under `python` against `server`; its stdout, after checking it printed
+/// `SDK OK`.
+async fn run_sdk(python: &str, script: &str, server: &Server, key: &str, job: &str) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), script).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(file.path())
+        .env("OPENAI_API_KEY", key)
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
+        .env("OPENAI_MAX_RETRIES", "0")
+        .env("JOB", job)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("SDK OK"),
+        "{python}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
+/// Finishes job `job_id` as a worker would: two metrics rows, a checkpoint at step 2, the
+/// results file, and completion with the trained model.
+async fn finish_as_worker(pool: &sqlx::PgPool, server: &Server, job_id: &str) {
+    use verity_core::queue::{DeviceKind, Queue, QueueSettings, TrainedModel, WorkerInfo};
+    let store = LocalStore::open(server._dir.path(), None).await.unwrap();
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    queue.register_worker(&worker).await.unwrap();
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.job().id, job_id);
+    let rows = [
+        (
+            1,
+            serde_json::json!({"loss": 0.5, "reward_mean": 0.25, "reward_std": 0.1, "accuracy": 0.0, "trained_tokens": 40}),
+        ),
+        (
+            2,
+            serde_json::json!({"loss": 0.4, "reward_mean": 0.5, "reward_std": 0.2, "accuracy": 0.5, "trained_tokens": 44,
+                               "eval": {"mean_reward": 0.75, "pass_at_k": {"pass@1": 0.5}}}),
+        ),
+    ];
+    for (step, row) in &rows {
+        lease.metric(*step, row).await.unwrap();
+    }
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(folder.path().join("config.json"), b"{}").unwrap();
+    let prefix = format!("jobs/{job_id}/checkpoints/step-2");
+    verity_core::storage::publish_folder(&store, folder.path(), &prefix).await.unwrap();
+    lease.checkpoint(2, &prefix, 2, Some(&rows[1].1)).await.unwrap();
+    let file = verity_worker::job::write_results_file(&store, &rows).await.unwrap();
+    let result = serde_json::json!({"steps": 2, "trained_tokens": 84, "result_files": [file.id]});
+    let trained =
+        TrainedModel { storage_prefix: prefix, format: "hf".into(), results_file: Some(file) };
+    let name = lease.complete(&result, Some(&trained)).await.unwrap();
+    assert_eq!(name.unwrap(), format!("ft:tiny:sdk-org:full:{job_id}"));
+}
+
+/// The official SDK found in `var` drives the fine-tuning API from creation to a finished job
+/// and a job on its fine-tuned model.
+async fn sdk_drives_the_api(pool: sqlx::PgPool, var: &str) {
+    let Some(python) = tool(var) else { return };
     let (server, key) = start(&pool).await;
-    assert_sdk_script_passes(&python, &server, &key, SDK_SCRIPT, "SDK OK").await;
+    let stdout = run_sdk(&python, SDK_SCRIPT, &server, &key, "").await;
+    let job = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("FINISH "))
+        .unwrap_or_else(|| panic!("no FINISH line in {stdout}"))
+        .to_string();
+    finish_as_worker(&pool, &server, &job).await;
+    run_sdk(&python, SDK_FINISHED_SCRIPT, &server, &key, &job).await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_newest_drives_the_api(pool: sqlx::PgPool) {
+    sdk_drives_the_api(pool, "VERITY_TEST_PYTHON").await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_oldest_drives_the_api(pool: sqlx::PgPool) {
+    sdk_drives_the_api(pool, "VERITY_TEST_PYTHON_OLDEST").await;
 }
 
 const SIMILARITY_SCRIPT: &str = r#"
@@ -226,14 +369,13 @@ f = client.files.create(file=("train.jsonl", io.BytesIO(data)), purpose="fine-tu
 method = {"type": "reinforcement", "reinforcement": {"grader": grader("cosine")}}
 job = client.fine_tuning.jobs.create(model="tiny", training_file=f.id, method=method)
 assert job.status == "queued" and job.method.reinforcement.grader.evaluation_metric == "cosine", job
-print("SIMILARITY OK")
+print("SDK OK")
 "#;
 
 /// `text_similarity` with `cosine` (the all-MiniLM-L6-v2 fixture as the server's embedding
 /// model) and `meteor` through the official SDK: graders.run, graders.validate, job creation.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
-    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
     let Some(model) =
         verity_worker::testing::minilm_dir("openai_sdk_runs_cosine_and_meteor_graders")
     else {
@@ -241,7 +383,9 @@ async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
     };
     let model = model.to_string_lossy().into_owned();
     let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &model)]).await;
-    assert_sdk_script_passes(&python, &server, &key, SIMILARITY_SCRIPT, "SIMILARITY OK").await;
+    for python in sdk_pythons() {
+        run_sdk(&python, SIMILARITY_SCRIPT, &server, &key, "").await;
+    }
 }
 
 /// Model graders through `client.fine_tuning.alpha.graders` of the official SDK; the judge
@@ -292,14 +436,15 @@ for bad, param in ((dict(score, model="nope"), "grader.model"),
         raise SystemExit("expected 400 for %s" % param)
     except openai.BadRequestError as e:
         assert e.param == param, (e.param, param)
-print("GRADERS OK")
+print("SDK OK")
 "#;
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {
-    let Some(python) = tool("VERITY_TEST_PYTHON") else { return };
     let (server, key) = start(&pool).await;
-    assert_sdk_script_passes(&python, &server, &key, SDK_GRADERS_SCRIPT, "GRADERS OK").await;
+    for python in sdk_pythons() {
+        run_sdk(&python, SDK_GRADERS_SCRIPT, &server, &key, "").await;
+    }
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

@@ -226,14 +226,14 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
                 "method",
                 json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"bogus": 1}}}),
             ),
-            "method.reinforcement.hyperparameters",
+            "method.reinforcement.hyperparameters.bogus",
         ),
         (
             with(
                 "method",
                 json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"rollout_dtype": "fp8"}}}),
             ),
-            "method.reinforcement.hyperparameters",
+            "method.reinforcement.hyperparameters.rollout_dtype",
         ),
         (
             with(
@@ -242,8 +242,28 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
             ),
             "method.reinforcement",
         ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"compute_multiplier": "lots"}}}),
+            ),
+            "method.reinforcement.hyperparameters.compute_multiplier",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "hyperparameters": {"compute_multiplier": -2}}}),
+            ),
+            "method.reinforcement.hyperparameters.compute_multiplier",
+        ),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),
+        (with("metadata", json!({"k": "v".repeat(513)})), "metadata.k"),
+        (
+            with("integrations", json!([{"type": "wandb", "wandb": {"project": "p"}}])),
+            "integrations",
+        ),
+        (with("hyperparameters", json!({"n_epochs": 2})), "hyperparameters"),
         (json!({"training_file": file_id, "method": method()}), "model"),
         (json!({"model": "tiny", "method": method()}), "training_file"),
         (json!({"model": "tiny", "training_file": file_id}), "method"),
@@ -274,8 +294,23 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
     assert_eq!(job["seed"], 7);
     assert_eq!(job["suffix"], "mine");
     assert_eq!(job["metadata"], json!({"team": "rl"}));
-    assert_eq!(job["method"], method());
-    assert_eq!(job["hyperparameters"], json!({"n_epochs": 1, "batch_size": 2}));
+    assert_eq!(job["method"]["reinforcement"]["grader"], method()["reinforcement"]["grader"]);
+    let hp = &job["hyperparameters"];
+    assert_eq!(job["method"]["reinforcement"]["hyperparameters"], *hp, "one resolved set");
+    for (field, value) in [
+        ("n_epochs", json!(1)),
+        ("batch_size", json!(2)),
+        ("learning_rate_multiplier", json!(1.0)),
+        ("compute_multiplier", json!(1.0)),
+        ("reasoning_effort", json!("medium")),
+        ("eval_interval", json!(0)),
+        ("eval_samples", json!(4)),
+        ("group_size", json!(8)),
+        ("max_completion_tokens", json!(256)),
+    ] {
+        assert_eq!(hp[field], value, "{field} resolved");
+    }
+    assert!(job["integrations"].is_null() && job["result_files"] == json!([]));
     assert_eq!(job["training_file"], file_id);
     for null_field in
         ["error", "fine_tuned_model", "finished_at", "trained_tokens", "estimated_finish"]
@@ -553,7 +588,7 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     assert_eq!(c["step_number"], 2);
     assert_eq!(c["metrics"]["step"], 2);
     assert_eq!(c["fine_tuning_job_id"], job.as_str());
-    assert_eq!(c["fine_tuned_model_checkpoint"], format!("ft:tiny:{job}:ckpt-step-2"));
+    assert_eq!(c["fine_tuned_model_checkpoint"], format!("ft:tiny:acme::{job}:ckpt-step-2"));
 
     // The archive holds every file of the manifest, byte for byte.
     let archive = get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await;
@@ -628,7 +663,7 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     let ids: Vec<&str> =
         models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert!(
-        ids.contains(&"tiny") && ids.contains(&format!("ft:tiny:{job}:ckpt-step-2").as_str()),
+        ids.contains(&"tiny") && ids.contains(&format!("ft:tiny:acme::{job}:ckpt-step-2").as_str()),
         "{ids:?}"
     );
     let deleted =

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use training_support::{
     cpu_training_handler, enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps,
-    prepare_store,
+    prepare_store, MODEL,
 };
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::download_folder;
@@ -120,6 +120,94 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
     let progress: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("trainer_progress.json")).unwrap()).unwrap();
     assert_eq!(progress["step"], 3);
+}
+
+/// The succeeded job's row: fine-tuned model name, result and org.
+async fn finished(pool: &PgPool, job: &str) -> (String, serde_json::Value, uuid::Uuid) {
+    sqlx::query_as("SELECT fine_tuned_model, result, org_id FROM jobs WHERE id = $1")
+        .bind(job)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_fine_tuned_model_is_named_registered_and_trained_again(pool: PgPool) {
+    let root = tempfile::tempdir().unwrap();
+    let store = prepare_store(&pool, root.path()).await;
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let cache = root.path().join("cache");
+    let hp = json!({"batch_size": 2, "compute_multiplier": 0.5, "reasoning_effort": "low",
+                    "max_completion_tokens": 4, "learning_rate": 0.01, "max_steps": 2,
+                    "micro_batch_size": 4, "checkpoint_interval": 10});
+    let first = enqueue(&pool, &queue, method(hp.clone())).await;
+    sqlx::query("UPDATE jobs SET suffix = 'first' WHERE id = $1")
+        .bind(&first)
+        .execute(&pool)
+        .await
+        .unwrap();
+    run_one_job(&queue, store.clone(), &cache).await;
+    assert_eq!(queue.state(&first).await.unwrap(), JobState::Succeeded);
+
+    // The model's name, its registration, the trained tokens and the results file.
+    let (name, result, org) = finished(&pool, &first).await;
+    let org_name: String = sqlx::query_scalar("SELECT name FROM orgs WHERE id = $1")
+        .bind(org)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let slug = verity_core::models::org_slug(&org_name);
+    assert_eq!(name, format!("ft:{MODEL}:{slug}:first:{first}"));
+    let model = verity_core::models::get_model(&pool, org, &name).await.unwrap().unwrap();
+    assert_eq!((model.kind.as_str(), model.format.as_str()), ("fine_tuned", "hf"));
+    assert_eq!(model.storage_prefix, format!("jobs/{first}/checkpoints/step-2"));
+    assert_eq!(model.job_id.as_deref(), Some(first.as_str()));
+    let rows: Vec<serde_json::Value> =
+        sqlx::query_scalar("SELECT data FROM job_metrics WHERE job_id = $1 ORDER BY step")
+            .bind(&first)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let per_step: Vec<u64> = rows.iter().map(|r| r["trained_tokens"].as_u64().unwrap()).collect();
+    assert!(per_step.iter().all(|&t| t > 0), "{per_step:?}");
+    assert_eq!(result["trained_tokens"].as_u64(), Some(per_step.iter().sum()));
+    let file_id = result["result_files"][0].as_str().unwrap();
+    let file = verity_core::files::get_file(&pool, org, file_id).await.unwrap().unwrap();
+    assert_eq!((file.purpose.as_str(), file.status.as_str()), ("fine-tune-results", "processed"));
+    let csv =
+        String::from_utf8(store.get_bytes(&file.storage_key).await.unwrap().to_vec()).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("step,train_loss,train_reward_mean,"), "{csv}");
+    assert_eq!((lines.len(), file.line_count), (3, Some(2)), "{csv}");
+    assert!(lines[1].starts_with("1,") && lines[2].starts_with("2,"), "{csv}");
+    // compute_multiplier 0.5 → 4 completions per prompt; reasoning_effort low is overridden.
+    let samples: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM samples WHERE job_id = $1 AND step = 1")
+            .bind(&first)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(samples, 2 * 4);
+
+    // A job on the fine-tuned model starts from its weights and is named after the root base.
+    let mut job = verity_core::queue::NewJob::new(org, &name, method(hp));
+    job.training_file = Some("file-train".into());
+    job.seed = 7;
+    let second = queue.enqueue(&job).await.unwrap();
+    run_one_job(&queue, store.clone(), &cache).await;
+    assert_eq!(queue.state(&second).await.unwrap(), JobState::Succeeded);
+    let cached = std::fs::read_dir(cache.join("models"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.join("model.safetensors").is_file() && p.to_string_lossy().contains("first"))
+        .expect("the fine-tuned model's folder in the worker's cache");
+    let trained = store
+        .get_bytes(&format!("jobs/{first}/checkpoints/step-2/model.safetensors"))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(cached.join("model.safetensors")).unwrap(), trained.to_vec());
+    let (second_name, _, _) = finished(&pool, &second).await;
+    assert_eq!(second_name, format!("ft:{MODEL}:{slug}::{second}"), "names do not nest");
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

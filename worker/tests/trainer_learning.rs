@@ -13,10 +13,10 @@ const MAX_STEPS: usize = 80;
 fn hyperparameters(loss: Loss) -> Hyperparameters {
     Hyperparameters {
         batch_size: Some(4),
-        group_size: 8,
+        group_size: Some(8),
         learning_rate: 0.03,
         max_steps: Some(MAX_STEPS),
-        max_completion_tokens: 1,
+        max_completion_tokens: Some(1),
         loss,
         micro_batch_size: 16,
         eval_samples: Some(8),
@@ -142,7 +142,7 @@ fn stop_strings_end_training_completions() {
     // first token (or at EOS) instead of running to the 6-token limit.
     let hp = Hyperparameters {
         max_steps: Some(1),
-        max_completion_tokens: 6,
+        max_completion_tokens: Some(6),
         stop: vec!["t".into()],
         ..hyperparameters(Loss::Grpo)
     };

@@ -58,10 +58,10 @@ fn run_and_compare(hp: Hyperparameters) {
 fn hp() -> Hyperparameters {
     Hyperparameters {
         batch_size: Some(2),
-        group_size: 4,
+        group_size: Some(4),
         learning_rate: 0.01,
         max_steps: Some(10),
-        max_completion_tokens: 3,
+        max_completion_tokens: Some(3),
         micro_batch_size: 3,
         warmup_steps: 2,
         lr_schedule: verity_core::spec::LrDecay::Cosine,

@@ -63,6 +63,35 @@ pub struct SampleIndexRow {
     pub line_no: i32,
 }
 
+/// `purpose` of the results files finished jobs write (OpenAI's value).
+pub const RESULTS_PURPOSE: &str = "fine-tune-results";
+
+/// The per-step metrics file a finished job lists in `result_files`, already in the store.
+#[derive(Debug, Clone)]
+pub struct ResultsFile {
+    /// `file-…`.
+    pub id: String,
+    /// Name shown in the files list.
+    pub filename: String,
+    /// Object key of the content.
+    pub storage_key: String,
+    /// Size in bytes.
+    pub bytes: i64,
+    /// Data rows (steps).
+    pub line_count: i64,
+}
+
+/// What a successful training run produced, registered when the job completes.
+#[derive(Debug, Clone)]
+pub struct TrainedModel {
+    /// Published folder of the final checkpoint.
+    pub storage_prefix: String,
+    /// `hf` (full weights) or `peft` (a LoRA adapter).
+    pub format: String,
+    /// The results file.
+    pub results_file: Option<ResultsFile>,
+}
+
 /// A claimed job: the only handle through which a worker may write.
 #[derive(Debug, Clone)]
 pub struct Lease {
@@ -226,13 +255,70 @@ impl Lease {
         Ok(())
     }
 
-    /// Ends the job successfully.
+    /// Ends the job successfully. With a trained model, in the same transaction: registers it
+    /// in `models` under its fine-tuned name ([`crate::models::fine_tuned_model_name`]; usable as
+    /// the `model` of a new job), stores that name on the job, and records the results file.
+    /// Returns the model's name. Safe to repeat after a transient failure.
     pub async fn complete(
         &self,
         result: &Value,
-        fine_tuned_model: Option<&str>,
-    ) -> Result<(), QueueError> {
-        let done = sqlx::query!(
+        trained: Option<&TrainedModel>,
+    ) -> Result<Option<String>, QueueError> {
+        let mut tx = self.queue.pool.begin().await?;
+        let naming = sqlx::query!(
+            r#"SELECT j.model, j.suffix, o.name AS org_name FROM jobs j JOIN orgs o ON o.id = j.org_id
+               WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' FOR UPDATE OF j"#,
+            self.job.id,
+            self.job.attempt,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| self.lost())?;
+        let name = match trained {
+            None => None,
+            Some(trained) => {
+                let name = crate::models::fine_tuned_model_name(
+                    &naming.model,
+                    &naming.org_name,
+                    naming.suffix.as_deref(),
+                    &self.job.id,
+                );
+                let config = json!({ "base_model": crate::models::root_base_model(&naming.model) });
+                sqlx::query!(
+                    r#"INSERT INTO models (id, org_id, kind, storage_prefix, format, config, job_id)
+                       VALUES ($1, $2, 'fine_tuned', $3, $4, $5, $6)
+                       ON CONFLICT (id) DO UPDATE SET storage_prefix = EXCLUDED.storage_prefix,
+                                                      format = EXCLUDED.format"#,
+                    name,
+                    self.job.org_id,
+                    trained.storage_prefix,
+                    trained.format,
+                    config,
+                    self.job.id,
+                )
+                .execute(&mut *tx)
+                .await?;
+                if let Some(file) = &trained.results_file {
+                    sqlx::query!(
+                        r#"INSERT INTO files (id, org_id, filename, purpose, bytes, line_count, status,
+                                              storage_key)
+                           VALUES ($1, $2, $3, $4, $5, $6, 'processed', $7)
+                           ON CONFLICT (id) DO NOTHING"#,
+                        file.id,
+                        self.job.org_id,
+                        file.filename,
+                        RESULTS_PURPOSE,
+                        file.bytes,
+                        file.line_count,
+                        file.storage_key,
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Some(name)
+            }
+        };
+        sqlx::query!(
             r#"UPDATE jobs SET state = 'succeeded', result = $3, fine_tuned_model = $4,
                                finished_at = now(), worker_id = NULL, lease_expires_at = NULL,
                                control = 'none'
@@ -240,15 +326,12 @@ impl Lease {
             self.job.id,
             self.job.attempt,
             result,
-            fine_tuned_model,
+            name,
         )
-        .execute(&self.queue.pool)
-        .await?
-        .rows_affected();
-        if done == 0 {
-            return Err(self.lost());
-        }
-        Ok(())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(name)
     }
 
     /// Ends this attempt with an error. A `retryable` error queues the job again after an

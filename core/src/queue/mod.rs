@@ -23,7 +23,9 @@ pub use control::ControlOutcome;
 pub use enqueue::NewJob;
 pub use error::{is_transient_db_error, QueueError};
 pub use heartbeat::{Heartbeat, HeartbeatState};
-pub use lease::{EventLevel, FailOutcome, Lease, SampleIndexRow};
+pub use lease::{
+    EventLevel, FailOutcome, Lease, ResultsFile, SampleIndexRow, TrainedModel, RESULTS_PURPOSE,
+};
 pub use liveness::{WorkerHealth, WorkerLiveness};
 pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions};
 pub use waker::{JobWaker, Wake};

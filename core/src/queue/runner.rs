@@ -4,8 +4,8 @@
 use super::heartbeat::Heartbeat;
 use super::liveness::LoopGuard;
 use super::{
-    retry_transient, HeartbeatState, JobWaker, Lease, Queue, QueueError, RetryPolicy, WorkerInfo,
-    WorkerLiveness,
+    retry_transient, HeartbeatState, JobWaker, Lease, Queue, QueueError, RetryPolicy, TrainedModel,
+    WorkerInfo, WorkerLiveness,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -24,8 +24,9 @@ pub enum JobOutcome {
     Succeeded {
         /// Summary stored on the job.
         result: Value,
-        /// Name of the model it produced.
-        fine_tuned_model: Option<String>,
+        /// The model it produced (registered under its fine-tuned name on completion); boxed to
+        /// keep the outcome small.
+        fine_tuned_model: Option<Box<TrainedModel>>,
     },
     /// An error; retried while attempts remain if `retryable`.
     Failed {
@@ -175,7 +176,7 @@ async fn run_one(
         || async {
             match &outcome {
                 JobOutcome::Succeeded { result, fine_tuned_model } => {
-                    lease.complete(result, fine_tuned_model.as_deref()).await
+                    lease.complete(result, fine_tuned_model.as_deref()).await.map(|_| ())
                 }
                 JobOutcome::Failed { message, retryable } => {
                     lease.fail(message, *retryable).await.map(|_| ())

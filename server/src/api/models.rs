@@ -73,11 +73,11 @@ pub async fn list_models(
             .into_iter()
             .map(ModelObject::from)
             .collect();
-    for (checkpoint, base) in
+    for (checkpoint, job_model) in
         verity_core::jobs::org_checkpoints(&state.pool, principal.org_id).await?
     {
         data.push(ModelObject {
-            id: checkpoint_model_name(&base, &checkpoint.job_id, checkpoint.step),
+            id: checkpoint_model_name(&job_model, checkpoint.step),
             object: "model",
             created: checkpoint.created_at.timestamp(),
             owned_by: principal.org_id.to_string(),

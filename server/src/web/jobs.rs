@@ -292,7 +292,7 @@ async fn checkpoints_page(
                     .unwrap_or_default()
             };
             CheckpointRow {
-                name: checkpoint_model_name(&job.model, &job.id, c.step),
+                name: checkpoint_model_name(&job.output_model_name(), c.step),
                 created: when(c.created_at),
                 size: size(c.bytes),
                 reward: metric("/reward_mean"),

@@ -27,7 +27,8 @@ pub struct Field {
     pub help: &'static str,
 }
 
-/// A field as shown, with its default (from [`Hyperparameters::default`]) as placeholder.
+/// A field as shown, with its resolved default ([`Hyperparameters::resolved`] of the defaults,
+/// for the default loss) as placeholder.
 struct FieldRow {
     name: &'static str,
     help: &'static str,
@@ -35,7 +36,7 @@ struct FieldRow {
 }
 
 fn field_rows() -> Vec<FieldRow> {
-    let defaults = serde_json::to_value(Hyperparameters::default()).unwrap_or_default();
+    let defaults = serde_json::to_value(Hyperparameters::default().resolved()).unwrap_or_default();
     FIELDS
         .iter()
         .map(|f| FieldRow {

@@ -62,7 +62,7 @@ impl LossConfig {
             epsilon_low,
             epsilon_high,
             beta: hp.beta,
-            max_completion_tokens: hp.max_completion_tokens,
+            max_completion_tokens: hp.max_completion_tokens(),
             tis_cap: hp.tis_cap,
         }
     }

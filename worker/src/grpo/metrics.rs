@@ -177,6 +177,10 @@ pub struct StepMetrics {
     pub grading_seconds: f64,
     /// Seconds spent in loss, backward and optimizer.
     pub training_seconds: f64,
+    /// Prompt plus completion tokens of the completions the loss trained on this step (the
+    /// job's `trained_tokens` is their sum).
+    #[serde(default)]
+    pub trained_tokens: u64,
 }
 
 impl StepMetrics {
@@ -348,6 +352,7 @@ mod tests {
             "sampling_seconds",
             "grading_seconds",
             "training_seconds",
+            "trained_tokens",
         ] {
             assert!(json.get(field).is_some(), "missing {field}");
         }

@@ -5,6 +5,7 @@ use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use verity_core::queue::ResultsFile;
 use verity_core::storage::{download_folder, read_manifest, ObjectStore};
 
 /// Downloads the published folder at `prefix` into `dir` unless a complete copy is there
@@ -47,6 +48,27 @@ pub fn model_path(dir: &Path, format: &str) -> anyhow::Result<PathBuf> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "gguf"))
         .ok_or_else(|| anyhow!("the model folder holds no .gguf file"))
+}
+
+/// Writes a finished job's results file (the OpenAI-shaped metrics CSV of every step, see
+/// [`verity_core::metrics_csv::results_csv`]) under a new file id; the file row is written
+/// when the job completes.
+pub async fn write_results_file(
+    store: &dyn ObjectStore,
+    rows: &[(i32, Value)],
+) -> Result<ResultsFile, verity_core::storage::StorageError> {
+    let id = verity_core::ids::file_id();
+    let storage_key = format!("files/{id}.csv");
+    let csv = verity_core::metrics_csv::results_csv(rows);
+    let bytes = csv.len() as i64;
+    store.put_bytes(&storage_key, Bytes::from(csv)).await?;
+    Ok(ResultsFile {
+        id,
+        filename: "step_metrics.csv".to_string(),
+        storage_key,
+        bytes,
+        line_count: rows.len() as i64,
+    })
 }
 
 /// Key of a dataset file.

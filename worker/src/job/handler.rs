@@ -1,6 +1,8 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{append_metrics_line, cached_folder, file_key, model_path};
+use super::artifacts::{
+    append_metrics_line, cached_folder, file_key, model_path, write_results_file,
+};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use verity_core::queue::{
     is_transient_db_error, retry_transient, EventLevel, Heartbeat, HeartbeatState, JobHandler,
-    JobOutcome, Lease, QueueError, RetryPolicy, SampleIndexRow,
+    JobOutcome, Lease, QueueError, RetryPolicy, SampleIndexRow, TrainedModel,
 };
 use verity_core::spec::Method;
 use verity_core::storage::{publish_folder, ObjectStore, StorageError};
@@ -239,7 +241,7 @@ impl TrainingHandler {
                 .model
                 .config
                 .max_position_embeddings
-                .saturating_sub(hp.max_completion_tokens);
+                .saturating_sub(hp.max_completion_tokens());
             let train = Dataset::from_jsonl(
                 &train_text,
                 &format!("training file {training_file}"),
@@ -391,8 +393,48 @@ impl TrainingHandler {
         Ok((trainer, eval.map_err(trainer_error)?))
     }
 
+    /// The job's metrics rows so far, by step.
+    async fn metrics_rows(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+    ) -> Result<Vec<(i32, Value)>, Stop> {
+        let pool = lease.queue().pool();
+        let read = || verity_core::jobs::metrics_rows(pool, &lease.job().id);
+        persist("reading the metrics", heartbeat, is_transient_db_error, read)
+            .await
+            .map_err(|e| retryable("reading the metrics", e))
+    }
+
+    /// Writes the results file and describes the model the job produced (its final checkpoint).
+    async fn trained_model(
+        &self,
+        heartbeat: &Heartbeat,
+        rows: &[(i32, Value)],
+        checkpoint: String,
+        lora: bool,
+    ) -> Result<TrainedModel, Stop> {
+        let write = || write_results_file(self.store.as_ref(), rows);
+        let file =
+            persist("writing the results file", heartbeat, StorageError::is_transient, write)
+                .await
+                .map_err(|e| retryable("writing the results file", e))?;
+        Ok(TrainedModel {
+            storage_prefix: checkpoint,
+            format: if lora { "peft" } else { "hf" }.to_string(),
+            results_file: Some(file),
+        })
+    }
+
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
         let (mut trainer, resumed) = self.build(lease, heartbeat).await?;
+        let mut trained_tokens: u64 = match resumed {
+            Some(_) => {
+                self.metrics_rows(lease, heartbeat).await?.iter().map(|(_, r)| step_tokens(r)).sum()
+            }
+            None => 0,
+        };
+        let mut pace = Pace::default();
         match resumed {
             Some(step) => {
                 let message = format!("resumed from the checkpoint of step {step}");
@@ -424,6 +466,7 @@ impl TrainingHandler {
                 }
                 HeartbeatState::Held(ControlSignal::Continue) => {}
             }
+            let started = std::time::Instant::now();
             let (returned, out) = tokio::task::spawn_blocking(move || {
                 let out = trainer.train_step();
                 (trainer, out)
@@ -449,20 +492,69 @@ impl TrainingHandler {
             if eval.is_some() {
                 last_eval = eval;
             }
-            heartbeat.set_progress(json!({"step": step, "total_steps": trainer.total_steps()}));
             if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
                 trainer = self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
             }
+            trained_tokens += out.metrics.trained_tokens;
+            pace.record(started.elapsed().as_secs_f64());
+            let remaining = trainer.total_steps().saturating_sub(step);
+            heartbeat.set_progress(json!({
+                "step": step,
+                "total_steps": trainer.total_steps(),
+                "trained_tokens": trained_tokens,
+                "estimated_finish": pace.finish_after(remaining),
+            }));
         }
         let step = trainer.step();
+        let checkpoint = format!("jobs/{}/checkpoints/step-{step}", lease.job().id);
+        let rows = self.metrics_rows(lease, heartbeat).await?;
+        let trained_tokens: u64 = rows.iter().map(|(_, r)| step_tokens(r)).sum();
+        let model =
+            self.trained_model(heartbeat, &rows, checkpoint.clone(), hp.lora.is_some()).await?;
+        let result_files: Vec<&str> = model.results_file.iter().map(|f| f.id.as_str()).collect();
         let result = json!({
             "steps": step,
-            "checkpoint": format!("jobs/{}/checkpoints/step-{step}", lease.job().id),
+            "checkpoint": checkpoint,
             "eval": last_eval,
+            "trained_tokens": trained_tokens,
+            "result_files": result_files,
         });
         let message = format!("training finished after {step} steps");
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, Some(&result)).await?;
-        Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
+        Ok(JobOutcome::Succeeded { result, fine_tuned_model: Some(Box::new(model)) })
+    }
+}
+
+/// The `trained_tokens` of a stored metrics row (0 for rows written before it was measured).
+fn step_tokens(row: &Value) -> u64 {
+    row.get("trained_tokens").and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Measured wall time per step of this attempt (training, evaluation, writes and checkpoints),
+/// from which the job's finish is estimated.
+#[derive(Debug, Default)]
+struct Pace {
+    steps: u64,
+    seconds: f64,
+}
+
+impl Pace {
+    /// Adds one step that took `seconds`.
+    fn record(&mut self, seconds: f64) {
+        self.steps += 1;
+        self.seconds += seconds;
+    }
+
+    /// When `remaining` more steps at the mean measured pace end (Unix seconds), if measured.
+    fn finish_after(&self, remaining: u64) -> Option<i64> {
+        if self.steps == 0 {
+            return None;
+        }
+        let mean = self.seconds / self.steps as f64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Some(now + (mean * remaining as f64).ceil() as i64)
     }
 }
 

@@ -10,5 +10,6 @@ pub(crate) mod artifacts;
 mod handler;
 mod worker;
 
+pub use artifacts::write_results_file;
 pub use handler::{TrainingHandler, TrainingHandlerConfig};
 pub use worker::{run_training_worker, TrainingWorkerConfig};

@@ -57,10 +57,10 @@ pub fn bench_grpo_step(
     )?;
     let hp = Hyperparameters {
         batch_size: Some(prompts),
-        group_size: group,
+        group_size: Some(group),
         learning_rate: 1e-6,
         max_steps: Some(steps),
-        max_completion_tokens: max_tokens,
+        max_completion_tokens: Some(max_tokens),
         micro_batch_size: group * prompts,
         rollout_dtype,
         seed: Some(0),

@@ -52,7 +52,7 @@ impl Trainer {
         let mut groups = Vec::new();
         // As many sequences per rollout call as a training step samples (B × G), so evaluation
         // decodes in batches as wide as training does.
-        let prompts_per_call = (self.hp.batch_size() * self.hp.group_size / n.max(1)).max(1);
+        let prompts_per_call = (self.hp.batch_size() * self.hp.group_size() / n.max(1)).max(1);
         for chunk in examples.chunks(prompts_per_call) {
             let (g, _) = self.rollout().run(&validation.examples, chunk, &params)?;
             groups.extend(g);

@@ -315,7 +315,7 @@ impl Trainer {
             temperature: self.hp.temperature as f32,
             top_p: self.hp.top_p as f32,
             top_k: self.hp.top_k,
-            max_new_tokens: self.hp.max_completion_tokens,
+            max_new_tokens: self.hp.max_completion_tokens(),
             stop_strings: self.hp.stop.clone(),
             seed,
             rollout_dtype: self.hp.rollout_dtype,
@@ -335,7 +335,7 @@ impl Trainer {
     /// groups have reward contrast or the cap is reached. Returns the groups and groups drawn.
     fn draw_groups(&mut self, step: u64) -> Result<(Vec<Group>, usize, RolloutTimes)> {
         let batch = self.hp.batch_size();
-        let group = self.hp.group_size;
+        let group = self.hp.group_size();
         let mut times = RolloutTimes::default();
         if !self.hp.dynamic_sampling {
             let examples: Vec<usize> = (0..batch).map(|_| self.order.next_index()).collect();
@@ -381,7 +381,7 @@ impl Trainer {
     pub fn train_step(&mut self) -> Result<StepOutput> {
         let step = self.step + 1;
         let (groups, groups_drawn, times) = self.draw_groups(step)?;
-        let group_size = self.hp.group_size;
+        let group_size = self.hp.group_size();
         let mut metrics =
             StepMetrics { step, groups_drawn: groups_drawn as u64, ..StepMetrics::default() };
         metrics.sampling_seconds = times.sampling;
@@ -417,7 +417,7 @@ impl Trainer {
         }
         if self.hp.overlong_buffer > 0 {
             OverlongShaping::new(
-                self.hp.max_completion_tokens,
+                self.hp.max_completion_tokens(),
                 self.hp.overlong_buffer,
                 self.hp.overlong_penalty,
             )?
@@ -467,6 +467,14 @@ impl Trainer {
                 advantages: advantages.iter().map(|&a| a as f32).collect(),
                 keep,
             };
+            metrics.trained_tokens = batch
+                .prompts
+                .iter()
+                .zip(&batch.completions)
+                .zip(&batch.keep)
+                .filter(|pair| *pair.1)
+                .map(|((prompt, completion), _)| (prompt.len() + completion.len()) as u64)
+                .sum();
             crate::kernels::on_pool(|| self.optimise(&batch, &mut metrics))?;
         } else {
             metrics.learning_rate = self.optimizer.next_lr();
@@ -488,7 +496,7 @@ impl Trainer {
             for (j, ((c, text), grade)) in
                 g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate()
             {
-                let idx = prompt_idx * self.hp.group_size + j;
+                let idx = prompt_idx * self.hp.group_size() + j;
                 out.push(SampleRecord {
                     step,
                     idx,

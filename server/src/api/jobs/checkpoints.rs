@@ -66,7 +66,8 @@ pub async fn list_checkpoints(
     };
     let rows =
         verity_core::jobs::list_checkpoints(&state.pool, &job_id, before_step, limit + 1).await?;
-    let items = rows.into_iter().map(|c| checkpoint_object(c, &job.model)).collect();
+    let name = job.output_model_name();
+    let items = rows.into_iter().map(|c| checkpoint_object(c, &name)).collect();
     Ok(Json(Page::from_fetched(items, limit, |c: &CheckpointObject| c.id.clone())))
 }
 
@@ -80,7 +81,7 @@ async fn find_checkpoint(
     let checkpoint = verity_core::jobs::get_checkpoint(&state.pool, job_id, checkpoint_id)
         .await?
         .ok_or_else(|| ApiError::not_found("checkpoint", checkpoint_id))?;
-    Ok((checkpoint, job.model))
+    Ok((checkpoint, job.output_model_name()))
 }
 
 /// One checkpoint.

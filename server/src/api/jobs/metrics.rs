@@ -12,8 +12,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
-use serde_json::Value;
-use std::collections::BTreeSet;
 use utoipa::IntoParams;
 use verity_core::jobs::MetricsWindow;
 
@@ -80,7 +78,11 @@ pub async fn job_metrics(
     find_job(&state, &principal, &job_id).await?;
     if csv {
         let rows = verity_core::jobs::metrics_rows_in(&state.pool, &job_id, window).await?;
-        return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8")], to_csv(&rows)).into_response());
+        return Ok((
+            [(CONTENT_TYPE, "text/csv; charset=utf-8")],
+            verity_core::metrics_csv::metrics_csv(&rows),
+        )
+            .into_response());
     }
     let body = match state.metrics_cache.document(&state.pool, &job_id).await? {
         Some(document) => document.window(window),
@@ -91,55 +93,4 @@ pub async fn job_metrics(
         }
     };
     Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-/// CSV with `step` then every metric name (sorted) as columns; absent values are empty.
-pub fn to_csv(rows: &[(i32, Value)]) -> String {
-    let mut columns = BTreeSet::new();
-    for (_, data) in rows {
-        if let Value::Object(map) = data {
-            columns.extend(map.keys().filter(|k| k.as_str() != "step").cloned());
-        }
-    }
-    let mut out = String::from("step");
-    for column in &columns {
-        out.push(',');
-        out.push_str(&csv_field(column));
-    }
-    out.push('\n');
-    for (step, data) in rows {
-        out.push_str(&step.to_string());
-        for column in &columns {
-            out.push(',');
-            match data.get(column) {
-                None | Some(Value::Null) => {}
-                Some(Value::String(s)) => out.push_str(&csv_field(s)),
-                Some(Value::Number(n)) => out.push_str(&n.to_string()),
-                Some(Value::Bool(b)) => out.push_str(if *b { "true" } else { "false" }),
-                Some(other) => out.push_str(&csv_field(&other.to_string())),
-            }
-        }
-        out.push('\n');
-    }
-    out
-}
-
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn csv_has_union_of_columns_and_escapes() {
-        let rows = vec![(1, json!({"reward": 0.5, "note": "a,b"})), (2, json!({"kl": 0.1}))];
-        assert_eq!(to_csv(&rows), "step,kl,note,reward\n1,,\"a,b\",0.5\n2,0.1,,\n");
-    }
 }

@@ -42,7 +42,7 @@ pub fn router() -> Router<AppState> {
 /// Body of `POST /v1/fine_tuning/jobs`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateJobRequest {
-    /// Base model name.
+    /// Model to train: a base model, or a fine-tuned model (`ft:…`) of the org.
     pub model: Option<String>,
     /// Training file id (`file-…`, processed).
     pub training_file: Option<String>,
@@ -55,9 +55,15 @@ pub struct CreateJobRequest {
     /// `{type: "reinforcement", reinforcement: {grader, hyperparameters}}`.
     #[schema(value_type = Object)]
     pub method: Option<Value>,
-    /// Up to 16 string pairs.
+    /// Up to 16 string pairs (keys up to 64 characters, values up to 512).
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// Refused unless null or empty: Verity has no integrations.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub integrations: Option<Value>,
+    /// Deprecated by OpenAI; refused unless null (use `method.reinforcement.hyperparameters`).
+    #[schema(value_type = Option<Object>)]
+    pub hyperparameters: Option<Value>,
 }
 
 /// The org's job `id`, or 404.
@@ -105,6 +111,7 @@ pub async fn create_job(
     if let Some(metadata) = &request.metadata {
         reject_nul_json("metadata", metadata)?;
     }
+    validate::refuse_unsupported(request.integrations.as_ref(), request.hyperparameters.as_ref())?;
     let (method, grader) = validate::validate_method(request.method.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;

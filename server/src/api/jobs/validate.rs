@@ -17,8 +17,27 @@ pub fn validate_grader(grader: &Value) -> Result<Grader, ApiError> {
     crate::api::graders::parse_grader("method.reinforcement.grader", grader)
 }
 
+/// The JSON path of the hyperparameters in a job body.
+const HYPERPARAMETERS: &str = "method.reinforcement.hyperparameters";
+
+/// Parses the hyperparameters object, naming the offending field's JSON path when one fails
+/// (`method.reinforcement.hyperparameters.compute_multiplier`, or the object for an unknown
+/// field).
+fn parse_hyperparameters(value: Value) -> ApiResult<verity_core::spec::Hyperparameters> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let param = if path == "." || path.is_empty() {
+            HYPERPARAMETERS.to_string()
+        } else {
+            format!("{HYPERPARAMETERS}.{path}")
+        };
+        ApiError::invalid(param, e.into_inner().to_string())
+    })
+}
+
 /// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`; the
-/// method and its compiled grader.
+/// method with every hyperparameter default resolved (what the job stores, runs and echoes), and
+/// its compiled grader.
 pub fn validate_method(method: Option<&Value>) -> ApiResult<(Value, Grader)> {
     let method = method
         .ok_or_else(|| ApiError::invalid("method", "missing `method` (type \"reinforcement\")"))?;
@@ -30,7 +49,10 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<(Value, Grader)> {
         Some(Value::String(kind)) => {
             return Err(ApiError::invalid(
                 "method.type",
-                format!("unsupported method {kind:?}; Verity trains \"reinforcement\" jobs"),
+                format!(
+                    "unsupported method {kind:?}; Verity trains \"reinforcement\" jobs \
+                     (supervised and dpo are not offered)"
+                ),
             ))
         }
         _ => {
@@ -60,15 +82,16 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<(Value, Grader)> {
             ))
         }
     }
-    // Name the hyperparameters when they are what fails to parse, else the reinforcement object.
+    // Name the hyperparameter when it is what fails to parse, else the reinforcement object.
     let hyperparameters =
         reinforcement.get("hyperparameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
-    serde_json::from_value::<verity_core::spec::Hyperparameters>(hyperparameters)
-        .map_err(|e| ApiError::invalid("method.reinforcement.hyperparameters", e.to_string()))?;
+    parse_hyperparameters(hyperparameters)?;
     let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
         .map_err(|e| ApiError::invalid("method.reinforcement", e.to_string()))?;
     parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
-    Ok((method.clone(), compiled))
+    let resolved = serde_json::to_value(parsed.resolved())
+        .map_err(|e| ApiError::internal("resolving hyperparameters", e))?;
+    Ok((resolved, compiled))
 }
 
 /// Checks the suffix: at most 64 characters of letters, digits, `-` and `_`.
@@ -88,6 +111,36 @@ pub fn validate_suffix(suffix: Option<&str>) -> ApiResult<()> {
     }
 }
 
+/// Refuses what Verity does not do rather than dropping it: `integrations` (Weights & Biases
+/// and the like) and the deprecated top-level `hyperparameters` (they belong in
+/// `method.reinforcement.hyperparameters`). Null and an empty list are accepted.
+pub fn refuse_unsupported(
+    integrations: Option<&Value>,
+    hyperparameters: Option<&Value>,
+) -> ApiResult<()> {
+    match integrations {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) if list.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "integrations",
+                "Verity has no integrations (wandb, …); read metrics from \
+                 GET /v1/fine_tuning/jobs/{id}/metrics or the job's results file",
+            )
+            .with_code("unsupported_parameter"))
+        }
+    }
+    match hyperparameters {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(ApiError::invalid(
+            "hyperparameters",
+            "the top-level hyperparameters are deprecated; put them in \
+             method.reinforcement.hyperparameters",
+        )
+        .with_code("unsupported_parameter")),
+    }
+}
+
 /// Checks metadata: at most 16 string values with keys up to 64 characters.
 pub fn validate_metadata(metadata: Option<&Value>) -> ApiResult<()> {
     let Some(metadata) = metadata else { return Ok(()) };
@@ -100,7 +153,7 @@ pub fn validate_metadata(metadata: Option<&Value>) -> ApiResult<()> {
         return Err(ApiError::invalid("metadata", "at most 16 keys"));
     }
     for (key, value) in map {
-        if key.len() > 64 || value.as_str().is_none_or(|v| v.len() > 512) {
+        if key.chars().count() > 64 || value.as_str().is_none_or(|v| v.chars().count() > 512) {
             return Err(ApiError::invalid(
                 format!("metadata.{key}"),
                 "keys up to 64 characters, string values up to 512",
@@ -207,19 +260,29 @@ pub async fn validate_judges(
     }
 }
 
-/// Checks that `model` names a model the caller's org can train.
+/// Checks that `model` names a model the caller's org can train: a base model, or a job's
+/// fine-tuned model trained with full weights (a LoRA adapter alone cannot be trained on).
 pub async fn validate_model(state: &AppState, principal: &Principal, model: &str) -> ApiResult<()> {
     if model.is_empty() {
         return Err(ApiError::invalid("model", "must not be empty"));
     }
-    verity_core::models::get_model(&state.pool, principal.org_id, model)
+    let row = verity_core::models::get_model(&state.pool, principal.org_id, model)
         .await?
-        .map(|_| ())
         .ok_or_else(|| {
             ApiError::invalid(
                 "model",
                 format!("model {model:?} does not exist (see GET /v1/models)"),
             )
             .with_code("model_not_found")
-        })
+        })?;
+    if row.format == "peft" {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "model {model:?} is a LoRA adapter; fine-tuning on top of an adapter is not \
+                 supported (train the first job with full weights, lora: null, to chain jobs)"
+            ),
+        ));
+    }
+    Ok(())
 }

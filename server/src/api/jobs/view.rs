@@ -4,6 +4,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 use verity_core::jobs::{CheckpointRecord, EventRecord, JobRecord};
+pub use verity_core::models::checkpoint_model_name;
+use verity_core::spec::Method;
 
 /// A job's error.
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,30 +29,31 @@ pub struct JobObject {
     pub created_at: i64,
     /// Why the job failed.
     pub error: Option<JobError>,
-    /// The resulting model, once succeeded.
+    /// The resulting model, once succeeded: `ft:{base}:{org}:{suffix}:{job_id}`, usable as
+    /// `model` of a new job.
     pub fine_tuned_model: Option<String>,
     /// End time (Unix seconds).
     pub finished_at: Option<i64>,
-    /// Hyperparameters of the method.
+    /// The hyperparameters the job trains with, every default resolved (OpenAI's and Verity's).
     #[schema(value_type = Object)]
     pub hyperparameters: Value,
     /// Base model.
     pub model: String,
     /// Owning org.
     pub organization_id: String,
-    /// Result files (none; see checkpoints).
+    /// Once succeeded, the id of the results file: the per-step metrics CSV.
     pub result_files: Vec<String>,
     /// Seed.
     pub seed: i64,
     /// queued | running | succeeded | failed | cancelled | paused.
     pub status: String,
-    /// Not tracked.
+    /// Prompt plus completion tokens trained on so far (null before the first step).
     pub trained_tokens: Option<i64>,
     /// Training file id.
     pub training_file: String,
     /// Validation file id.
     pub validation_file: Option<String>,
-    /// The method as submitted.
+    /// The method, its hyperparameters resolved as in `hyperparameters`.
     #[schema(value_type = Object)]
     pub method: Value,
     /// User metadata.
@@ -58,8 +61,13 @@ pub struct JobObject {
     pub metadata: Option<Value>,
     /// Suffix of the model name.
     pub suffix: Option<String>,
-    /// Not estimated.
+    /// The same suffix under OpenAI's response name.
+    pub user_provided_suffix: Option<String>,
+    /// While running: when the job should finish (Unix seconds), from its measured step times.
     pub estimated_finish: Option<i64>,
+    /// Always null: Verity refuses `integrations` at creation.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub integrations: Option<Vec<Value>>,
     /// A cancel or pause the worker has yet to act on (Verity extension).
     pub pending_control: Option<String>,
     /// Last progress report of the worker (Verity extension).
@@ -67,13 +75,40 @@ pub struct JobObject {
     pub progress: Option<Value>,
 }
 
+/// The job's method with its hyperparameters resolved (jobs stored before resolution existed
+/// are resolved when shown; a method that no longer parses is shown as stored).
+fn resolved_method(spec: &Value) -> Value {
+    let method = spec.get("method").cloned().unwrap_or(Value::Null);
+    serde_json::from_value::<Method>(method.clone())
+        .ok()
+        .and_then(|parsed| serde_json::to_value(parsed.resolved()).ok())
+        .unwrap_or(method)
+}
+
+/// A whole number field of the worker's progress or result.
+fn count_field(value: Option<&Value>, field: &str) -> Option<i64> {
+    value.and_then(|v| v.get(field)).and_then(Value::as_i64)
+}
+
 impl From<JobRecord> for JobObject {
     fn from(job: JobRecord) -> JobObject {
-        let method = job.spec.get("method").cloned().unwrap_or(Value::Null);
+        let method = resolved_method(&job.spec);
         let hyperparameters = method
             .pointer("/reinforcement/hyperparameters")
             .cloned()
             .unwrap_or_else(|| Value::Object(Map::new()));
+        let result_files = job
+            .result
+            .as_ref()
+            .and_then(|r| r.get("result_files"))
+            .and_then(Value::as_array)
+            .map(|files| files.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default();
+        let trained_tokens = count_field(job.result.as_ref(), "trained_tokens")
+            .or_else(|| count_field(job.progress.as_ref(), "trained_tokens"));
+        let estimated_finish = (job.state == "running")
+            .then(|| count_field(job.progress.as_ref(), "estimated_finish"))
+            .flatten();
         let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
             code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
             message: e
@@ -92,16 +127,18 @@ impl From<JobRecord> for JobObject {
             hyperparameters,
             model: job.model,
             organization_id: job.org_id.to_string(),
-            result_files: Vec::new(),
+            result_files,
             seed: job.seed,
             status: job.state,
-            trained_tokens: None,
+            trained_tokens,
             training_file: job.training_file.unwrap_or_default(),
             validation_file: job.validation_file,
             method,
             metadata: job.metadata,
+            user_provided_suffix: job.suffix.clone(),
             suffix: job.suffix,
-            estimated_finish: None,
+            estimated_finish,
+            integrations: None,
             pending_control: (job.control != "none").then_some(job.control),
             progress: job.progress,
             id: job.id,
@@ -164,7 +201,7 @@ pub struct CheckpointObject {
     pub object: &'static str,
     /// When (Unix seconds).
     pub created_at: i64,
-    /// Name usable as a model.
+    /// The checkpoint's model name: the job's `fine_tuned_model` name then `:ckpt-step-N`.
     pub fine_tuned_model_checkpoint: String,
     /// The job.
     pub fine_tuning_job_id: String,
@@ -177,13 +214,9 @@ pub struct CheckpointObject {
     pub bytes: i64,
 }
 
-/// The model name of a checkpoint.
-pub fn checkpoint_model_name(base_model: &str, job_id: &str, step: i32) -> String {
-    format!("ft:{base_model}:{job_id}:ckpt-step-{step}")
-}
-
-/// Builds the checkpoint object of `checkpoint`, a checkpoint of a job on `base_model`.
-pub fn checkpoint_object(checkpoint: CheckpointRecord, base_model: &str) -> CheckpointObject {
+/// Builds the checkpoint object of `checkpoint`, a checkpoint of a job producing the model
+/// named `job_model` ([`JobRecord::output_model_name`]).
+pub fn checkpoint_object(checkpoint: CheckpointRecord, job_model: &str) -> CheckpointObject {
     let mut metrics = match checkpoint.metrics {
         Some(Value::Object(map)) => map,
         _ => Map::new(),
@@ -192,11 +225,7 @@ pub fn checkpoint_object(checkpoint: CheckpointRecord, base_model: &str) -> Chec
     CheckpointObject {
         object: "fine_tuning.job.checkpoint",
         created_at: checkpoint.created_at.timestamp(),
-        fine_tuned_model_checkpoint: checkpoint_model_name(
-            base_model,
-            &checkpoint.job_id,
-            checkpoint.step,
-        ),
+        fine_tuned_model_checkpoint: checkpoint_model_name(job_model, checkpoint.step),
         fine_tuning_job_id: checkpoint.job_id,
         metrics: Value::Object(metrics),
         step_number: checkpoint.step,
