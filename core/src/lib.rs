@@ -9,6 +9,7 @@ pub mod job_state;
 pub mod jobs;
 pub mod models;
 pub mod queue;
+pub mod serving;
 pub mod spec;
 pub mod storage;
 pub mod tenancy;

@@ -130,6 +130,8 @@ pub struct AppState {
     pub worker: Option<WorkerLiveness>,
     /// Concurrency limit of `graders/run`.
     pub grader_slots: GraderSlots,
+    /// HTTP client forwarding inference requests to inference workers.
+    pub inference_http: reqwest::Client,
 }
 
 /// A configuration that cannot work.
@@ -184,6 +186,10 @@ impl AppState {
                 api.grader_concurrency,
                 Duration::from_millis(api.grader_wait_ms),
             ),
+            inference_http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .build()
+                .map_err(|e| ConfigError(format!("inference HTTP client: {e}")))?,
         })
     }
 }

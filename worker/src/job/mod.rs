@@ -6,7 +6,7 @@
 //! stops, a lost lease stops writing. Each step writes its metrics row, a line of
 //! `jobs/{id}/metrics.jsonl`, its samples and an event; checkpoints are published atomically.
 
-mod artifacts;
+pub(crate) mod artifacts;
 mod handler;
 mod worker;
 

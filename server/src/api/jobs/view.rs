@@ -177,10 +177,7 @@ pub struct CheckpointObject {
     pub bytes: i64,
 }
 
-/// The model name of a checkpoint.
-pub fn checkpoint_model_name(base_model: &str, job_id: &str, step: i32) -> String {
-    format!("ft:{base_model}:{job_id}:ckpt-step-{step}")
-}
+pub use verity_core::serving::checkpoint_model_name;
 
 /// Builds the checkpoint object of `checkpoint`, a checkpoint of a job on `base_model`.
 pub fn checkpoint_object(checkpoint: CheckpointRecord, base_model: &str) -> CheckpointObject {
