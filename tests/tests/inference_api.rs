@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use verity_core::queue::{NewJob, Queue, QueueSettings};
+use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
 use verity_worker::model::lora::LoraConfig;
 use verity_worker::serving::{Engine, EngineConfig};
@@ -132,17 +132,15 @@ async fn checkpoints(stack: &Stack, org: uuid::Uuid) -> (String, String) {
     save(&lora_dir, &model, Some(&lm.tokenizer), None, BASE).unwrap();
     model.merge_lora().unwrap();
     save(&merged_dir, &model, Some(&lm.tokenizer), None, BASE).unwrap();
+    // Checkpoints are written by the job's lease holder, as a training worker does.
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    queue.register_worker(&worker).await.unwrap();
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.job().id, job);
     for (step, dir) in [(1, &lora_dir), (2, &merged_dir)] {
         let prefix = format!("jobs/{job}/checkpoints/step-{step}");
         publish_folder(store.as_ref(), dir, &prefix).await.unwrap();
-        sqlx::query("INSERT INTO checkpoints (id, job_id, step, attempt, storage_prefix) VALUES ($1, $2, $3, 1, $4)")
-            .bind(format!("ftckpt-{job}-{step}"))
-            .bind(&job)
-            .bind(step)
-            .bind(&prefix)
-            .execute(&stack.pool)
-            .await
-            .unwrap();
+        lease.checkpoint(step, &prefix, 1, None).await.unwrap();
     }
     let name = |step| verity_core::serving::checkpoint_model_name(BASE, &job, step);
     (name(1), name(2))

@@ -67,7 +67,14 @@ async fn run(
 ) -> ApiResult<Response> {
     let source = model_source(&state, &principal, &model).await?;
     let request = GenerationRequest { model: source, prompt, params: checked.params.clone() };
-    let forwarded = forward::forward(&state, &request).await?;
+    let forwarded = forward::forward(&state, &request).await.map_err(|mut e| {
+        // The worker checks the budget against the context; name the field the client used.
+        if e.param.as_deref() == Some("max_tokens") {
+            e.param = Some(checked.max_tokens_field.to_string());
+            e.message = e.message.replace("max_tokens", checked.max_tokens_field);
+        }
+        e
+    })?;
     let reply = respond::Reply::new(shape, model, checked);
     if reply.stream() {
         Ok(reply.stream_response(forwarded))

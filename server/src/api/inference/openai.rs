@@ -162,6 +162,9 @@ pub struct Checked {
     pub stream: bool,
     /// Send the usage chunk at the end of a stream.
     pub include_usage: bool,
+    /// The request field that set the completion budget (`max_tokens` or
+    /// `max_completion_tokens`), named by errors about it.
+    pub max_tokens_field: &'static str,
 }
 
 fn unsupported(param: &str) -> ApiError {
@@ -231,6 +234,7 @@ impl Sampling {
             },
             stream,
             include_usage,
+            max_tokens_field: "max_tokens",
         })
     }
 }
@@ -299,12 +303,18 @@ impl ChatCompletionRequest {
             (false, _) => None,
         };
         let max_tokens = self.max_completion_tokens.or(self.sampling.max_tokens);
-        let checked = self.sampling.check(max_tokens, top).map_err(|mut e| {
-            if e.param.as_deref() == Some("max_tokens") && self.max_completion_tokens.is_some() {
-                e.param = Some("max_completion_tokens".into());
+        let field = if self.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        let mut checked = self.sampling.check(max_tokens, top).map_err(|mut e| {
+            if e.param.as_deref() == Some("max_tokens") {
+                e.param = Some(field.into());
             }
             e
         })?;
+        checked.max_tokens_field = field;
         Ok((messages, checked))
     }
 }
