@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -83,11 +83,8 @@ pub(crate) fn run_batcher(
                 Err(_) => return,
             }
         }
-        loop {
-            match admissions.try_recv() {
-                Ok(a) => state.waiting.push_back(a),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-            }
+        while let Ok(a) = admissions.try_recv() {
+            state.waiting.push_back(a);
         }
         state.admit();
         if let Err(e) = state.step() {
