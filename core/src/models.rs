@@ -93,7 +93,7 @@ pub async fn insert_base_model(
 }
 
 /// Prefix of every fine-tuned model name (OpenAI's convention).
-const FINE_TUNED_PREFIX: &str = "ft:";
+pub const FINE_TUNED_PREFIX: &str = "ft:";
 
 /// An org name as it appears in model names: lowercase ASCII letters and digits, every other run
 /// of characters one `-`.

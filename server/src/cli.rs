@@ -35,6 +35,8 @@ pub enum Command {
     Models(crate::commands::models::ModelsCommand),
     /// Print the API description: OpenAPI JSON, or the Markdown reference (`--markdown`).
     Openapi(crate::commands::openapi::OpenapiArgs),
+    /// Serve OpenAI-compatible inference for the API servers (registers itself in Postgres).
+    Inference(crate::inference::InferenceArgs),
     /// Sample completions from a local model (chat template applied).
     Generate(crate::commands::generate::GenerateArgs),
     /// Everything on this machine: API and dashboard, one worker, a local object store, and a

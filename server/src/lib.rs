@@ -6,5 +6,6 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod inference;
 pub mod logging;
 pub mod web;

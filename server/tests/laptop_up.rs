@@ -262,12 +262,16 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
         "{missing:?}"
     );
 
-    // Checkpoint downloads, verified against the stored manifest.
-    for (step, out) in [(None, "latest"), (Some("2"), "step2")] {
+    // Checkpoint downloads, verified against the stored manifest: weights only by default,
+    // the optimizer state with --with-trainer-state.
+    for (step, out, trainer_state) in [(None, "latest", false), (Some("2"), "step2", true)] {
         let out = work.path().join(out);
         let mut args = vec!["checkpoints", "download", &job, "--out", out.to_str().unwrap()];
         if let Some(step) = step {
             args.extend(["--step", step]);
+        }
+        if trainer_state {
+            args.push("--with-trainer-state");
         }
         ok(cli(&up, &data, &args).await, "checkpoints download");
         let n = step.unwrap_or("4");
@@ -282,6 +286,10 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
         assert!(files.iter().any(|f| f["path"] == "model.safetensors"), "{stored}");
         for file in files {
             let path = file["path"].as_str().unwrap();
+            if path == "trainer_state.safetensors" && !trainer_state {
+                assert!(!out.join(path).exists(), "weights-only download has the optimizer state");
+                continue;
+            }
             let bytes = std::fs::read(out.join(path)).unwrap();
             assert_eq!(bytes.len() as u64, file["size"].as_u64().unwrap(), "{path}");
             let stored_bytes =

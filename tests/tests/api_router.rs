@@ -510,6 +510,7 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     }
     let folder = tempfile::tempdir().unwrap();
     std::fs::write(folder.path().join("model.safetensors"), vec![7u8; 1000]).unwrap();
+    std::fs::write(folder.path().join("trainer_state.safetensors"), vec![9u8; 2000]).unwrap();
     std::fs::write(folder.path().join("config.json"), b"{\"layers\": 2}").unwrap();
     let prefix = format!("jobs/{job}/checkpoints/step-2");
     publish_folder(app.state.store.as_ref(), folder.path(), &prefix).await.unwrap();
@@ -590,23 +591,58 @@ async fn checkpoints_metrics_and_samples(pool: sqlx::PgPool) {
     assert_eq!(c["fine_tuning_job_id"], job.as_str());
     assert_eq!(c["fine_tuned_model_checkpoint"], format!("ft:tiny:acme::{job}:ckpt-step-2"));
 
-    // The archive holds every file of the manifest, byte for byte.
-    let archive = get(&app.router, &format!("{base}/checkpoints/{ckpt}/content"), &key).await;
-    assert_eq!(archive.status, StatusCode::OK);
-    assert_eq!(archive.headers["content-length"], archive.bytes.len().to_string());
-    let mut tar = tar::Archive::new(&archive.bytes[..]);
-    let mut names = Vec::new();
-    for entry in tar.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().display().to_string();
-        let mut content = Vec::new();
-        entry.read_to_end(&mut content).unwrap();
-        if name.ends_with("model.safetensors") {
-            assert_eq!(content, vec![7u8; 1000]);
+    // The archive holds every file of the manifest but the optimizer state, byte for byte;
+    // `include=trainer_state` adds it.
+    let archive_names = |archive: &Reply| {
+        assert_eq!(archive.status, StatusCode::OK);
+        assert_eq!(archive.headers["content-length"], archive.bytes.len().to_string());
+        let mut tar = tar::Archive::new(&archive.bytes[..]);
+        let mut names = Vec::new();
+        for entry in tar.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().display().to_string();
+            let mut content = Vec::new();
+            entry.read_to_end(&mut content).unwrap();
+            if name.ends_with("/model.safetensors") {
+                assert_eq!(content, vec![7u8; 1000]);
+            }
+            if name.ends_with("/trainer_state.safetensors") {
+                assert_eq!(content, vec![9u8; 2000]);
+            }
+            names.push(name);
         }
-        names.push(name);
-    }
-    assert_eq!(names, vec![format!("{ckpt}/config.json"), format!("{ckpt}/model.safetensors")]);
+        names
+    };
+    let content = format!("{base}/checkpoints/{ckpt}/content");
+    let weights_only = archive_names(&get(&app.router, &content, &key).await);
+    assert_eq!(
+        weights_only,
+        vec![format!("{ckpt}/config.json"), format!("{ckpt}/model.safetensors")]
+    );
+    let full =
+        archive_names(&get(&app.router, &format!("{content}?include=trainer_state"), &key).await);
+    assert_eq!(
+        full,
+        vec![
+            format!("{ckpt}/config.json"),
+            format!("{ckpt}/model.safetensors"),
+            format!("{ckpt}/trainer_state.safetensors")
+        ]
+    );
+    assert_error(
+        &get(&app.router, &format!("{content}?include=optimizer"), &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("include"),
+    );
+    // One file of the HF folder, streamed.
+    let one = get(&app.router, &format!("{content}?path=model.safetensors"), &key).await;
+    assert_eq!((one.status, one.bytes.to_vec()), (StatusCode::OK, vec![7u8; 1000]));
+    assert_eq!(one.headers["content-length"], "1000");
+    assert_error(
+        &get(&app.router, &format!("{content}?path=nope"), &key).await,
+        StatusCode::BAD_REQUEST,
+        Some("path"),
+    );
 
     // Redirect to a signed URL, which the server itself serves.
     let redirect = get(

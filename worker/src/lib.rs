@@ -47,6 +47,7 @@ pub mod model;
 pub mod optim;
 pub mod policy_optimizer;
 pub mod sampler;
+pub mod serving;
 pub mod testing;
 pub mod tokenizer;
 pub mod trainer;

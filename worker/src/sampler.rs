@@ -7,7 +7,7 @@
 
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
-use crate::model::inputs::PaddedBatch;
+use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
 use rand::rngs::StdRng;
@@ -87,8 +87,6 @@ struct Sequence {
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     finish: Option<FinishReason>,
-    first_valid: usize,
-    next_pos: u32,
 }
 
 /// SplitMix64 finaliser, to derive independent per-sequence seeds.
@@ -224,28 +222,18 @@ fn sample_with_rngs(
             )));
         }
         let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        let pb = PaddedBatch::new(&refs, pad_id)?;
-        let mut cache = model.new_cache(pb.batch, pb.len + params.max_new_tokens)?;
         // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved, and
         // the f32 weights are read as they are.
-        if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
-            cache.use_weights(CompactWeights::of(model)?);
-        }
-        let hidden = model.hidden_states(
-            &pb.ids,
-            &pb.positions(),
-            pb.batch,
-            &pb.pads,
-            Some(&mut cache),
-            false,
-        )?;
-        let last: Vec<u32> = (0..pb.batch).map(|i| ((i + 1) * pb.len - 1) as u32).collect();
-        let last =
-            hidden.index_select(&candle_core::Tensor::new(last.as_slice(), model.device())?, 0)?;
-        let prompt_logits: Vec<Vec<f32>> = model.logits(&last, Some(&cache))?.to_vec2()?;
+        let compact = if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
+            Some(CompactWeights::of(model)?)
+        } else {
+            None
+        };
+        let (mut batch, prompt_logits) =
+            DecodeBatch::prefill(model, &refs, pad_id, params.max_new_tokens, compact)?;
 
         let g = params.n;
-        let mut seqs: Vec<Sequence> = (0..pb.batch * g)
+        let mut seqs: Vec<Sequence> = (0..prompts.len() * g)
             .map(|r| {
                 let (p, s) = (r / g, r % g);
                 Sequence {
@@ -255,17 +243,14 @@ fn sample_with_rngs(
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: None,
-                    first_valid: pb.pads[p],
-                    next_pos: prompts[p].len() as u32,
                 }
             })
             .collect();
-        let expand: Vec<u32> = (0..seqs.len()).map(|r| (r / g) as u32).collect();
-        cache.select_rows(&expand)?;
-        // `rows[k]` is the sequence held in cache row k; `logits[k]` its next-token logits.
+        let expand: Vec<usize> = (0..seqs.len()).map(|r| r / g).collect();
+        batch.select_rows(&expand)?;
+        // `rows[k]` is the sequence held in batch row k; `logits[k]` its next-token logits.
         let mut rows: Vec<usize> = (0..seqs.len()).collect();
-        let mut logits: Vec<Vec<f32>> =
-            expand.iter().map(|&p| prompt_logits[p as usize].clone()).collect();
+        let mut logits: Vec<Vec<f32>> = expand.iter().map(|&p| prompt_logits[p].clone()).collect();
         let stop_len = params.stop_strings.iter().map(|s| s.len()).max().unwrap_or(0);
 
         for _ in 0..params.max_new_tokens {
@@ -286,7 +271,6 @@ fn sample_with_rngs(
                     let (tok, lp) = pick_token(row_logits, params, &mut seq.rng);
                     seq.tokens.push(tok);
                     seq.logprobs.push(lp);
-                    seq.next_pos += 1;
                     if eos_ids.contains(&tok) {
                         seq.finish = Some(FinishReason::Eos);
                     } else if let (Some(t), true) = (tokenizer, stop_len > 0) {
@@ -311,17 +295,12 @@ fn sample_with_rngs(
             }
             let dead = rows.len() - live.len();
             if dead > 0 && dead * 8 >= rows.len() {
-                let keep: Vec<u32> = live.iter().map(|&k| k as u32).collect();
-                cache.select_rows(&keep)?;
+                batch.select_rows(&live)?;
                 rows = live.iter().map(|&k| rows[k]).collect();
             }
             let ids: Vec<u32> =
                 rows.iter().map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id)).collect();
-            let pos: Vec<u32> = rows.iter().map(|&r| seqs[r].next_pos - 1).collect();
-            let fv: Vec<usize> = rows.iter().map(|&r| seqs[r].first_valid).collect();
-            let hidden =
-                model.hidden_states(&ids, &pos, rows.len(), &fv, Some(&mut cache), false)?;
-            logits = model.logits(&hidden, Some(&cache))?.to_vec2()?;
+            logits = batch.step(model, &ids)?;
         }
         Ok(seqs
             .into_iter()

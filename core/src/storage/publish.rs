@@ -33,6 +33,18 @@ pub struct Manifest {
     pub created_at: String,
 }
 
+impl Manifest {
+    /// The manifest of the files `keep` accepts (total recomputed): what a partial download holds.
+    pub fn only(&self, keep: impl Fn(&ManifestEntry) -> bool) -> Manifest {
+        let files: Vec<ManifestEntry> = self.files.iter().filter(|f| keep(f)).cloned().collect();
+        Manifest {
+            total_bytes: files.iter().map(|f| f.size).sum(),
+            files,
+            created_at: self.created_at.clone(),
+        }
+    }
+}
+
 fn join(prefix: &str, path: &str) -> String {
     let prefix = prefix.trim_end_matches('/');
     if prefix.is_empty() {

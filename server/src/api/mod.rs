@@ -6,6 +6,7 @@ pub mod extract;
 pub mod files;
 pub mod graders;
 pub mod health;
+pub mod inference;
 pub mod jobs;
 pub mod loss_presets;
 pub mod models;
@@ -34,6 +35,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(auth::routes::router())
         .merge(files::router())
         .merge(graders::router())
+        .merge(inference::router())
         .merge(jobs::router())
         .merge(loss_presets::router())
         .merge(models::router())

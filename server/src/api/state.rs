@@ -179,6 +179,8 @@ pub struct AppState {
     pub grader_slots: GraderSlots,
     /// Judges of model graders (`graders/run` loads judge models in-process, on the CPU).
     pub judges: Arc<JudgeProvider>,
+    /// HTTP client forwarding inference requests to inference workers.
+    pub inference_http: reqwest::Client,
 }
 
 /// A configuration that cannot work.
@@ -235,6 +237,10 @@ impl AppState {
                 Duration::from_millis(api.grader_wait_ms),
             ),
             judges: Arc::new(judges),
+            inference_http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .build()
+                .map_err(|e| ConfigError(format!("inference HTTP client: {e}")))?,
         })
     }
 }

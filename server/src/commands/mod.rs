@@ -27,6 +27,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Models(models) => models::run(&models).await,
         Command::Generate(args) => generate::run(&args).await,
+        Command::Inference(args) => crate::inference::run(args).await,
         Command::Openapi(args) => openapi::run(&args),
         Command::Up(args) => up::run(args).await,
         Command::Demo(args) => up::run(up::UpArgs { demo: true, ..args }).await,

@@ -1,5 +1,6 @@
 //! `verity up`: everything in one process for a laptop — the API (the router `verity serve`
-//! builds), one training worker (as `verity worker`), a local object store, and a private
+//! builds), one training worker (as `verity worker`), the inference role (as `verity
+//! inference`, on a loopback port), a local object store, and a private
 //! Postgres cluster in the data dir when `DATABASE_URL` is unset.
 
 use super::postgres_cluster::PrivateCluster;
@@ -159,6 +160,33 @@ async fn serve_and_work(
         RestartPolicy::DEFAULT,
     ));
 
+    // The inference role, on a loopback port of its own, registered like `verity inference`.
+    let inference_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("binding the inference service")?;
+    let inference_url = format!("http://{}", inference_listener.local_addr()?);
+    let inference_args: crate::inference::InferenceArgs = parse_flags(&[
+        "--database-url",
+        database_url,
+        "--storage",
+        &objects,
+        "--cache-dir",
+        &cache,
+        "--device",
+        &args.device,
+    ])?;
+    let engine = std::sync::Arc::new(verity_worker::serving::Engine::new(
+        state.store.clone(),
+        crate::inference::engine_config(&inference_args)?,
+    ));
+    let inference = tokio::spawn(crate::inference::serve(
+        state.pool.clone(),
+        engine,
+        inference_listener,
+        inference_url,
+        shutdown.clone(),
+    ));
+
     println!("Verity is up: {base}");
     println!("  dashboard and API: {base}/  (OpenAPI: {base}/openapi.json)");
     match &key {
@@ -241,6 +269,9 @@ async fn serve_and_work(
             }
             Err(_) => false,
         };
+    }
+    if let Ok(Ok(Err(error))) = tokio::time::timeout(Duration::from_secs(5), inference).await {
+        tracing::warn!(error = format!("{error:#}"), "the inference service failed");
     }
     served?;
     if let Some(reason) = worker_died {

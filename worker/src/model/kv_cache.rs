@@ -86,6 +86,55 @@ impl KvCache {
         Ok(())
     }
 
+    /// Rows in the cache.
+    pub fn rows(&self) -> usize {
+        self.keys.first().and_then(|k| k.dim(0).ok()).unwrap_or(0)
+    }
+
+    /// Appends the rows of `other` after this cache's rows, aligning the two on their last
+    /// position: the shorter one is left-padded with zero keys. Returns how many positions were
+    /// added in front of (this cache's rows, `other`'s rows); masks must skip them.
+    pub fn append_rows(&mut self, other: KvCache) -> Result<(usize, usize)> {
+        let len = self.len.max(other.len);
+        let (pad_self, pad_other) = (len - self.len, len - other.len);
+        let spare = self.capacity.saturating_sub(self.len).max(other.capacity - other.len).max(1);
+        let aligned = |cache: &Tensor, filled: usize, pad: usize| -> Result<Tensor> {
+            let (b, h, _, d) = cache.dims4()?;
+            let kept = cache.narrow(2, 0, filled)?;
+            let front = Tensor::zeros((b, h, pad, d), cache.dtype(), cache.device())?;
+            let back = Tensor::zeros((b, h, spare, d), cache.dtype(), cache.device())?;
+            Ok(Tensor::cat(&[&front, &kept, &back], 2)?)
+        };
+        for (mine, theirs) in self
+            .keys
+            .iter_mut()
+            .zip(other.keys.iter())
+            .chain(self.values.iter_mut().zip(other.values.iter()))
+        {
+            let a = aligned(mine, self.len, pad_self)?;
+            let b = aligned(theirs, other.len, pad_other)?;
+            *mine = Tensor::cat(&[&a, &b], 0)?;
+        }
+        self.len = len;
+        self.capacity = len + spare;
+        Ok((pad_self, pad_other))
+    }
+
+    /// Forgets the first `count` positions of every row (padding no row attends to any more).
+    pub fn drop_front(&mut self, count: usize) -> Result<()> {
+        let count = count.min(self.len);
+        if count == 0 {
+            return Ok(());
+        }
+        let keep = self.capacity - count;
+        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            *cache = cache.narrow(2, count, keep)?.contiguous()?;
+        }
+        self.len -= count;
+        self.capacity = keep;
+        Ok(())
+    }
+
     /// Keeps (and repeats) the given batch rows, in order.
     pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
         let device = self.keys.first().map(|k| k.device().clone()).unwrap_or(Device::Cpu);

@@ -2,6 +2,7 @@
 //! gradients), no-grad scoring and KV-cached sampling.
 
 pub mod compact;
+pub mod decode;
 pub mod inputs;
 pub mod kv_cache;
 pub mod lora;
@@ -33,12 +34,14 @@ pub enum Kernels {
 /// A linear layer with its HF module path. The weight is held transposed, `(in, out)`, so the
 /// forward is a plain `x @ w_t` (much faster than a transposed operand for small batches) and its
 /// gradient arrives contiguous; it is transposed back to HF's `(out, in)` on export.
+#[derive(Clone)]
 struct Linear {
     path: String,
     weight_t: Var,
     bias: Option<Var>,
 }
 
+#[derive(Clone)]
 struct Layer {
     input_norm: Var,
     post_norm: Var,
@@ -158,6 +161,67 @@ impl Transformer {
             kernels: Kernels::Fused,
             device: device.clone(),
         })
+    }
+
+    /// A model over the same base weights (shared, not copied: candle tensors are reference
+    /// counted) without adapters, e.g. to load another LoRA adapter beside this one for serving.
+    pub fn share_base(&self) -> Transformer {
+        Transformer {
+            config: self.config.clone(),
+            embed: self.embed.clone(),
+            layers: self.layers.clone(),
+            norm: self.norm.clone(),
+            lm_head: self.lm_head.clone(),
+            lora: BTreeMap::new(),
+            lora_config: None,
+            adapters_enabled: true,
+            lora_dropout_rng: std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(0)),
+            dtypes: self.dtypes.clone(),
+            rotary: self.rotary.clone(),
+            kernels: self.kernels,
+            device: self.device.clone(),
+        }
+    }
+
+    /// Bytes the parameters take in memory (base weights plus adapters).
+    pub fn parameter_bytes(&self) -> usize {
+        self.named_weights()
+            .iter()
+            .chain(self.lora_params().iter())
+            .map(|(_, v)| v.elem_count() * v.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// Bytes the adapters take in memory (0 without LoRA).
+    pub fn adapter_bytes(&self) -> usize {
+        self.lora_params().iter().map(|(_, v)| v.elem_count() * v.dtype().size_in_bytes()).sum()
+    }
+
+    /// Folds the LoRA adapters into the base weights (`W + scale · B A`) and drops them: the
+    /// merged model computes what the adapted one does. The base weights are copied first, so
+    /// a model sharing them ([`Transformer::share_base`]) is unaffected.
+    pub fn merge_lora(&mut self) -> Result<()> {
+        let adapters = std::mem::take(&mut self.lora);
+        for layer in &mut self.layers {
+            for lin in [
+                &mut layer.q,
+                &mut layer.k,
+                &mut layer.v,
+                &mut layer.o,
+                &mut layer.gate,
+                &mut layer.up,
+                &mut layer.down,
+            ] {
+                if let Some(ad) = adapters.get(&lin.path) {
+                    // weight_t is (in, out); the update B·A is (out, in).
+                    let delta = (ad.b.as_tensor().matmul(ad.a.as_tensor())? * ad.scale)?;
+                    let merged = (lin.weight_t.as_tensor() + delta.t()?)?.contiguous()?;
+                    lin.weight_t = Var::from_tensor(&merged)?;
+                }
+            }
+        }
+        self.lora_config = None;
+        Ok(())
     }
 
     /// Switches LoRA adapters off (the frozen base model, e.g. the KL reference policy) or back on.

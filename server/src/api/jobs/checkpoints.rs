@@ -1,5 +1,6 @@
 //! Checkpoints of a job: list, delete, and download as a tar archive built on the fly from the
-//! published folder's manifest (or a redirect to a presigned URL of one of its files).
+//! published folder's manifest (weights only unless the optimizer state is asked for), one file
+//! streamed, or a redirect to a presigned URL of one file.
 
 use super::find_job;
 use super::view::{checkpoint_object, CheckpointObject};
@@ -123,14 +124,24 @@ pub async fn delete_checkpoint(
 pub struct ContentQuery {
     /// `1` or `true`: answer 302 to a presigned URL of one file instead of streaming a tar.
     pub redirect: Option<String>,
-    /// With `redirect`, the file inside the checkpoint (default `manifest.json`).
+    /// One file of the checkpoint: streamed as it is, or with `redirect` the file the URL
+    /// points at (default `manifest.json`).
     pub path: Option<String>,
+    /// `trainer_state`: put the optimizer state (`trainer_state.safetensors`, about twice the
+    /// weights) in the archive too; by default the archive holds the weights only.
+    pub include: Option<String>,
 }
 
-/// The checkpoint's folder as a tar archive, or a redirect to one of its files.
+/// Whether a checkpoint file is the optimizer state (left out of weights-only downloads).
+pub fn is_trainer_state(path: &str) -> bool {
+    path == verity_worker::checkpoint::TRAINER_STATE
+}
+
+/// The checkpoint's folder as a tar archive (weights only unless `include=trainer_state`), one
+/// of its files (`path`), or a redirect to one of its files.
 #[utoipa::path(get, path = "/v1/fine_tuning/jobs/{job_id}/checkpoints/{checkpoint_id}/content", tag = "fine_tuning",
     params(("job_id" = String, Path), ("checkpoint_id" = String, Path), ContentQuery),
-    responses((status = 200, content_type = "application/x-tar"), (status = 302), (status = 400), (status = 401), (status = 404), (status = 409)))]
+    responses((status = 200, content_type = "application/x-tar", description = "The archive, or with `path` that file"), (status = 302), (status = 400), (status = 401), (status = 404), (status = 409)))]
 pub async fn checkpoint_content(
     State(state): State<AppState>,
     principal: Principal,
@@ -141,6 +152,11 @@ pub async fn checkpoint_content(
         None | Some("0") | Some("false") => false,
         Some("1") | Some("true") => true,
         Some(_) => return Err(ApiError::invalid("redirect", "use 1 or true")),
+    };
+    let with_trainer_state = match query.include.as_deref() {
+        None | Some("") => false,
+        Some("trainer_state") => true,
+        Some(_) => return Err(ApiError::invalid("include", "the only value is trainer_state")),
     };
     let (checkpoint, _) = find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
     let prefix = checkpoint.storage_prefix.trim_end_matches('/').to_string();
@@ -158,9 +174,10 @@ pub async fn checkpoint_content(
         let url = state.store.presign_get(&format!("{prefix}/{path}"), PRESIGN_TTL).await?;
         return Ok((StatusCode::FOUND, [(LOCATION, url)]).into_response());
     }
-    if query.path.is_some() {
-        return Err(ApiError::invalid("path", "path is only used with redirect=1"));
+    if let Some(path) = query.path {
+        return one_file(&state, &prefix, &manifest, &path).await;
     }
+    let manifest = manifest.only(|f| with_trainer_state || !is_trainer_state(&f.path));
     for entry in &manifest.files {
         validate_key(&entry.path).map_err(|e| ApiError::internal("checkpoint manifest", e))?;
     }
@@ -183,6 +200,30 @@ pub async fn checkpoint_content(
             (CONTENT_LENGTH, length.to_string()),
         ],
         Body::from_stream(ReaderStream::new(reader)),
+    )
+        .into_response())
+}
+
+/// One file of a published checkpoint, streamed from the store.
+async fn one_file(
+    state: &AppState,
+    prefix: &str,
+    manifest: &Manifest,
+    path: &str,
+) -> ApiResult<Response> {
+    let Some(entry) = manifest.files.iter().find(|f| f.path == path) else {
+        return Err(ApiError::invalid("path", format!("no file {path:?} in this checkpoint")));
+    };
+    validate_key(&entry.path).map_err(|e| ApiError::internal("checkpoint manifest", e))?;
+    let reader = state.store.get_reader(&format!("{prefix}/{}", entry.path)).await?;
+    let name = entry.path.rsplit('/').next().unwrap_or(&entry.path);
+    Ok((
+        [
+            (CONTENT_TYPE, "application/octet-stream".to_string()),
+            (CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
+            (CONTENT_LENGTH, entry.size.to_string()),
+        ],
+        Body::from_stream(ReaderStream::new(reader.take(entry.size))),
     )
         .into_response())
 }

@@ -1,12 +1,12 @@
 //! `verity checkpoints download`: a checkpoint's files, checked against its manifest.
 
 use super::{byte_bar, field, Client, ClientArgs};
+use crate::api::jobs::checkpoints::is_trainer_state;
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 use verity_core::storage::{Manifest, MANIFEST};
@@ -35,6 +35,10 @@ pub enum CheckpointsCommand {
         /// Output folder (created).
         #[arg(long)]
         out: PathBuf,
+        /// Also fetch the optimizer state (`trainer_state.safetensors`), to resume training
+        /// elsewhere; by default only what inference needs is downloaded.
+        #[arg(long = "with-trainer-state")]
+        with_trainer_state: bool,
     },
 }
 
@@ -42,8 +46,8 @@ pub enum CheckpointsCommand {
 pub async fn run(args: &CheckpointsArgs) -> anyhow::Result<()> {
     let client = Client::from_args(&args.client)?;
     match &args.command {
-        CheckpointsCommand::Download { job, step, out } => {
-            let manifest = download(&client, job, *step, out, true).await?;
+        CheckpointsCommand::Download { job, step, out, with_trainer_state } => {
+            let manifest = download(&client, job, *step, out, *with_trainer_state, true).await?;
             println!(
                 "{} files, {} bytes, verified, in {}",
                 manifest.files.len(),
@@ -81,13 +85,15 @@ pub async fn find(client: &Client, job: &str, step: Option<i64>) -> anyhow::Resu
     }
 }
 
-/// Downloads the checkpoint into `out`, then checks every file's size and SHA-256 against the
-/// manifest (written as `out/manifest.json`).
+/// Downloads the checkpoint into `out` as its HF folder, file by file (weights only unless
+/// `with_trainer_state`), checking each file's size and SHA-256 against the manifest while it
+/// streams; the manifest of the files fetched is written as `out/manifest.json`.
 pub async fn download(
     client: &Client,
     job: &str,
     step: Option<i64>,
     out: &Path,
+    with_trainer_state: bool,
     progress: bool,
 ) -> anyhow::Result<Manifest> {
     let checkpoint = find(client, job, step).await?;
@@ -101,79 +107,58 @@ pub async fn download(
         .json()
         .await
         .context("reading the checkpoint's manifest")?;
+    let manifest = manifest.only(|f| with_trainer_state || !is_trainer_state(&f.path));
     tokio::fs::create_dir_all(out).await.with_context(|| format!("creating {}", out.display()))?;
-
-    let response = client.send(client.request(reqwest::Method::GET, &base)).await?;
     let bar = if progress {
-        byte_bar(response.content_length(), &format!("downloading {id}"))
+        byte_bar(Some(manifest.total_bytes), &format!("downloading {id}"))
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let archive = out.join(format!(".{id}.tar.part"));
-    let mut file = tokio::fs::File::create(&archive)
-        .await
-        .with_context(|| format!("creating {}", archive.display()))?;
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.context("downloading the checkpoint")?;
-        file.write_all(&chunk).await.with_context(|| format!("writing {}", archive.display()))?;
-        bar.inc(chunk.len() as u64);
+    for entry in &manifest.files {
+        let relative = Path::new(&entry.path);
+        if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+            bail!("unexpected path {:?} in the manifest", entry.path);
+        }
+        let target = out.join(relative);
+        if let Some(parent) = target.parent() {
+            tokio::fs::create_dir_all(parent).await?;
+        }
+        let mut part = target.clone().into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        let request =
+            client.request(reqwest::Method::GET, &base).query(&[("path", entry.path.as_str())]);
+        let response = client.send(request).await?;
+        let mut file = tokio::fs::File::create(&part)
+            .await
+            .with_context(|| format!("creating {}", part.display()))?;
+        let (mut hasher, mut size) = (Sha256::new(), 0u64);
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.with_context(|| format!("downloading {}", entry.path))?;
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            file.write_all(&chunk).await.with_context(|| format!("writing {}", part.display()))?;
+            bar.inc(chunk.len() as u64);
+        }
+        file.flush().await?;
+        drop(file);
+        let sha = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        if size != entry.size || sha != entry.sha256 {
+            let _ = tokio::fs::remove_file(&part).await;
+            bail!(
+                "{} does not match the manifest ({size} bytes, sha256 {sha}; expected {} bytes, {})",
+                entry.path,
+                entry.size,
+                entry.sha256
+            );
+        }
+        tokio::fs::rename(&part, &target)
+            .await
+            .with_context(|| format!("moving {} into place", target.display()))?;
     }
-    file.flush().await?;
-    drop(file);
     bar.finish_and_clear();
-
-    let (archive_path, dir, expected) = (archive.clone(), out.to_path_buf(), manifest.clone());
-    let unpacked =
-        tokio::task::spawn_blocking(move || unpack_and_verify(&archive_path, &dir, &expected))
-            .await?;
-    let _ = tokio::fs::remove_file(&archive).await;
-    unpacked?;
     let text = serde_json::to_vec_pretty(&manifest)?;
     tokio::fs::write(out.join(MANIFEST), text).await?;
     Ok(manifest)
-}
-
-/// Unpacks the archive's `<checkpoint>/<path>` entries as `dir/<path>` and verifies them.
-fn unpack_and_verify(archive: &Path, dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
-    let file = std::fs::File::open(archive)?;
-    let mut tar = tar::Archive::new(file);
-    for entry in tar.entries()? {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        let relative: PathBuf = path.components().skip(1).collect();
-        if relative.as_os_str().is_empty()
-            || relative.components().any(|c| !matches!(c, Component::Normal(_)))
-        {
-            bail!("unexpected path {} in the archive", path.display());
-        }
-        let target = dir.join(&relative);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let mut out = std::fs::File::create(&target)
-            .with_context(|| format!("creating {}", target.display()))?;
-        std::io::copy(&mut entry, &mut out)?;
-    }
-    for expected in &manifest.files {
-        let path = dir.join(&expected.path);
-        let mut file = std::fs::File::open(&path)
-            .with_context(|| format!("{} is missing from the download", expected.path))?;
-        let mut hasher = Sha256::new();
-        let mut buffer = vec![0u8; 1 << 20];
-        let mut size = 0u64;
-        loop {
-            let n = file.read(&mut buffer)?;
-            if n == 0 {
-                break;
-            }
-            size += n as u64;
-            hasher.update(&buffer[..n]);
-        }
-        let sha = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>();
-        if size != expected.size || sha != expected.sha256 {
-            bail!("{} does not match the manifest ({size} bytes, sha256 {sha}; expected {} bytes, {})", expected.path, expected.size, expected.sha256);
-        }
-    }
-    Ok(())
 }

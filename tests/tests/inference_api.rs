@@ -1,0 +1,454 @@
+//! OpenAI-compatible inference end to end: a real API server and a real inference worker (both
+//! on loopback ports, registered through Postgres), a tiny random model published in a local
+//! store, a LoRA checkpoint of a job and the same adapter merged into full weights. Driven by
+//! the official `openai` Python SDK and by plain HTTP.
+
+mod api_support;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
+use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
+use verity_worker::model::lora::LoraConfig;
+use verity_worker::serving::{Engine, EngineConfig};
+use verity_worker::trainer::testing::write_tiny_model_dir;
+use verity_worker::Family;
+
+/// The base model's name.
+const BASE: &str = "tiny-llama";
+/// Context of the test model (long enough for a generation that outlasts a client).
+const CONTEXT: usize = 4096;
+
+/// API server + inference worker over one database and store.
+struct Stack {
+    base: String,
+    pool: PgPool,
+    engine: Arc<Engine>,
+    model_dir: PathBuf,
+    dir: tempfile::TempDir,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn stack(pool: PgPool) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(dir.path().join("objects"), None).await.unwrap());
+    let model_dir = dir.path().join("tiny");
+    write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
+    let config_path = model_dir.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["max_position_embeddings"] = json!(CONTEXT);
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    publish_folder(store.as_ref(), &model_dir, "models/tiny-llama").await.unwrap();
+    verity_core::models::insert_base_model(
+        &pool,
+        None,
+        BASE,
+        "models/tiny-llama",
+        "hf",
+        &json!({}),
+    )
+    .await
+    .unwrap();
+
+    let state = api_support::app_on(pool.clone(), store.clone()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(verity_server::api::serve(listener, verity_server::api::app(state)));
+
+    let engine = Arc::new(Engine::new(
+        store,
+        EngineConfig {
+            cache_dir: dir.path().join("cache"),
+            device: candle_core::Device::Cpu,
+            memory_budget_bytes: 1 << 30,
+            max_batch: 16,
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(verity_server::inference::serve(
+        pool.clone(),
+        engine.clone(),
+        listener,
+        url,
+        shutdown.clone(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while verity_core::serving::live_inference_workers(&pool, 10.0).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the inference worker never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Stack { base, pool, engine, model_dir, dir, shutdown }
+}
+
+async fn org_of(pool: &PgPool, email: &str) -> uuid::Uuid {
+    sqlx::query_scalar("SELECT org_id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A job of `org` with two checkpoints: step 1 a LoRA adapter (random, non-zero B), step 2 the
+/// same adapter merged into full weights. Returns their model names.
+async fn checkpoints(stack: &Stack, org: uuid::Uuid) -> (String, String) {
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap());
+    let queue = Queue::new(stack.pool.clone(), QueueSettings::default());
+    let job =
+        queue.enqueue(&NewJob::new(org, BASE, json!({"type": "reinforcement"}))).await.unwrap();
+    let lm = verity_worker::load_model(&stack.model_dir, &candle_core::Device::Cpu).unwrap();
+    let mut model = lm.model;
+    let lora = LoraConfig {
+        r: 4,
+        lora_alpha: 8.0,
+        target_modules: ["q_proj", "v_proj", "o_proj", "down_proj"].map(String::from).to_vec(),
+        lora_dropout: 0.0,
+    };
+    model.enable_lora(lora, 11).unwrap();
+    for (i, (name, var)) in model.lora_params().into_iter().enumerate() {
+        if name.contains("lora_B") {
+            let t = candle_core::Tensor::randn(0f32, 0.5, var.dims(), &candle_core::Device::Cpu)
+                .unwrap();
+            var.set(&t).unwrap_or_else(|e| panic!("{i}: {e}"));
+        }
+    }
+    let (lora_dir, merged_dir) =
+        (stack.dir.path().join("ckpt-lora"), stack.dir.path().join("ckpt-merged"));
+    let save = verity_worker::checkpoint::save_checkpoint;
+    save(&lora_dir, &model, Some(&lm.tokenizer), None, BASE).unwrap();
+    model.merge_lora().unwrap();
+    save(&merged_dir, &model, Some(&lm.tokenizer), None, BASE).unwrap();
+    // Checkpoints are written by the job's lease holder, as a training worker does.
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    queue.register_worker(&worker).await.unwrap();
+    let lease = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.job().id, job);
+    for (step, dir) in [(1, &lora_dir), (2, &merged_dir)] {
+        let prefix = format!("jobs/{job}/checkpoints/step-{step}");
+        publish_folder(store.as_ref(), dir, &prefix).await.unwrap();
+        lease.checkpoint(step, &prefix, 1, None).await.unwrap();
+    }
+    let record = verity_core::jobs::get_job(&stack.pool, org, &job).await.unwrap().unwrap();
+    let model = record.output_model_name();
+    let name = |step| verity_core::models::checkpoint_model_name(&model, step);
+    (name(1), name(2))
+}
+
+async fn chat(stack: &Stack, key: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", stack.base))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn text(reply: &Value) -> String {
+    reply["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+}
+
+const SDK_SCRIPT: &str = r#"
+import os
+from openai import OpenAI, NotFoundError, BadRequestError
+base, ckpt = os.environ["VERITY_BASE"] + "/v1", os.environ["CKPT"]
+client = OpenAI(base_url=base, api_key=os.environ["KEY"], max_retries=0)
+messages = [{"role": "user", "content": "t5 t9 t12"}]
+texts = {}
+for model in ["tiny-llama", ckpt]:
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                       temperature=0, seed=3, logprobs=True, top_logprobs=2)
+    assert r.object == "chat.completion" and r.model == model, r
+    choice = r.choices[0]
+    assert choice.message.role == "assistant" and choice.finish_reason in ("stop", "length"), r
+    assert len(choice.logprobs.content) == r.usage.completion_tokens, r
+    assert all(len(t.top_logprobs) == 2 for t in choice.logprobs.content), r
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, r
+    parts, usage, finish = [], None, None
+    stream = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                            temperature=0, seed=3, stream=True,
+                                            stream_options={"include_usage": True})
+    for chunk in stream:
+        assert chunk.object == "chat.completion.chunk", chunk
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            if c.finish_reason:
+                finish = c.finish_reason
+    assert "".join(parts) == choice.message.content, (parts, choice.message.content)
+    assert finish == choice.finish_reason and usage.completion_tokens == r.usage.completion_tokens
+    texts[model] = choice.message.content
+assert texts["tiny-llama"] != texts[ckpt], texts
+r = client.chat.completions.create(model="tiny-llama", messages=messages, n=3, max_tokens=6, seed=1)
+assert [c.index for c in r.choices] == [0, 1, 2], r
+r = client.completions.create(model=ckpt, prompt="t5 t9", max_tokens=4, temperature=0, logprobs=2)
+assert r.object == "text_completion" and len(r.choices[0].logprobs.tokens) == r.usage.completion_tokens, r
+streamed = "".join(c.choices[0].text for c in client.completions.create(
+    model=ckpt, prompt="t5 t9", max_tokens=4, temperature=0, stream=True) if c.choices)
+assert streamed == r.choices[0].text, (streamed, r.choices[0].text)
+ids = [m.id for m in client.models.list()]
+assert "tiny-llama" in ids and ckpt in ids, ids
+try:
+    client.chat.completions.create(model="no-such-model", messages=messages)
+    raise SystemExit("unknown model accepted")
+except NotFoundError as e:
+    assert "no-such-model" in str(e), e
+try:
+    client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=10**6)
+    raise SystemExit("max_tokens above the context accepted")
+except BadRequestError as e:
+    body = e.body.get("error", e.body)
+    assert body["param"] == "max_tokens", body
+other = OpenAI(base_url=base, api_key=os.environ["OTHER_KEY"], max_retries=0)
+try:
+    other.chat.completions.create(model=ckpt, messages=messages)
+    raise SystemExit("another org's checkpoint served")
+except NotFoundError:
+    pass
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_sdk_chats_with_a_base_model_and_a_lora_checkpoint(pool: PgPool) {
+    let Ok(python) = std::env::var("VERITY_TEST_PYTHON") else {
+        eprintln!("SKIPPED: VERITY_TEST_PYTHON is not set (source scripts/test-services.sh)");
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let other_key = api_support::user(&pool, "b@x.io", "org-b", "member").await;
+    let (lora, _) = checkpoints(&stack, org_of(&pool, "a@x.io").await).await;
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), SDK_SCRIPT).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(script.path())
+        .env("VERITY_BASE", &stack.base)
+        .env("KEY", &key)
+        .env("OTHER_KEY", &other_key)
+        .env("CKPT", &lora)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("SDK OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn bad_models_and_budgets_are_refused_with_the_field_named(pool: PgPool) {
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let other = api_support::user(&pool, "b@x.io", "org-b", "member").await;
+    let (lora, _) = checkpoints(&stack, org_of(&pool, "a@x.io").await).await;
+    let messages = json!([{"role": "user", "content": "t5"}]);
+    let (status, body) = chat(&stack, &other, json!({"model": lora, "messages": messages})).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["param"], "model");
+    let (status, body) =
+        chat(&stack, &key, json!({"model": "nope-model", "messages": messages})).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("nope-model"), "{body}");
+    for field in ["max_tokens", "max_completion_tokens"] {
+        let (status, body) =
+            chat(&stack, &key, json!({"model": BASE, "messages": messages, field: CONTEXT})).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["param"], field, "{body}");
+    }
+    for (field, value) in [
+        ("temperature", json!(3)),
+        ("top_p", json!(0)),
+        ("n", json!(0)),
+        ("stop", json!(["a", "b", "c", "d", "e"])),
+        ("presence_penalty", json!(1)),
+        ("tools", json!([{"type": "function"}])),
+        ("top_logprobs", json!(3)),
+    ] {
+        let (status, body) =
+            chat(&stack, &key, json!({"model": BASE, "messages": messages, field: value})).await;
+        assert_eq!(status, 400, "{field}: {body}");
+        assert_eq!(body["error"]["param"], field, "{body}");
+    }
+    let (status, body) =
+        chat(&stack, &key, json!({"model": lora, "messages": messages, "max_tokens": 3})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn the_same_seed_gives_the_text_of_verity_generate(pool: PgPool) {
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    for seed in [0u64, 7, 123] {
+        let (status, body) = chat(
+            &stack,
+            &key,
+            json!({"model": BASE, "messages": [{"role": "user", "content": "t4 t8 t15"}],
+                   "temperature": 0.9, "seed": seed, "max_tokens": 20}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let options = verity_worker::GenerateOptions {
+            system: None,
+            max_tokens: 20,
+            temperature: 0.9,
+            top_p: 1.0,
+            top_k: 0,
+            n: 1,
+            seed,
+            device: "cpu".into(),
+            rollout_dtype: Default::default(),
+        };
+        let dir = stack.model_dir.clone();
+        let generated = tokio::task::spawn_blocking(move || {
+            verity_worker::generate(&dir, "t4 t8 t15", &options).unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(text(&body), generated[0].text, "seed {seed}");
+        assert_eq!(body["usage"]["completion_tokens"], generated[0].tokens, "seed {seed}");
+    }
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_lora_checkpoint_over_its_base_answers_as_the_merged_model(pool: PgPool) {
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let (lora, merged) = checkpoints(&stack, org_of(&pool, "a@x.io").await).await;
+    for prompt in ["t5 t9 t12", "t33 t3", "t60"] {
+        let ask = |model: &str| {
+            json!({"model": model, "messages": [{"role": "user", "content": prompt}],
+                   "temperature": 0, "max_tokens": 24, "logprobs": true,
+                   "logit_bias": {"2": -100}})
+        };
+        let (_, adapted) = chat(&stack, &key, ask(&lora)).await;
+        let (_, full) = chat(&stack, &key, ask(&merged)).await;
+        assert_eq!(text(&adapted), text(&full), "{prompt}");
+        let lps = |r: &Value| -> Vec<f64> {
+            r["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["logprob"].as_f64().unwrap())
+                .collect()
+        };
+        for (a, b) in lps(&adapted).iter().zip(lps(&full)) {
+            assert!((a - b).abs() < 1e-3, "{prompt}: {a} vs {b}");
+        }
+    }
+    // One base in memory, the adapter beside it; the merged checkpoint is a model of its own.
+    let loaded = stack.engine.loaded_models().await;
+    assert_eq!(loaded.len(), 3, "{loaded:?}");
+}
+
+/// Greedy token texts of a request run alone.
+async fn alone(stack: &Stack, key: &str, prompt: &str, max_tokens: usize) -> String {
+    let (status, body) = chat(
+        stack,
+        key,
+        json!({"model": BASE, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
+               "max_tokens": max_tokens, "logit_bias": {"2": -100}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    text(&body)
+}
+
+/// Opens a streaming chat request; returns its SSE body.
+async fn open_stream(
+    stack: &Stack,
+    key: &str,
+    prompt: &str,
+    max_tokens: usize,
+) -> impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", stack.base))
+        .bearer_auth(key)
+        .json(&json!({"model": BASE, "messages": [{"role": "user", "content": prompt}],
+                      "temperature": 0, "max_tokens": max_tokens, "stream": true,
+                      "logit_bias": {"2": -100}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.bytes_stream()
+}
+
+/// Reads SSE chunks until `count` content deltas arrived; returns their text.
+async fn read_deltas(
+    body: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    count: usize,
+) -> String {
+    let (mut buf, mut out, mut seen) = (String::new(), String::new(), 0);
+    while seen < count {
+        let chunk = body.next().await.expect("stream ended").unwrap();
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let data = event.trim().strip_prefix("data: ").unwrap_or_default();
+            if data == "[DONE]" {
+                return out;
+            }
+            let v: Value = serde_json::from_str(data).unwrap();
+            if let Some(t) = v["choices"][0]["delta"]["content"].as_str().filter(|t| !t.is_empty())
+            {
+                out.push_str(t);
+                seen += 1;
+                if seen == count {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn continuous_batching_gives_each_request_its_lone_tokens_and_a_gone_client_frees_its_rows(
+    pool: PgPool,
+) {
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let prompts = ["t5 t9 t12 t40 t41", "t33", "t7 t7", "t60 t3 t22"];
+    let mut lone = Vec::new();
+    for p in prompts {
+        lone.push(alone(&stack, &key, p, 30).await);
+    }
+    let first_30 = alone(&stack, &key, "t10 t11", 30).await;
+    // A long generation runs; the others join its batch while it decodes, and leave it.
+    let mut long = Box::pin(open_stream(&stack, &key, "t10 t11", CONTEXT - 8).await);
+    let head = read_deltas(&mut long, 2).await;
+    assert_eq!(stack.engine.active_sequences(), 1);
+    let joined =
+        futures::future::join_all(prompts.iter().map(|p| alone(&stack, &key, p, 30))).await;
+    assert_eq!(joined, lone, "tokens in a shared batch differ from the same request alone");
+    assert_eq!(stack.engine.active_sequences(), 1, "finished requests must leave the batch");
+    let rest = read_deltas(&mut long, 28).await;
+    assert_eq!(head + &rest, first_30, "the long request's tokens changed when others joined");
+    // The client goes away mid-generation: its rows are freed.
+    drop(long);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stack.engine.active_sequences() > 0 || stack.engine.active_requests() > 0 {
+        assert!(Instant::now() < deadline, "a disconnected stream kept its batch rows");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

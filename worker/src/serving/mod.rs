@@ -1,0 +1,350 @@
+//! The inference engine of `verity inference`: loads base models and checkpoints from the
+//! object store on demand (an LRU bounded by a memory budget; LoRA checkpoints share their
+//! base's weights and apply the adapter at run time, unmerged), and runs every model's
+//! requests in one continuous batch ([`batcher`]).
+
+mod batcher;
+pub mod request;
+pub mod text;
+
+use crate::job::artifacts::{cached_folder, model_path};
+use crate::loader::load_model;
+use crate::model::Transformer;
+use crate::tokenizer::ChatTokenizer;
+pub use batcher::BatchCounters;
+use batcher::{run_batcher, Admission};
+use candle_core::Device;
+use request::{GenerationEvent, GenerationRequest, ModelSource, PromptInput};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+use verity_core::storage::ObjectStore;
+
+/// Settings of an inference engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where downloaded models are kept.
+    pub cache_dir: PathBuf,
+    /// The device models run on.
+    pub device: Device,
+    /// Most bytes of parameters held at once (least recently used idle models are unloaded).
+    pub memory_budget_bytes: usize,
+    /// Most sequences decoded together per model.
+    pub max_batch: usize,
+}
+
+/// Why a request cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The request is wrong for this model (e.g. longer than its context).
+    #[error("{message}")]
+    InvalidParam {
+        /// The request field at fault.
+        param: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model's files cannot be fetched or loaded.
+    #[error("the model cannot be loaded: {0}")]
+    ModelUnavailable(String),
+    /// Loading the model would exceed the memory budget while every loaded model is busy.
+    #[error("{0}")]
+    Overloaded(String),
+}
+
+fn invalid(param: &'static str, message: impl Into<String>) -> ServeError {
+    ServeError::InvalidParam { param, message: message.into() }
+}
+
+/// A running generation.
+pub struct Generation {
+    /// Tokens of the prompt.
+    pub prompt_tokens: usize,
+    /// The completion budget of each choice.
+    pub max_tokens: usize,
+    /// Deltas and ends of each choice; dropping it abandons the generation.
+    pub events: UnboundedReceiver<GenerationEvent>,
+}
+
+/// A model ready to serve: its weights, tokenizer and batch.
+struct Served {
+    model: Arc<Transformer>,
+    tokenizer: Arc<ChatTokenizer>,
+    admissions: Mutex<mpsc::Sender<Admission>>,
+    counters: Arc<BatchCounters>,
+}
+
+struct Entry {
+    served: Arc<Served>,
+    /// Bytes this entry holds itself (an adapter: only the adapter).
+    bytes: usize,
+    last_used: Instant,
+    /// The key of the base an adapter entry shares.
+    base: Option<String>,
+}
+
+/// Serves generations for any model in the object store.
+pub struct Engine {
+    store: Arc<dyn ObjectStore>,
+    config: EngineConfig,
+    models: tokio::sync::Mutex<HashMap<String, Entry>>,
+    counters: Arc<BatchCounters>,
+}
+
+impl Engine {
+    /// An engine loading models from `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, config: EngineConfig) -> Engine {
+        Engine {
+            store,
+            config,
+            models: tokio::sync::Mutex::new(HashMap::new()),
+            counters: Arc::default(),
+        }
+    }
+
+    /// Requests running now (all models).
+    pub fn active_requests(&self) -> usize {
+        self.counters.requests.load(Ordering::SeqCst)
+    }
+
+    /// Sequences being decoded now (all models; a request with `n` choices holds `n`).
+    pub fn active_sequences(&self) -> usize {
+        self.counters.rows.load(Ordering::SeqCst)
+    }
+
+    /// Cache keys of the loaded models ([`ModelSource::cache_key`]).
+    pub async fn loaded_models(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.models.lock().await.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Starts a generation: loads the model if needed, renders and checks the prompt against
+    /// its context, and admits the request to the model's batch.
+    pub async fn generate(&self, request: GenerationRequest) -> Result<Generation, ServeError> {
+        let params = request.params;
+        if params.n == 0 {
+            return Err(invalid("n", "must be at least 1"));
+        }
+        let served = self.served(&request.model).await?;
+        let (prompt_param, text) = match &request.prompt {
+            PromptInput::Chat(messages) => (
+                "messages",
+                served
+                    .tokenizer
+                    .apply_chat_template(messages, true)
+                    .map_err(|e| invalid("messages", e.to_string()))?,
+            ),
+            PromptInput::Text(text) => ("prompt", text.clone()),
+        };
+        let mut prompt =
+            served.tokenizer.encode(&text).map_err(|e| invalid(prompt_param, e.to_string()))?;
+        if prompt.is_empty() {
+            // An empty raw prompt continues from the beginning-of-sequence token.
+            let bos = served.model.config.bos_token_id.unwrap_or(served.tokenizer.pad_id());
+            prompt.push(bos);
+        }
+        let context = served.model.config.max_position_embeddings;
+        if prompt.len() >= context {
+            return Err(invalid(
+                prompt_param,
+                format!("the prompt has {} tokens; the model's context is {context}", prompt.len()),
+            ));
+        }
+        let room = context - prompt.len();
+        let max_tokens = match params.max_tokens {
+            Some(0) => return Err(invalid("max_tokens", "must be at least 1")),
+            Some(m) if m > room => {
+                return Err(invalid(
+                    "max_tokens",
+                    format!(
+                        "max_tokens is {m}, but the prompt has {} tokens and the model's context is {context}: at most {room}",
+                        prompt.len()
+                    ),
+                ))
+            }
+            Some(m) => m,
+            None => room,
+        };
+        let vocab = served.model.config.vocab_size;
+        if let Some(id) = params.logit_bias.keys().find(|&&id| id as usize >= vocab) {
+            return Err(invalid("logit_bias", format!("token id {id} is outside the vocabulary")));
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let prompt_tokens = prompt.len();
+        for c in [&self.counters, &served.counters] {
+            c.requests.fetch_add(1, Ordering::SeqCst);
+        }
+        let admission = Admission { prompt, params, max_tokens, events: tx };
+        let sent = served
+            .admissions
+            .lock()
+            .map_err(|_| ServeError::ModelUnavailable("the model's batch stopped".into()))?
+            .send(admission);
+        if sent.is_err() {
+            for c in [&self.counters, &served.counters] {
+                c.requests.fetch_sub(1, Ordering::SeqCst);
+            }
+            return Err(ServeError::ModelUnavailable("the model's batch stopped".into()));
+        }
+        Ok(Generation { prompt_tokens, max_tokens, events: rx })
+    }
+
+    /// The model of `source`, loading it (and its base) when needed.
+    async fn served(&self, source: &ModelSource) -> Result<Arc<Served>, ServeError> {
+        let key = source.cache_key();
+        let mut models = self.models.lock().await;
+        if let Some(entry) = models.get_mut(&key) {
+            entry.last_used = Instant::now();
+            return Ok(entry.served.clone());
+        }
+        let base_key = source.base_prefix.clone();
+        let base = match models.get_mut(&base_key) {
+            Some(entry) => {
+                entry.last_used = Instant::now();
+                entry.served.clone()
+            }
+            None => {
+                let dir = self.download(&source.base_prefix).await?;
+                let file = model_path(&dir, &source.base_format)
+                    .map_err(|e| ServeError::ModelUnavailable(format!("{e:#}")))?;
+                let device = self.config.device.clone();
+                let loaded = tokio::task::spawn_blocking(move || load_model(&file, &device))
+                    .await
+                    .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
+                    .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
+                let bytes = loaded.model.parameter_bytes();
+                make_room(&mut models, bytes, self.config.memory_budget_bytes, &[])?;
+                let served =
+                    self.start(Arc::new(loaded.model), Arc::new(loaded.tokenizer), &base_key);
+                models.insert(
+                    base_key.clone(),
+                    Entry { served: served.clone(), bytes, last_used: Instant::now(), base: None },
+                );
+                served
+            }
+        };
+        let Some(checkpoint) = &source.checkpoint_prefix else { return Ok(base) };
+        let dir = self.download(checkpoint).await?;
+        let adapter = dir.join("adapter_config.json").is_file();
+        let base_model = base.model.clone();
+        let device = self.config.device.clone();
+        let loaded = tokio::task::spawn_blocking(move || -> crate::Result<_> {
+            if adapter {
+                let mut model = base_model.share_base();
+                model.load_lora(&dir)?;
+                let bytes = model.adapter_bytes();
+                Ok((model, None, bytes))
+            } else {
+                let loaded = load_model(&dir, &device)?;
+                let bytes = loaded.model.parameter_bytes();
+                Ok((loaded.model, Some(loaded.tokenizer), bytes))
+            }
+        })
+        .await
+        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
+        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
+        let (model, tokenizer, bytes) = loaded;
+        make_room(&mut models, bytes, self.config.memory_budget_bytes, &[&base_key])?;
+        let tokenizer = tokenizer.map(Arc::new).unwrap_or_else(|| base.tokenizer.clone());
+        let served = self.start(Arc::new(model), tokenizer, &key);
+        models.insert(
+            key,
+            Entry {
+                served: served.clone(),
+                bytes,
+                last_used: Instant::now(),
+                base: adapter.then_some(base_key),
+            },
+        );
+        Ok(served)
+    }
+
+    /// Starts the batch thread of a loaded model.
+    fn start(
+        &self,
+        model: Arc<Transformer>,
+        tokenizer: Arc<ChatTokenizer>,
+        key: &str,
+    ) -> Arc<Served> {
+        let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(BatchCounters::default());
+        let shared = Arc::new([counters.clone(), self.counters.clone()]);
+        let (m, t, max_batch) = (model.clone(), tokenizer.clone(), self.config.max_batch);
+        let spawned = std::thread::Builder::new()
+            .name(format!("batch {key}"))
+            .spawn(move || run_batcher(m, t, max_batch, shared, rx));
+        if let Err(error) = spawned {
+            tracing::error!(%error, key, "cannot start a batch thread");
+        }
+        tracing::info!(key, "model loaded for inference");
+        Arc::new(Served { model, tokenizer, admissions: Mutex::new(tx), counters })
+    }
+
+    /// Downloads (or finds in the cache) the published folder at `prefix`.
+    async fn download(&self, prefix: &str) -> Result<PathBuf, ServeError> {
+        let dir = self.config.cache_dir.join("serving").join(sanitize(prefix));
+        cached_folder(self.store.as_ref(), prefix, &dir)
+            .await
+            .map_err(|e| ServeError::ModelUnavailable(format!("{e:#}")))
+    }
+}
+
+/// Unloads least recently used idle models until `need` more bytes fit in `budget`; `keep`
+/// names entries that must stay (the base being extended). Unloading a base unloads its
+/// adapters too (they hold its weights).
+fn make_room(
+    models: &mut HashMap<String, Entry>,
+    need: usize,
+    budget: usize,
+    keep: &[&str],
+) -> Result<(), ServeError> {
+    loop {
+        let used: usize = models.values().map(|e| e.bytes).sum();
+        if used + need <= budget {
+            return Ok(());
+        }
+        let idle = |key: &str, models: &HashMap<String, Entry>| {
+            models
+                .values()
+                .filter(|e| e.base.as_deref() == Some(key))
+                .chain(models.get(key))
+                .all(|e| e.served.counters.requests.load(Ordering::SeqCst) == 0)
+        };
+        let victim = models
+            .iter()
+            .filter(|(k, _)| !keep.contains(&k.as_str()))
+            .filter(|(k, e)| {
+                e.base.as_deref().is_none_or(|b| !keep.contains(&b)) && idle(k, models)
+            })
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(k, _)| k.clone());
+        let Some(victim) = victim else {
+            return Err(ServeError::Overloaded(format!(
+                "loading this model needs {} MiB more than the memory budget of {} MiB, and every loaded model is busy",
+                (used + need - budget) / (1 << 20) + 1,
+                budget / (1 << 20)
+            )));
+        };
+        let dependants: Vec<String> = models
+            .iter()
+            .filter(|(_, e)| e.base.as_deref() == Some(victim.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in dependants.into_iter().chain([victim]) {
+            tracing::info!(key, "unloading an idle model (memory budget)");
+            models.remove(&key);
+        }
+    }
+}
+
+/// A storage prefix usable as a folder name.
+fn sanitize(prefix: &str) -> String {
+    prefix
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect()
+}

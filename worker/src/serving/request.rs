@@ -1,0 +1,139 @@
+//! What an inference request carries from the API server to an inference worker, and the
+//! events that come back (JSON on the wire between them).
+
+use crate::chat_template::ChatMessage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a served model's weights live in the object store; the API server resolves a
+/// request's `model` name to this (with the caller's org checked) before forwarding it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSource {
+    /// Published folder of the base model.
+    pub base_prefix: String,
+    /// `hf` or `gguf`.
+    pub base_format: String,
+    /// A checkpoint folder served instead of the base: a PEFT adapter (applied over the shared
+    /// base) or full weights.
+    pub checkpoint_prefix: Option<String>,
+}
+
+impl ModelSource {
+    /// The key a worker caches this model under (also what it advertises as loaded).
+    pub fn cache_key(&self) -> String {
+        match &self.checkpoint_prefix {
+            Some(checkpoint) => format!("{}+{checkpoint}", self.base_prefix),
+            None => self.base_prefix.clone(),
+        }
+    }
+}
+
+/// The text to continue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptInput {
+    /// Chat messages, rendered with the model's chat template and an open assistant turn.
+    Chat(Vec<ChatMessage>),
+    /// Raw text, tokenized as it is.
+    Text(String),
+}
+
+/// Sampling settings of one request (validated by the API server).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationParams {
+    /// Completions to sample.
+    pub n: usize,
+    /// Softmax temperature; 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus mass kept.
+    pub top_p: f32,
+    /// Longest completion; `None`: up to the model's context.
+    pub max_tokens: Option<usize>,
+    /// Texts that end a completion (not included in it).
+    pub stop: Vec<String>,
+    /// Seed; choice `i` samples from the stream `(seed, 0, i)`, as `verity generate` does.
+    pub seed: u64,
+    /// Log-probabilities to report: `None` none, `Some(k)` the chosen token's and the `k` most
+    /// likely alternatives at each position.
+    pub logprobs: Option<usize>,
+    /// Added to the logits of these token ids before sampling.
+    #[serde(default)]
+    pub logit_bias: BTreeMap<u32, f32>,
+}
+
+/// One inference request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationRequest {
+    /// The model to run.
+    pub model: ModelSource,
+    /// What to continue.
+    pub prompt: PromptInput,
+    /// How to sample.
+    pub params: GenerationParams,
+}
+
+/// A candidate token with its log-probability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability (natural log, temperature 1).
+    pub logprob: f32,
+}
+
+/// The log-probability of a sampled token and of the most likely alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability (natural log, temperature 1).
+    pub logprob: f32,
+    /// The most likely tokens at this position, best first.
+    pub top: Vec<TopLogprob>,
+}
+
+/// Why a completion ended, in OpenAI's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` (or the context) was reached.
+    Length,
+}
+
+/// What a running generation reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GenerationEvent {
+    /// Accepted: the prompt's size and the completion budget.
+    Started {
+        /// Tokens of the prompt.
+        prompt_tokens: usize,
+        /// The longest completion allowed.
+        max_tokens: usize,
+    },
+    /// More text of choice `index` (and the log-probabilities of the tokens that made it).
+    Delta {
+        /// The choice.
+        index: usize,
+        /// Text to append.
+        text: String,
+        /// Per-token log-probabilities, when asked for.
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// Choice `index` ended.
+    Finished {
+        /// The choice.
+        index: usize,
+        /// Why.
+        reason: StopReason,
+        /// Tokens it generated.
+        completion_tokens: usize,
+    },
+    /// The generation broke off (a failure of the worker, not of the request).
+    Failed {
+        /// What went wrong.
+        message: String,
+    },
+}
