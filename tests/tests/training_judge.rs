@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use verity_core::queue::{
     run_worker, DeviceKind, NewJob, Queue, QueueSettings, RunnerOptions, WorkerInfo,
 };
-use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
+use verity_core::storage::{LocalStore, ObjectStore};
 use verity_core::JobState;
 use verity_worker::judge::{JudgeEndpoint, JudgeSettings};
 use verity_worker::trainer::bench::arithmetic_jsonl;
@@ -27,17 +27,6 @@ fn judge_grader(model: &str, question: &str) -> Value {
            "input": [{"role": "system", "content": "You grade answers. Reply with only a number from 0 to 100."},
                      {"role": "user", "content": format!("Question: {question} Answer: {{{{sample.output_text}}}}. Rate the answer from 0 to 100. Reply with only the number.")}],
            "sampling_params": {"temperature": 0, "seed": 7, "max_completions_tokens": 8}})
-}
-
-async fn org(pool: &PgPool) -> uuid::Uuid {
-    let org = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)")
-        .bind(org)
-        .bind(format!("org-{org}"))
-        .execute(pool)
-        .await
-        .unwrap();
-    org
 }
 
 async fn run_one(queue: &Queue, handler: verity_worker::job::TrainingHandler) {
@@ -62,18 +51,14 @@ async fn smollm2_judged_job_trains_two_steps_with_scores_and_reasons(pool: PgPoo
     let root = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(root.path().join("objects"), None).await.unwrap());
-    publish_folder(store.as_ref(), &model_dir, "models/smollm2").await.unwrap();
-    sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ('smollm2', 'base', 'models/smollm2', 'hf')")
-        .execute(&pool)
-        .await
-        .unwrap();
+    training_support::publish_smollm2(&pool, store.as_ref(), &model_dir).await;
     store.put_bytes("files/file-math.jsonl", arithmetic_jsonl(4).into()).await.unwrap();
     let method = json!({"type": "reinforcement", "reinforcement": {
         "grader": judge_grader("smollm2", "{{item.messages.0.content}}"),
         "hyperparameters": {"batch_size": 1, "group_size": 4, "max_steps": 2, "max_completion_tokens": 16,
                             "learning_rate": 1e-5, "checkpoint_interval": 2}}});
     let queue = Queue::new(pool.clone(), QueueSettings::default());
-    let mut job = NewJob::new(org(&pool).await, "smollm2", method);
+    let mut job = NewJob::new(training_support::new_org(&pool).await, "smollm2", method);
     job.training_file = Some("file-math".into());
     let job = queue.enqueue(&job).await.unwrap();
     run_one(
@@ -124,7 +109,8 @@ async fn a_judge_outage_stops_the_job_instead_of_scoring_zeros(pool: PgPool) {
     let grader = judge_grader("down-judge", "{{item.prompt}}");
     let method = json!({"type": "reinforcement", "reinforcement": {"grader": grader,
         "hyperparameters": {"batch_size": 1, "group_size": 2, "max_steps": 1, "max_completion_tokens": 4}}});
-    let mut job = NewJob::new(org(&pool).await, training_support::MODEL, method);
+    let mut job =
+        NewJob::new(training_support::new_org(&pool).await, training_support::MODEL, method);
     job.training_file = Some("file-train".into());
     job.max_attempts = 1;
     let job = queue.enqueue(&job).await.unwrap();

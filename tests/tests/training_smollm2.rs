@@ -2,6 +2,8 @@
 //! local store; the final checkpoint downloads and reloads. Skipped loudly without the model
 //! (`scripts/fetch-test-model.sh`).
 
+mod training_support;
+
 use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use verity_core::queue::{
     run_worker, DeviceKind, NewJob, Queue, QueueSettings, RunnerOptions, WorkerInfo,
 };
-use verity_core::storage::{download_folder, publish_folder, LocalStore, ObjectStore};
+use verity_core::storage::{download_folder, LocalStore, ObjectStore};
 use verity_core::JobState;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 use verity_worker::trainer::bench::arithmetic_jsonl;
@@ -24,11 +26,7 @@ async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(root.path().join("objects"), None).await.unwrap());
-    publish_folder(store.as_ref(), &model_dir, "models/smollm2").await.unwrap();
-    sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ('smollm2', 'base', 'models/smollm2', 'hf')")
-        .execute(&pool)
-        .await
-        .unwrap();
+    training_support::publish_smollm2(&pool, store.as_ref(), &model_dir).await;
     store.put_bytes("files/file-math.jsonl", arithmetic_jsonl(4).into()).await.unwrap();
     let org = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'smol')")

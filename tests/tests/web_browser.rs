@@ -329,7 +329,8 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 401);
 
     c.goto(&format!("{base}/files")).await;
-    until(&c, "document.querySelectorAll('tbody tr').length === 3").await;
+    // The three uploads and the succeeded job's results file (`step_metrics.csv`).
+    until(&c, "document.querySelectorAll('tbody tr').length === 4 && document.querySelector('tbody').textContent.includes('step_metrics.csv')").await;
     shot(&c, "10-files").await;
 
     // Phone width.

@@ -129,7 +129,8 @@ async fn serve_and_work(
     let liveness = WorkerLiveness::new();
     state.worker = Some(liveness.clone());
 
-    let worker_args: WorkerArgs = parse_flags(&[
+    // The embedded roles (training worker, inference) share the database, store, cache, device.
+    let role_flags = [
         "--database-url",
         database_url,
         "--storage",
@@ -138,7 +139,8 @@ async fn serve_and_work(
         &cache,
         "--device",
         &args.device,
-    ])?;
+    ];
+    let worker_args: WorkerArgs = parse_flags(&role_flags)?;
     let shutdown = CancellationToken::new();
     let mut worker_config = super::worker::training_config(worker_args)?;
     // One grading budget for the process: training gradings and graders/run share the cores.
@@ -165,27 +167,28 @@ async fn serve_and_work(
         .await
         .context("binding the inference service")?;
     let inference_url = format!("http://{}", inference_listener.local_addr()?);
-    let inference_args: crate::inference::InferenceArgs = parse_flags(&[
-        "--database-url",
-        database_url,
-        "--storage",
-        &objects,
-        "--cache-dir",
-        &cache,
-        "--device",
-        &args.device,
-    ])?;
-    let engine = std::sync::Arc::new(verity_worker::serving::Engine::new(
-        state.store.clone(),
-        crate::inference::engine_config(&inference_args)?,
-    ));
-    let inference = tokio::spawn(crate::inference::serve(
-        state.pool.clone(),
-        engine,
-        inference_listener,
-        inference_url,
-        shutdown.clone(),
-    ));
+    let inference_args: crate::inference::InferenceArgs = parse_flags(&role_flags)?;
+    // A device the inference role cannot use is the training worker's failure to report (it
+    // dies, `/readyz` says why and `verity up` exits); inference then answers 503 until then.
+    let inference = match crate::inference::engine_config(&inference_args) {
+        Ok(config) => {
+            let engine = std::sync::Arc::new(verity_worker::serving::Engine::new(
+                state.store.clone(),
+                config,
+            ));
+            Some(tokio::spawn(crate::inference::serve(
+                state.pool.clone(),
+                engine,
+                inference_listener,
+                inference_url,
+                shutdown.clone(),
+            )))
+        }
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "the inference role cannot start");
+            None
+        }
+    };
 
     println!("Verity is up: {base}");
     println!("  dashboard and API: {base}/  (OpenAPI: {base}/openapi.json)");
@@ -270,8 +273,10 @@ async fn serve_and_work(
             Err(_) => false,
         };
     }
-    if let Ok(Ok(Err(error))) = tokio::time::timeout(Duration::from_secs(5), inference).await {
-        tracing::warn!(error = format!("{error:#}"), "the inference service failed");
+    if let Some(inference) = inference {
+        if let Ok(Ok(Err(error))) = tokio::time::timeout(Duration::from_secs(5), inference).await {
+            tracing::warn!(error = format!("{error:#}"), "the inference service failed");
+        }
     }
     served?;
     if let Some(reason) = worker_died {

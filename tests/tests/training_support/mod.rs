@@ -49,8 +49,8 @@ pub fn method(hyperparameters: Value) -> Value {
     json!({"type": "reinforcement", "reinforcement": {"grader": first_token_grader(), "hyperparameters": hyperparameters}})
 }
 
-/// Creates an org and enqueues a job with `method`; returns its id.
-pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
+/// Creates an org named after its id; returns the id.
+pub async fn new_org(pool: &PgPool) -> uuid::Uuid {
     let org = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, $2)")
         .bind(org)
@@ -58,6 +58,21 @@ pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
         .execute(pool)
         .await
         .unwrap();
+    org
+}
+
+/// Publishes the SmolLM2 folder `model_dir` to `store` and registers it as the base `smollm2`.
+pub async fn publish_smollm2(pool: &PgPool, store: &dyn ObjectStore, model_dir: &Path) {
+    publish_folder(store, model_dir, "models/smollm2").await.unwrap();
+    sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ('smollm2', 'base', 'models/smollm2', 'hf')")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Creates an org and enqueues a job with `method`; returns its id.
+pub async fn enqueue(pool: &PgPool, queue: &Queue, method: Value) -> String {
+    let org = new_org(pool).await;
     let mut job = NewJob::new(org, MODEL, method);
     job.training_file = Some("file-train".into());
     job.validation_file = Some("file-valid".into());
