@@ -1,7 +1,7 @@
 //! A job whose grader is a `score_model` judged by SmolLM2-135M-Instruct (a model registered in
 //! Verity, loaded by the worker next to the policy) trains two steps through the real queue;
 //! the judge's scores reach the per-grader metrics and its reasons the samples. A job whose
-//! judge endpoint is down stops with a clear message instead of scoring zeros. Skipped loudly
+//! judge endpoint is down is paused with a clear event instead of scoring zeros. Skipped loudly
 //! without the model (`scripts/fetch-test-model.sh`).
 
 mod training_support;
@@ -102,7 +102,7 @@ async fn smollm2_judged_job_trains_two_steps_with_scores_and_reasons(pool: PgPoo
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
-async fn a_judge_outage_stops_the_job_instead_of_scoring_zeros(pool: PgPool) {
+async fn a_judge_outage_pauses_the_job_instead_of_scoring_zeros(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store = training_support::prepare_store(&pool, root.path()).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());
@@ -127,12 +127,15 @@ async fn a_judge_outage_stops_the_job_instead_of_scoring_zeros(pool: PgPool) {
     let handler = training_support::cpu_training_handler(store, &root.path().join("cache"))
         .with_judge_settings(settings);
     run_one(&queue, handler).await;
-    let error: Value = sqlx::query_scalar("SELECT error FROM jobs WHERE id = $1")
-        .bind(&job)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(queue.state(&job).await.unwrap(), JobState::Failed, "{error}");
-    assert!(error.to_string().contains("judge unavailable"), "{error}");
+    assert_eq!(queue.state(&job).await.unwrap(), JobState::Paused, "a judge outage pauses the job");
+    let events: Vec<String> = sqlx::query_scalar(
+        "SELECT message FROM job_events WHERE job_id = $1 AND kind = 'judge_unavailable'",
+    )
+    .bind(&job)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains("judge unavailable") && events[0].contains("paused"), "{events:?}");
     assert!(training_support::metric_steps(&pool, &job).await.is_empty(), "no step was scored");
 }

@@ -474,7 +474,21 @@ impl TrainingHandler {
             .await
             .map_err(|e| retryable("training step", e))?;
             trainer = returned;
-            let out = out.map_err(trainer_error)?;
+            let out = match out {
+                // A judge outage is not a verdict: keep the progress and pause until it is back.
+                Err(TrainerError::JudgeUnavailable(reason)) => {
+                    let message = format!(
+                        "judge unavailable: {reason}; the step was not scored and the job is \
+                         paused — resume it when the judge is back"
+                    );
+                    tracing::warn!(%message, "pausing the job");
+                    event(lease, heartbeat, EventLevel::Warn, "judge_unavailable", &message, None)
+                        .await?;
+                    self.checkpoint(lease, heartbeat, trainer, None).await?;
+                    return Ok(JobOutcome::Paused);
+                }
+                out => out.map_err(trainer_error)?,
+            };
             if heartbeat.state() == HeartbeatState::Lost {
                 return Ok(JobOutcome::LeaseLost);
             }

@@ -34,7 +34,7 @@ pub enum TrainerError {
         first: String,
     },
     /// The judge of a model grader is down (an outage, not a verdict): the step is not scored.
-    #[error("judge unavailable: {0}; the step was not scored (the job retries later)")]
+    #[error("judge unavailable: {0}; the step was not scored")]
     JudgeUnavailable(String),
     /// The hyperparameters are inconsistent.
     #[error("invalid configuration: {0}")]
