@@ -7,6 +7,7 @@ pub mod files;
 pub mod ids;
 pub mod job_state;
 pub mod jobs;
+pub mod lineage;
 pub mod metrics_csv;
 pub mod models;
 pub mod queue;

@@ -115,11 +115,18 @@ pub fn org_slug(name: &str) -> String {
 }
 
 /// The root base model of `model`: itself, or for a fine-tuned name
-/// (`ft:{base}:{org}:{suffix}:{job}`) the base it names, so that fine-tuning a fine-tuned model
-/// does not nest names. The base may contain `:`; the other segments never do.
+/// (`ft:{base}:{org}:{suffix}:{job}`, or a checkpoint name: that then `:ckpt-step-N`) the base
+/// it names, so that fine-tuning a fine-tuned model or checkpoint does not nest names. The base
+/// may contain `:`; the other segments never do.
 pub fn root_base_model(model: &str) -> &str {
     match model.strip_prefix(FINE_TUNED_PREFIX) {
-        Some(rest) => rest.rsplitn(4, ':').nth(3).unwrap_or(model),
+        Some(rest) => {
+            let rest = match rest.rsplit_once(":ckpt-step-") {
+                Some((head, step)) if step.parse::<i32>().is_ok() => head,
+                _ => rest,
+            };
+            rest.rsplitn(4, ':').nth(3).unwrap_or(model)
+        }
         None => model,
     }
 }
@@ -229,6 +236,10 @@ mod tests {
         let colon = fine_tuned_model_name("llama:7b", "a", Some("s"), "ftjob-3");
         assert_eq!(root_base_model(&colon), "llama:7b");
         assert_eq!(checkpoint_model_name(&second, 4), "ft:tiny:acme::ftjob-2:ckpt-step-4");
+        let from_checkpoint = checkpoint_model_name(&colon, 2);
+        assert_eq!(root_base_model(&from_checkpoint), "llama:7b");
+        let third = fine_tuned_model_name(&from_checkpoint, "a", None, "ftjob-4");
+        assert_eq!(third, "ft:llama:7b:a::ftjob-4", "a checkpoint's chain names its root base");
         assert_eq!(org_slug("--"), "org");
     }
 

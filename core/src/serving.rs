@@ -1,6 +1,6 @@
-//! What inference needs from the database: the one place that turns a request's `model` name
-//! into weights (a base model, a job's fine-tuned model, or one of its checkpoints), org
-//! checked; and the registry of inference workers the API servers forward to.
+//! What inference needs from the database: a request's `model` name as weights (a base model,
+//! a job's fine-tuned model, or one of its checkpoints, org checked; resolved by
+//! [`crate::lineage`]); and the registry of inference workers the API servers forward to.
 
 use crate::models::ModelRecord;
 use chrono::{DateTime, Utc};
@@ -22,66 +22,28 @@ pub fn parse_checkpoint_model_name(name: &str) -> Option<(&str, i32)> {
 pub struct ServedModel {
     /// The base model (its weights, or the base a LoRA checkpoint applies to).
     pub base: ModelRecord,
+    /// Checkpoint folders folded into the base's weights before the served checkpoint, bottom
+    /// first (a job chained from another job's model; see [`crate::lineage::ModelStack`]).
+    pub merged: Vec<String>,
     /// The checkpoint's folder (a PEFT adapter or full weights), if not the base itself.
     pub checkpoint_prefix: Option<String>,
 }
 
-/// Resolves `name` for `org_id`: a base model the org can see, a checkpoint name of one of its
-/// jobs, or one of its jobs' `fine_tuned_model` (served from that job's latest checkpoint).
-/// `None` when none of these exists in the org (another org's model looks the same).
+/// Resolves `name` for `org_id` ([`crate::lineage::resolve_stack`]): a base model the org can
+/// see, a checkpoint name of one of its jobs, or one of its jobs' `fine_tuned_model` (served
+/// from that job's latest checkpoint). `None` when none of these exists in the org (another
+/// org's model looks the same).
 pub async fn resolve_model(
     pool: &PgPool,
     org_id: Uuid,
     name: &str,
 ) -> Result<Option<ServedModel>, sqlx::Error> {
-    // A registered fine-tuned model (a job's result) is served as its job's checkpoint over the
-    // job's base, below: its folder may be an adapter only.
-    if let Some(base) = crate::models::get_model(pool, org_id, name).await? {
-        if base.job_id.is_none() {
-            return Ok(Some(ServedModel { base, checkpoint_prefix: None }));
-        }
-    }
-    let checkpoint = match parse_checkpoint_model_name(name) {
-        Some((job_id, step)) => sqlx::query!(
-            r#"SELECT j.model, c.storage_prefix, j.id AS job_id, c.step, j.suffix,
-                      o.name AS org_name
-               FROM checkpoints c
-               JOIN jobs j ON j.id = c.job_id
-               JOIN orgs o ON o.id = j.org_id
-               WHERE j.org_id = $1 AND c.job_id = $2 AND c.step = $3"#,
-            org_id,
-            job_id,
-            step
-        )
-        .fetch_optional(pool)
-        .await?
-        .filter(|row| {
-            let model = crate::models::fine_tuned_model_name(
-                &row.model,
-                &row.org_name,
-                row.suffix.as_deref(),
-                &row.job_id,
-            );
-            crate::models::checkpoint_model_name(&model, row.step) == name
-        })
-        .map(|row| (row.model, row.storage_prefix)),
-        None => sqlx::query!(
-            r#"SELECT j.model, c.storage_prefix FROM jobs j
-               JOIN checkpoints c ON c.job_id = j.id
-               WHERE j.org_id = $1 AND j.fine_tuned_model = $2
-               ORDER BY c.step DESC LIMIT 1"#,
-            org_id,
-            name
-        )
-        .fetch_optional(pool)
-        .await?
-        .map(|row| (row.model, row.storage_prefix)),
+    let Some(stack) = crate::lineage::resolve_stack(pool, org_id, name).await? else {
+        return Ok(None);
     };
-    let Some((base_name, prefix)) = checkpoint else { return Ok(None) };
-    // The job's base may be shared or the org's own; a job on a since-deleted base cannot run.
-    Ok(crate::models::get_model(pool, org_id, &base_name)
-        .await?
-        .map(|base| ServedModel { base, checkpoint_prefix: Some(prefix) }))
+    let mut merged: Vec<String> = stack.layers.into_iter().map(|l| l.storage_prefix).collect();
+    let checkpoint_prefix = merged.pop();
+    Ok(Some(ServedModel { base: stack.base, merged, checkpoint_prefix }))
 }
 
 /// A registered inference worker.

@@ -1,8 +1,8 @@
 //! The dashboard in a real headless Chromium (driven over WebDriver): sign in,
 //! a bad upload shows its line error, upload a dataset, write a grader and test it, create a job
 //! on a tiny random model, watch the charts gain points while an in-process worker trains it,
-//! open the completions, download a checkpoint, cancel a second job, create and revoke an API
-//! key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
+//! open the completions, download a checkpoint, continue training from it (the new-job page
+//! prefilled), cancel a second job, create and revoke an API key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
 
 mod api_support;
 mod training_support;
@@ -295,6 +295,44 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
         .map(|e| e.unwrap().path().unwrap().display().to_string())
         .collect();
     assert!(names.iter().any(|n| n.ends_with(".safetensors")), "{names:?}");
+
+    // "Continue training" from the step-2 checkpoint, then from the job page: the new-job page
+    // opens with that model, the job's files and its grader.
+    let fine_tuned = verity_core::jobs::get_job(&pool, state_org(&pool).await, &job_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .fine_tuned_model
+        .unwrap();
+    let validation_file = job.validation_file.clone().unwrap();
+    for (start, link, model) in [
+        (
+            format!("/jobs/{job_id}/checkpoints"),
+            "a[data-continue=\"2\"]",
+            format!("{fine_tuned}:ckpt-step-2"),
+        ),
+        (format!("/jobs/{job_id}"), "#continue-job", fine_tuned.clone()),
+    ] {
+        c.goto(&format!("{base}{start}")).await;
+        until(&c, &format!("document.querySelector('{link}')")).await;
+        click(&c, link).await;
+        until(&c, "location.pathname === '/jobs/new' && document.querySelector('#continue-note')")
+            .await;
+        assert_eq!(until(&c, "document.querySelector('#model').value").await, model.as_str());
+        assert_eq!(
+            until(&c, "document.querySelector('#training-file').value").await,
+            training_file
+        );
+        assert_eq!(
+            until(&c, "document.querySelector('#validation-file').value").await,
+            validation_file.as_str()
+        );
+        let grader = until(&c, "document.querySelector('#grader').value").await;
+        let grader: Value = serde_json::from_str(grader.as_str().unwrap()).unwrap();
+        assert_eq!(Some(&grader), job.spec.pointer("/method/reinforcement/grader"));
+        assert_eq!(grader["name"], "first_token");
+    }
+    shot(&c, "07b-continue-training").await;
 
     // A second job, cancelled from its page.
     c.goto(&format!("{base}/jobs/new")).await;

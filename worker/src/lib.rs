@@ -48,6 +48,7 @@ pub mod optim;
 pub mod policy_optimizer;
 pub mod sampler;
 pub mod serving;
+pub mod stack;
 pub mod testing;
 pub mod tokenizer;
 pub mod trainer;

@@ -1,4 +1,4 @@
-//! Opening a model from an HF folder or a GGUF file.
+//! Opening a model from an HF folder or a GGUF file, or a stack of checkpoints over one.
 
 use crate::config::ModelConfig;
 use crate::error::{Result, WorkerError};
@@ -7,7 +7,7 @@ use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
 use crate::weights::WeightMap;
 use candle_core::Device;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A model with its tokenizer.
 pub struct LoadedModel {
@@ -38,4 +38,38 @@ pub fn load_model(path: &Path, device: &Device) -> Result<LoadedModel> {
             path.display()
         )))
     }
+}
+
+/// Whether a checkpoint folder holds a PEFT adapter (else full weights).
+pub fn is_adapter(dir: &Path) -> bool {
+    dir.join("adapter_config.json").is_file()
+}
+
+/// Where loading a stack ([`verity_core::lineage::ModelStack`]) starts: the topmost layer
+/// holding full weights (everything below it is replaced), else the base; `None` for the base.
+pub fn stack_start(layers: &[PathBuf]) -> Option<usize> {
+    layers.iter().rposition(|dir| !is_adapter(dir))
+}
+
+/// Loads a model stack: `base` (a model folder or GGUF file, unused when a layer holds full
+/// weights) with the checkpoint folders `layers` over it, bottom first. A full-weights folder
+/// replaces the weights below it; each adapter above the last one is merged into the weights
+/// ([`Transformer::merge_lora`]: `W + scale · B A`), so the result computes what the stack does
+/// and trains on as a plain model ("merge, not stack").
+pub fn load_stack(base: Option<&Path>, layers: &[PathBuf], device: &Device) -> Result<LoadedModel> {
+    let start = stack_start(layers);
+    let (mut loaded, adapters) = match start {
+        Some(i) => (load_model(&layers[i], device)?, &layers[i + 1..]),
+        None => {
+            let base = base.ok_or_else(|| {
+                WorkerError::InvalidArgument("a stack of adapters needs its base model".into())
+            })?;
+            (load_model(base, device)?, layers)
+        }
+    };
+    for dir in adapters {
+        loaded.model.load_lora(dir)?;
+        loaded.model.merge_lora()?;
+    }
+    Ok(loaded)
 }

@@ -3,15 +3,19 @@
 //! (the losses from `verity_core::spec::Loss`, their values from `GET /v1/verity/loss_presets`).
 //! The page's script submits to the REST API (`/v1/files`, `/v1/fine_tuning/alpha/graders/run`,
 //! `/v1/fine_tuning/jobs`) with the session cookie, so validation is the API's own.
+//! `/jobs/new?from_job=ID[&checkpoint=STEP]` ("Continue training") prefills the form from that
+//! job: its model or checkpoint as `model`, its files and grader.
 
 use super::files::{org_files, FileRow};
 use super::page::{render, Nav, WebResult, WebUser};
+use crate::api::error::ApiError;
 use crate::api::state::AppState;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use serde::Deserialize;
 use verity_core::spec::{Hyperparameters, Loss};
 
 /// Routes of this module.
@@ -86,11 +90,82 @@ struct LossRow {
     label: &'static str,
 }
 
+/// What "Continue training" asks for: the job to start from, and one of its checkpoints.
+#[derive(Debug, Default, Deserialize)]
+struct ContinueQuery {
+    /// The job whose model the new job starts from.
+    from_job: Option<String>,
+    /// A step of one of its checkpoints (else its `fine_tuned_model`, or its latest checkpoint).
+    checkpoint: Option<i32>,
+}
+
+/// The form's prefilled values (empty: none).
+#[derive(Debug, Default)]
+struct Prefill {
+    /// The job continued.
+    from_job: String,
+    model: String,
+    training_file: String,
+    validation_file: String,
+    grader: String,
+}
+
+/// The model name a job continues from: the checkpoint at `step`, or the job's
+/// `fine_tuned_model`, or its latest checkpoint; 400 naming the field when there is none.
+async fn continue_model(
+    state: &AppState,
+    job: &verity_core::jobs::JobRecord,
+    step: Option<i32>,
+) -> Result<String, ApiError> {
+    if let (None, Some(model)) = (step, &job.fine_tuned_model) {
+        return Ok(model.clone());
+    }
+    let before = step.and_then(|s| s.checked_add(1));
+    let found = verity_core::jobs::list_checkpoints(&state.pool, &job.id, before, 1)
+        .await?
+        .into_iter()
+        .next()
+        .filter(|c| step.is_none_or(|s| s == c.step));
+    match found {
+        Some(c) => Ok(verity_core::models::checkpoint_model_name(&job.output_model_name(), c.step)),
+        None => Err(match step {
+            Some(s) => ApiError::invalid(
+                "checkpoint",
+                format!("job {} has no checkpoint at step {s}", job.id),
+            ),
+            None => ApiError::invalid(
+                "from_job",
+                format!("job {} has no model or checkpoint yet", job.id),
+            ),
+        }),
+    }
+}
+
+/// The prefill of "Continue training" from the org's job `query.from_job` (404 if not the org's).
+async fn prefill(state: &AppState, user: &WebUser, query: ContinueQuery) -> WebResult<Prefill> {
+    let Some(id) = query.from_job else { return Ok(Prefill::default()) };
+    let job = crate::api::jobs::find_job(state, &user.0, &id).await?;
+    let model = continue_model(state, &job, query.checkpoint).await?;
+    let grader = job
+        .spec
+        .pointer("/method/reinforcement/grader")
+        .map(|g| serde_json::to_string_pretty(g).unwrap_or_default())
+        .unwrap_or_default();
+    Ok(Prefill {
+        from_job: job.id,
+        model,
+        training_file: job.training_file.unwrap_or_default(),
+        validation_file: job.validation_file.unwrap_or_default(),
+        grader,
+    })
+}
+
 /// The new-job page.
 #[derive(Template)]
 #[template(path = "new_job.html")]
 struct NewJobPage {
     nav: Nav,
+    prefill: Prefill,
     models: Vec<String>,
     files: Vec<FileRow>,
     fields: Vec<FieldRow>,
@@ -98,12 +173,21 @@ struct NewJobPage {
     default_loss: &'static str,
 }
 
-async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    let models = verity_core::models::list_models(&state.pool, user.0.org_id)
+async fn new_job_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Query(query): Query<ContinueQuery>,
+) -> WebResult<Response> {
+    let prefill = prefill(&state, &user, query).await?;
+    let mut models: Vec<String> = verity_core::models::list_models(&state.pool, user.0.org_id)
         .await?
         .into_iter()
+        .filter(|m| m.kind != "embedding")
         .map(|m| m.id)
         .collect();
+    if !prefill.model.is_empty() && !models.contains(&prefill.model) {
+        models.insert(0, prefill.model.clone());
+    }
     let files = org_files(&state, &user)
         .await?
         .into_iter()
@@ -111,6 +195,7 @@ async fn new_job_page(State(state): State<AppState>, user: WebUser) -> WebResult
         .collect();
     Ok(render(&NewJobPage {
         nav: Nav::new("New job", "jobs"),
+        prefill,
         models,
         files,
         fields: field_rows(),

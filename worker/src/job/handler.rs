@@ -1,9 +1,8 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{
-    append_metrics_line, cached_folder, file_key, model_path, write_results_file,
-};
+use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
+use crate::stack::{fetch_stack, FetchedStack};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -183,21 +182,7 @@ impl TrainingHandler {
         } else {
             grader
         };
-        let lookup = || verity_core::models::model_by_id(pool, &job.model);
-        let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
-            .await
-            .map_err(|e| retryable("model lookup", e))?
-            .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
-        let model_dir = self.config.cache_dir.join("models").join(sanitize(&job.model));
-        let fetch = || cached_folder(self.store.as_ref(), &row.storage_prefix, &model_dir);
-        let model_dir = persist("fetching the model", heartbeat, transient_chain, fetch)
-            .await
-            .map_err(|e| match e {
-                e if transient_chain(&e) => retryable("fetching the model", format!("{e:#}")),
-                e => user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
-            })?;
-        let model_file = model_path(&model_dir, &row.format)
-            .map_err(|e| user_error(format!("model {:?}: {e}", job.model)))?;
+        let start = self.start_model(lease, heartbeat).await?;
         let training_file =
             job.training_file.clone().ok_or_else(|| user_error("the job has no training file"))?;
         let train_text = self.read_file(&training_file, heartbeat).await?;
@@ -235,7 +220,8 @@ impl TrainingHandler {
         let hp = reinforcement.hyperparameters.clone();
         let model_name = job.model.clone();
         let built = tokio::task::spawn_blocking(move || -> Result<Trainer, Stop> {
-            let loaded = crate::loader::load_model(&model_file, &device)
+            let loaded = start
+                .load(&device)
                 .map_err(|e| user_error(format!("model {model_name:?} cannot be loaded: {e}")))?;
             let max_prompt = loaded
                 .model
@@ -279,6 +265,30 @@ impl TrainingHandler {
         .await
         .map_err(|e| retryable("building the trainer", e))??;
         Ok((built, checkpoint.map(|(step, _)| step)))
+    }
+
+    /// Fetches the model the job starts from: a base model, or another job's model or
+    /// checkpoint over the model that job started from ([`verity_core::lineage`], org checked).
+    async fn start_model(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+    ) -> Result<FetchedStack, Stop> {
+        let job = lease.job();
+        let pool = lease.queue().pool();
+        let lookup = || verity_core::lineage::resolve_stack(pool, job.org_id, &job.model);
+        let stack = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
+            .await
+            .map_err(|e| retryable("model lookup", e))?
+            .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
+        let cache = self.config.cache_dir.join("models");
+        let fetch = || fetch_stack(self.store.as_ref(), &stack, &cache);
+        persist("fetching the model", heartbeat, transient_chain, fetch).await.map_err(
+            |e| match e {
+                e if transient_chain(&e) => retryable("fetching the model", format!("{e:#}")),
+                e => user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
+            },
+        )
     }
 
     /// Saves, publishes and registers a checkpoint of the trainer's current step.
@@ -442,7 +452,9 @@ impl TrainingHandler {
                 event(lease, heartbeat, EventLevel::Info, "resumed", &message, Some(&data)).await?
             }
             None => {
-                let data = json!({"total_steps": trainer.total_steps()});
+                let model = &lease.job().model;
+                let base_model = verity_core::models::root_base_model(model);
+                let data = json!({"total_steps": trainer.total_steps(), "model": model, "base_model": base_model});
                 let message = "training started";
                 event(lease, heartbeat, EventLevel::Info, "started", message, Some(&data)).await?
             }
@@ -592,13 +604,6 @@ async fn event(
     persist("writing an event", heartbeat, QueueError::is_transient, write)
         .await
         .map_err(|e| lease_error("writing an event", e))
-}
-
-/// A model id usable as a folder name.
-fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-        .collect()
 }
 
 #[async_trait]

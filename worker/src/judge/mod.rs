@@ -9,13 +9,14 @@ pub mod local;
 pub use endpoint::{parse_endpoints, EndpointJudge, JudgeEndpoint, JudgeSettings};
 pub use local::{LoadedJudges, LocalJudge};
 
-use crate::job::artifacts::{cached_folder, model_path};
+use crate::stack::fetch_stack;
 pub use candle_core::Device;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use uuid::Uuid;
+use verity_core::lineage::ModelStack;
 use verity_core::storage::{ObjectStore, StorageError};
 use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt};
 
@@ -129,7 +130,7 @@ impl JudgeProvider {
             if self.settings.endpoint(&name).is_some() {
                 continue;
             }
-            if verity_core::models::get_model(pool, org_id, &name).await?.is_none() {
+            if verity_core::lineage::resolve_stack(pool, org_id, &name).await?.is_none() {
                 return Ok(Some((path, name)));
             }
         }
@@ -155,43 +156,37 @@ impl JudgeProvider {
             if models.contains_key(&name) {
                 continue;
             }
-            let row = verity_core::models::get_model(pool, org_id, &name)
+            let stack = verity_core::lineage::resolve_stack(pool, org_id, &name)
                 .await?
                 .ok_or_else(|| JudgeSetupError::UnknownModel { path, name: name.clone() })?;
-            let model = self.load(store, &name, &row.storage_prefix, &row.format).await?;
+            let model = self.load(store, &name, &stack).await?;
             models.insert(name, model);
         }
         Ok(Arc::new(JudgeRouter { endpoints, local: LocalJudge::new(models) }))
     }
 
-    /// The loaded model `name`, fetched and loaded when it is not loaded yet.
+    /// The loaded model `name` (a base model, or a fine-tuned one or checkpoint with the
+    /// models under it merged in: [`crate::stack`]), fetched and loaded when it is not yet.
     async fn load(
         &self,
         store: &dyn ObjectStore,
         name: &str,
-        prefix: &str,
-        format: &str,
+        stack: &ModelStack,
     ) -> Result<local::SharedModel, JudgeSetupError> {
         let _one_load_at_a_time = self.loading.lock().await;
         if let Some(model) = self.loaded.get(name) {
             return Ok(model);
         }
-        let safe: String = name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-            .collect();
-        let dir = self.cache_dir.join("judges").join(safe);
-        let fetched = cached_folder(store, prefix, &dir).await.map_err(|e| {
-            let transient = e.chain().any(|c| {
-                c.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
-                    || c.downcast_ref::<std::io::Error>().is_some()
-            });
-            JudgeSetupError::Fetch { name: name.into(), message: format!("{e:#}"), transient }
-        })?;
-        let file = model_path(&fetched, format)
-            .map_err(|e| JudgeSetupError::Load { name: name.into(), message: e.to_string() })?;
+        let fetched =
+            fetch_stack(store, stack, &self.cache_dir.join("judges")).await.map_err(|e| {
+                let transient = e.chain().any(|c| {
+                    c.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
+                        || c.downcast_ref::<std::io::Error>().is_some()
+                });
+                JudgeSetupError::Fetch { name: name.into(), message: format!("{e:#}"), transient }
+            })?;
         let device = self.device.clone();
-        let loaded = tokio::task::spawn_blocking(move || crate::loader::load_model(&file, &device))
+        let loaded = tokio::task::spawn_blocking(move || fetched.load(&device))
             .await
             .map_err(|e| JudgeSetupError::Load { name: name.into(), message: e.to_string() })?
             .map_err(|e| JudgeSetupError::Load { name: name.into(), message: e.to_string() })?;

@@ -1,6 +1,7 @@
 //! The inference engine of `verity inference`: loads base models and checkpoints from the
 //! object store on demand (an LRU bounded by a memory budget; LoRA checkpoints share their
-//! base's weights and apply the adapter at run time, unmerged), and runs every model's
+//! base's weights and apply the adapter at run time, unmerged; the models a chained job
+//! started from are merged into its base when that loads), and runs every model's
 //! requests in one continuous batch ([`batcher`]).
 
 mod batcher;
@@ -8,7 +9,7 @@ pub mod request;
 pub mod text;
 
 use crate::job::artifacts::{cached_folder, model_path};
-use crate::loader::load_model;
+use crate::loader::{load_model, load_stack};
 use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
 pub use batcher::BatchCounters;
@@ -201,7 +202,7 @@ impl Engine {
             entry.last_used = Instant::now();
             return Ok(entry.served.clone());
         }
-        let base_key = source.base_prefix.clone();
+        let base_key = source.base_key();
         let base = match models.get_mut(&base_key) {
             Some(entry) => {
                 entry.last_used = Instant::now();
@@ -211,11 +212,16 @@ impl Engine {
                 let dir = self.download(&source.base_prefix).await?;
                 let file = model_path(&dir, &source.base_format)
                     .map_err(|e| ServeError::ModelUnavailable(format!("{e:#}")))?;
+                let mut merged = Vec::with_capacity(source.merged.len());
+                for prefix in &source.merged {
+                    merged.push(self.download(prefix).await?);
+                }
                 let device = self.config.device.clone();
-                let loaded = tokio::task::spawn_blocking(move || load_model(&file, &device))
-                    .await
-                    .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
-                    .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
+                let loaded =
+                    tokio::task::spawn_blocking(move || load_stack(Some(&file), &merged, &device))
+                        .await
+                        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
+                        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
                 let bytes = loaded.model.parameter_bytes();
                 make_room(&mut models, bytes, self.config.memory_budget_bytes, &[])?;
                 let served =

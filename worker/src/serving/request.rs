@@ -13,6 +13,10 @@ pub struct ModelSource {
     pub base_prefix: String,
     /// `hf` or `gguf`.
     pub base_format: String,
+    /// Checkpoint folders folded into the base's weights when it loads, bottom first (the
+    /// models a chained job started from; each an adapter merged in or full weights).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
     /// A checkpoint folder served instead of the base: a PEFT adapter (applied over the shared
     /// base) or full weights.
     pub checkpoint_prefix: Option<String>,
@@ -22,9 +26,17 @@ impl ModelSource {
     /// The key a worker caches this model under (also what it advertises as loaded).
     pub fn cache_key(&self) -> String {
         match &self.checkpoint_prefix {
-            Some(checkpoint) => format!("{}+{checkpoint}", self.base_prefix),
-            None => self.base_prefix.clone(),
+            Some(checkpoint) => format!("{}+{checkpoint}", self.base_key()),
+            None => self.base_key(),
         }
+    }
+
+    /// The cache key of the base with the merged checkpoints folded in.
+    pub fn base_key(&self) -> String {
+        std::iter::once(self.base_prefix.as_str())
+            .chain(self.merged.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("+")
     }
 }
 

@@ -53,6 +53,7 @@ async fn model_source(
     Ok(ModelSource {
         base_prefix: served.base.storage_prefix,
         base_format: served.base.format,
+        merged: served.merged,
         checkpoint_prefix: served.checkpoint_prefix,
     })
 }

@@ -260,29 +260,25 @@ pub async fn validate_judges(
     }
 }
 
-/// Checks that `model` names a model the caller's org can train: a base model, or a job's
-/// fine-tuned model trained with full weights (a LoRA adapter alone cannot be trained on).
+/// Checks that `model` names a model the caller's org can train from: a base model, one of its
+/// jobs' `fine_tuned_model` (full weights or a LoRA adapter, merged into its base when the job
+/// starts) or checkpoint names (`…:ckpt-step-N`), over the model its job started from
+/// ([`verity_core::lineage::resolve_stack`]). Another org's model is as unknown as a missing one.
 pub async fn validate_model(state: &AppState, principal: &Principal, model: &str) -> ApiResult<()> {
     if model.is_empty() {
         return Err(ApiError::invalid("model", "must not be empty"));
     }
-    let row = verity_core::models::get_model(&state.pool, principal.org_id, model)
-        .await?
-        .ok_or_else(|| {
+    verity_core::lineage::resolve_stack(&state.pool, principal.org_id, model).await?.ok_or_else(
+        || {
             ApiError::invalid(
                 "model",
-                format!("model {model:?} does not exist (see GET /v1/models)"),
+                format!(
+                    "model {model:?} does not exist (see GET /v1/models, or a job's \
+                     fine_tuned_model or checkpoints)"
+                ),
             )
             .with_code("model_not_found")
-        })?;
-    if row.format == "peft" {
-        return Err(ApiError::invalid(
-            "model",
-            format!(
-                "model {model:?} is a LoRA adapter; fine-tuning on top of an adapter is not \
-                 supported (train the first job with full weights, lora: null, to chain jobs)"
-            ),
-        ));
-    }
+        },
+    )?;
     Ok(())
 }

@@ -37,8 +37,11 @@ pub struct JobObject {
     /// The hyperparameters the job trains with, every default resolved (OpenAI's and Verity's).
     #[schema(value_type = Object)]
     pub hyperparameters: Value,
-    /// Base model.
+    /// The model the job started from, as given: a base model, a `fine_tuned_model` or a
+    /// checkpoint name (`…:ckpt-step-N`).
     pub model: String,
+    /// The root base model under `model`, which names `fine_tuned_model` (Verity extension).
+    pub base_model: String,
     /// Owning org.
     pub organization_id: String,
     /// Once succeeded, the id of the results file: the per-step metrics CSV.
@@ -125,6 +128,7 @@ impl From<JobRecord> for JobObject {
             fine_tuned_model: job.fine_tuned_model,
             finished_at: job.finished_at.map(|t| t.timestamp()),
             hyperparameters,
+            base_model: verity_core::models::root_base_model(&job.model).to_string(),
             model: job.model,
             organization_id: job.org_id.to_string(),
             result_files,

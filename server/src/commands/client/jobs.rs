@@ -64,9 +64,36 @@ pub struct CreateArgs {
     /// Validation file id.
     #[arg(long = "validation-file")]
     pub validation_file: Option<String>,
-    /// Base model.
-    #[arg(long)]
+    /// The model to train: a base model, a `fine_tuned_model` or a checkpoint name.
+    #[arg(long, conflicts_with = "from_job")]
     pub model: Option<String>,
+    /// Continue training from this job's model (its `fine_tuned_model`, or with
+    /// `--checkpoint` one of its checkpoints).
+    #[arg(long = "from-job")]
+    pub from_job: Option<String>,
+    /// With `--from-job`: start from the job's checkpoint at this step.
+    #[arg(long, requires = "from_job")]
+    pub checkpoint: Option<i64>,
+}
+
+/// The model name `--from-job JOB [--checkpoint STEP]` stands for: the checkpoint's
+/// `fine_tuned_model_checkpoint`, else the job's `fine_tuned_model`, else its latest checkpoint.
+pub async fn from_job_model(
+    client: &Client,
+    job: &str,
+    step: Option<i64>,
+) -> anyhow::Result<String> {
+    if step.is_none() {
+        let object = client.get_json(&format!("/v1/fine_tuning/jobs/{job}")).await?;
+        if let Some(model) = object["fine_tuned_model"].as_str() {
+            return Ok(model.to_string());
+        }
+    }
+    let checkpoint = super::checkpoints::find(client, job, step).await?;
+    checkpoint["fine_tuned_model_checkpoint"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("job {job}'s checkpoint has no model name"))
 }
 
 /// States after which a job does not change any more.
@@ -90,10 +117,14 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
             let Some(object) = body.as_object_mut() else {
                 anyhow::bail!("the job request must be a JSON object")
             };
+            let model = match &create.from_job {
+                Some(job) => Some(from_job_model(&client, job, create.checkpoint).await?),
+                None => create.model.clone(),
+            };
             for (name, value) in [
                 ("training_file", &create.training_file),
                 ("validation_file", &create.validation_file),
-                ("model", &create.model),
+                ("model", &model),
             ] {
                 if let Some(value) = value {
                     object.insert(name.to_string(), Value::String(value.clone()));
