@@ -330,6 +330,44 @@ async fn sdk_drives_the_api(pool: sqlx::PgPool, var: &str) {
         .to_string();
     finish_as_worker(&pool, &server, &job).await;
     run_sdk(&python, SDK_FINISHED_SCRIPT, &server, &key, &job).await;
+    cli_continues_from(&server, &key, &job).await;
+}
+
+/// `verity jobs create --from-job JOB [--checkpoint STEP]` starts a job from the finished job's
+/// `fine_tuned_model` or checkpoint.
+async fn cli_continues_from(server: &Server, key: &str, job: &str) {
+    let object: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/fine_tuning/jobs/{job}", server.base))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let body = tempfile::NamedTempFile::new().unwrap();
+    let grader = &object["method"]["reinforcement"]["grader"];
+    let method = serde_json::json!({"type": "reinforcement", "reinforcement": {"grader": grader}});
+    std::fs::write(body.path(), serde_json::json!({"method": method}).to_string()).unwrap();
+    let fine_tuned = object["fine_tuned_model"].as_str().unwrap().to_string();
+    for (extra, model) in [
+        (vec![], fine_tuned.clone()),
+        (vec!["--checkpoint", "2"], format!("{fine_tuned}:ckpt-step-2")),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_verity"))
+            .args(["jobs", "create", "--json", "--url", &server.base, "--api-key", key])
+            .args(["--file", body.path().to_str().unwrap(), "--from-job", job])
+            .args(["--training-file", object["training_file"].as_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let created: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            (&created["model"], &created["base_model"]),
+            (&serde_json::json!(model), &serde_json::json!("tiny"))
+        );
+    }
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
