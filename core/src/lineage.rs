@@ -33,7 +33,8 @@ pub struct ModelStack {
 /// Resolves `name` for `org_id`: a base model the org can see, one of its jobs' checkpoint
 /// names, or one of its jobs' `fine_tuned_model` (that job's latest checkpoint), each over the
 /// stack of the model its job started from. `None` when the name (or a model under it) does
-/// not exist in the org: another org's model looks the same.
+/// not exist in the org: another org's model looks the same, and an embedding model is no
+/// language model.
 pub async fn resolve_stack(
     pool: &PgPool,
     org_id: Uuid,
@@ -45,6 +46,9 @@ pub async fn resolve_stack(
         // A registered fine-tuned model (a job's result) resolves through its job, below: its
         // folder may be an adapter only.
         if let Some(base) = crate::models::get_model(pool, org_id, &name).await? {
+            if base.kind == crate::models::EMBEDDING {
+                return Ok(None);
+            }
             if base.job_id.is_none() {
                 layers.reverse();
                 return Ok(Some(ModelStack { base, layers }));

@@ -12,7 +12,7 @@ pub struct ModelRecord {
     pub id: String,
     /// Owning org; `None` for a base model every org sees.
     pub org_id: Option<Uuid>,
-    /// `base` or `fine_tuned`.
+    /// `base`, `fine_tuned` or `embedding`.
     pub kind: String,
     /// Folder in the object store.
     pub storage_prefix: String,
@@ -77,14 +77,44 @@ pub async fn insert_base_model(
     format: &str,
     config: &Value,
 ) -> Result<bool, sqlx::Error> {
+    let folder = StoredModel { storage_prefix, format, config };
+    insert_model(pool, org_id, BASE, id, &folder).await
+}
+
+/// Kind of a base model (trainable, servable, a judge).
+pub const BASE: &str = "base";
+/// Kind of an embedding model (a sentence-transformers folder for `cosine` graders).
+pub const EMBEDDING: &str = "embedding";
+
+/// Where a model's files are and what they hold.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredModel<'a> {
+    /// Folder in the object store.
+    pub storage_prefix: &'a str,
+    /// `hf` or `gguf`.
+    pub format: &'a str,
+    /// Extra facts (architecture, size, …).
+    pub config: &'a Value,
+}
+
+/// Registers a model of `kind` ([`BASE`] or [`EMBEDDING`]); returns false when the name is
+/// taken.
+pub async fn insert_model(
+    pool: &PgPool,
+    org_id: Option<Uuid>,
+    kind: &str,
+    id: &str,
+    folder: &StoredModel<'_>,
+) -> Result<bool, sqlx::Error> {
     let inserted = sqlx::query!(
         r#"INSERT INTO models (id, org_id, kind, storage_prefix, format, config)
-           VALUES ($1, $2, 'base', $3, $4, $5) ON CONFLICT (id) DO NOTHING"#,
+           VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING"#,
         id,
         org_id,
-        storage_prefix,
-        format,
-        config
+        kind,
+        folder.storage_prefix,
+        folder.format,
+        folder.config
     )
     .execute(pool)
     .await?

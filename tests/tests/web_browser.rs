@@ -2,7 +2,7 @@
 //! a bad upload shows its line error, upload a dataset, write a grader and test it, create a job
 //! on a tiny random model, watch the charts gain points while an in-process worker trains it,
 //! open the completions, download a checkpoint, continue training from it (the new-job page
-//! prefilled), cancel a second job, create and revoke an API key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
+//! prefilled) and test a model grader judged by the fine-tuned model, cancel a second job, create and revoke an API key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
 
 mod api_support;
 mod training_support;
@@ -333,6 +333,23 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
         assert_eq!(grader["name"], "first_token");
     }
     shot(&c, "07b-continue-training").await;
+
+    // The Test-grader panel with a model grader: the job's fine-tuned model judges (loaded by
+    // the API server from the store) and the panel shows its score.
+    let judge = json!({"type": "score_model", "name": "judge", "model": fine_tuned, "range": [0, 100],
+                       "input": [{"role": "user", "content": "Rate 0-100: {{sample.output_text}}"}],
+                       "sampling_params": {"temperature": 0, "seed": 1, "max_completions_tokens": 4}});
+    fill(&c, "#grader", &judge.to_string()).await;
+    fill(&c, "#test-completion", TARGET_TOKEN).await;
+    fill(&c, "#test-item", "{}").await;
+    click(&c, "#test-grader").await;
+    let reward = until(&c, "document.querySelector('#test-reward').dataset.reward").await;
+    let reward: f64 = reward.as_str().unwrap().parse().unwrap();
+    let shown = until(&c, "document.querySelector('#test-result').textContent").await;
+    let shown = shown.as_str().unwrap();
+    assert!((0.0..=1.0).contains(&reward), "{shown}");
+    assert!(shown.contains(&format!("judge {fine_tuned} scored")), "{shown}");
+    shot(&c, "07c-test-model-grader").await;
 
     // A second job, cancelled from its page.
     c.goto(&format!("{base}/jobs/new")).await;

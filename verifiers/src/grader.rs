@@ -58,6 +58,8 @@ enum Compiled {
         reference: Template,
         metric: SimilarityMetric,
         threshold: Option<f64>,
+        /// The embedding model `cosine` names (`None`: the process's default model).
+        model: Option<String>,
         /// The embedding model of `cosine` (given after compiling: [`Grader::with_embedder`]).
         embedder: Option<SharedEmbedder>,
     },
@@ -259,21 +261,33 @@ impl Grader {
     }
 
     /// JSON paths (`evaluation_metric`, under `graders.<name>` in a multi) of the `cosine`
-    /// graders, which need an embedding model: empty when the grader needs none.
+    /// graders that use the default embedding model (they name none): empty when none does.
     pub fn embedding_paths(&self) -> Vec<String> {
+        self.embedding_models()
+            .into_iter()
+            .filter(|(_, model)| model.is_none())
+            .map(|(path, _)| path)
+            .collect()
+    }
+
+    /// Every `cosine` grader's embedding model: `(JSON path, name)`, the path that of its
+    /// `model` when it names one (else its `evaluation_metric`, and the name `None`: the
+    /// default model).
+    pub fn embedding_models(&self) -> Vec<(String, Option<String>)> {
         let mut out = Vec::new();
-        self.collect_embedding_paths("", &mut out);
+        self.collect_embedding_models("", &mut out);
         out
     }
 
-    fn collect_embedding_paths(&self, prefix: &str, out: &mut Vec<String>) {
+    fn collect_embedding_models(&self, prefix: &str, out: &mut Vec<(String, Option<String>)>) {
         match &self.compiled {
-            Compiled::TextSimilarity { metric: SimilarityMetric::Cosine, .. } => {
-                out.push(join_path(prefix, "evaluation_metric"));
+            Compiled::TextSimilarity { metric: SimilarityMetric::Cosine, model, .. } => {
+                let field = if model.is_some() { "model" } else { "evaluation_metric" };
+                out.push((join_path(prefix, field), model.clone()));
             }
             Compiled::Multi { graders, .. } => {
                 for (name, grader) in graders {
-                    grader.collect_embedding_paths(
+                    grader.collect_embedding_models(
                         &join_path(&join_path(prefix, "graders"), name),
                         out,
                     );
@@ -283,19 +297,33 @@ impl Grader {
         }
     }
 
-    /// This grader with `embedder` as the model of every `cosine` grader in it.
-    pub fn with_embedder(mut self, model: SharedEmbedder) -> Self {
-        self.set_embedder(&model);
+    /// This grader with `embedder` as the model of every `cosine` grader in it that uses the
+    /// default model.
+    pub fn with_embedder(self, model: SharedEmbedder) -> Self {
+        self.with_embedders(&|name| name.is_none().then(|| Arc::clone(&model)))
+    }
+
+    /// This grader with `model_for(name)` as the model of every `cosine` grader naming `name`
+    /// (`None`: the default); graders it answers `None` for are left as they are.
+    pub fn with_embedders(
+        mut self,
+        model_for: &dyn Fn(Option<&str>) -> Option<SharedEmbedder>,
+    ) -> Self {
+        self.set_embedders(model_for);
         self
     }
 
-    fn set_embedder(&mut self, model: &SharedEmbedder) {
+    fn set_embedders(&mut self, model_for: &dyn Fn(Option<&str>) -> Option<SharedEmbedder>) {
         match &mut self.compiled {
-            Compiled::TextSimilarity { metric: SimilarityMetric::Cosine, embedder, .. } => {
-                *embedder = Some(Arc::clone(model));
+            Compiled::TextSimilarity {
+                metric: SimilarityMetric::Cosine, model, embedder, ..
+            } => {
+                if let Some(found) = model_for(model.as_deref()) {
+                    *embedder = Some(found);
+                }
             }
             Compiled::Multi { graders, .. } => {
-                graders.values_mut().for_each(|g| g.set_embedder(model));
+                graders.values_mut().for_each(|g| g.set_embedders(model_for));
             }
             _ => {}
         }
@@ -327,7 +355,7 @@ impl Grader {
                 &reference.render(item, sample)?,
                 *operation,
             ),
-            Compiled::TextSimilarity { input, reference, metric, threshold, embedder } => {
+            Compiled::TextSimilarity { input, reference, metric, threshold, model, embedder } => {
                 let (candidate, reference) =
                     (input.render(item, sample)?, reference.render(item, sample)?);
                 let similarity = match (metric, embedder) {
@@ -340,10 +368,14 @@ impl Grader {
                         }
                     }
                     (SimilarityMetric::Cosine, None) => {
-                        return Ok(GradeResult::failed(
-                            ErrorKind::Embedding,
-                            "cosine needs an embedding model and none is configured",
-                        ))
+                        let message = match model {
+                            Some(name) => format!(
+                                "the embedding model {name:?} is not loaded here (registered \
+                                 embedding models run on the API server and the workers)"
+                            ),
+                            None => "cosine needs an embedding model and none is configured".into(),
+                        };
+                        return Ok(GradeResult::failed(ErrorKind::Embedding, message));
                     }
                     (lexical, _) => {
                         match text_similarity::similarity(&candidate, &reference, *lexical) {
@@ -638,11 +670,24 @@ fn compile(
                     });
                 }
             }
+            match &s.model {
+                Some(_) if s.evaluation_metric != SimilarityMetric::Cosine => {
+                    errors.push(SpecError {
+                        path: p("model"),
+                        message: "only the cosine metric uses an embedding model".into(),
+                    })
+                }
+                Some(name) if name.trim().is_empty() => {
+                    errors.push(SpecError { path: p("model"), message: "must not be empty".into() })
+                }
+                _ => {}
+            }
             Compiled::TextSimilarity {
                 input: template(&s.input, p("input"), errors),
                 reference: template(&s.reference, p("reference"), errors),
                 metric: s.evaluation_metric,
                 threshold: s.pass_threshold,
+                model: s.model.clone(),
                 embedder: None,
             }
         }

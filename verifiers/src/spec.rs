@@ -76,6 +76,11 @@ pub struct TextSimilaritySpec {
     /// When set, `sub_scores.passed` is 1 when the metric reaches it (the score stays the metric).
     #[serde(default)]
     pub pass_threshold: Option<f64>,
+    /// `cosine` only (a Verity extension): the embedding model, a model registered with kind
+    /// `embedding` (`verity models import --kind embedding`); default: the operator's
+    /// `VERITY_EMBEDDING_MODEL` folder.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// Metrics of `text_similarity`.

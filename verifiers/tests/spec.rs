@@ -188,3 +188,34 @@ fn item_fields_lists_every_item_path_the_templates_read() {
     });
     assert_eq!(fields(multi), vec!["explanation", "reference_answer", "tests.0"]);
 }
+
+#[test]
+fn cosine_graders_name_their_embedding_model() {
+    let sim = |metric: &str, model: Option<&str>| {
+        let mut spec = json!({"type": "text_similarity", "input": "{{sample.output_text}}",
+                              "reference": "r", "evaluation_metric": metric});
+        if let Some(model) = model {
+            spec["model"] = json!(model);
+        }
+        spec
+    };
+    let multi = json!({"type": "multi", "calculate_output": "a + b",
+                       "graders": {"a": sim("cosine", Some("minilm")), "b": sim("cosine", None)}});
+    let grader = Grader::from_json(&multi.to_string()).unwrap();
+    assert_eq!(
+        grader.embedding_models(),
+        vec![
+            ("graders.a.model".to_string(), Some("minilm".to_string())),
+            ("graders.b.evaluation_metric".to_string(), None)
+        ]
+    );
+    assert_eq!(grader.embedding_paths(), vec!["graders.b.evaluation_metric".to_string()]);
+    for bad in [sim("bleu", Some("minilm")), sim("cosine", Some(" "))] {
+        let err = Grader::from_json(&bad.to_string()).unwrap_err();
+        assert_eq!(err.0[0].path, "model", "{err}");
+    }
+    // Not given its model, a named cosine grader says which one is missing.
+    let result = grade(sim("cosine", Some("minilm")), json!({}), "x");
+    assert_eq!(result.error.as_ref().map(|e| e.kind), Some(ErrorKind::Embedding));
+    assert!(result.error.unwrap().message.contains("\"minilm\""));
+}

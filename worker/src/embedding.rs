@@ -99,6 +99,13 @@ impl BertEmbedder {
         Ok(Self { name, model, tokenizer, max_tokens, cache: Mutex::default() })
     }
 
+    /// [`BertEmbedder::load`], named `name` (a registered model's id) in errors and results.
+    pub fn load_named(dir: &Path, name: &str) -> Result<Self, EmbeddingModelError> {
+        let mut model = Self::load(dir)?;
+        model.name = name.to_string();
+        Ok(model)
+    }
+
     /// Tokens read of each text.
     pub fn max_tokens(&self) -> usize {
         self.max_tokens
@@ -214,8 +221,9 @@ impl EmbeddingModel {
         Ok(model as SharedEmbedder)
     }
 
-    /// `grader` with this model given to its `cosine` graders (unchanged when it has none);
-    /// the error names the JSON path of the first `cosine` grader.
+    /// `grader` with this model given to its `cosine` graders that name no model (unchanged
+    /// when it has none); the error names the JSON path of the first of them. Graders naming a
+    /// registered model get it from [`crate::embedding_models::EmbeddingModels`].
     pub fn attach(&self, grader: Grader) -> Result<Grader, (String, EmbeddingModelError)> {
         let paths = grader.embedding_paths();
         let Some(first) = paths.first() else { return Ok(grader) };

@@ -36,6 +36,7 @@ pub mod config;
 pub mod convert;
 pub mod device;
 pub mod embedding;
+pub mod embedding_models;
 pub mod error;
 pub mod gguf;
 pub mod grpo;

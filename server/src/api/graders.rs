@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use utoipa::ToSchema;
 use verity_verifiers::{Grader, Sample};
+use verity_worker::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use verity_worker::judge::JudgeSetupError;
 
 /// Routes of this module.
@@ -33,6 +34,48 @@ pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
     verity_worker::embedding::configured()
         .attach(grader)
         .map_err(|(path, e)| ApiError::invalid(format!("{param}.{path}"), e.to_string()))
+}
+
+/// Checks that every embedding model the grader's `cosine` graders name is registered (kind
+/// `embedding`) for the caller's org; a missing one is a 400 naming its JSON path under `param`.
+pub async fn validate_embedding_models(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: &Grader,
+) -> ApiResult<()> {
+    let missing = EmbeddingModels::missing(&state.pool, principal.org_id, grader).await?;
+    match missing {
+        None => Ok(()),
+        Some((path, name)) => Err(ApiError::invalid(
+            format!("{param}.{path}"),
+            format!(
+                "embedding model {name:?} does not exist (register it with `verity models \
+                 import --kind embedding`)"
+            ),
+        )
+        .with_code("model_not_found")),
+    }
+}
+
+/// `grader` with the registered embedding models it names loaded (in this process) and given
+/// to its `cosine` graders; an unknown one is a 400 naming its JSON path under `param`.
+async fn attach_embeddings(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: Grader,
+) -> ApiResult<Grader> {
+    validate_embedding_models(state, principal, param, &grader).await?;
+    state
+        .embeddings
+        .attach(&state.pool, state.store.as_ref(), principal.org_id, grader)
+        .await
+        .map_err(|(path, e)| match e {
+            EmbeddingSetupError::Database(e) => ApiError::database("embedding model lookup", e),
+            EmbeddingSetupError::Load { .. } => ApiError::internal("embedding model", e),
+            e => ApiError::invalid(format!("{param}.{path}"), e.to_string()),
+        })
 }
 
 fn compile_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
@@ -107,6 +150,7 @@ pub async fn run_grader(
 ) -> ApiResult<Json<RunGraderResponse>> {
     let grader = parse_grader("grader", &request.grader)?;
     validate_judges(&state, &principal, "grader", &grader).await?;
+    let grader = attach_embeddings(&state, &principal, "grader", grader).await?;
     let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let item = request.item.unwrap_or_else(|| json!({}));
     if !item.is_object() {
@@ -177,5 +221,6 @@ pub async fn validate_grader_endpoint(
 ) -> ApiResult<Json<Value>> {
     let grader = parse_grader("grader", &request.grader)?;
     validate_judges(&state, &principal, "grader", &grader).await?;
+    validate_embedding_models(&state, &principal, "grader", &grader).await?;
     Ok(Json(json!({ "grader": request.grader })))
 }

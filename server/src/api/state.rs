@@ -179,6 +179,8 @@ pub struct AppState {
     pub grader_slots: GraderSlots,
     /// Judges of model graders (`graders/run` loads judge models in-process, on the CPU).
     pub judges: Arc<JudgeProvider>,
+    /// Registered embedding models of `cosine` graders (`graders/run` loads them in-process).
+    pub embeddings: Arc<verity_worker::embedding_models::EmbeddingModels>,
     /// HTTP client forwarding inference requests to inference workers.
     pub inference_http: reqwest::Client,
 }
@@ -237,6 +239,9 @@ impl AppState {
                 Duration::from_millis(api.grader_wait_ms),
             ),
             judges: Arc::new(judges),
+            embeddings: Arc::new(verity_worker::embedding_models::EmbeddingModels::new(
+                api.judge_cache_dir.clone(),
+            )),
             inference_http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(3))
                 .build()

@@ -15,7 +15,8 @@ pub enum ModelsCommand {
     /// model.safetensors.
     Convert(ConvertArgs),
     /// Check that an HF folder or a GGUF file loads (config, tokenizer, weights), publish it to the
-    /// object store under `models/{name}` and register it as a base model every org can use.
+    /// object store under `models/{name}` and register it as a base model every org can use
+    /// (`--kind embedding`: a sentence-transformers folder for `cosine` graders).
     Import(ImportArgs),
 }
 
@@ -31,6 +32,10 @@ pub struct ImportArgs {
     /// A GGUF file.
     #[arg(long)]
     pub gguf: Option<PathBuf>,
+    /// `base` (a language model to train, serve or judge with) or `embedding` (a
+    /// sentence-transformers folder, given with `--hf`, that `cosine` graders name by id).
+    #[arg(long, default_value = "base", value_parser = ["base", "embedding"])]
+    pub kind: String,
     /// Database.
     #[command(flatten)]
     pub db: DatabaseConfig,
@@ -72,10 +77,17 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                 (None, Some(file)) => (file.as_path(), "gguf"),
                 (None, None) => bail!("give --hf DIR or --gguf FILE"),
             };
-            let prefix = import_model(&pool, store.as_ref(), &args.name, path, format).await?;
+            let prefix = match args.kind.as_str() {
+                verity_core::models::EMBEDDING if format == "hf" => {
+                    import_embedding_model(&pool, store.as_ref(), &args.name, path).await?
+                }
+                verity_core::models::EMBEDDING => bail!("an embedding model is an --hf folder"),
+                _ => import_model(&pool, store.as_ref(), &args.name, path, format).await?,
+            };
             println!(
                 "{}",
-                serde_json::json!({ "model": args.name, "format": format, "storage_prefix": prefix })
+                serde_json::json!({ "model": args.name, "kind": args.kind, "format": format,
+                                    "storage_prefix": prefix })
             );
             Ok(())
         }
@@ -140,6 +152,44 @@ pub async fn import_model(
         "vocab_size": loaded.vocab_size,
     });
     if !verity_core::models::insert_base_model(pool, None, name, &prefix, format, &config).await? {
+        bail!("a model named {name:?} already exists");
+    }
+    Ok(prefix)
+}
+
+/// Checks that the sentence-transformers folder `dir` loads as an embedding model, publishes it
+/// under `models/{name}` and registers it (kind `embedding`, every org sees it); returns the
+/// storage prefix.
+pub async fn import_embedding_model(
+    pool: &sqlx::PgPool,
+    store: &dyn ObjectStore,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<String> {
+    if let Err(reason) = crate::api::models::check_model_name(name) {
+        bail!("invalid model name {name:?}: {reason}");
+    }
+    if verity_core::models::model_by_id(pool, name).await?.is_some() {
+        bail!("a model named {name:?} already exists");
+    }
+    if !dir.is_dir() {
+        bail!("{} is not a folder", dir.display());
+    }
+    let check = dir.to_path_buf();
+    let max_tokens = tokio::task::spawn_blocking(move || {
+        verity_worker::embedding::BertEmbedder::load(&check).map(|m| m.max_tokens())
+    })
+    .await?
+    .with_context(|| format!("{} does not load as an embedding model", dir.display()))?;
+    let prefix = format!("models/{name}");
+    verity_core::storage::publish_folder(store, dir, &prefix)
+        .await
+        .context("publishing the model")?;
+    let config = serde_json::json!({ "family": "bert", "max_tokens": max_tokens });
+    let folder =
+        verity_core::models::StoredModel { storage_prefix: &prefix, format: "hf", config: &config };
+    let kind = verity_core::models::EMBEDDING;
+    if !verity_core::models::insert_model(pool, None, kind, name, &folder).await? {
         bail!("a model named {name:?} already exists");
     }
     Ok(prefix)

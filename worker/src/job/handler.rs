@@ -1,6 +1,7 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
+use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
 use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
@@ -38,6 +39,8 @@ pub struct TrainingHandler {
     graders: GraderPool,
     /// The judges of model graders, loaded or routed on first use.
     judges: Arc<JudgeProvider>,
+    /// The registered embedding models of `cosine` graders, loaded on first use.
+    embeddings: Arc<EmbeddingModels>,
 }
 
 /// Why a run stopped early.
@@ -114,8 +117,10 @@ impl TrainingHandler {
             config.cache_dir.clone(),
             config.device.clone(),
         );
+        let embeddings = Arc::new(EmbeddingModels::new(config.cache_dir.clone()));
         TrainingHandler {
             store,
+            embeddings,
             config,
             graders: GraderPool::with_budget(budget),
             judges: Arc::new(judges),
@@ -161,10 +166,14 @@ impl TrainingHandler {
         let reinforcement = method.reinforcement().clone();
         let grader = Grader::from_json(&reinforcement.grader.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
-        let grader = crate::embedding::configured()
-            .attach(grader)
-            .map_err(|(path, e)| user_error(format!("grader {path}: {e}")))?;
         let pool = lease.queue().pool();
+        let grader =
+            self.embeddings.attach(pool, self.store.as_ref(), job.org_id, grader).await.map_err(
+                |(path, e)| match e {
+                    EmbeddingSetupError::Database(e) => retryable("embedding model lookup", e),
+                    e => user_error(format!("grader {path}: {e}")),
+                },
+            )?;
         let grader = if grader.uses_judge() {
             // the judge loads next to the policy; its prompts run batched on the same sampler
             let judge = self

@@ -117,6 +117,8 @@ pub async fn create_job(
     validate::validate_metadata(request.metadata.as_ref())?;
     validate::validate_model(&state, &principal, &model).await?;
     validate::validate_judges(&state, &principal, "method.reinforcement.grader", &grader).await?;
+    let embedding = crate::api::graders::validate_embedding_models;
+    embedding(&state, &principal, "method.reinforcement.grader", &grader).await?;
     let training =
         validate::validate_file(&state, &principal, "training_file", &training_file).await?;
     let validation = match &request.validation_file {
