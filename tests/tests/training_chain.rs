@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use training_support::{cpu_training_handler, prepare_store, MODEL};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
-use verity_core::storage::{download_folder, ObjectStore};
+use verity_core::storage::{download_folder, publish_folder, ObjectStore};
 use verity_core::JobState;
 use verity_verifiers::{JudgeMessage, JudgePrompt, JudgeSampling};
 use verity_worker::judge::{JudgeProvider, JudgeSettings};
@@ -212,6 +212,25 @@ async fn a_job_started_from_a_full_checkpoint_resumes_its_weights(pool: PgPool) 
             .await
             .unwrap();
     assert_eq!((&started["model"], &started["base_model"]), (&json!(checkpoint), &json!(MODEL)));
+
+    // A checkpoint of a job that did not succeed (one running, then cancelled) is a model too.
+    let cancelled = s.create(MODEL, false).await["id"].as_str().unwrap().to_string();
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
+    s.queue.register_worker(&worker).await.unwrap();
+    let lease = s.queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(lease.job().id, cancelled);
+    let prefix = format!("jobs/{cancelled}/checkpoints/step-1");
+    let folder = s.checkpoint(&first, 1).await;
+    let manifest = publish_folder(s.store.as_ref(), &folder, &prefix).await.unwrap();
+    lease.checkpoint(1, &prefix, manifest.total_bytes as i64, None).await.unwrap();
+    let running = verity_core::models::fine_tuned_model_name(MODEL, "acme", None, &cancelled);
+    let running = verity_core::models::checkpoint_model_name(&running, 1);
+    assert_eq!(weights(&s.start_model(&running).await), weights(&saved), "while running");
+    lease.ack_cancel().await.unwrap();
+    assert_eq!(s.queue.state(&cancelled).await.unwrap(), JobState::Cancelled);
+    let from_cancelled = s.create(&running, false).await;
+    assert_eq!(from_cancelled["model"], json!(running));
+    assert_eq!(weights(&s.start_model(&running).await), weights(&saved), "once cancelled");
 
     // Another org cannot start from it: a 400 naming `model`, as for a missing model.
     for model in [checkpoint.as_str(), name.as_str(), "ft:tiny-llama:acme::ftjob-nope"] {
