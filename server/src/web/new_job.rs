@@ -104,9 +104,13 @@ struct ContinueQuery {
 struct Prefill {
     /// The job continued.
     from_job: String,
+    /// Its model or checkpoint name, the new job's `model`.
     model: String,
+    /// Its training file id.
     training_file: String,
+    /// Its validation file id.
     validation_file: String,
+    /// Its grader, pretty JSON.
     grader: String,
 }
 
