@@ -45,6 +45,7 @@
     if (!picker) return Promise.resolve();
     var status = $("pg-row-status");
     status.textContent = "Loading row " + number + "…";
+    delete picker.dataset.loaded;
     var url = "/files/" + encodeURIComponent(picker.dataset.file) + "/rows/" + (number - 1);
     return fetch(url, { credentials: "same-origin" }).then(jsonOf).then(function (res) {
       if (!res.ok) { status.textContent = apiError(res.body, "could not read the row (HTTP " + res.status + ")"); return; }
@@ -166,6 +167,8 @@
     run.disabled = true;
     stop.disabled = false;
     form.dataset.running = "true";
+    var panes = $("panes");
+    if (panes.getBoundingClientRect().top > window.innerHeight * 0.6) panes.scrollIntoView({ behavior: "smooth", block: "start" });
     sides.forEach(function (side) { delete pane(side).score.dataset.reward; });
     var answers = sides.map(function (side) {
       var body = Object.assign({ model: pane(side).model.value, messages: messages, stream: true,
