@@ -72,4 +72,7 @@ pub enum BenchCommand {
     /// A learning-quality run: validation pass@1 before and after a recipe, with the curve
     /// (defaults: the arithmetic example set and `examples/arithmetic/recipe.json`).
     Learn(crate::bench::model::LearnArgs),
+    /// Serving throughput at 1, 8 and 32 concurrent chat clients: requests/s, tokens/s, time
+    /// to first token and latency (an in-process inference engine, or `--url` a server).
+    Serve(crate::bench::serve::ServeBenchArgs),
 }

@@ -8,132 +8,14 @@ mod api_support;
 mod training_support;
 mod webdriver;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::PgPool;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use verity_core::queue::{run_worker, DeviceKind, RunnerOptions, WorkerInfo};
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, TARGET_TOKEN};
-use webdriver::Browser;
-
-/// Longest wait for anything in the browser (generous: 2 shared cores, a training job).
-const PATIENCE: Duration = Duration::from_secs(240);
-
-/// A chromedriver process on a free port, killed on drop.
-struct Driver {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Driver {
-    async fn start() -> Driver {
-        let path = std::env::var("VERITY_TEST_CHROMEDRIVER")
-            .unwrap_or_else(|_| "/usr/bin/chromedriver".into());
-        assert!(
-            std::path::Path::new(&path).exists(),
-            "chromedriver not found at {path}: run `. scripts/test-services.sh` first"
-        );
-        let port = free_port();
-        let child = Command::new(&path)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let driver = Driver { child, port };
-        let status = format!("http://127.0.0.1:{port}/status");
-        let client = reqwest::Client::new();
-        for _ in 0..200 {
-            if client.get(&status).send().await.is_ok_and(|r| r.status().is_success()) {
-                return driver;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("chromedriver did not answer on port {port}");
-    }
-
-    async fn browser(&self) -> Browser {
-        let chromium =
-            std::env::var("VERITY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let caps = json!({"browserName": "chrome", "goog:chromeOptions": {"binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}});
-        Browser::connect(&format!("http://127.0.0.1:{}", self.port), caps).await
-    }
-}
-
-/// Where screenshots go.
-fn shots_dir() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("dashboard-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-async fn shot(c: &Browser, name: &str) {
-    let png = c.screenshot().await;
-    std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
-}
-
-/// Evaluates `expression` in the page until it is truthy; its value then.
-async fn until(c: &Browser, expression: &str) -> Value {
-    let script = format!("try {{ return ({expression}); }} catch (e) {{ return null; }}");
-    let started = std::time::Instant::now();
-    loop {
-        let value = c.execute(&script, vec![]).await;
-        let truthy = match &value {
-            Value::Null | Value::Bool(false) => false,
-            Value::String(s) => !s.is_empty(),
-            Value::Number(n) => n.as_f64() != Some(0.0),
-            _ => true,
-        };
-        if truthy {
-            return value;
-        }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "timed out waiting for `{expression}` on {}",
-            c.current_url().await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn fill(c: &Browser, css: &str, text: &str) {
-    let element = c.find(css).await;
-    element.clear().await;
-    element.send_keys(text).await;
-}
-
-async fn click(c: &Browser, css: &str) {
-    c.find(css).await.click().await;
-}
-
-/// Serves the app on a free loopback port; its base URL.
-async fn serve(state: verity_server::api::state::AppState) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = verity_server::api::app(state)
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base
-}
+use webdriver::{click, fill, serve, shot, until, Driver};
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {

@@ -114,6 +114,20 @@ async fn pages_need_a_session_and_render_once_signed_in(pool: PgPool) {
     let bad_filter =
         page(&app, &format!("/jobs/{job_id}/completions?min_score=abc"), &cookie).await;
     assert_eq!(bad_filter.status, StatusCode::BAD_REQUEST);
+    // The models page and the playground (opened from the job: its rows and grader).
+    for (uri, needle) in [
+        ("/models".to_string(), "Open in playground"),
+        ("/playground".to_string(), "id=\"model-right\""),
+        (format!("/playground?job={job_id}"), "Try a training row"),
+        (format!("/files/{file_id}/rows/1"), "3+3?"),
+    ] {
+        let reply = page(&app, &uri, &cookie).await;
+        assert_eq!(reply.status, StatusCode::OK, "{uri}: {}", text(&reply));
+        assert!(text(&reply).contains(needle), "{uri} lacks {needle}");
+    }
+    let past_the_end = page(&app, &format!("/files/{file_id}/rows/2"), &cookie).await;
+    assert_eq!(past_the_end.status, StatusCode::BAD_REQUEST);
+    assert_eq!(past_the_end.json()["error"]["param"], "index");
     let css = send(
         &app.router,
         Request::builder().uri("/static/vendor/uPlot.min.css").body(Body::empty()).unwrap(),

@@ -67,26 +67,33 @@ pub async fn list_models(
     State(state): State<AppState>,
     principal: Principal,
 ) -> ApiResult<Json<ModelList>> {
-    let mut data: Vec<ModelObject> =
-        verity_core::models::list_models(&state.pool, principal.org_id)
-            .await?
-            .into_iter()
-            .map(ModelObject::from)
-            .collect();
-    for (checkpoint, job_model) in
-        verity_core::jobs::org_checkpoints(&state.pool, principal.org_id).await?
-    {
+    let data = visible_models(&state, principal.org_id).await?;
+    Ok(Json(ModelList { object: "list", data }))
+}
+
+/// What `org_id` may name as `model`: base and fine-tuned models (shared or its own), then its
+/// jobs' checkpoints, newest first.
+pub async fn visible_models(
+    state: &AppState,
+    org_id: uuid::Uuid,
+) -> Result<Vec<ModelObject>, sqlx::Error> {
+    let mut data: Vec<ModelObject> = verity_core::models::list_models(&state.pool, org_id)
+        .await?
+        .into_iter()
+        .map(ModelObject::from)
+        .collect();
+    for (checkpoint, job_model) in verity_core::jobs::org_checkpoints(&state.pool, org_id).await? {
         data.push(ModelObject {
             id: checkpoint_model_name(&job_model, checkpoint.step),
             object: "model",
             created: checkpoint.created_at.timestamp(),
-            owned_by: principal.org_id.to_string(),
+            owned_by: org_id.to_string(),
             kind: "checkpoint".to_string(),
             format: None,
             job_id: Some(checkpoint.job_id),
         });
     }
-    Ok(Json(ModelList { object: "list", data }))
+    Ok(data)
 }
 
 /// Body of `POST /v1/models`.

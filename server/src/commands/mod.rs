@@ -42,5 +42,6 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::GrpoStep(args)) => crate::bench::model::grpo_step(&args).await,
         Command::Bench(BenchCommand::Learn(args)) => crate::bench::model::learn(&args).await,
+        Command::Bench(BenchCommand::Serve(args)) => crate::bench::serve::run(&args).await,
     }
 }

@@ -14,6 +14,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/app.js")),
     ("job.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/job.js")),
     (
+        "playground.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/playground.js"),
+    ),
+    (
         "new_job.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../web/static/new_job.js"),

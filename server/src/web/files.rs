@@ -2,13 +2,15 @@
 
 use super::jobs::size;
 use super::page::{render, when, Nav, WebResult, WebUser};
-use crate::api::files::{head_lines, remove_file, FileObject};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::files::{file_lines, head_lines, remove_file, FileObject};
 use crate::api::state::AppState;
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Json, Router};
+use serde_json::{json, Value};
 
 /// Rows shown in a preview.
 pub const PREVIEW_ROWS: usize = 5;
@@ -21,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/files", get(files_page))
         .route("/files/{file_id}", get(file_page))
         .route("/files/{file_id}/preview", get(preview_fragment))
+        .route("/files/{file_id}/rows/{index}", get(row))
         .route("/files/{file_id}/delete", post(delete))
 }
 
@@ -108,4 +111,24 @@ async fn delete(
 ) -> WebResult<Response> {
     remove_file(&state, &user.0, &id).await?;
     Ok(Redirect::to("/files").into_response())
+}
+
+/// Row `index` (0-based, blank lines not counted) of a file, as JSON: `{file, index, records,
+/// row}` (the playground's "Try a validation row"); an index past the end is a 400 naming it.
+async fn row(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path((id, index)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let index: usize = index
+        .parse()
+        .map_err(|_| ApiError::invalid("index", format!("{index:?} is not a row number")))?;
+    let (record, lines) = file_lines(&state, &user.0, &id, (index, 1), u64::MAX).await?;
+    let Some(line) = lines.first() else {
+        let rows = record.line_count.unwrap_or(0);
+        return Err(ApiError::invalid("index", format!("{id} has {rows} rows, numbered from 0")));
+    };
+    let row: Value = serde_json::from_str(line)
+        .map_err(|e| ApiError::invalid("index", format!("row {index} is not JSON: {e}")))?;
+    Ok(Json(json!({"file": id, "index": index, "records": record.line_count, "row": row})))
 }

@@ -10,6 +10,7 @@ pub mod live;
 pub mod login;
 pub mod new_job;
 pub mod page;
+pub mod playground;
 pub mod warnings;
 
 use crate::api::state::AppState;
@@ -29,4 +30,5 @@ pub fn router() -> Router<AppState> {
         .merge(new_job::router())
         .merge(completions::router())
         .merge(files::router())
+        .merge(playground::router())
 }

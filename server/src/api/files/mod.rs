@@ -180,27 +180,45 @@ pub async fn remove_file(state: &AppState, principal: &Principal, id: &str) -> A
     Ok(())
 }
 
-/// The first `lines` non-blank lines of the org's file `id` (for previews), or 404.
+/// The first `lines` non-blank lines of the org's file `id` (for previews, within its first
+/// MiB), or 404.
 pub async fn head_lines(
     state: &AppState,
     principal: &Principal,
     id: &str,
     lines: usize,
 ) -> ApiResult<(FileRecord, Vec<String>)> {
+    file_lines(state, principal, id, (0, lines), 1024 * 1024).await
+}
+
+/// Non-blank lines `skip .. skip + take` of the org's file `id` (blank lines are not counted,
+/// as records are not), read from at most its first `byte_limit` bytes; or 404.
+pub async fn file_lines(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    (skip, take): (usize, usize),
+    byte_limit: u64,
+) -> ApiResult<(FileRecord, Vec<String>)> {
     use tokio::io::AsyncBufReadExt;
     let file = find_file(state, principal, id).await?;
     let reader = state.store.get_reader(&file.storage_key).await?;
-    let mut reader = tokio::io::BufReader::new(reader.take(1024 * 1024));
-    let mut out = Vec::new();
+    let mut reader = tokio::io::BufReader::new(reader.take(byte_limit));
+    let (mut out, mut seen) = (Vec::new(), 0usize);
     let mut line = String::new();
-    while out.len() < lines {
+    while out.len() < take {
         line.clear();
         match reader.read_line(&mut line).await {
             Ok(0) => break,
             Ok(_) if line.trim().is_empty() => {}
-            Ok(_) => out.push(line.trim_end().to_string()),
+            Ok(_) => {
+                if seen >= skip {
+                    out.push(line.trim_end().to_string());
+                }
+                seen += 1;
+            }
             Err(error) => {
-                tracing::warn!(%error, file = %id, "preview stopped");
+                tracing::warn!(%error, file = %id, "reading lines stopped");
                 break;
             }
         }
