@@ -4,6 +4,7 @@
 //! the official `openai` Python SDK and by plain HTTP.
 
 mod api_support;
+mod inference_support;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -15,9 +16,7 @@ use tokio_util::sync::CancellationToken;
 use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
 use verity_worker::model::lora::LoraConfig;
-use verity_worker::serving::{Engine, EngineConfig};
-use verity_worker::trainer::testing::write_tiny_model_dir;
-use verity_worker::Family;
+use verity_worker::serving::Engine;
 
 /// The base model's name.
 const BASE: &str = "tiny-llama";
@@ -45,11 +44,7 @@ async fn stack(pool: PgPool) -> Stack {
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(dir.path().join("objects"), None).await.unwrap());
     let model_dir = dir.path().join("tiny");
-    write_tiny_model_dir(&model_dir, Family::Llama, 3).unwrap();
-    let config_path = model_dir.join("config.json");
-    let mut config: Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-    config["max_position_embeddings"] = json!(CONTEXT);
-    std::fs::write(&config_path, config.to_string()).unwrap();
+    inference_support::tiny_model(&model_dir, 3, CONTEXT);
     publish_folder(store.as_ref(), &model_dir, "models/tiny-llama").await.unwrap();
     verity_core::models::insert_base_model(
         &pool,
@@ -67,30 +62,8 @@ async fn stack(pool: PgPool) -> Stack {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(verity_server::api::serve(listener, verity_server::api::app(state)));
 
-    let engine = Arc::new(Engine::new(
-        store,
-        EngineConfig {
-            cache_dir: dir.path().join("cache"),
-            device: candle_core::Device::Cpu,
-            memory_budget_bytes: 1 << 30,
-            max_batch: 16,
-        },
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let shutdown = CancellationToken::new();
-    tokio::spawn(verity_server::inference::serve(
-        pool.clone(),
-        engine.clone(),
-        listener,
-        url,
-        shutdown.clone(),
-    ));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while verity_core::serving::live_inference_workers(&pool, 10.0).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the inference worker never registered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (engine, shutdown) =
+        inference_support::start_worker(&pool, store, &dir.path().join("cache"), 16).await;
     Stack { base, pool, engine, model_dir, dir, shutdown }
 }
 

@@ -6,35 +6,20 @@
 //! playground; no horizontal scrolling at 390 px.
 
 mod api_support;
+mod inference_support;
 mod webdriver;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::PgPool;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 use verity_core::queue::{DeviceKind, Queue, QueueSettings, WorkerInfo};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
-use verity_worker::serving::{Engine, EngineConfig};
-use verity_worker::trainer::testing::{
-    first_token_grader, target_token_jsonl, write_tiny_model_dir,
-};
-use verity_worker::Family;
+use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl};
 use webdriver::{click, fill, serve, shot, until, Driver};
 
 /// The base model's name.
 const BASE: &str = "tiny-llama";
-
-/// Writes a tiny random Llama (weights from `seed`) with a context long enough for an answer
-/// that outlasts the Stop button.
-fn tiny_model(dir: &Path, seed: u64) {
-    write_tiny_model_dir(dir, Family::Llama, seed).unwrap();
-    let path = dir.join("config.json");
-    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    config["max_position_embeddings"] = json!(8192);
-    std::fs::write(&path, config.to_string()).unwrap();
-}
 
 /// Reads a dashboard value (a text, an attribute) as a string.
 async fn text(c: &webdriver::Browser, expression: &str) -> String {
@@ -47,8 +32,9 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(root.path().join("objects"), None).await.unwrap());
     let (base_dir, checkpoint_dir) = (root.path().join("base"), root.path().join("ckpt"));
-    tiny_model(&base_dir, 3);
-    tiny_model(&checkpoint_dir, 4);
+    // Contexts long enough for an answer that outlasts the Stop button.
+    inference_support::tiny_model(&base_dir, 3, 8192);
+    inference_support::tiny_model(&checkpoint_dir, 4, 8192);
     publish_folder(store.as_ref(), &base_dir, "models/tiny-llama").await.unwrap();
     verity_core::models::insert_base_model(
         &pool,
@@ -64,26 +50,9 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
     // API server and inference worker.
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let base = serve(state.clone()).await;
-    let engine = Arc::new(Engine::new(
-        store.clone(),
-        EngineConfig {
-            cache_dir: root.path().join("cache"),
-            device: candle_core::Device::Cpu,
-            memory_budget_bytes: 1 << 30,
-            max_batch: 8,
-        },
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let shutdown = CancellationToken::new();
-    let _stop_worker = shutdown.clone().drop_guard();
-    tokio::spawn(verity_server::inference::serve(
-        pool.clone(),
-        engine.clone(),
-        listener,
-        url,
-        shutdown,
-    ));
+    let (engine, shutdown) =
+        inference_support::start_worker(&pool, store.clone(), &root.path().join("cache"), 8).await;
+    let _stop_worker = shutdown.drop_guard();
 
     // A job with a validation file and a grader, and a checkpoint (other weights) at step 1.
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
@@ -115,12 +84,6 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
         .unwrap();
     let job = verity_core::jobs::get_job(&pool, org, &job_id).await.unwrap().unwrap();
     let checkpoint = verity_core::models::checkpoint_model_name(&job.output_model_name(), 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while verity_core::serving::live_inference_workers(&pool, 10.0).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the inference worker never registered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
     // Sign in, open the job, "Try it": base left, checkpoint right, validation row 1 loaded.
     let driver = Driver::start().await;
     let c = driver.browser().await;
@@ -180,9 +143,8 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
     until(&c, "['left', 'right'].every(s => document.querySelector('#answer-' + s).textContent.length > 0 && document.querySelector('#answer-' + s).dataset.state === 'streaming')").await;
     click(&c, "#pg-stop").await;
     until(&c, "['left', 'right'].every(s => document.querySelector('#answer-' + s).dataset.state === 'stopped') && !document.querySelector('#pg-run').disabled").await;
-    assert!(
-        text(&c, "document.querySelector('#score-left').textContent || 'none'").await == "none"
-    );
+    let score = text(&c, "document.querySelector('#score-left').textContent || 'none'").await;
+    assert_eq!(score, "none", "stopped answers are not scored");
     let deadline = Instant::now() + Duration::from_secs(30);
     while engine.active_requests() > 0 {
         assert!(Instant::now() < deadline, "stopped answers kept their batch rows");
@@ -210,7 +172,7 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
         )
         .await;
     assert!(layout[0].as_i64().unwrap() <= 1, "no horizontal scrolling at 390 px: {layout}");
-    assert_eq!(layout[1], true, "panes stacked on a phone: {layout}");
+    assert_eq!(layout[1], json!(true), "panes stacked on a phone: {layout}");
     shot(&c, "playground-03-phone").await;
     c.close().await;
 }

@@ -144,9 +144,9 @@ async fn playground_page(
     let first = |kinds: &[&str]| {
         models.iter().find(|m| kinds.contains(&m.kind.as_str())).map(|m| m.id.clone())
     };
-    let left = known(&query.left).or(known(&left)).or_else(|| first(&["base"]));
+    let left = known(&query.left).or_else(|| known(&left)).or_else(|| first(&["base"]));
     let right = known(&query.right)
-        .or(known(&right))
+        .or_else(|| known(&right))
         .or_else(|| first(&["fine_tuned", "checkpoint"]))
         .or_else(|| left.clone());
     let groups = KINDS

@@ -166,11 +166,13 @@ impl Drop for Driver {
     }
 }
 
+/// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Driver {
+    /// Starts chromedriver (`VERITY_TEST_CHROMEDRIVER`) and waits until it answers.
     pub async fn start() -> Driver {
         let path = std::env::var("VERITY_TEST_CHROMEDRIVER")
             .unwrap_or_else(|_| "/usr/bin/chromedriver".into());
@@ -197,6 +199,7 @@ impl Driver {
         panic!("chromedriver did not answer on port {port}");
     }
 
+    /// A headless Chromium session (`VERITY_TEST_CHROMIUM`), 1280×900.
     pub async fn browser(&self) -> Browser {
         let chromium =
             std::env::var("VERITY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -216,6 +219,7 @@ pub fn shots_dir() -> PathBuf {
     dir
 }
 
+/// Saves a screenshot of the viewport as `name.png` under [`shots_dir`].
 pub async fn shot(c: &Browser, name: &str) {
     let png = c.screenshot().await;
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
@@ -245,12 +249,14 @@ pub async fn until(c: &Browser, expression: &str) -> Value {
     }
 }
 
+/// Empties the element `css` and types `text` into it.
 pub async fn fill(c: &Browser, css: &str, text: &str) {
     let element = c.find(css).await;
     element.clear().await;
     element.send_keys(text).await;
 }
 
+/// Clicks the element `css`.
 pub async fn click(c: &Browser, css: &str) {
     c.find(css).await.click().await;
 }
