@@ -8,7 +8,7 @@ mod api_support;
 mod training_support;
 mod webdriver;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;

@@ -281,6 +281,7 @@ async fn local_engine(dir: &Path, args: &ServeBenchArgs, scratch: &Path) -> anyh
     let source = ModelSource {
         base_prefix: "models/bench".into(),
         base_format: "hf".into(),
+        merged: Vec::new(),
         checkpoint_prefix: None,
     };
     Ok(Client::Engine { engine: Arc::new(engine), source, bias: suppress_eos(dir)? })
