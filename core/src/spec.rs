@@ -607,6 +607,171 @@ pub struct Reinforcement {
     pub hyperparameters: Hyperparameters,
 }
 
+/// Default learning rate of supervised jobs (TRL's `SFTConfig` default).
+pub const SUPERVISED_LEARNING_RATE: f64 = 2e-5;
+/// Default learning rate of DPO jobs (TRL's `DPOConfig` default).
+pub const DPO_LEARNING_RATE: f64 = 1e-6;
+/// Default DPO β (OpenAI's and TRL's).
+pub const DPO_BETA: f64 = 0.1;
+
+/// Hyperparameters of supervised and DPO jobs: OpenAI's (`batch_size`, `n_epochs`,
+/// `learning_rate_multiplier`, and `beta` for DPO), each a number or `"auto"`, plus Verity's
+/// optimisation, LoRA, evaluation and checkpoint settings. Each field means, defaults to and is
+/// validated as the [`Hyperparameters`] field of the same name ([`TuningHyperparameters::training`]
+/// maps them there; only the default learning rate depends on the method). Sampling and loss
+/// settings of reinforcement jobs do not apply and are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TuningHyperparameters {
+    /// Examples (supervised) or preference pairs (DPO) per step.
+    #[serde(deserialize_with = "auto_or")]
+    pub batch_size: Option<usize>,
+    /// OpenAI-style multiplier on the learning rate.
+    #[serde(deserialize_with = "auto_or")]
+    pub learning_rate_multiplier: Option<f64>,
+    /// Passes over the training file (ignored when `max_steps` is set).
+    #[serde(deserialize_with = "auto_or")]
+    pub n_epochs: Option<usize>,
+    /// DPO's β: how far the policy may move from the reference (DPO only; default 0.1).
+    #[serde(deserialize_with = "auto_or", skip_serializing_if = "Option::is_none")]
+    pub beta: Option<f64>,
+    /// Peak learning rate (default 2e-5 supervised, 1e-6 DPO).
+    pub learning_rate: Option<f64>,
+    /// Stop after this many steps.
+    pub max_steps: Option<usize>,
+    /// Sequences per forward/backward micro-batch.
+    pub micro_batch_size: Option<usize>,
+    /// Global gradient-norm clip (0 = off).
+    pub max_grad_norm: Option<f64>,
+    /// AdamW weight decay.
+    pub weight_decay: Option<f64>,
+    /// Linear warm-up steps.
+    pub warmup_steps: Option<usize>,
+    /// Schedule after warm-up.
+    pub lr_schedule: Option<LrDecay>,
+    /// Low-rank adapters; `null` trains all weights.
+    pub lora: Option<LoraSpec>,
+    /// Evaluate on the validation file every N steps (0 = only at the end).
+    #[serde(deserialize_with = "auto_or")]
+    pub eval_interval: Option<usize>,
+    /// Save a checkpoint every N steps (and always at the end).
+    pub checkpoint_interval: Option<usize>,
+    /// Longest greedy completion of the samples written at each evaluation, in tokens.
+    pub max_completion_tokens: Option<usize>,
+    /// Seed for everything random (overrides the job's seed when set).
+    pub seed: Option<u64>,
+}
+
+impl TuningHyperparameters {
+    /// The trainer's hyperparameters: each field given here, every other one at the
+    /// [`Hyperparameters`] default, the learning rate at `default_learning_rate` unless given.
+    pub fn training(&self, default_learning_rate: f64) -> Hyperparameters {
+        let base = Hyperparameters::default();
+        Hyperparameters {
+            batch_size: self.batch_size,
+            learning_rate: self.learning_rate.unwrap_or(default_learning_rate),
+            learning_rate_multiplier: self.learning_rate_multiplier,
+            n_epochs: self.n_epochs,
+            max_steps: self.max_steps,
+            max_completion_tokens: self.max_completion_tokens,
+            micro_batch_size: self.micro_batch_size.unwrap_or(base.micro_batch_size),
+            max_grad_norm: self.max_grad_norm.unwrap_or(base.max_grad_norm),
+            weight_decay: self.weight_decay.unwrap_or(base.weight_decay),
+            warmup_steps: self.warmup_steps.unwrap_or(base.warmup_steps),
+            lr_schedule: self.lr_schedule.unwrap_or(base.lr_schedule),
+            lora: self.lora.clone(),
+            eval_interval: self.eval_interval,
+            checkpoint_interval: self.checkpoint_interval.unwrap_or(base.checkpoint_interval),
+            seed: self.seed,
+            ..base
+        }
+    }
+
+    /// DPO's β with its default.
+    pub fn beta(&self) -> f64 {
+        self.beta.unwrap_or(DPO_BETA)
+    }
+
+    /// Every default filled in (what a job echoes); `dpo` adds β.
+    pub fn resolved(&self, default_learning_rate: f64, dpo: bool) -> TuningHyperparameters {
+        let hp = self.training(default_learning_rate).resolved();
+        TuningHyperparameters {
+            batch_size: hp.batch_size,
+            learning_rate_multiplier: hp.learning_rate_multiplier,
+            n_epochs: hp.n_epochs,
+            beta: dpo.then(|| self.beta()),
+            learning_rate: Some(hp.learning_rate),
+            max_steps: hp.max_steps,
+            micro_batch_size: Some(hp.micro_batch_size),
+            max_grad_norm: Some(hp.max_grad_norm),
+            weight_decay: Some(hp.weight_decay),
+            warmup_steps: Some(hp.warmup_steps),
+            lr_schedule: Some(hp.lr_schedule),
+            lora: hp.lora,
+            eval_interval: hp.eval_interval,
+            checkpoint_interval: Some(hp.checkpoint_interval),
+            max_completion_tokens: hp.max_completion_tokens,
+            seed: hp.seed,
+        }
+    }
+
+    /// Checks every field ([`Hyperparameters::validate`] for the shared ones, then β, which
+    /// only DPO takes); `prefix` is the JSON path of this object.
+    pub fn validate(
+        &self,
+        prefix: &str,
+        default_learning_rate: f64,
+        dpo: bool,
+    ) -> Result<(), HyperparameterError> {
+        self.training(default_learning_rate).validate(prefix)?;
+        let beta_error =
+            |message: String| Err(HyperparameterError { param: format!("{prefix}.beta"), message });
+        match (dpo, self.beta) {
+            (false, Some(_)) => beta_error(
+                "beta is DPO's; supervised jobs have no reference model to stay near".into(),
+            ),
+            (true, _)
+                if !(self.beta().is_finite() && self.beta() > 0.0 && self.beta() <= 100.0) =>
+            {
+                beta_error(format!("must be in (0, 100], got {}", self.beta()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The supervised or DPO method's settings (neither has a grader: the data is the target).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Tuning {
+    /// Training hyperparameters.
+    #[serde(default)]
+    pub hyperparameters: TuningHyperparameters,
+}
+
+/// Which method a job trains with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MethodKind {
+    /// Rollouts scored by a grader, GRPO-family losses.
+    Reinforcement,
+    /// Next-token cross-entropy on the assistant messages of chats.
+    Supervised,
+    /// Direct preference optimisation on preferred / non-preferred pairs.
+    Dpo,
+}
+
+impl MethodKind {
+    /// The JSON spelling (`reinforcement`, `supervised`, `dpo`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MethodKind::Reinforcement => "reinforcement",
+            MethodKind::Supervised => "supervised",
+            MethodKind::Dpo => "dpo",
+        }
+    }
+}
+
 /// `method` of a fine-tuning job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -616,30 +781,91 @@ pub enum Method {
         /// The method's settings.
         reinforcement: Reinforcement,
     },
+    /// Supervised fine-tuning on chats (OpenAI's `supervised`).
+    Supervised {
+        /// The method's settings.
+        #[serde(default)]
+        supervised: Tuning,
+    },
+    /// Direct preference optimisation (OpenAI's `dpo`).
+    Dpo {
+        /// The method's settings.
+        #[serde(default)]
+        dpo: Tuning,
+    },
 }
 
 impl Method {
-    /// The reinforcement settings.
-    pub fn reinforcement(&self) -> &Reinforcement {
+    /// Which method this is.
+    pub fn kind(&self) -> MethodKind {
         match self {
-            Method::Reinforcement { reinforcement } => reinforcement,
+            Method::Reinforcement { .. } => MethodKind::Reinforcement,
+            Method::Supervised { .. } => MethodKind::Supervised,
+            Method::Dpo { .. } => MethodKind::Dpo,
+        }
+    }
+
+    /// The reinforcement settings, for a reinforcement job.
+    pub fn reinforcement(&self) -> Option<&Reinforcement> {
+        match self {
+            Method::Reinforcement { reinforcement } => Some(reinforcement),
+            _ => None,
+        }
+    }
+
+    /// The hyperparameters the trainer runs with (for supervised and DPO jobs, their
+    /// [`TuningHyperparameters::training`]).
+    pub fn training_hyperparameters(&self) -> Hyperparameters {
+        match self {
+            Method::Reinforcement { reinforcement } => reinforcement.hyperparameters.clone(),
+            Method::Supervised { supervised } => {
+                supervised.hyperparameters.training(SUPERVISED_LEARNING_RATE)
+            }
+            Method::Dpo { dpo } => dpo.hyperparameters.training(DPO_LEARNING_RATE),
+        }
+    }
+
+    /// DPO's β (`None` for the other methods).
+    pub fn dpo_beta(&self) -> Option<f64> {
+        match self {
+            Method::Dpo { dpo } => Some(dpo.hyperparameters.beta()),
+            _ => None,
         }
     }
 
     /// The method with every hyperparameter default filled in ([`Hyperparameters::resolved`]).
     pub fn resolved(&self) -> Method {
-        let reinforcement = self.reinforcement();
-        Method::Reinforcement {
-            reinforcement: Reinforcement {
-                grader: reinforcement.grader.clone(),
-                hyperparameters: reinforcement.hyperparameters.resolved(),
+        let dpo = self.kind() == MethodKind::Dpo;
+        let tuned = |tuning: &Tuning, lr: f64| Tuning {
+            hyperparameters: tuning.hyperparameters.resolved(lr, dpo),
+        };
+        match self {
+            Method::Reinforcement { reinforcement } => Method::Reinforcement {
+                reinforcement: Reinforcement {
+                    grader: reinforcement.grader.clone(),
+                    hyperparameters: reinforcement.hyperparameters.resolved(),
+                },
             },
+            Method::Supervised { supervised } => {
+                Method::Supervised { supervised: tuned(supervised, SUPERVISED_LEARNING_RATE) }
+            }
+            Method::Dpo { dpo } => Method::Dpo { dpo: tuned(dpo, DPO_LEARNING_RATE) },
         }
     }
 
-    /// Validates the hyperparameters (the grader is validated by its own crate).
+    /// Validates the hyperparameters (the grader is validated by its own crate); errors name
+    /// `method.{type}.hyperparameters.{field}`.
     pub fn validate(&self) -> Result<(), HyperparameterError> {
-        self.reinforcement().hyperparameters.validate("method.reinforcement.hyperparameters")
+        let prefix = format!("method.{}.hyperparameters", self.kind().as_str());
+        match self {
+            Method::Reinforcement { reinforcement } => {
+                reinforcement.hyperparameters.validate(&prefix)
+            }
+            Method::Supervised { supervised } => {
+                supervised.hyperparameters.validate(&prefix, SUPERVISED_LEARNING_RATE, false)
+            }
+            Method::Dpo { dpo } => dpo.hyperparameters.validate(&prefix, DPO_LEARNING_RATE, true),
+        }
     }
 }
 
@@ -657,14 +883,14 @@ mod tests {
     #[test]
     fn defaults_fill_in_and_auto_means_default() {
         let m = method(json!({"batch_size": "auto", "n_epochs": 2, "loss": "dapo"})).unwrap();
-        let hp = &m.reinforcement().hyperparameters;
+        let hp = &m.reinforcement().unwrap().hyperparameters;
         assert_eq!(hp.batch_size(), 4);
         assert_eq!(hp.n_epochs(), 2);
         assert_eq!(hp.clip_range(), (0.2, 0.28));
         assert!(hp.scale_rewards());
         m.validate().unwrap();
         let dr = method(json!({"loss": "dr_grpo"})).unwrap();
-        assert!(!dr.reinforcement().hyperparameters.scale_rewards());
+        assert!(!dr.reinforcement().unwrap().hyperparameters.scale_rewards());
     }
 
     #[test]
@@ -696,15 +922,15 @@ mod tests {
 
         let scaled =
             method(json!({"compute_multiplier": 2.5, "reasoning_effort": "high"})).unwrap();
-        let hp = &scaled.reinforcement().hyperparameters;
+        let hp = &scaled.reinforcement().unwrap().hyperparameters;
         assert_eq!((hp.group_size(), hp.max_completion_tokens()), (20, 1024));
         let low = method(json!({"compute_multiplier": 0.1, "reasoning_effort": "low"})).unwrap();
-        let hp = &low.reinforcement().hyperparameters;
+        let hp = &low.reinforcement().unwrap().hyperparameters;
         assert_eq!((hp.group_size(), hp.max_completion_tokens()), (2, 128), "at least 2");
         let explicit = method(json!({"compute_multiplier": 4, "group_size": 3,
             "reasoning_effort": "high", "max_completion_tokens": 16}))
         .unwrap();
-        let hp = &explicit.reinforcement().hyperparameters;
+        let hp = &explicit.reinforcement().unwrap().hyperparameters;
         assert_eq!((hp.group_size(), hp.max_completion_tokens()), (3, 16), "explicit wins");
         for (bad, field) in [
             (json!({"compute_multiplier": 0}), "compute_multiplier"),
@@ -728,7 +954,7 @@ mod tests {
             let preset = serde_json::to_value(loss.preset()).unwrap();
             let m = method(preset).unwrap();
             m.validate().unwrap();
-            let hp = &m.reinforcement().hyperparameters;
+            let hp = &m.reinforcement().unwrap().hyperparameters;
             assert_eq!(hp.loss, loss);
             assert_eq!(hp.clip_range(), loss.default_clip_range());
             assert_eq!(
@@ -743,7 +969,7 @@ mod tests {
     fn rollout_dtype_has_one_spelling_in_json_and_on_the_command_line() {
         for (text, dtype) in [("f32", RolloutDtype::F32), ("bf16", RolloutDtype::Bf16)] {
             let m = method(json!({ "rollout_dtype": text })).unwrap();
-            assert_eq!(m.reinforcement().hyperparameters.rollout_dtype, dtype);
+            assert_eq!(m.reinforcement().unwrap().hyperparameters.rollout_dtype, dtype);
             assert_eq!(text.parse::<RolloutDtype>(), Ok(dtype));
             assert_eq!(serde_json::to_value(dtype).unwrap(), json!(text));
         }
@@ -761,7 +987,7 @@ mod tests {
         assert!(e.param.ends_with("temperature"));
         assert!(method(json!({"bogus": 1})).is_err(), "unknown fields are rejected");
         assert!(method(json!({"batch_size": "many"})).is_err());
-        assert!(serde_json::from_value::<Method>(json!({"type": "supervised"})).is_err());
+        assert!(serde_json::from_value::<Method>(json!({"type": "rejection"})).is_err());
     }
 
     #[test]
@@ -769,12 +995,63 @@ mod tests {
         let ok = method(json!({"stop": ["</answer>", "\n\n"]})).unwrap();
         ok.validate().unwrap();
         assert_eq!(
-            ok.reinforcement().hyperparameters.stop,
+            ok.reinforcement().unwrap().hyperparameters.stop,
             vec!["</answer>".to_string(), "\n\n".to_string()]
         );
         let e = method(json!({"stop": [""]})).unwrap().validate().unwrap_err();
         assert!(e.param.ends_with("hyperparameters.stop"), "{e:?}");
         let e = method(json!({"stop": ["a", "b", "c", "d", "e"]})).unwrap().validate().unwrap_err();
         assert!(e.message.contains("at most 4"), "{e:?}");
+    }
+
+    fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {
+        serde_json::from_value(json!({"type": kind, kind: {"hyperparameters": hp}}))
+    }
+
+    #[test]
+    fn supervised_and_dpo_share_the_hyperparameter_definitions_and_resolve() {
+        let bare: Method = serde_json::from_value(json!({"type": "supervised"})).unwrap();
+        assert_eq!(bare.kind(), MethodKind::Supervised);
+        bare.validate().unwrap();
+        let resolved = serde_json::to_value(bare.resolved()).unwrap();
+        let hp = &resolved["supervised"]["hyperparameters"];
+        let defaults = Hyperparameters::default();
+        assert_eq!(hp["batch_size"], json!(defaults.batch_size()));
+        assert_eq!(hp["n_epochs"], json!(defaults.n_epochs()));
+        assert_eq!(hp["learning_rate_multiplier"], json!(1.0));
+        assert_eq!(hp["learning_rate"], json!(SUPERVISED_LEARNING_RATE));
+        assert_eq!(hp["micro_batch_size"], json!(defaults.micro_batch_size));
+        assert_eq!(hp["checkpoint_interval"], json!(defaults.checkpoint_interval));
+        assert!(hp.get("beta").is_none(), "supervised jobs have no beta: {hp}");
+        let again: Method = serde_json::from_value(resolved.clone()).unwrap();
+        assert_eq!(serde_json::to_value(again.resolved()).unwrap(), resolved, "idempotent");
+
+        let dpo =
+            tuning("dpo", json!({"beta": "auto", "batch_size": 2, "lora": {"rank": 4}})).unwrap();
+        dpo.validate().unwrap();
+        assert_eq!(dpo.dpo_beta(), Some(DPO_BETA));
+        let hp = dpo.training_hyperparameters();
+        assert_eq!((hp.batch_size(), hp.learning_rate), (2, DPO_LEARNING_RATE));
+        assert_eq!(hp.lora.as_ref().map(|l| l.rank), Some(4));
+        let resolved = serde_json::to_value(dpo.resolved()).unwrap();
+        assert_eq!(resolved["dpo"]["hyperparameters"]["beta"], json!(DPO_BETA));
+
+        for (kind, bad, field) in [
+            ("dpo", json!({"beta": 0}), "beta"),
+            ("dpo", json!({"beta": -0.5}), "beta"),
+            ("supervised", json!({"beta": 0.1}), "beta"),
+            ("supervised", json!({"batch_size": 0}), "batch_size"),
+            ("supervised", json!({"learning_rate_multiplier": -1}), "learning_rate_multiplier"),
+            ("dpo", json!({"lora": {"rank": 0}}), "lora.rank"),
+        ] {
+            let e = tuning(kind, bad).unwrap().validate().unwrap_err();
+            assert_eq!(e.param, format!("method.{kind}.hyperparameters.{field}"), "{e}");
+        }
+        assert!(tuning("supervised", json!({"group_size": 4})).is_err(), "RL-only fields");
+        assert!(tuning("dpo", json!({"beta": "lots"})).is_err());
+        assert!(serde_json::from_value::<Method>(
+            json!({"type": "supervised", "supervised": {"grader": {"type": "math"}}})
+        )
+        .is_err());
     }
 }

@@ -199,7 +199,8 @@ cases = [
     (dict(method=rft({"learning_rate_multiplier": -1})), hp_path + ".learning_rate_multiplier"),
     (dict(method=rft({"eval_samples": 0})), hp_path + ".eval_samples"),
     (dict(method=rft({"reasoning_effort": "extreme"})), hp_path + ".reasoning_effort"),
-    (dict(method={"type": "supervised", "supervised": {}}), "method.type"),
+    (dict(method={"type": "distillation"}), "method.type"),
+    (dict(method={"type": "supervised", "supervised": {"grader": grader}}), "method.supervised.grader"),
     (dict(model="nope"), "model"),
 ]
 for kwargs, param in cases:
@@ -378,6 +379,139 @@ async fn openai_python_sdk_newest_drives_the_api(pool: sqlx::PgPool) {
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_python_sdk_oldest_drives_the_api(pool: sqlx::PgPool) {
     sdk_drives_the_api(pool, "VERITY_TEST_PYTHON_OLDEST").await;
+}
+
+/// Supervised and DPO jobs through the SDK: files in OpenAI's chat and preference formats, jobs
+/// with OpenAI's hyperparameters echoed resolved, bad rows and settings refused with their line
+/// and field (nothing enqueued). Prints the two job ids for the worker.
+const TUNING_SCRIPT: &str = r#"
+import io, json, openai
+from openai import OpenAI
+
+client = OpenAI()
+def jsonl(rows):
+    return io.BytesIO("".join(json.dumps(r) + "\n" for r in rows).encode())
+chat = {"messages": [{"role": "system", "content": "t3"}, {"role": "user", "content": "t5 t6"},
+                     {"role": "assistant", "content": "t9", "weight": 0}, {"role": "user", "content": "t4"},
+                     {"role": "assistant", "content": "t7 t8", "weight": 1}]}
+pair = {"input": {"messages": [{"role": "user", "content": "t5"}]},
+        "preferred_output": [{"role": "assistant", "content": "t7"}],
+        "non_preferred_output": [{"role": "assistant", "content": "t9 t10"}]}
+chats = client.files.create(file=("sft.jsonl", jsonl([chat] * 4)), purpose="fine-tune")
+pairs = client.files.create(file=("dpo.jsonl", jsonl([pair] * 4)), purpose="fine-tune")
+assert chats.status == "processed" and pairs.status == "processed", (chats, pairs)
+
+sft = client.fine_tuning.jobs.create(model="tiny-judge", training_file=chats.id, validation_file=chats.id,
+    method={"type": "supervised", "supervised": {"hyperparameters": {
+        "n_epochs": 2, "batch_size": 2, "learning_rate_multiplier": "auto", "eval_interval": 2,
+        "checkpoint_interval": 2, "max_completion_tokens": 2}}})
+assert sft.status == "queued" and sft.method.type == "supervised", sft
+hp = sft.method.supervised.hyperparameters
+assert (hp.n_epochs, hp.batch_size, hp.learning_rate_multiplier) == (2, 2, 1.0), hp
+assert sft.to_dict()["method"]["supervised"]["hyperparameters"]["learning_rate"] == 2e-5, sft
+dpo = client.fine_tuning.jobs.create(model="tiny-judge", training_file=pairs.id, validation_file=pairs.id,
+    method={"type": "dpo", "dpo": {"hyperparameters": {"beta": "auto", "batch_size": 2, "eval_interval": 2,
+                                                        "checkpoint_interval": 2, "max_completion_tokens": 2}}})
+assert dpo.method.type == "dpo" and dpo.method.dpo.hyperparameters.beta == 0.1, dpo
+assert (dpo.method.dpo.hyperparameters.n_epochs, dpo.hyperparameters.batch_size) == (1, 2), dpo
+
+before = [j.id for j in client.fine_tuning.jobs.list(limit=100).data]
+lone = {"messages": [{"role": "user", "content": "t5"}]}
+half = {"input": pair["input"], "preferred_output": pair["preferred_output"]}
+no_assistant = client.files.create(file=("u.jsonl", jsonl([chat, lone])), purpose="fine-tune")
+half_pair = client.files.create(file=("h.jsonl", jsonl([pair, half])), purpose="fine-tune")
+weighted = dict(chat, messages=chat["messages"][:4] + [{"role": "assistant", "content": "t7", "weight": 0.5}])
+bad_weight = client.files.create(file=("w.jsonl", jsonl([chat, weighted])), purpose="fine-tune")
+assert bad_weight.status == "error" and "line 2" in bad_weight.status_details, bad_weight
+assert "messages[4].weight" in bad_weight.status_details, bad_weight
+cases = [
+    (dict(training_file=no_assistant.id, method={"type": "supervised"}), "training_file", "line 2: field `messages`"),
+    (dict(training_file=half_pair.id, method={"type": "dpo"}), "training_file", "line 2: field `non_preferred_output`"),
+    (dict(training_file=bad_weight.id, method={"type": "supervised"}), "training_file", "messages[4].weight"),
+    (dict(training_file=pairs.id, method={"type": "dpo", "dpo": {"hyperparameters": {"beta": 0}}}),
+     "method.dpo.hyperparameters.beta", "(0, 100]"),
+    (dict(training_file=chats.id, method={"type": "supervised", "supervised": {"grader": {"type": "math"}}}),
+     "method.supervised.grader", "no grader"),
+]
+for kwargs, param, text in cases:
+    try:
+        client.fine_tuning.jobs.create(model="tiny-judge", **kwargs)
+        raise SystemExit(f"expected 400 for {param}")
+    except openai.BadRequestError as e:
+        assert e.param == param and text in e.message, (e.param, param, e.message)
+assert [j.id for j in client.fine_tuning.jobs.list(limit=100).data] == before, "bad input enqueued nothing"
+print("JOBS", sft.id, dpo.id)
+print("SDK OK")
+"#;
+
+/// After the worker ran both jobs: their state, events, checkpoints, metrics and models.
+const TUNING_FINISHED_SCRIPT: &str = r#"
+import os, httpx
+from openai import OpenAI
+
+client = OpenAI()
+for job_id, metric in zip(os.environ["JOB"].split(), ["token_accuracy", "preference_accuracy"]):
+    job = client.fine_tuning.jobs.retrieve(job_id)
+    assert job.status == "succeeded" and job.fine_tuned_model, job
+    assert job.trained_tokens and job.trained_tokens > 0, job
+    messages = [e.message for e in client.fine_tuning.jobs.list_events(job_id, limit=100)]
+    assert any("validation loss" in m for m in messages), messages
+    steps = [c.step_number for c in client.fine_tuning.jobs.checkpoints.list(job_id).data]
+    assert sorted(steps) == [2, 4] if metric == "token_accuracy" else sorted(steps) == [2], (metric, steps)
+    reply = httpx.get(f"{os.environ['OPENAI_BASE_URL']}/fine_tuning/jobs/{job_id}/metrics",
+                      headers={"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"})
+    last = reply.json()["data"][-1]
+    assert metric in last["eval"] and "loss" in last, last
+print("SDK OK")
+"#;
+
+/// Runs every queued job of the test server's database to its end in-process, as a CPU worker
+/// over the server's store.
+async fn run_queued_jobs(pool: &sqlx::PgPool, server: &Server, jobs: usize) {
+    use verity_core::queue::{
+        run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo,
+    };
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(server._dir.path(), None).await.unwrap());
+    let handler = verity_worker::job::TrainingHandler::new(
+        store,
+        verity_worker::job::TrainingHandlerConfig {
+            cache_dir: server._dir.path().join("worker-cache"),
+            device: verity_worker::parse_device("cpu").unwrap(),
+            grader_workers: 1,
+        },
+    );
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let options = RunnerOptions { max_jobs: Some(jobs), ..RunnerOptions::default() };
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
+    let token = tokio_util::sync::CancellationToken::new();
+    let done = run_worker(queue, worker, Arc::new(handler), options, token).await;
+    assert_eq!(done, jobs);
+}
+
+/// The official SDK found in `var` creates supervised and DPO jobs (bad ones refused); a worker
+/// runs them through the real queue and store; the SDK reads their results.
+async fn sdk_trains_supervised_and_dpo(pool: sqlx::PgPool, var: &str) {
+    let Some(python) = tool(var) else { return };
+    let (server, key) = start(&pool).await;
+    let stdout = run_sdk(&python, TUNING_SCRIPT, &server, &key, "").await;
+    let jobs = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("JOBS "))
+        .unwrap_or_else(|| panic!("no JOBS line in {stdout}"))
+        .to_string();
+    run_queued_jobs(&pool, &server, 2).await;
+    run_sdk(&python, TUNING_FINISHED_SCRIPT, &server, &key, &jobs).await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_newest_trains_supervised_and_dpo(pool: sqlx::PgPool) {
+    sdk_trains_supervised_and_dpo(pool, "VERITY_TEST_PYTHON").await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_python_sdk_oldest_trains_supervised_and_dpo(pool: sqlx::PgPool) {
+    sdk_trains_supervised_and_dpo(pool, "VERITY_TEST_PYTHON_OLDEST").await;
 }
 
 const SIMILARITY_SCRIPT: &str = r#"

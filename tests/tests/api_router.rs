@@ -180,7 +180,9 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("training_file", json!("file-missing")), "training_file"),
         (with("training_file", json!(bad_file)), "training_file"),
         (with("validation_file", json!("file-missing")), "validation_file"),
-        (with("method", json!({"type": "supervised"})), "method.type"),
+        (with("method", json!({"type": "distillation"})), "method.type"),
+        // a supervised job reads chats: the prompt rows of this file have no assistant message
+        (with("method", json!({"type": "supervised"})), "training_file"),
         (with("method", json!({"type": "reinforcement"})), "method.reinforcement"),
         (
             with("method", json!({"type": "reinforcement", "reinforcement": {"grader": []}})),
@@ -1153,4 +1155,134 @@ async fn meteor_runs_and_cosine_without_an_embedding_model_is_a_400(pool: sqlx::
     );
     let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();
     assert_eq!(jobs, 0);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn supervised_and_dpo_jobs_check_their_rows_and_settings(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let id = |reply: Reply| reply.json()["id"].as_str().unwrap().to_string();
+    let chat =
+        r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}"#;
+    let pair = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"preferred_output":[{"role":"assistant","content":"a"}],"non_preferred_output":[{"role":"assistant","content":"b"}]}"#;
+    let chats =
+        id(upload(&app.router, &key, "c.jsonl", format!("{chat}\n{chat}\n").as_bytes()).await);
+    let pairs =
+        id(upload(&app.router, &key, "p.jsonl", format!("{pair}\n{pair}\n").as_bytes()).await);
+    let job = |file: &str, method: Value| json!({"model": "tiny", "training_file": file, "method": method});
+
+    let sft = post(&app.router, "/v1/fine_tuning/jobs", &key,
+        job(&chats, json!({"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 2, "batch_size": "auto"}}}))).await;
+    assert_eq!(sft.status, StatusCode::OK, "{}", String::from_utf8_lossy(&sft.bytes));
+    let body = sft.json();
+    let hp = &body["method"]["supervised"]["hyperparameters"];
+    assert_eq!((hp["n_epochs"].clone(), hp["batch_size"].clone()), (json!(2), json!(4)), "{body}");
+    assert_eq!(body["hyperparameters"], *hp, "the top-level echo is the method's");
+    let dpo =
+        post(&app.router, "/v1/fine_tuning/jobs", &key, job(&pairs, json!({"type": "dpo"}))).await;
+    assert_eq!(dpo.status, StatusCode::OK, "{}", String::from_utf8_lossy(&dpo.bytes));
+    assert_eq!(dpo.json()["method"]["dpo"]["hyperparameters"]["beta"], json!(0.1));
+    let listed = get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"]
+        .as_array()
+        .unwrap()
+        .len();
+
+    // rows a method cannot train on, refused at job creation with their line and field
+    let no_assistant = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+    let lone_user =
+        id(upload(&app.router, &key, "u.jsonl", format!("{chat}\n{no_assistant}\n").as_bytes())
+            .await);
+    let no_rejected = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"preferred_output":[{"role":"assistant","content":"a"}]}"#;
+    let half_pair =
+        id(upload(&app.router, &key, "h.jsonl", format!("{pair}\n{no_rejected}\n").as_bytes())
+            .await);
+    let no_preferred = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"non_preferred_output":[{"role":"assistant","content":"a"}]}"#;
+    let other_half =
+        id(upload(&app.router, &key, "o.jsonl", format!("{no_preferred}\n").as_bytes()).await);
+    // a weight other than 0 or 1 already fails the upload check
+    let weighted = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo","weight":2}]}"#;
+    let bad_weight =
+        upload(&app.router, &key, "w.jsonl", format!("{chat}\n{weighted}\n").as_bytes())
+            .await
+            .json();
+    assert_eq!(bad_weight["status"], "error", "{bad_weight}");
+    let details = bad_weight["status_details"].to_string();
+    assert!(details.contains("line 2") && details.contains("messages[1].weight"), "{details}");
+    let bad_weight = bad_weight["id"].as_str().unwrap().to_string();
+    let sft = json!({"type": "supervised"});
+    let cases = [
+        (job(&lone_user, sft.clone()), "training_file", "line 2: field `messages`"),
+        (
+            job(&half_pair, json!({"type": "dpo"})),
+            "training_file",
+            "line 2: field `non_preferred_output`",
+        ),
+        (
+            job(&other_half, json!({"type": "dpo"})),
+            "training_file",
+            "line 1: field `preferred_output`",
+        ),
+        (job(&bad_weight, sft.clone()), "training_file", "messages[1].weight"),
+        (job(&pairs, sft.clone()), "training_file", "line 1: field `messages`"),
+        (job(&chats, json!({"type": "dpo"})), "training_file", "line 1: field `input`"),
+        (
+            job(&pairs, json!({"type": "dpo", "dpo": {"hyperparameters": {"beta": 0}}})),
+            "method.dpo.hyperparameters.beta",
+            "(0, 100]",
+        ),
+        (
+            job(&pairs, json!({"type": "dpo", "dpo": {"hyperparameters": {"beta": -1}}})),
+            "method.dpo.hyperparameters.beta",
+            "(0, 100]",
+        ),
+        (
+            job(
+                &chats,
+                json!({"type": "supervised", "supervised": {"hyperparameters": {"beta": 0.1}}}),
+            ),
+            "method.supervised.hyperparameters.beta",
+            "DPO",
+        ),
+        (
+            job(&chats, json!({"type": "supervised", "supervised": {"grader": {"type": "math"}}})),
+            "method.supervised.grader",
+            "no grader",
+        ),
+        (
+            job(
+                &chats,
+                json!({"type": "supervised", "reinforcement": method()["reinforcement"].clone()}),
+            ),
+            "method.reinforcement",
+            "method.supervised",
+        ),
+        (
+            job(
+                &chats,
+                json!({"type": "supervised", "supervised": {"hyperparameters": {"group_size": 4}}}),
+            ),
+            "method.supervised.hyperparameters.group_size",
+            "",
+        ),
+        (
+            job(
+                &chats,
+                json!({"type": "reinforcement", "reinforcement": method()["reinforcement"].clone(), "supervised": {}}),
+            ),
+            "method.supervised",
+            "",
+        ),
+    ];
+    for (body, param, text) in cases {
+        let reply = post(&app.router, "/v1/fine_tuning/jobs", &key, body.clone()).await;
+        assert_error(&reply, StatusCode::BAD_REQUEST, Some(param));
+        let message = reply.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(message.contains(text), "{body}: {message}");
+    }
+    let after = get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, listed, "nothing enqueued");
 }

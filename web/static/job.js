@@ -22,23 +22,34 @@
     rows.forEach(function (r) { Object.keys(flatten(r, "", {})).forEach(function (k) { if (re.test(k)) seen[k] = 1; }); });
     return Object.keys(seen).sort();
   }
+  // The keys of `list` that some row has (a chart shows only the metrics its job's method writes).
+  function present(list) {
+    var seen = {};
+    rows.forEach(function (r) { Object.keys(flatten(r, "", {})).forEach(function (k) { seen[k] = 1; }); });
+    return list.filter(function (k) { return seen[k]; });
+  }
   var palette = ["#6366f1", "#10b981", "#f59e0b", "#ef4444", "#06b6d4", "#a855f7", "#84cc16", "#ec4899"];
 
   // Each chart: a title, a help line and its series (flat keys), or a pattern for dynamic ones.
   function definitions() {
     return [
-      { title: "Reward (mean ± std)", help: "Mean total reward; the band is ± one std.", band: true, keys: ["reward_mean"] },
+      { title: "Reward (mean ± std)", help: "Mean total reward; the band is ± one std.", band: true, keys: present(["reward_mean"]) },
       { title: "Reward per grader", help: "Mean score of each named grader.", keys: keysLike(/^reward_per_grader\..*\.mean$/) },
-      { title: "Accuracy", help: "Share of completions reaching the success threshold.", keys: ["accuracy"] },
+      { title: "Accuracy", help: "Share of completions reaching the success threshold.", keys: present(["accuracy"]) },
       { title: "Eval pass@k", help: "On the validation file, at eval steps.", keys: keysLike(/^eval\..*pass@/), points: true },
-      { title: "Completion length", help: "Mean and max tokens per completion.", keys: ["completion_length_mean", "completion_length_max"] },
-      { title: "Truncated fraction", help: "Completions cut at max_completion_tokens.", keys: ["truncated_fraction"] },
-      { title: "Entropy", help: "Mean per-token policy entropy; a collapse means no exploration.", keys: ["entropy"] },
-      { title: "KL", help: "To the reference (k3) and sampler vs trainer.", keys: ["kl", "sampler_kl"] },
-      { title: "Clip fraction", help: "Tokens clipped below / above the trust region.", keys: ["clip_fraction_low", "clip_fraction_high"] },
-      { title: "Zero-advantage fraction", help: "Groups whose completions all scored the same: nothing to learn.", keys: ["zero_advantage_group_fraction"] },
-      { title: "Grad norm", help: "Before clipping.", keys: ["grad_norm"] },
-      { title: "Time split (s)", help: "Seconds per step sampling, grading and training.", keys: ["sampling_seconds", "grading_seconds", "training_seconds"] },
+      { title: "Loss", help: "Training loss per step; validation loss at eval steps.", keys: present(["loss", "eval.loss"]), points: true },
+      { title: "Token accuracy", help: "Validation: share of assistant tokens the model predicts (argmax).", keys: present(["eval.token_accuracy"]), points: true },
+      { title: "Preference accuracy", help: "Pairs whose preferred response earns the higher implicit reward.", keys: present(["preference_accuracy", "eval.preference_accuracy"]) },
+      { title: "Reward margin", help: "β·(chosen − rejected) log-ratio to the reference, mean over pairs.", keys: present(["reward_margin", "eval.reward_margin"]) },
+      { title: "DPO rewards", help: "Implicit rewards β·(log π − log π_ref) of preferred and non-preferred responses.", keys: present(["chosen_reward", "rejected_reward"]) },
+      { title: "Completion length", help: "Mean and max tokens per completion.", keys: present(["completion_length_mean", "completion_length_max"]) },
+      { title: "Truncated fraction", help: "Completions cut at max_completion_tokens.", keys: present(["truncated_fraction"]) },
+      { title: "Entropy", help: "Mean per-token policy entropy; a collapse means no exploration.", keys: present(["entropy"]) },
+      { title: "KL", help: "To the reference (k3) and sampler vs trainer.", keys: present(["kl", "sampler_kl"]) },
+      { title: "Clip fraction", help: "Tokens clipped below / above the trust region.", keys: present(["clip_fraction_low", "clip_fraction_high"]) },
+      { title: "Zero-advantage fraction", help: "Groups whose completions all scored the same: nothing to learn.", keys: present(["zero_advantage_group_fraction"]) },
+      { title: "Grad norm", help: "Before clipping.", keys: present(["grad_norm"]) },
+      { title: "Time split (s)", help: "Seconds per step sampling, grading and training.", keys: present(["sampling_seconds", "grading_seconds", "training_seconds"]) },
     ];
   }
 

@@ -1,7 +1,9 @@
 // New-job page: loss presets come from /v1/verity/loss_presets, uploads go to /v1/files (the
 // API's validation; line errors shown), previews come from /files/{id}/preview, "Run grader"
 // calls /v1/fine_tuning/alpha/graders/run, and the form posts to /v1/fine_tuning/jobs. The
-// session cookie authenticates every call.
+// method choice shows its fields only (no grader for supervised and DPO; each hyperparameter
+// where the method has it, with that method's default). The session cookie authenticates every
+// call.
 (function () {
   var form = document.getElementById("job-form");
   if (!form) return;
@@ -49,6 +51,25 @@
       });
     });
   });
+
+  function method() {
+    var checked = document.querySelector('input[name="method"]:checked');
+    return checked ? checked.value : "reinforcement";
+  }
+  function showMethod() {
+    var m = method();
+    document.getElementById("grader-section").hidden = m !== "reinforcement";
+    document.querySelectorAll("[data-methods]").forEach(function (el) {
+      el.hidden = el.dataset.methods.split(" ").indexOf(m) < 0;
+    });
+    document.querySelectorAll("[data-method-help]").forEach(function (el) { el.hidden = el.dataset.methodHelp !== m; });
+    document.querySelectorAll("[data-hp][data-type=number]").forEach(function (el) {
+      var d = el.getAttribute("data-default-" + m);
+      if (d !== null) el.placeholder = d;
+    });
+  }
+  document.querySelectorAll('input[name="method"]').forEach(function (r) { r.addEventListener("change", showMethod); });
+  showMethod();
 
   function apiError(body, fallback) {
     var e = body && body.error;
@@ -120,18 +141,21 @@
     ev.preventDefault();
     var err = document.getElementById("form-error");
     err.hidden = true;
-    var spec;
-    try { spec = JSON.parse(grader.value); } catch (e) { err.textContent = "Grader is not valid JSON: " + e.message; err.hidden = false; return; }
+    var m = method(), spec;
+    if (m === "reinforcement") {
+      try { spec = JSON.parse(grader.value); } catch (e) { err.textContent = "Grader is not valid JSON: " + e.message; err.hidden = false; return; }
+    }
     var hp = {};
     document.querySelectorAll("[data-hp]").forEach(function (el) {
       var v = el.value.trim();
-      if (v === "") return;
+      if (v === "" || el.closest("[hidden]")) return;
       if (el.dataset.type === "number") hp[el.dataset.hp] = v === "auto" ? "auto" : Number(v);
       else if (el.dataset.type === "bool") hp[el.dataset.hp] = v === "true";
       else hp[el.dataset.hp] = v;
     });
     var body = { model: document.getElementById("model").value, training_file: document.getElementById("training-file").value || null,
-                 method: { type: "reinforcement", reinforcement: { grader: spec, hyperparameters: hp } } };
+                 method: { type: m } };
+    body.method[m] = m === "reinforcement" ? { grader: spec, hyperparameters: hp } : { hyperparameters: hp };
     var valid = document.getElementById("validation-file").value;
     if (valid) body.validation_file = valid;
     var suffix = document.getElementById("suffix").value.trim();

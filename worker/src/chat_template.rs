@@ -59,13 +59,31 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
+        self.render_with_tools(messages, None, add_generation_prompt, bos_token, eos_token)
+    }
+
+    /// [`ChatTemplate::render`] for messages of any serializable shape (OpenAI's chat messages
+    /// with `tool_calls`, `name`, …) and the chat's `tools` (left undefined when `None`).
+    pub fn render_with_tools<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<String> {
         let tmpl = self.env.get_template("chat").map_err(template_err)?;
-        tmpl.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => bos_token.unwrap_or(""),
-            eos_token => eos_token.unwrap_or(""),
-        })
+        let (bos_token, eos_token) = (bos_token.unwrap_or(""), eos_token.unwrap_or(""));
+        match tools {
+            None => tmpl.render(context! {
+                messages => messages, add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token, eos_token => eos_token,
+            }),
+            Some(tools) => tmpl.render(context! {
+                messages => messages, tools => tools, add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token, eos_token => eos_token,
+            }),
+        }
         .map_err(template_err)
     }
 }

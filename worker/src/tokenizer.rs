@@ -30,6 +30,10 @@ pub struct ChatTokenizer {
     pub eos_token_ids: Vec<u32>,
 }
 
+/// The chat layout of models without a chat template (supervised and DPO rows): each message's
+/// content then a newline, an assistant message's content followed by the EOS token.
+pub const PLAIN_CHAT_TEMPLATE: &str = "{% for m in messages %}{{ m.content }}{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}";
+
 fn tok_err(e: impl std::fmt::Display) -> WorkerError {
     WorkerError::Tokenizer(e.to_string())
 }
@@ -137,6 +141,31 @@ impl ChatTokenizer {
             self.special.bos.as_deref(),
             self.special.eos.as_deref(),
         )
+    }
+
+    /// Renders a chat of OpenAI-shaped messages (and `tools`) with the chat template; a model
+    /// without one renders [`PLAIN_CHAT_TEMPLATE`] (each message's content on its own line, the
+    /// assistant's followed by the EOS token).
+    pub fn render_chat(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let (bos, eos) = (self.special.bos.as_deref(), self.special.eos.as_deref());
+        match (&self.template, &self.chat_template_source) {
+            (Some(t), _) => t.render_with_tools(messages, tools, add_generation_prompt, bos, eos),
+            (None, Some(_)) => {
+                Err(WorkerError::Template("this model's chat template does not compile".into()))
+            }
+            (None, None) => ChatTemplate::new(PLAIN_CHAT_TEMPLATE)?.render_with_tools(
+                messages,
+                tools,
+                add_generation_prompt,
+                bos,
+                eos,
+            ),
+        }
     }
 
     /// The id used to pad batches (pad, else EOS, else 0); padded positions are masked anyway.

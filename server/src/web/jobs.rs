@@ -176,6 +176,7 @@ struct JobPage {
     terminal: bool,
     error: Option<String>,
     hyperparameters: String,
+    method: String,
     grader: String,
     metrics_json: String,
     warnings: Vec<String>,
@@ -222,7 +223,12 @@ async fn job_page(
         error: job.error.as_ref().filter(|_| job.state == "failed").map(|e| {
             e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
         }),
-        hyperparameters: pretty(method.pointer("/reinforcement/hyperparameters")),
+        hyperparameters: pretty(
+            method
+                .get(method.get("type").and_then(Value::as_str).unwrap_or("reinforcement"))
+                .and_then(|settings| settings.get("hyperparameters")),
+        ),
+        method: method.get("type").and_then(Value::as_str).unwrap_or("reinforcement").to_string(),
         grader: pretty(method.pointer("/reinforcement/grader")),
         metrics_json: script_json(&Value::Array(rows.clone())),
         warnings: warnings(&rows),

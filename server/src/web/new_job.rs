@@ -1,5 +1,6 @@
-//! The new-job page: base model, training and validation files (upload with preview and line
-//! errors), grader editor with templates and a Test grader panel, hyperparameters with presets
+//! The new-job page: base model, method (reinforcement, supervised or DPO), training and
+//! validation files (upload with preview and line errors), grader editor with templates and a
+//! Test grader panel (reinforcement only), the method's hyperparameters with presets
 //! (the losses from `verity_core::spec::Loss`, their values from `GET /v1/verity/loss_presets`).
 //! The page's script submits to the REST API (`/v1/files`, `/v1/fine_tuning/alpha/graders/run`,
 //! `/v1/fine_tuning/jobs`) with the session cookie, so validation is the API's own.
@@ -16,7 +17,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
-use verity_core::spec::{Hyperparameters, Loss};
+use verity_core::spec::{Hyperparameters, Loss, Method, MethodKind};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -31,25 +32,56 @@ pub struct Field {
     pub help: &'static str,
 }
 
-/// A field as shown, with its resolved default ([`Hyperparameters::resolved`] of the defaults,
-/// for the default loss) as placeholder.
+/// A field as shown, with its resolved default per method that has it (the resolved
+/// hyperparameters of each method's defaults, for the default loss) as placeholder; the page
+/// shows a field only for the methods listed.
 struct FieldRow {
     name: &'static str,
     help: &'static str,
     default: String,
+    defaults: Vec<(&'static str, String)>,
+}
+
+/// The resolved default hyperparameters of each method (`method.{type}.hyperparameters`).
+fn method_defaults() -> Vec<(&'static str, serde_json::Value)> {
+    [MethodKind::Reinforcement, MethodKind::Supervised, MethodKind::Dpo]
+        .into_iter()
+        .map(|kind| {
+            let name = kind.as_str();
+            let method = match kind {
+                MethodKind::Reinforcement => serde_json::json!({"type": name,
+                    "reinforcement": {"grader": {}, "hyperparameters": Hyperparameters::default()}}),
+                _ => serde_json::json!({ "type": name }),
+            };
+            let resolved = serde_json::from_value::<Method>(method)
+                .ok()
+                .and_then(|m| serde_json::to_value(m.resolved()).ok())
+                .and_then(|m| m.get(name).and_then(|s| s.get("hyperparameters")).cloned())
+                .unwrap_or_default();
+            (name, resolved)
+        })
+        .collect()
 }
 
 fn field_rows() -> Vec<FieldRow> {
-    let defaults = serde_json::to_value(Hyperparameters::default().resolved()).unwrap_or_default();
+    let methods = method_defaults();
+    let shown = |value: &serde_json::Value| match value {
+        serde_json::Value::Null => "auto".to_string(),
+        value => value.to_string(),
+    };
     FIELDS
         .iter()
-        .map(|f| FieldRow {
-            name: f.name,
-            help: f.help,
-            default: match defaults.get(f.name) {
-                None | Some(serde_json::Value::Null) => "auto".to_string(),
-                Some(value) => value.to_string(),
-            },
+        .map(|f| {
+            let defaults: Vec<(&'static str, String)> = methods
+                .iter()
+                .filter_map(|(name, hp)| hp.get(f.name).map(|v| (*name, shown(v))))
+                .collect();
+            FieldRow {
+                name: f.name,
+                help: f.help,
+                default: defaults.first().map(|(_, d)| d.clone()).unwrap_or_default(),
+                defaults,
+            }
         })
         .collect()
 }
@@ -60,7 +92,7 @@ pub const FIELDS: &[Field] = &[
         name: "max_steps",
         help: "Stop after this many steps (empty: one pass over the data).",
     },
-    Field { name: "batch_size", help: "Prompts per step." },
+    Field { name: "batch_size", help: "Prompts (supervised: chats; DPO: pairs) per step." },
     Field {
         name: "group_size",
         help: "Completions sampled per prompt; advantages compare within a group.",
@@ -68,7 +100,11 @@ pub const FIELDS: &[Field] = &[
     Field { name: "learning_rate", help: "Peak learning rate." },
     Field { name: "max_completion_tokens", help: "Longest completion, in tokens." },
     Field { name: "temperature", help: "Sampling temperature; lower explores less." },
-    Field { name: "beta", help: "KL coefficient to the reference model (0 = no reference)." },
+    Field {
+        name: "beta",
+        help: "Reinforcement: KL coefficient to the reference (0 = none). DPO: β, how far the \
+               policy may move from the start model.",
+    },
     Field { name: "epsilon_low", help: "Lower clip range (loss-dependent default)." },
     Field { name: "epsilon_high", help: "Upper clip range (DAPO raises it: clip-higher)." },
     Field { name: "micro_batch_size", help: "Completions per forward/backward pass (memory)." },
@@ -209,4 +245,21 @@ async fn new_job_page(
             .collect(),
         default_loss: Loss::default().as_str(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fields_show_for_the_methods_that_have_them() {
+        let rows = super::field_rows();
+        let methods = |name: &str| -> Vec<&str> {
+            let row = rows.iter().find(|r| r.name == name).expect("field");
+            row.defaults.iter().map(|(m, _)| *m).collect()
+        };
+        assert_eq!(methods("group_size"), vec!["reinforcement"]);
+        assert_eq!(methods("batch_size"), vec!["reinforcement", "supervised", "dpo"]);
+        assert_eq!(methods("beta"), vec!["reinforcement", "dpo"]);
+        let beta = rows.iter().find(|r| r.name == "beta").expect("beta");
+        assert_eq!(beta.defaults[1], ("dpo", "0.1".to_string()));
+    }
 }

@@ -4,7 +4,7 @@ use super::artifacts::{append_metrics_line, cached_folder, file_key, write_resul
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
-use crate::trainer::{Dataset, EvalMetrics, StepOutput, Trainer, TrainerError, TrainerOptions};
+use crate::trainer::{Dataset, Evaluation, StepOutput, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
 use candle_core::Device;
@@ -148,6 +148,37 @@ impl TrainingHandler {
             .map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
     }
 
+    /// Compiles a reinforcement job's grader, with its embedding model and judge attached.
+    async fn grader(&self, lease: &Lease, spec: &Value) -> Result<Grader, Stop> {
+        let grader = Grader::from_json(&spec.to_string())
+            .map_err(|e| user_error(format!("invalid grader: {e}")))?;
+        let pool = lease.queue().pool();
+        let grader = self
+            .embeddings
+            .attach(pool, self.store.as_ref(), lease.job().org_id, grader)
+            .await
+            .map_err(|(path, e)| match e {
+                EmbeddingSetupError::Database(e) => retryable("embedding model lookup", e),
+                e => user_error(format!("grader {path}: {e}")),
+            })?;
+        if !grader.uses_judge() {
+            return Ok(grader);
+        }
+        // the judge loads next to the policy; its prompts run batched on the same sampler
+        let judge = self
+            .judges
+            .judge_for(pool, self.store.as_ref(), lease.job().org_id, &grader)
+            .await
+            .map_err(|e| match e {
+                JudgeSetupError::Database(e) => retryable("judge lookup", e),
+                e @ JudgeSetupError::Fetch { transient: true, .. } => {
+                    retryable("fetching the judge", e)
+                }
+                e => user_error(format!("grader: {e}")),
+            })?;
+        Ok(grader.with_judge(judge))
+    }
+
     /// Builds the trainer from the job: spec, grader, model, data, latest checkpoint.
     async fn build(
         &self,
@@ -163,33 +194,10 @@ impl TrainingHandler {
         let method: Method =
             serde_json::from_value(spec).map_err(|e| user_error(format!("invalid method: {e}")))?;
         method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
-        let reinforcement = method.reinforcement().clone();
-        let grader = Grader::from_json(&reinforcement.grader.to_string())
-            .map_err(|e| user_error(format!("invalid grader: {e}")))?;
         let pool = lease.queue().pool();
-        let grader =
-            self.embeddings.attach(pool, self.store.as_ref(), job.org_id, grader).await.map_err(
-                |(path, e)| match e {
-                    EmbeddingSetupError::Database(e) => retryable("embedding model lookup", e),
-                    e => user_error(format!("grader {path}: {e}")),
-                },
-            )?;
-        let grader = if grader.uses_judge() {
-            // the judge loads next to the policy; its prompts run batched on the same sampler
-            let judge = self
-                .judges
-                .judge_for(pool, self.store.as_ref(), job.org_id, &grader)
-                .await
-                .map_err(|e| match e {
-                    JudgeSetupError::Database(e) => retryable("judge lookup", e),
-                    e @ JudgeSetupError::Fetch { transient: true, .. } => {
-                        retryable("fetching the judge", e)
-                    }
-                    e => user_error(format!("grader: {e}")),
-                })?;
-            grader.with_judge(judge)
-        } else {
-            grader
+        let grader = match method.reinforcement() {
+            Some(reinforcement) => Some(self.grader(lease, &reinforcement.grader).await?),
+            None => None,
         };
         let start = self.start_model(lease, heartbeat).await?;
         let training_file =
@@ -226,12 +234,30 @@ impl TrainingHandler {
             base_model: job.model.clone(),
             graders: self.graders.clone(),
         };
-        let hp = reinforcement.hyperparameters.clone();
+        let hp = method.training_hyperparameters();
         let model_name = job.model.clone();
         let built = tokio::task::spawn_blocking(move || -> Result<Trainer, Stop> {
             let loaded = start
                 .load(&device)
                 .map_err(|e| user_error(format!("model {model_name:?} cannot be loaded: {e}")))?;
+            let Some(grader) = grader else {
+                // supervised and DPO jobs: fixed targets, no grader
+                let train = format!("training file {training_file}");
+                let validation =
+                    validation_text.map(|(id, text)| (format!("validation file {id}"), text));
+                let mut trainer = Trainer::tuning(
+                    &method,
+                    loaded,
+                    (train.as_str(), train_text.as_str()),
+                    validation.as_ref().map(|(name, text)| (name.as_str(), text.as_str())),
+                    options,
+                )
+                .map_err(trainer_error)?;
+                if let Some(dir) = checkpoint_dir {
+                    trainer.restore(&dir).map_err(|e| retryable("restoring the checkpoint", e))?;
+                }
+                return Ok(trainer);
+            };
             let max_prompt = loaded
                 .model
                 .config
@@ -343,12 +369,11 @@ impl TrainingHandler {
         lease: &Lease,
         heartbeat: &Heartbeat,
         out: &StepOutput,
-        eval: Option<&EvalMetrics>,
+        eval: Option<&Evaluation>,
     ) -> Result<Value, Stop> {
         let job_id = &lease.job().id;
         let step = out.metrics.step;
-        let mut row =
-            serde_json::to_value(&out.metrics).map_err(|e| retryable("encoding metrics", e))?;
+        let mut row = out.row().map_err(|e| retryable("encoding metrics", e))?;
         if let (Some(eval), Some(map)) = (eval, row.as_object_mut()) {
             map.insert("eval".into(), serde_json::to_value(eval).unwrap_or(Value::Null));
         }
@@ -391,9 +416,16 @@ impl TrainingHandler {
         persist("writing metrics.jsonl", heartbeat, transient_chain, line)
             .await
             .map_err(|e| retryable("writing metrics.jsonl", e))?;
-        let summary =
-            json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss});
-        let message = format!("step {step}: reward {:.3}", out.metrics.reward_mean);
+        let (summary, message) = match &out.tuning {
+            None => (
+                json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss}),
+                format!("step {step}: reward {:.3}", out.metrics.reward_mean),
+            ),
+            Some(tuning) => (
+                json!({"step": step, "loss": tuning.loss}),
+                format!("step {step}: loss {:.4}", tuning.loss),
+            ),
+        };
         event(lease, heartbeat, EventLevel::Debug, "step", &message, Some(&summary)).await?;
         if let Some(eval) = eval {
             eval_event(lease, heartbeat, eval).await?;
@@ -402,9 +434,9 @@ impl TrainingHandler {
     }
 
     /// Evaluates in a blocking task; hands the trainer back.
-    async fn evaluate(&self, trainer: Trainer) -> Result<(Trainer, Option<EvalMetrics>), Stop> {
+    async fn evaluate(&self, trainer: Trainer) -> Result<(Trainer, Option<Evaluation>), Stop> {
         let (trainer, eval) = tokio::task::spawn_blocking(move || {
-            let eval = trainer.evaluate();
+            let eval = trainer.evaluation();
             (trainer, eval)
         })
         .await
@@ -514,9 +546,7 @@ impl TrainingHandler {
                 return Ok(JobOutcome::LeaseLost);
             }
             let step = trainer.step();
-            let eval_due = trainer.finished()
-                || (hp.eval_interval() > 0 && step % hp.eval_interval() as u64 == 0);
-            let eval = if eval_due {
+            let eval = if trainer.eval_due() {
                 let (returned, eval) = self.evaluate(trainer).await?;
                 trainer = returned;
                 eval
@@ -594,9 +624,9 @@ impl Pace {
 }
 
 /// An `eval` event carrying the validation results (step 0 is the baseline before training).
-async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &EvalMetrics) -> Result<(), Stop> {
+async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &Evaluation) -> Result<(), Stop> {
     let data = serde_json::to_value(eval).unwrap_or(Value::Null);
-    let message = format!("step {}: validation pass@1 {:.3}", eval.step, eval.pass_at_1());
+    let message = eval.summary();
     event(lease, heartbeat, EventLevel::Info, "eval", &message, Some(&data)).await
 }
 

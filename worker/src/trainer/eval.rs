@@ -54,7 +54,7 @@ impl Trainer {
         // decodes in batches as wide as training does.
         let prompts_per_call = (self.hp.batch_size() * self.hp.group_size() / n.max(1)).max(1);
         for chunk in examples.chunks(prompts_per_call) {
-            let (g, _) = self.rollout().run(&validation.examples, chunk, &params)?;
+            let (g, _) = self.rollout()?.run(&validation.examples, chunk, &params)?;
             groups.extend(g);
         }
         let mut total = 0.0;

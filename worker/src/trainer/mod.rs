@@ -1,24 +1,34 @@
 //! The GRPO-family trainer: rollouts → graders → rewards → group advantages → old/reference
 //! log-probs → μ passes of the policy loss over micro-batches → clipped AdamW step; evaluation
-//! with pass@k; checkpoints that resume with the same data order.
+//! with pass@k; checkpoints that resume with the same data order. Supervised and DPO jobs run
+//! in the same trainer with their own loss ([`tuning::Objective`]).
 
 pub mod bench;
+pub mod chat_rows;
 pub mod dataset;
 pub mod error;
 pub mod eval;
 pub mod learning;
+pub mod preference;
 pub mod rollout;
 pub mod state;
 pub mod step;
+pub mod supervised;
 pub mod testing;
+pub mod tuning;
 
 pub use bench::bench_grpo_step;
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;
 pub use learning::{learning_run, LearningRun};
+pub use preference::{load_preferences, PreferencePair, ReferenceLogprobs};
 pub use state::TrainerProgress;
 pub use step::{SampleRecord, StepOutput, Trainer, TrainerOptions};
+pub use supervised::{load_supervised, SupervisedExample};
+pub use tuning::{
+    Evaluation, Objective, PreferenceData, SupervisedData, TuningEval, TuningMetrics,
+};
 
 /// SplitMix64 finaliser.
 fn mix(mut z: u64) -> u64 {

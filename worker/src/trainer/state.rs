@@ -4,6 +4,8 @@
 use super::dataset::{DataCursor, DataOrder};
 use super::error::{Result, TrainerError};
 use super::step::Trainer;
+use super::tuning::{Objective, PreferenceData};
+use super::ReferenceLogprobs;
 use crate::checkpoint::{restore_weights, save_checkpoint};
 use crate::policy_optimizer::PolicyOptimizer;
 use serde::{Deserialize, Serialize};
@@ -11,6 +13,9 @@ use std::path::Path;
 
 /// File holding the trainer's progress inside a checkpoint folder.
 pub const PROGRESS_FILE: &str = "trainer_progress.json";
+
+/// File holding a DPO job's reference log-probs inside a checkpoint folder.
+pub const REFERENCE_FILE: &str = "dpo_reference.json";
 
 /// Everything besides tensors that a resumed run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +62,14 @@ impl Trainer {
             .map_err(|e| checkpoint_error(dir, e.to_string()))?;
         std::fs::write(dir.join(PROGRESS_FILE), json)
             .map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        if let Objective::Dpo(data) = &self.objective {
+            if let Some(reference) = &data.reference {
+                let json = serde_json::to_vec(reference)
+                    .map_err(|e| checkpoint_error(dir, e.to_string()))?;
+                std::fs::write(dir.join(REFERENCE_FILE), json)
+                    .map_err(|e| checkpoint_error(dir, format!("{REFERENCE_FILE}: {e}")))?;
+            }
+        }
         Ok(())
     }
 
@@ -76,6 +89,9 @@ impl Trainer {
                 ),
             ));
         }
+        if let Objective::Dpo(data) = &mut self.objective {
+            data.reference = restore_reference(dir, data)?;
+        }
         restore_weights(&mut self.model, dir)?;
         self.optimizer = PolicyOptimizer::restore(
             &self.model,
@@ -88,4 +104,22 @@ impl Trainer {
         self.order = DataOrder::new(progress.seed, self.train.len(), progress.cursor);
         Ok(())
     }
+}
+
+/// The reference log-probs saved beside a DPO checkpoint (`None` when the checkpoint predates
+/// them, i.e. was taken before the first step); they must cover the job's pairs.
+fn restore_reference(dir: &Path, data: &PreferenceData) -> Result<Option<ReferenceLogprobs>> {
+    let path = dir.join(REFERENCE_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let raw = std::fs::read(&path)
+        .map_err(|e| checkpoint_error(dir, format!("{REFERENCE_FILE}: {e}")))?;
+    let reference: ReferenceLogprobs = serde_json::from_slice(&raw)
+        .map_err(|e| checkpoint_error(dir, format!("{REFERENCE_FILE}: {e}")))?;
+    let validation = data.validation.as_ref().map_or(0, Vec::len);
+    if reference.train.len() != data.train.len() || reference.validation.len() != validation {
+        return Err(checkpoint_error(dir, "its DPO reference log-probs are for other files"));
+    }
+    Ok(Some(reference))
 }

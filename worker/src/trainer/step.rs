@@ -4,6 +4,7 @@ use super::dataset::{DataCursor, DataOrder, Dataset};
 use super::error::{Result, TrainerError};
 use super::mix_seed;
 use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
+use super::tuning::{Objective, TuningMetrics};
 use crate::error::WorkerError;
 use crate::grpo::{
     group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
@@ -71,26 +72,41 @@ pub struct SampleRecord {
     pub finish_reason: String,
     /// Completion length in tokens.
     pub tokens: usize,
+    /// The row's target (supervised and DPO samples: the assistant message trained on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 /// What one step produced.
 #[derive(Debug, Clone)]
 pub struct StepOutput {
-    /// The step's metrics.
+    /// The step's metrics (of a supervised or DPO step only the fields every method has: step,
+    /// loss, grad norm, learning rate, tokens, time).
     pub metrics: StepMetrics,
+    /// The metrics of a supervised or DPO step (its metrics row).
+    pub tuning: Option<TuningMetrics>,
     /// Every completion of the step.
     pub samples: Vec<SampleRecord>,
 }
 
-/// The trainer: model, reference, optimizer, data order and grader.
+impl StepOutput {
+    /// The step's metrics row as stored.
+    pub fn row(&self) -> serde_json::Result<serde_json::Value> {
+        match &self.tuning {
+            Some(tuning) => serde_json::to_value(tuning),
+            None => serde_json::to_value(&self.metrics),
+        }
+    }
+}
+
+/// The trainer: model, reference, optimizer, data order and objective (grader or targets).
 pub struct Trainer {
     /// The policy being trained.
     pub model: Transformer,
     /// Its tokenizer.
     pub tokenizer: ChatTokenizer,
     pub(super) reference: Option<Transformer>,
-    pub(super) grader: Grader,
-    pub(super) grader_name: String,
+    pub(super) objective: Objective,
     pub(super) pool: GraderPool,
     pub(super) hp: Hyperparameters,
     pub(super) loss: LossConfig,
@@ -214,15 +230,30 @@ struct Batch {
 }
 
 impl Trainer {
-    /// Builds a trainer for `model` (already loaded, without adapters) on `train` with
-    /// optional `validation`; enables LoRA when the hyperparameters ask for it.
+    /// Builds a reinforcement trainer for `model` (already loaded, without adapters) on `train`
+    /// with optional `validation`, scored by `grader`; enables LoRA when the hyperparameters
+    /// ask for it.
     pub fn new(
-        mut model: Transformer,
+        model: Transformer,
         tokenizer: ChatTokenizer,
         grader: Grader,
         hp: Hyperparameters,
         train: Dataset,
         validation: Option<Dataset>,
+        options: TrainerOptions,
+    ) -> Result<Trainer> {
+        let objective = Objective::reinforcement(grader);
+        Trainer::with_objective(model, tokenizer, objective, hp, (train, validation), options)
+    }
+
+    /// Builds a trainer of any [`Objective`]; `data` are the training and validation prompts
+    /// (for a supervised or DPO objective, those of its rows, in the same order).
+    pub fn with_objective(
+        mut model: Transformer,
+        tokenizer: ChatTokenizer,
+        objective: Objective,
+        hp: Hyperparameters,
+        (train, validation): (Dataset, Option<Dataset>),
         options: TrainerOptions,
     ) -> Result<Trainer> {
         hp.validate("hyperparameters").map_err(|e| TrainerError::Config(e.to_string()))?;
@@ -257,14 +288,12 @@ impl Trainer {
             schedule,
             hp.max_grad_norm,
         );
-        let grader_name = grader.spec().name().unwrap_or(grader.spec().kind()).to_string();
         let order = DataOrder::new(seed, train.len(), DataCursor::default());
         Ok(Trainer {
             model,
             tokenizer,
             reference,
-            grader,
-            grader_name,
+            objective,
             pool: options.graders.clone(),
             hp,
             loss,
@@ -322,12 +351,18 @@ impl Trainer {
         }
     }
 
-    pub(super) fn rollout(&self) -> Rollout<'_> {
-        Rollout {
-            model: &self.model,
-            tokenizer: &self.tokenizer,
-            grader: &self.grader,
-            pool: &self.pool,
+    pub(super) fn rollout(&self) -> Result<Rollout<'_>> {
+        let Objective::Reinforcement { grader, .. } = &self.objective else {
+            return Err(TrainerError::Config("only reinforcement jobs sample rollouts".into()));
+        };
+        Ok(Rollout { model: &self.model, tokenizer: &self.tokenizer, grader, pool: &self.pool })
+    }
+
+    /// The grader's name in per-grader metrics.
+    fn grader_name(&self) -> &str {
+        match &self.objective {
+            Objective::Reinforcement { name, .. } => name,
+            _ => "",
         }
     }
 
@@ -340,7 +375,7 @@ impl Trainer {
         if !self.hp.dynamic_sampling {
             let examples: Vec<usize> = (0..batch).map(|_| self.order.next_index()).collect();
             let params = self.sampling_params(group, mix_seed(self.seed, &[step, 0]));
-            let (groups, t) = self.rollout().run(&self.train.examples, &examples, &params)?;
+            let (groups, t) = self.rollout()?.run(&self.train.examples, &examples, &params)?;
             times.add(t);
             return Ok((groups, batch, times));
         }
@@ -351,7 +386,7 @@ impl Trainer {
             let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
             let examples: Vec<usize> = (0..count).map(|_| self.order.next_index()).collect();
             let params = self.sampling_params(group, mix_seed(self.seed, &[step, round]));
-            let (groups, t) = self.rollout().run(&self.train.examples, &examples, &params)?;
+            let (groups, t) = self.rollout()?.run(&self.train.examples, &examples, &params)?;
             times.add(t);
             for g in groups {
                 let rewards = g.rewards();
@@ -379,6 +414,14 @@ impl Trainer {
 
     /// Runs one training step and returns its metrics and samples.
     pub fn train_step(&mut self) -> Result<StepOutput> {
+        match self.objective {
+            Objective::Reinforcement { .. } => self.reinforcement_step(),
+            _ => self.tuning_step(),
+        }
+    }
+
+    /// One GRPO-family step: rollouts, rewards, advantages, μ passes of the policy loss.
+    fn reinforcement_step(&mut self) -> Result<StepOutput> {
         let step = self.step + 1;
         let (groups, groups_drawn, times) = self.draw_groups(step)?;
         let group_size = self.hp.group_size();
@@ -428,7 +471,7 @@ impl Trainer {
         let mut per_grader: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for g in &groups {
             for grade in g.grades.iter().filter(|g| !g.is_error()) {
-                for (name, score) in per_grader_scores(grade, &self.grader_name) {
+                for (name, score) in per_grader_scores(grade, self.grader_name()) {
                     per_grader.entry(name).or_default().push(score);
                 }
             }
@@ -481,7 +524,7 @@ impl Trainer {
         }
         metrics.training_seconds = started.elapsed().as_secs_f64();
         self.step = step;
-        Ok(StepOutput { metrics, samples })
+        Ok(StepOutput { metrics, tuning: None, samples })
     }
 
     fn sample_records(
@@ -504,17 +547,29 @@ impl Trainer {
                     prompt: self.train.examples[g.example].prompt_text.clone(),
                     completion: text.clone(),
                     score: grade.score,
-                    per_grader: per_grader_scores(grade, &self.grader_name),
+                    per_grader: per_grader_scores(grade, self.grader_name()),
                     reason: grade.reason.clone(),
                     grader_error: grade.error.as_ref().map(|e| e.message.clone()),
                     reward: rewards.get(idx).copied().unwrap_or(0.0),
                     advantage: advantages.get(idx).copied().unwrap_or(0.0),
                     finish_reason: finish_reason_name(c.finish_reason).to_string(),
                     tokens: c.token_ids.len(),
+                    reference: None,
                 });
             }
         }
         out
+    }
+
+    /// The optimizer's step; a non-finite gradient is the user's to fix (a lower learning rate).
+    pub(super) fn optimizer_step(&mut self) -> Result<crate::policy_optimizer::StepStats> {
+        self.optimizer.step().map_err(|e| match e {
+            WorkerError::NonFiniteGradient { norm } => TrainerError::Config(format!(
+                "the gradient norm is {norm} at step {}; lower the learning rate",
+                self.step + 1
+            )),
+            other => other.into(),
+        })
     }
 
     /// Old/reference log-probs, then μ passes of the loss over micro-batches, each ending in a
@@ -606,13 +661,7 @@ impl Trainer {
                 stats.merge(&output.stats);
                 self.optimizer.backward_layered(&output.loss, tape, 1.0)?;
             }
-            let update = self.optimizer.step().map_err(|e| match e {
-                WorkerError::NonFiniteGradient { norm } => TrainerError::Config(format!(
-                    "the gradient norm is {norm} at step {}; lower the learning rate",
-                    self.step + 1
-                )),
-                other => other.into(),
-            })?;
+            let update = self.optimizer_step()?;
             metrics.grad_norm = update.grad_norm;
             metrics.learning_rate = update.lr;
         }

@@ -1,10 +1,11 @@
 //! Incremental validation of JSONL datasets: each non-blank line is an object with `messages`
-//! (a list of `{role, content}`) or `prompt` (a non-empty string), the prompt the worker renders;
-//! when a job names the file, also the `item` fields its grader reads. Fed chunk by chunk, while
-//! uploading and when a job is created.
+//! (a list of `{role, content}`) or `prompt` (a non-empty string), the prompt the worker renders,
+//! or a DPO preference row (`input.messages`, `preferred_output`, `non_preferred_output`); when a
+//! job names the file, the rows its method needs ([`RowFormat`]) and the `item` fields its grader
+//! reads. Fed chunk by chunk, while uploading and when a job is created.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use verity_verifiers::template::item_has_path;
 
 /// Longest line kept in memory for validation.
@@ -34,6 +35,20 @@ impl std::fmt::Display for LineError {
     }
 }
 
+/// The rows a file must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowFormat {
+    /// Any row some method can train on (the upload check): a prompt row or a preference row.
+    #[default]
+    Any,
+    /// A prompt to sample from (`messages` or `prompt`): reinforcement jobs.
+    Prompt,
+    /// A chat with at least one assistant message of weight 1: supervised jobs.
+    Supervised,
+    /// A preference pair: DPO jobs.
+    Preference,
+}
+
 /// Validates a stream of bytes line by line.
 #[derive(Debug)]
 pub struct JsonlValidator {
@@ -44,6 +59,7 @@ pub struct JsonlValidator {
     max_errors: usize,
     overlong: bool,
     required: Vec<Vec<String>>,
+    format: RowFormat,
 }
 
 impl Default for JsonlValidator {
@@ -57,6 +73,7 @@ impl Default for JsonlValidator {
             max_errors: 1,
             overlong: false,
             required: Vec::new(),
+            format: RowFormat::Any,
         }
     }
 }
@@ -65,7 +82,13 @@ impl JsonlValidator {
     /// The job check: a prompt and every `item` path of `required` (the fields a grader reads,
     /// see `Grader::item_fields`) on every line, collecting up to [`MAX_LINE_ERRORS`] problems.
     pub fn requiring(required: Vec<Vec<String>>) -> Self {
-        Self { required, max_errors: MAX_LINE_ERRORS, ..Self::default() }
+        Self { required, max_errors: MAX_LINE_ERRORS, format: RowFormat::Prompt, ..Self::default() }
+    }
+
+    /// The job check of a supervised or DPO file: rows of `format` on every line, collecting up
+    /// to [`MAX_LINE_ERRORS`] problems.
+    pub fn for_format(format: RowFormat) -> Self {
+        Self { format, max_errors: MAX_LINE_ERRORS, ..Self::default() }
     }
 
     /// Whether the validator has all the problems it collects (feeding more is wasted work).
@@ -133,7 +156,7 @@ impl JsonlValidator {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match check_record(&line, &self.required) {
+        match check_record(&line, &self.required, self.format) {
             Ok(()) => self.records += 1,
             Err((field, reason)) => self.fail(&field, reason),
         }
@@ -144,14 +167,24 @@ impl JsonlValidator {
     }
 }
 
-/// Checks one record: its prompt, then each `item` path of `required`; on failure, the field
-/// (a JSON path inside the record) and the reason.
-pub fn check_record(line: &[u8], required: &[Vec<String>]) -> Result<(), (String, String)> {
+/// Checks one record as `format` says: its prompt, chat or preference pair, then each `item`
+/// path of `required`; on failure, the field (a JSON path inside the record) and the reason.
+pub fn check_record(
+    line: &[u8],
+    required: &[Vec<String>],
+    format: RowFormat,
+) -> Result<(), (String, String)> {
     let value: Value =
         serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
     let Value::Object(record) = &value else {
         return Err((String::new(), "each line must be a JSON object".into()));
     };
+    match format {
+        RowFormat::Preference => return check_preference(record),
+        RowFormat::Any if is_preference(record) => return check_preference(record),
+        RowFormat::Supervised => return check_supervised(record),
+        RowFormat::Any | RowFormat::Prompt => {}
+    }
     match (record.get("messages"), record.get("prompt")) {
         (None, None) => {
             return Err((
@@ -159,7 +192,7 @@ pub fn check_record(line: &[u8], required: &[Vec<String>]) -> Result<(), (String
                 "each record needs `messages` (a chat list) or `prompt` (a string)".into(),
             ))
         }
-        (Some(messages), _) => check_messages(messages)?,
+        (Some(messages), _) => check_messages("messages", messages)?,
         (None, Some(Value::String(prompt))) if !prompt.is_empty() => {}
         (None, Some(_)) => return Err(("prompt".into(), "must be a non-empty string".into())),
     }
@@ -175,39 +208,138 @@ pub fn check_record(line: &[u8], required: &[Vec<String>]) -> Result<(), (String
     Ok(())
 }
 
-fn check_messages(messages: &Value) -> Result<(), (String, String)> {
+/// Whether a row is meant as a preference pair: it has an output, or an `input` and no prompt
+/// (a prompt row may carry an `input` field for its grader).
+fn is_preference(record: &Map<String, Value>) -> bool {
+    record.contains_key("preferred_output")
+        || record.contains_key("non_preferred_output")
+        || (record.contains_key("input")
+            && !record.contains_key("messages")
+            && !record.contains_key("prompt"))
+}
+
+/// A supervised row: a chat (`messages`, optional `tools`) with an assistant message to train on.
+fn check_supervised(record: &Map<String, Value>) -> Result<(), (String, String)> {
+    let Some(messages) = record.get("messages") else {
+        return Err((
+            "messages".into(),
+            "missing; a supervised row is a chat: {\"messages\": [{role, content}, …]}".into(),
+        ));
+    };
+    check_messages("messages", messages)?;
+    check_tools(record, "tools")?;
+    let list = messages.as_array().map(Vec::as_slice).unwrap_or_default();
+    let assistants: Vec<&Value> = list
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .collect();
+    if assistants.is_empty() {
+        return Err((
+            "messages".into(),
+            "no assistant message; supervised training learns the assistant's replies".into(),
+        ));
+    }
+    if assistants.iter().all(|m| m.get("weight").and_then(Value::as_f64) == Some(0.0)) {
+        return Err(("messages".into(), "every assistant message has weight 0".into()));
+    }
+    Ok(())
+}
+
+/// A DPO row: `input` (`messages`, optional `tools`), `preferred_output` and
+/// `non_preferred_output` (non-empty lists of assistant messages).
+fn check_preference(record: &Map<String, Value>) -> Result<(), (String, String)> {
+    let Some(Value::Object(input)) = record.get("input") else {
+        return Err((
+            "input".into(),
+            "missing or not an object; a DPO row is {\"input\": {\"messages\": […]}, \
+             \"preferred_output\": […], \"non_preferred_output\": […]}"
+                .into(),
+        ));
+    };
+    let messages = input
+        .get("messages")
+        .ok_or_else(|| ("input.messages".to_string(), "missing".to_string()))?;
+    check_messages("input.messages", messages)?;
+    check_tools(input, "input.tools")?;
+    for field in ["preferred_output", "non_preferred_output"] {
+        let output = record.get(field).ok_or_else(|| {
+            (
+                field.to_string(),
+                "missing; a DPO row needs both outputs (lists of assistant messages)".to_string(),
+            )
+        })?;
+        check_messages(field, output)?;
+        let list = output.as_array().map(Vec::as_slice).unwrap_or_default();
+        if let Some(i) =
+            list.iter().position(|m| m.get("role").and_then(Value::as_str) != Some("assistant"))
+        {
+            return Err((format!("{field}[{i}].role"), "must be \"assistant\"".into()));
+        }
+    }
+    Ok(())
+}
+
+/// `tools`, when present, is a list.
+fn check_tools(record: &Map<String, Value>, field: &str) -> Result<(), (String, String)> {
+    match record.get(field.rsplit('.').next().unwrap_or(field)) {
+        None | Some(Value::Null) | Some(Value::Array(_)) => Ok(()),
+        Some(_) => Err((field.into(), "must be a list of tool definitions".into())),
+    }
+}
+
+/// A chat at `field`: a non-empty list of `{role, content}` objects; an assistant message may
+/// have a `weight` of 0 or 1 and, when it calls tools (`tool_calls`), no content.
+fn check_messages(field: &str, messages: &Value) -> Result<(), (String, String)> {
     let Value::Array(list) = messages else {
-        return Err(("messages".into(), "must be a list of {role, content} objects".into()));
+        return Err((field.into(), "must be a list of {role, content} objects".into()));
     };
     if list.is_empty() {
-        return Err(("messages".into(), "must not be empty".into()));
+        return Err((field.into(), "must not be empty".into()));
     }
     for (i, message) in list.iter().enumerate() {
         let Value::Object(message) = message else {
             return Err((
-                format!("messages[{i}]"),
+                format!("{field}[{i}]"),
                 "must be an object with role and content".into(),
             ));
         };
-        match message.get("role") {
+        let role = match message.get("role") {
             Some(Value::String(role))
                 if matches!(
                     role.as_str(),
                     "system" | "developer" | "user" | "assistant" | "tool"
-                ) => {}
+                ) =>
+            {
+                role.as_str()
+            }
             Some(Value::String(role)) => {
                 return Err((
-                    format!("messages[{i}].role"),
+                    format!("{field}[{i}].role"),
                     format!("unknown role {role:?} (system, developer, user, assistant or tool)"),
                 ))
             }
-            Some(_) => return Err((format!("messages[{i}].role"), "must be a string".into())),
-            None => return Err((format!("messages[{i}].role"), "missing".into())),
-        }
+            Some(_) => return Err((format!("{field}[{i}].role"), "must be a string".into())),
+            None => return Err((format!("{field}[{i}].role"), "missing".into())),
+        };
+        let calls_tools = role == "assistant" && message.contains_key("tool_calls");
         match message.get("content") {
-            Some(Value::String(_)) => {}
-            Some(_) => return Err((format!("messages[{i}].content"), "must be a string".into())),
-            None => return Err((format!("messages[{i}].content"), "missing".into())),
+            Some(Value::String(_)) | Some(Value::Array(_)) => {}
+            None | Some(Value::Null) if calls_tools => {}
+            Some(_) => return Err((format!("{field}[{i}].content"), "must be a string".into())),
+            None => return Err((format!("{field}[{i}].content"), "missing".into())),
+        }
+        match message.get("weight") {
+            None => {}
+            Some(_) if role != "assistant" => {
+                return Err((
+                    format!("{field}[{i}].weight"),
+                    "only assistant messages have a weight".into(),
+                ))
+            }
+            Some(w) if w.as_f64() == Some(0.0) || w.as_f64() == Some(1.0) => {}
+            Some(w) => {
+                return Err((format!("{field}[{i}].weight"), format!("must be 0 or 1, got {w}")))
+            }
         }
     }
     Ok(())
@@ -281,5 +413,41 @@ mod tests {
         assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
         // the upload check stops at the first
         assert_eq!(validate("[1]\n[2]\n", 1).unwrap_err().line, 1);
+    }
+
+    fn format(text: &str, format: RowFormat) -> Result<u64, Vec<LineError>> {
+        let mut v = JsonlValidator::for_format(format);
+        v.feed(text.as_bytes());
+        v.finish_all()
+    }
+
+    #[test]
+    fn supervised_and_preference_rows_name_line_and_field() {
+        let chat = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo","weight":1}]}"#;
+        let pair = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"preferred_output":[{"role":"assistant","content":"a"}],"non_preferred_output":[{"role":"assistant","content":"b"}]}"#;
+        assert_eq!(format(&format!("{chat}\n"), RowFormat::Supervised), Ok(1));
+        assert_eq!(format(&format!("{pair}\n"), RowFormat::Preference), Ok(1));
+        // the upload check accepts both kinds
+        assert_eq!(validate(&format!("{chat}\n{pair}\n"), 7), Ok(2));
+        let at = |text: &str, f: RowFormat| {
+            let first = if f == RowFormat::Preference { pair } else { chat };
+            let errors = format(&format!("{first}\n{text}\n"), f).unwrap_err();
+            (errors[0].line, errors[0].field.clone())
+        };
+        let no_assistant = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(at(no_assistant, RowFormat::Supervised), (2, "messages".into()));
+        let weight = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a","weight":0.5}]}"#;
+        assert_eq!(at(weight, RowFormat::Supervised), (2, "messages[1].weight".into()));
+        assert_eq!(validate(weight, 3).unwrap_err().field, "messages[1].weight");
+        let all_zero = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a","weight":0}]}"#;
+        assert_eq!(at(all_zero, RowFormat::Supervised), (2, "messages".into()));
+        let no_preferred = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"non_preferred_output":[{"role":"assistant","content":"b"}]}"#;
+        assert_eq!(at(no_preferred, RowFormat::Preference), (2, "preferred_output".into()));
+        let no_rejected = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"preferred_output":[{"role":"assistant","content":"b"}]}"#;
+        assert_eq!(at(no_rejected, RowFormat::Preference), (2, "non_preferred_output".into()));
+        let user_output = r#"{"input":{"messages":[{"role":"user","content":"hi"}]},"preferred_output":[{"role":"user","content":"a"}],"non_preferred_output":[{"role":"assistant","content":"b"}]}"#;
+        assert_eq!(at(user_output, RowFormat::Preference), (2, "preferred_output[0].role".into()));
+        assert_eq!(at(chat, RowFormat::Preference), (2, "input".into()));
+        assert_eq!(at(pair, RowFormat::Supervised), (2, "messages".into()));
     }
 }

@@ -52,7 +52,8 @@ pub struct CreateJobRequest {
     pub suffix: Option<String>,
     /// Seed (random when absent).
     pub seed: Option<i64>,
-    /// `{type: "reinforcement", reinforcement: {grader, hyperparameters}}`.
+    /// `{type: "reinforcement", reinforcement: {grader, hyperparameters}}`, `{type:
+    /// "supervised", supervised: {hyperparameters}}` or `{type: "dpo", dpo: {hyperparameters}}`.
     #[schema(value_type = Object)]
     pub method: Option<Value>,
     /// Up to 16 string pairs (keys up to 64 characters, values up to 512).
@@ -61,7 +62,7 @@ pub struct CreateJobRequest {
     /// Refused unless null or empty: Verity has no integrations.
     #[schema(value_type = Option<Vec<Object>>)]
     pub integrations: Option<Value>,
-    /// Deprecated by OpenAI; refused unless null (use `method.reinforcement.hyperparameters`).
+    /// Deprecated by OpenAI; refused unless null (use `method.{type}.hyperparameters`).
     #[schema(value_type = Option<Object>)]
     pub hyperparameters: Option<Value>,
 }
@@ -112,13 +113,16 @@ pub async fn create_job(
         reject_nul_json("metadata", metadata)?;
     }
     validate::refuse_unsupported(request.integrations.as_ref(), request.hyperparameters.as_ref())?;
-    let (method, grader) = validate::validate_method(request.method.as_ref())?;
+    let method = validate::validate_method(request.method.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
     validate::validate_model(&state, &principal, &model).await?;
-    validate::validate_judges(&state, &principal, "method.reinforcement.grader", &grader).await?;
-    let embedding = crate::api::graders::validate_embedding_models;
-    embedding(&state, &principal, "method.reinforcement.grader", &grader).await?;
+    if let Some(grader) = &method.grader {
+        validate::validate_judges(&state, &principal, "method.reinforcement.grader", grader)
+            .await?;
+        let embedding = crate::api::graders::validate_embedding_models;
+        embedding(&state, &principal, "method.reinforcement.grader", grader).await?;
+    }
     let training =
         validate::validate_file(&state, &principal, "training_file", &training_file).await?;
     let validation = match &request.validation_file {
@@ -126,12 +130,12 @@ pub async fn create_job(
         None => None,
     };
     // Rows are read last: the cheap checks above answer first.
-    validate::validate_rows(&state, "training_file", &training, &grader).await?;
+    validate::validate_rows(&state, "training_file", &training, method.rows()).await?;
     if let Some(validation) = &validation {
-        validate::validate_rows(&state, "validation_file", validation, &grader).await?;
+        validate::validate_rows(&state, "validation_file", validation, method.rows()).await?;
     }
     let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
-    let mut job = NewJob::new(principal.org_id, model, json!({ "method": method }));
+    let mut job = NewJob::new(principal.org_id, model, json!({ "method": method.resolved }));
     job.created_by = Some(principal.user_id);
     job.training_file = Some(training_file);
     job.validation_file = request.validation_file;

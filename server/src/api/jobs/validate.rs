@@ -2,11 +2,12 @@
 
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::files::jsonl::{JsonlValidator, LineError};
+use crate::api::files::jsonl::{JsonlValidator, LineError, RowFormat};
 use crate::api::state::AppState;
 use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 use verity_core::files::FileRecord;
+use verity_core::spec::{Hyperparameters, Method, MethodKind, TuningHyperparameters};
 use verity_verifiers::Grader;
 
 /// Bytes read from the store per step when checking a file's rows.
@@ -17,81 +18,128 @@ pub fn validate_grader(grader: &Value) -> Result<Grader, ApiError> {
     crate::api::graders::parse_grader("method.reinforcement.grader", grader)
 }
 
-/// The JSON path of the hyperparameters in a job body.
-const HYPERPARAMETERS: &str = "method.reinforcement.hyperparameters";
-
-/// Parses the hyperparameters object, naming the offending field's JSON path when one fails
-/// (`method.reinforcement.hyperparameters.compute_multiplier`, or the object for an unknown
-/// field).
-fn parse_hyperparameters(value: Value) -> ApiResult<verity_core::spec::Hyperparameters> {
+/// Parses a hyperparameters object at JSON path `at`, naming the offending field's path when
+/// one fails (`method.reinforcement.hyperparameters.compute_multiplier`, or the object for an
+/// unknown field).
+fn parse_hyperparameters<T: serde::de::DeserializeOwned>(at: &str, value: Value) -> ApiResult<T> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let param = if path == "." || path.is_empty() {
-            HYPERPARAMETERS.to_string()
-        } else {
-            format!("{HYPERPARAMETERS}.{path}")
-        };
+        let param =
+            if path == "." || path.is_empty() { at.to_string() } else { format!("{at}.{path}") };
         ApiError::invalid(param, e.into_inner().to_string())
     })
 }
 
-/// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`; the
-/// method with every hyperparameter default resolved (what the job stores, runs and echoes), and
-/// its compiled grader.
-pub fn validate_method(method: Option<&Value>) -> ApiResult<(Value, Grader)> {
-    let method = method
-        .ok_or_else(|| ApiError::invalid("method", "missing `method` (type \"reinforcement\")"))?;
+/// A checked `method`: resolved, with its grader (reinforcement jobs only).
+pub struct CheckedMethod {
+    /// The method with every hyperparameter default resolved (what the job stores, runs and
+    /// echoes).
+    pub resolved: Value,
+    /// Which method.
+    pub kind: MethodKind,
+    /// The compiled grader of a reinforcement job.
+    pub grader: Option<Grader>,
+}
+
+impl CheckedMethod {
+    /// The row check of the job's files: a prompt and the fields the grader reads
+    /// (reinforcement), a chat with an assistant message (supervised), a preference pair (DPO).
+    pub fn rows(&self) -> JsonlValidator {
+        match (&self.grader, self.kind) {
+            (Some(grader), _) => JsonlValidator::requiring(grader.item_fields()),
+            (None, MethodKind::Dpo) => JsonlValidator::for_format(RowFormat::Preference),
+            (None, _) => JsonlValidator::for_format(RowFormat::Supervised),
+        }
+    }
+}
+
+/// Checks `method`: `{type: "reinforcement", reinforcement: {grader, hyperparameters?}}`,
+/// `{type: "supervised", supervised?: {hyperparameters?}}` or `{type: "dpo", dpo?:
+/// {hyperparameters?}}`.
+pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
+    let method = method.ok_or_else(|| {
+        ApiError::invalid("method", "missing `method` (type reinforcement, supervised or dpo)")
+    })?;
     let Value::Object(fields) = method else {
         return Err(ApiError::invalid("method", "must be an object"));
     };
-    match fields.get("type") {
-        Some(Value::String(kind)) if kind == "reinforcement" => {}
-        Some(Value::String(kind)) => {
+    let kind = match fields.get("type").and_then(Value::as_str) {
+        Some("reinforcement") => MethodKind::Reinforcement,
+        Some("supervised") => MethodKind::Supervised,
+        Some("dpo") => MethodKind::Dpo,
+        Some(kind) => {
             return Err(ApiError::invalid(
                 "method.type",
                 format!(
-                    "unsupported method {kind:?}; Verity trains \"reinforcement\" jobs \
-                     (supervised and dpo are not offered)"
+                    "unsupported method {kind:?}; Verity trains \"reinforcement\", \
+                     \"supervised\" and \"dpo\" jobs"
                 ),
             ))
         }
-        _ => {
+        None => {
             return Err(ApiError::invalid(
                 "method.type",
-                "missing method type (use \"reinforcement\")",
+                "missing method type (reinforcement, supervised or dpo)",
             ))
         }
+    };
+    let name = kind.as_str();
+    for other in [MethodKind::Reinforcement, MethodKind::Supervised, MethodKind::Dpo] {
+        if other != kind && fields.contains_key(other.as_str()) {
+            return Err(ApiError::invalid(
+                format!("method.{}", other.as_str()),
+                format!("a {name} job takes its settings in `method.{name}`"),
+            ));
+        }
     }
-    let reinforcement =
-        fields.get("reinforcement").and_then(Value::as_object).ok_or_else(|| {
-            ApiError::invalid(
+    let settings = match fields.get(name) {
+        None if kind != MethodKind::Reinforcement => Map::new(),
+        Some(Value::Object(settings)) => settings.clone(),
+        _ if kind == MethodKind::Reinforcement => {
+            return Err(ApiError::invalid(
                 "method.reinforcement",
                 "missing object `reinforcement` with `grader`",
-            )
-        })?;
-    let grader = reinforcement
-        .get("grader")
-        .ok_or_else(|| ApiError::invalid("method.reinforcement.grader", "missing grader"))?;
-    let compiled = validate_grader(grader)?;
-    match reinforcement.get("hyperparameters") {
-        None | Some(Value::Object(_)) => {}
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "method.reinforcement.hyperparameters",
-                "must be an object",
             ))
         }
+        _ => return Err(ApiError::invalid(format!("method.{name}"), "must be an object")),
+    };
+    let grader = match (kind, settings.get("grader")) {
+        (MethodKind::Reinforcement, Some(grader)) => Some(validate_grader(grader)?),
+        (MethodKind::Reinforcement, None) => {
+            return Err(ApiError::invalid("method.reinforcement.grader", "missing grader"))
+        }
+        (_, Some(_)) => {
+            return Err(ApiError::invalid(
+                format!("method.{name}.grader"),
+                format!(
+                    "a {name} job has no grader: the file's assistant messages are its targets \
+                     (use method.type \"reinforcement\" to train on a grader's rewards)"
+                ),
+            ))
+        }
+        (_, None) => None,
+    };
+    let at = format!("method.{name}.hyperparameters");
+    let hyperparameters = match settings.get("hyperparameters") {
+        None => Value::Object(Map::new()),
+        Some(value @ Value::Object(_)) => value.clone(),
+        Some(_) => return Err(ApiError::invalid(at, "must be an object")),
+    };
+    // Name the hyperparameter when it is what fails to parse, else the method's object.
+    match kind {
+        MethodKind::Reinforcement => {
+            parse_hyperparameters::<Hyperparameters>(&at, hyperparameters)?;
+        }
+        MethodKind::Supervised | MethodKind::Dpo => {
+            parse_hyperparameters::<TuningHyperparameters>(&at, hyperparameters)?;
+        }
     }
-    // Name the hyperparameter when it is what fails to parse, else the reinforcement object.
-    let hyperparameters =
-        reinforcement.get("hyperparameters").cloned().unwrap_or_else(|| Value::Object(Map::new()));
-    parse_hyperparameters(hyperparameters)?;
-    let parsed: verity_core::spec::Method = serde_json::from_value(method.clone())
-        .map_err(|e| ApiError::invalid("method.reinforcement", e.to_string()))?;
+    let parsed: Method = serde_json::from_value(method.clone())
+        .map_err(|e| ApiError::invalid(format!("method.{name}"), e.to_string()))?;
     parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
     let resolved = serde_json::to_value(parsed.resolved())
         .map_err(|e| ApiError::internal("resolving hyperparameters", e))?;
-    Ok((resolved, compiled))
+    Ok(CheckedMethod { resolved, kind, grader })
 }
 
 /// Checks the suffix: at most 64 characters of letters, digits, `-` and `_`.
@@ -113,7 +161,7 @@ pub fn validate_suffix(suffix: Option<&str>) -> ApiResult<()> {
 
 /// Refuses what Verity does not do rather than dropping it: `integrations` (Weights & Biases
 /// and the like) and the deprecated top-level `hyperparameters` (they belong in
-/// `method.reinforcement.hyperparameters`). Null and an empty list are accepted.
+/// `method.{type}.hyperparameters`). Null and an empty list are accepted.
 pub fn refuse_unsupported(
     integrations: Option<&Value>,
     hyperparameters: Option<&Value>,
@@ -135,7 +183,7 @@ pub fn refuse_unsupported(
         Some(_) => Err(ApiError::invalid(
             "hyperparameters",
             "the top-level hyperparameters are deprecated; put them in \
-             method.reinforcement.hyperparameters",
+             method.{type}.hyperparameters (e.g. method.reinforcement.hyperparameters)",
         )
         .with_code("unsupported_parameter")),
     }
@@ -193,18 +241,18 @@ pub async fn validate_file(
     }
 }
 
-/// Checks every row of a processed file for what the job will do with it: a prompt the worker
-/// can render, and each `item` field the grader reads (`grader.item_fields()`). The file is
-/// streamed from the store; checking stops after a few problems, and the first is reported
-/// with its line and field (the others by line).
+/// Checks every row of a processed file for what the job will do with it (`validator`, see
+/// [`CheckedMethod::rows`]): for reinforcement jobs a prompt the worker can render and each
+/// `item` field the grader reads, for supervised and DPO jobs a chat or preference pair. The
+/// file is streamed from the store; checking stops after a few problems, and the first is
+/// reported with its line and field (the others by line).
 pub async fn validate_rows(
     state: &AppState,
     param: &str,
     file: &FileRecord,
-    grader: &Grader,
+    mut validator: JsonlValidator,
 ) -> ApiResult<()> {
     let mut reader = state.store.get_reader(&file.storage_key).await?;
-    let mut validator = JsonlValidator::requiring(grader.item_fields());
     let mut buffer = vec![0u8; READ_CHUNK];
     while !validator.is_full() {
         let read = reader

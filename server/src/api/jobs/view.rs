@@ -96,8 +96,10 @@ fn count_field(value: Option<&Value>, field: &str) -> Option<i64> {
 impl From<JobRecord> for JobObject {
     fn from(job: JobRecord) -> JobObject {
         let method = resolved_method(&job.spec);
+        let kind = method.get("type").and_then(Value::as_str).unwrap_or("reinforcement");
         let hyperparameters = method
-            .pointer("/reinforcement/hyperparameters")
+            .get(kind)
+            .and_then(|settings| settings.get("hyperparameters"))
             .cloned()
             .unwrap_or_else(|| Value::Object(Map::new()));
         let result_files = job

@@ -74,6 +74,12 @@ pub struct CreateArgs {
     /// With `--from-job`: start from the job's checkpoint at this step.
     #[arg(long, requires = "from_job")]
     pub checkpoint: Option<i64>,
+    /// The method: `reinforcement` (needs a grader in the body), `supervised` or `dpo`.
+    #[arg(long, value_parser = ["reinforcement", "supervised", "dpo"])]
+    pub method: Option<String>,
+    /// Hyperparameters (a JSON object) merged into `method.{type}.hyperparameters`.
+    #[arg(long)]
+    pub hyperparameters: Option<String>,
 }
 
 /// The model name `--from-job JOB [--checkpoint STEP]` stands for: the checkpoint's
@@ -94,6 +100,42 @@ pub async fn from_job_model(
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| anyhow::anyhow!("job {job}'s checkpoint has no model name"))
+}
+
+/// Sets the body's `method.type` to `kind` (keeping settings of that type) and merges
+/// `hyperparameters` into `method.{type}.hyperparameters`.
+fn apply_method(
+    body: &mut serde_json::Map<String, Value>,
+    kind: Option<&str>,
+    hyperparameters: Option<&str>,
+) -> anyhow::Result<()> {
+    if kind.is_none() && hyperparameters.is_none() {
+        return Ok(());
+    }
+    let method = body.entry("method").or_insert_with(|| serde_json::json!({}));
+    let Some(method) = method.as_object_mut() else {
+        anyhow::bail!("the body's `method` must be an object")
+    };
+    if let Some(kind) = kind {
+        if method.get("type").and_then(Value::as_str) != Some(kind) {
+            method.retain(|key, _| key == kind);
+            method.insert("type".into(), Value::String(kind.to_string()));
+        }
+    }
+    let kind = method.get("type").and_then(Value::as_str).unwrap_or("reinforcement").to_string();
+    if let Some(text) = hyperparameters {
+        let extra: serde_json::Map<String, Value> =
+            serde_json::from_str(text).context("--hyperparameters must be a JSON object")?;
+        let settings = method.entry(kind).or_insert_with(|| serde_json::json!({}));
+        let hp = settings
+            .as_object_mut()
+            .context("the method's settings must be an object")?
+            .entry("hyperparameters")
+            .or_insert_with(|| serde_json::json!({}));
+        let hp = hp.as_object_mut().context("hyperparameters must be an object")?;
+        hp.extend(extra);
+    }
+    Ok(())
 }
 
 /// States after which a job does not change any more.
@@ -130,6 +172,7 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                     object.insert(name.to_string(), Value::String(value.clone()));
                 }
             }
+            apply_method(object, create.method.as_deref(), create.hyperparameters.as_deref())?;
             let job = client.post_json("/v1/fine_tuning/jobs", &body).await?;
             show(&job, json, true);
         }
@@ -251,5 +294,30 @@ pub async fn watch(
             return Ok(status);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apply_method;
+    use serde_json::json;
+
+    #[test]
+    fn method_flags_set_the_type_and_merge_hyperparameters() {
+        let mut body = json!({"model": "m"}).as_object().cloned().unwrap_or_default();
+        apply_method(&mut body, Some("dpo"), Some(r#"{"beta": 0.2}"#)).unwrap();
+        assert_eq!(
+            body["method"],
+            json!({"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.2}}})
+        );
+        let mut rl = json!({"method": {"type": "reinforcement", "reinforcement": {"grader": {}}}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        apply_method(&mut rl, None, Some(r#"{"n_epochs": 2}"#)).unwrap();
+        assert_eq!(rl["method"]["reinforcement"]["hyperparameters"], json!({"n_epochs": 2}));
+        apply_method(&mut rl, Some("supervised"), None).unwrap();
+        assert_eq!(rl["method"], json!({"type": "supervised"}), "the other method's settings go");
+        assert!(apply_method(&mut rl, None, Some("[1]")).is_err());
     }
 }
