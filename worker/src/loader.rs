@@ -39,3 +39,21 @@ pub fn load_model(path: &Path, device: &Device) -> Result<LoadedModel> {
         )))
     }
 }
+
+/// A checkpoint folder over the model it was trained from: a PEFT adapter
+/// (`adapter_config.json`) applied unmerged over a model sharing `base`'s weights (the base's
+/// tokenizer applies: `None`), or full weights with their own tokenizer.
+pub fn load_checkpoint(
+    base: &Transformer,
+    dir: &Path,
+    device: &Device,
+) -> Result<(Transformer, Option<ChatTokenizer>)> {
+    if dir.join("adapter_config.json").is_file() {
+        let mut model = base.share_base();
+        model.load_lora(dir)?;
+        Ok((model, None))
+    } else {
+        let loaded = load_model(dir, device)?;
+        Ok((loaded.model, Some(loaded.tokenizer)))
+    }
+}

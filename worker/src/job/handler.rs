@@ -33,29 +33,29 @@ pub struct TrainingHandlerConfig {
 
 /// Runs training jobs claimed from the queue.
 pub struct TrainingHandler {
-    store: Arc<dyn ObjectStore>,
-    config: TrainingHandlerConfig,
+    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) config: TrainingHandlerConfig,
     /// One grading pool for every job this handler runs.
-    graders: GraderPool,
+    pub(super) graders: GraderPool,
     /// The judges of model graders, loaded or routed on first use.
     judges: Arc<JudgeProvider>,
 }
 
 /// Why a run stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// End with this outcome.
     Outcome(JobOutcome),
 }
 
-fn user_error(message: impl Into<String>) -> Stop {
+pub(super) fn user_error(message: impl Into<String>) -> Stop {
     Stop::Outcome(JobOutcome::Failed { message: message.into(), retryable: false })
 }
 
-fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
+pub(super) fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
     Stop::Outcome(JobOutcome::Failed { message: format!("{context}: {err}"), retryable: true })
 }
 
-fn trainer_error(err: TrainerError) -> Stop {
+pub(super) fn trainer_error(err: TrainerError) -> Stop {
     let retry = !err.is_user_error();
     Stop::Outcome(JobOutcome::Failed { message: err.to_string(), retryable: retry })
 }
@@ -65,7 +65,7 @@ fn trainer_error(err: TrainerError) -> Stop {
 /// [`RetryPolicy::WORKER`]'s budget, so that a short outage does not cost the job an attempt.
 /// Stops retrying once the lease is lost. Every operation retried here is idempotent (upserts
 /// keyed by step, objects overwritten whole).
-async fn persist<T, E, F, Fut>(
+pub(super) async fn persist<T, E, F, Fut>(
     what: &str,
     heartbeat: &Heartbeat,
     is_transient: impl Fn(&E) -> bool,
@@ -81,7 +81,7 @@ where
 }
 
 /// Whether an error chain holds a transient database, queue, store or I/O failure.
-fn transient_chain(err: &anyhow::Error) -> bool {
+pub(super) fn transient_chain(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause.downcast_ref::<sqlx::Error>().is_some_and(is_transient_db_error)
             || cause.downcast_ref::<QueueError>().is_some_and(QueueError::is_transient)
@@ -90,7 +90,7 @@ fn transient_chain(err: &anyhow::Error) -> bool {
     })
 }
 
-fn lease_error(context: &str, err: QueueError) -> Stop {
+pub(super) fn lease_error(context: &str, err: QueueError) -> Stop {
     match err {
         QueueError::LeaseLost { .. } => Stop::Outcome(JobOutcome::LeaseLost),
         other => retryable(context, other),
@@ -131,7 +131,11 @@ impl TrainingHandler {
         self
     }
 
-    async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
+    pub(super) async fn read_file(
+        &self,
+        file_id: &str,
+        heartbeat: &Heartbeat,
+    ) -> Result<String, Stop> {
         let key = file_key(file_id);
         let read = || self.store.get_bytes(&key);
         let bytes = persist("reading a file", heartbeat, StorageError::is_transient, read)
@@ -142,6 +146,33 @@ impl TrainingHandler {
             })?;
         String::from_utf8(bytes.to_vec())
             .map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
+    }
+
+    /// Compiles a job's grader, with embeddings attached and the judge of a model grader
+    /// loaded or routed.
+    pub(super) async fn prepare_grader(&self, lease: &Lease, spec: &Value) -> Result<Grader, Stop> {
+        let grader = Grader::from_json(&spec.to_string())
+            .map_err(|e| user_error(format!("invalid grader: {e}")))?;
+        let grader = crate::embedding::configured()
+            .attach(grader)
+            .map_err(|(path, e)| user_error(format!("grader {path}: {e}")))?;
+        if !grader.uses_judge() {
+            return Ok(grader);
+        }
+        // the judge loads next to the policy; its prompts run batched on the same sampler
+        let pool = lease.queue().pool();
+        let judge = self
+            .judges
+            .judge_for(pool, self.store.as_ref(), lease.job().org_id, &grader)
+            .await
+            .map_err(|e| match e {
+                JudgeSetupError::Database(e) => retryable("judge lookup", e),
+                e @ JudgeSetupError::Fetch { transient: true, .. } => {
+                    retryable("fetching the judge", e)
+                }
+                e => user_error(format!("grader: {e}")),
+            })?;
+        Ok(grader.with_judge(judge))
     }
 
     /// Builds the trainer from the job: spec, grader, model, data, latest checkpoint.
@@ -160,29 +191,8 @@ impl TrainingHandler {
             serde_json::from_value(spec).map_err(|e| user_error(format!("invalid method: {e}")))?;
         method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
         let reinforcement = method.reinforcement().clone();
-        let grader = Grader::from_json(&reinforcement.grader.to_string())
-            .map_err(|e| user_error(format!("invalid grader: {e}")))?;
-        let grader = crate::embedding::configured()
-            .attach(grader)
-            .map_err(|(path, e)| user_error(format!("grader {path}: {e}")))?;
+        let grader = self.prepare_grader(lease, &reinforcement.grader).await?;
         let pool = lease.queue().pool();
-        let grader = if grader.uses_judge() {
-            // the judge loads next to the policy; its prompts run batched on the same sampler
-            let judge = self
-                .judges
-                .judge_for(pool, self.store.as_ref(), job.org_id, &grader)
-                .await
-                .map_err(|e| match e {
-                    JudgeSetupError::Database(e) => retryable("judge lookup", e),
-                    e @ JudgeSetupError::Fetch { transient: true, .. } => {
-                        retryable("fetching the judge", e)
-                    }
-                    e => user_error(format!("grader: {e}")),
-                })?;
-            grader.with_judge(judge)
-        } else {
-            grader
-        };
         let lookup = || verity_core::models::model_by_id(pool, &job.model);
         let row = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
             .await
@@ -580,7 +590,7 @@ async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &EvalMetrics) ->
 }
 
 /// Appends an event to the job's log, retrying while the database is unreachable.
-async fn event(
+pub(super) async fn event(
     lease: &Lease,
     heartbeat: &Heartbeat,
     level: EventLevel,
@@ -595,7 +605,7 @@ async fn event(
 }
 
 /// A model id usable as a folder name.
-fn sanitize(id: &str) -> String {
+pub(super) fn sanitize(id: &str) -> String {
     id.chars()
         .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
         .collect()
@@ -604,7 +614,11 @@ fn sanitize(id: &str) -> String {
 #[async_trait]
 impl JobHandler for TrainingHandler {
     async fn run(&self, lease: &Lease, heartbeat: &Heartbeat) -> JobOutcome {
-        let outcome = match self.train(lease, heartbeat).await {
+        let work = match verity_core::sampling_runs::RunSpec::of_job(&lease.job().spec) {
+            Some(spec) => self.sampling_run(lease, heartbeat, spec).await,
+            None => self.train(lease, heartbeat).await,
+        };
+        let outcome = match work {
             Ok(outcome) => outcome,
             Err(Stop::Outcome(outcome)) => outcome,
         };
