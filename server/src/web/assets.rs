@@ -14,6 +14,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/app.js")),
     ("job.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/job.js")),
     (
+        "evaluation.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/evaluation.js"),
+    ),
+    (
         "new_job.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../web/static/new_job.js"),

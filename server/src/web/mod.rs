@@ -3,6 +3,7 @@
 
 pub mod assets;
 pub mod completions;
+pub mod evaluations;
 pub mod files;
 pub mod jobs;
 pub mod keys;
@@ -29,4 +30,5 @@ pub fn router() -> Router<AppState> {
         .merge(new_job::router())
         .merge(completions::router())
         .merge(files::router())
+        .merge(evaluations::router())
 }
