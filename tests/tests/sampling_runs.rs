@@ -221,6 +221,16 @@ async fn an_evaluation_reports_pass_at_k_of_a_base_and_its_checkpoint(pool: PgPo
             .await
             .unwrap();
     assert_eq!(kinds.iter().filter(|k| *k == "eval").count(), 2, "{kinds:?}");
+    let samples =
+        get(&s.router, &format!("/v1/verity/evaluations/{id}/samples?step=1&limit=100"), &s.key)
+            .await
+            .json();
+    let samples = samples["data"].as_array().unwrap();
+    assert_eq!(samples.len(), 24, "the checkpoint's completions");
+    for sample in samples {
+        assert!(sample["sample"]["completion"].is_string(), "{sample}");
+        assert_eq!(sample["score"], sample["sample"]["score"], "{sample}");
+    }
     let list = get(&s.router, "/v1/verity/evaluations", &s.key).await.json();
     assert_eq!(list["data"][0]["id"], id.as_str());
 

@@ -4,12 +4,13 @@
 //! checkpoint whose pass@k at the largest k falls below its base's.
 
 use super::{
-    cancel_run, check_names, enqueue_run, find_run, resolve_run_model, validate_file_and_grader,
-    RunStatus, SamplingRequest,
+    cancel_run, check_names, enqueue_run, find_run, resolve_run_model, run_samples,
+    validate_file_and_grader, RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::jobs::samples::{SampleObject, SampleQuery};
 use crate::api::pagination::{Page, PageQuery};
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
@@ -37,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/verity/evaluations/{evaluation_id}", get(get_evaluation))
         .route("/v1/verity/evaluations/{evaluation_id}/cancel", post(cancel_evaluation))
         .route("/v1/verity/evaluations/{evaluation_id}/results", get(evaluation_results))
+        .route("/v1/verity/evaluations/{evaluation_id}/samples", get(evaluation_samples))
 }
 
 /// Body of `POST /v1/verity/evaluations`. With `job`, the fields left out default to that
@@ -141,7 +143,8 @@ async fn job_defaults(state: &AppState, principal: &Principal, id: &str) -> ApiR
     models.extend(
         checkpoints.iter().map(|c| verity_core::models::checkpoint_model_name(&model, c.step)),
     );
-    let file = job.validation_file.clone().or(job.training_file.clone()).unwrap_or_default();
+    let file =
+        job.validation_file.clone().or_else(|| job.training_file.clone()).unwrap_or_default();
     let hp = &rl.hyperparameters;
     Ok(JobDefaults {
         models,
@@ -281,6 +284,19 @@ pub async fn cancel_evaluation(
 ) -> ApiResult<Json<EvaluationObject>> {
     let job = cancel_run(&state, &principal, RunKind::Evaluation, &id).await?;
     Ok(Json(EvaluationObject::of(job, None)?))
+}
+
+/// The graded completions of an evaluation: `step` is the model's index in `models`, `index`
+/// = prompt × n + sample; filter by `step` and score as for a job's samples.
+#[utoipa::path(get, path = "/v1/verity/evaluations/{evaluation_id}/samples", tag = "verity", params(("evaluation_id" = String, Path), SampleQuery),
+    responses((status = 200, body = Page<SampleObject>), (status = 400), (status = 401), (status = 404)))]
+pub async fn evaluation_samples(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<SampleQuery>,
+) -> ApiResult<Json<Page<SampleObject>>> {
+    Ok(Json(run_samples(&state, &principal, RunKind::Evaluation, &id, &query).await?))
 }
 
 /// Query of the results endpoint.

@@ -9,7 +9,9 @@ pub mod rejection_sampling;
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::reject_nul_json;
+use crate::api::jobs::samples::{load_samples, SampleObject, SampleQuery};
 use crate::api::jobs::validate::{validate_file, validate_judges, validate_rows};
+use crate::api::pagination::Page;
 use crate::api::state::AppState;
 use axum::Router;
 use serde::{Deserialize, Serialize};
@@ -205,4 +207,19 @@ fn check_names(param: &str, names: &[String], max: usize) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// Samples of the org's run `id` of `kind` (step = the model's index in the run), filtered and
+/// paged as a fine-tuning job's.
+pub async fn run_samples(
+    state: &AppState,
+    principal: &Principal,
+    kind: RunKind,
+    id: &str,
+    query: &SampleQuery,
+) -> ApiResult<Page<SampleObject>> {
+    let (filter, limit) = query.filter()?;
+    find_run(state, principal, kind, id).await?;
+    let items = load_samples(state, id, &filter, limit).await?;
+    Ok(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone()))
 }

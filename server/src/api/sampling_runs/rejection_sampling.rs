@@ -4,12 +4,13 @@
 //! per-prompt pass-rate summary.
 
 use super::{
-    cancel_run, enqueue_run, find_run, resolve_run_model, validate_file_and_grader, RunStatus,
-    SamplingRequest,
+    cancel_run, enqueue_run, find_run, resolve_run_model, run_samples, validate_file_and_grader,
+    RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::{reject_nul, ApiJson, ApiQuery};
+use crate::api::jobs::samples::{SampleObject, SampleQuery};
 use crate::api::pagination::{Page, PageQuery};
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
@@ -29,6 +30,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/verity/rejection_sampling", get(list_runs).post(create_run))
         .route("/v1/verity/rejection_sampling/{run_id}", get(get_run))
         .route("/v1/verity/rejection_sampling/{run_id}/cancel", post(cancel))
+        .route("/v1/verity/rejection_sampling/{run_id}/samples", get(run_samples_endpoint))
 }
 
 /// Body of `POST /v1/verity/rejection_sampling`.
@@ -213,4 +215,16 @@ pub async fn cancel(
 ) -> ApiResult<Json<RejectionSamplingObject>> {
     let job = cancel_run(&state, &principal, RunKind::RejectionSampling, &id).await?;
     Ok(Json(RejectionSamplingObject::of(job)?))
+}
+
+/// Every graded completion of a run (kept or not), with its score (`step` 0).
+#[utoipa::path(get, path = "/v1/verity/rejection_sampling/{run_id}/samples", tag = "verity", params(("run_id" = String, Path), SampleQuery),
+    responses((status = 200, body = Page<SampleObject>), (status = 400), (status = 401), (status = 404)))]
+pub async fn run_samples_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<SampleQuery>,
+) -> ApiResult<Json<Page<SampleObject>>> {
+    Ok(Json(run_samples(&state, &principal, RunKind::RejectionSampling, &id, &query).await?))
 }
