@@ -392,6 +392,9 @@ async fn bad_runs_are_refused_naming_the_field_and_nothing_is_queued(pool: PgPoo
         let got = reply.json()["error"]["param"].as_str().unwrap_or_default().to_string();
         assert!(got.starts_with(param), "{body}: param {got:?}, expected {param}");
     }
+    let typo = with(json!({"temprature": 0.5}));
+    let reply = post(&s.router, "/v1/verity/evaluations", &s.key, typo).await;
+    assert!(reply.status.is_client_error(), "an unknown field is refused: {:?}", reply.json());
     assert_eq!(s.jobs_rows().await, before, "nothing was enqueued");
     let missing = get(&s.router, "/v1/verity/evaluations/evaljob-nope", &s.key).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
