@@ -47,7 +47,7 @@ pub struct JobRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// The org's job `id`.
+/// The org's fine-tuning job `id` (sampling runs are read by [`crate::sampling_runs`]).
 pub async fn get_job(
     pool: &PgPool,
     org_id: Uuid,
@@ -58,7 +58,8 @@ pub async fn get_job(
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at
-           FROM jobs j JOIN orgs o ON o.id = j.org_id WHERE j.org_id = $1 AND j.id = $2"#,
+           FROM jobs j JOIN orgs o ON o.id = j.org_id
+           WHERE j.org_id = $1 AND j.id = $2 AND j.kind = 'fine_tuning'"#,
         org_id,
         id
     )
@@ -79,7 +80,7 @@ pub async fn list_jobs(
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at
            FROM jobs j JOIN orgs o ON o.id = j.org_id
-           WHERE j.org_id = $1
+           WHERE j.org_id = $1 AND j.kind = 'fine_tuning'
              AND ($2::text IS NULL OR (j.created_at, j.id) <
                   (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $2))
            ORDER BY j.created_at DESC, j.id DESC

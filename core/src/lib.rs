@@ -11,6 +11,7 @@ pub mod lineage;
 pub mod metrics_csv;
 pub mod models;
 pub mod queue;
+pub mod sampling_runs;
 pub mod serving;
 pub mod spec;
 pub mod storage;

@@ -322,7 +322,8 @@ pub struct Hyperparameters {
     /// Evaluate on the validation file every N steps (0 = only at the end).
     #[serde(deserialize_with = "auto_or")]
     pub eval_interval: Option<usize>,
-    /// Also evaluate before the first step (the baseline, an `eval` event for step 0).
+    /// Also evaluate before the first step (the baseline, an `eval` event for step 0; default
+    /// on when the job has a validation file).
     pub eval_on_start: bool,
     /// Completions per validation prompt (pass@k for k ≤ this).
     #[serde(deserialize_with = "auto_or")]
@@ -369,7 +370,7 @@ impl Default for Hyperparameters {
             lora: None,
             tis_cap: None,
             eval_interval: None,
-            eval_on_start: false,
+            eval_on_start: true,
             eval_samples: None,
             checkpoint_interval: 10,
             seed: None,

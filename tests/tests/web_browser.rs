@@ -292,3 +292,91 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
 async fn state_org(pool: &PgPool) -> uuid::Uuid {
     sqlx::query_scalar("SELECT org_id FROM users LIMIT 1").fetch_one(pool).await.unwrap()
 }
+
+/// An evaluation report's page in the browser: reached from the navigation, its pass@k chart
+/// draws one curve per model (a base and a checkpoint of a job trained in-process), the table
+/// has a row per model, and the CSV link downloads the results.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_evaluation_report_draws_its_pass_at_k_chart(pool: PgPool) {
+    let root = tempfile::tempdir().unwrap();
+    let store = training_support::prepare_store(&pool, root.path()).await;
+    let state = api_support::app_on(pool.clone(), store.clone()).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let router = verity_server::api::app(state.clone());
+    let file = api_support::upload(&router, &key, "valid.jsonl", target_token_jsonl(3).as_bytes())
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run_one = || async {
+        let handler =
+            training_support::cpu_training_handler(store.clone(), &root.path().join("cache"));
+        let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
+        let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
+        let queue = verity_core::queue::Queue::new(pool.clone(), Default::default());
+        run_worker(queue, worker, Arc::new(handler), options, CancellationToken::new()).await
+    };
+    let hp = json!({"batch_size": 2, "group_size": 2, "max_steps": 1, "max_completion_tokens": 3,
+                    "checkpoint_interval": 1, "eval_samples": 2});
+    let method = json!({"type": "reinforcement", "reinforcement": {"grader": first_token_grader(), "hyperparameters": hp}});
+    let job = api_support::post(&router, "/v1/fine_tuning/jobs", &key,
+        json!({"model": training_support::MODEL, "training_file": file, "validation_file": file, "method": method})).await;
+    assert_eq!(job.status, 200, "{:?}", job.json());
+    let job_id = job.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(run_one().await, 1);
+    let base = serve(state).await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    c.goto(&format!("{base}/jobs/{job_id}")).await;
+    until(&c, "location.pathname === '/login'").await;
+    fill(&c, "#email", "ada@example.com").await;
+    fill(&c, "#password", "password123").await;
+    click(&c, "#sign-in").await;
+    // The job page shows the baseline and creates the report of its base vs its checkpoint.
+    until(&c, "document.querySelector('#baseline strong')").await;
+    click(&c, "#evaluate-job").await;
+    until(&c, "location.pathname.startsWith('/evaluations/evaljob-')").await;
+    let evaluation = c.current_url().await.rsplit('/').next().unwrap().to_string();
+    assert_eq!(run_one().await, 1);
+    c.goto(&format!("{base}/jobs")).await;
+    click(&c, "a[href='/evaluations']").await;
+    until(&c, &format!("document.querySelector(\"a[href='/evaluations/{evaluation}']\")")).await;
+    click(&c, &format!("a[href='/evaluations/{evaluation}']")).await;
+    until(&c, "document.querySelector('#passk-chart .uplot')").await;
+    let series = until(&c, "document.querySelector('#passk-chart').dataset.series").await;
+    assert_eq!(series, "2", "one curve for the base, one for the checkpoint");
+    let rows = c
+        .execute("return document.querySelectorAll('#results-table tbody tr').length", vec![])
+        .await;
+    assert_eq!(rows, 2);
+    let legend = c
+        .execute("return document.querySelector('#passk-chart .u-legend').textContent", vec![])
+        .await;
+    assert!(legend.as_str().unwrap().contains(":ckpt-step-1"), "{legend}");
+    let csv = c
+        .execute("return document.querySelector('#results-csv').getAttribute('href')", vec![])
+        .await;
+    let csv_url = format!("{base}{}", csv.as_str().unwrap());
+    let text = reqwest::Client::new()
+        .get(&csv_url)
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.starts_with("model,base,"), "{text}");
+    assert_eq!(text.lines().count(), 3, "{text}");
+    shot(&c, "12-evaluation").await;
+    c.goto(&format!("{base}/jobs/{job_id}")).await;
+    until(
+        &c,
+        &format!(
+            "document.querySelector(\"#job-evaluations a[href='/evaluations/{evaluation}']\")"
+        ),
+    )
+    .await;
+    c.close().await;
+}

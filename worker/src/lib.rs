@@ -47,6 +47,7 @@ pub mod loader;
 pub mod model;
 pub mod optim;
 pub mod policy_optimizer;
+pub mod runs;
 pub mod sampler;
 pub mod serving;
 pub mod stack;

@@ -73,3 +73,21 @@ pub fn load_stack(base: Option<&Path>, layers: &[PathBuf], device: &Device) -> R
     }
     Ok(loaded)
 }
+
+/// A checkpoint folder over the model it was trained from: a PEFT adapter
+/// (`adapter_config.json`) applied unmerged over a model sharing `base`'s weights (the base's
+/// tokenizer applies: `None`), or full weights with their own tokenizer.
+pub fn load_checkpoint(
+    base: &Transformer,
+    dir: &Path,
+    device: &Device,
+) -> Result<(Transformer, Option<ChatTokenizer>)> {
+    if is_adapter(dir) {
+        let mut model = base.share_base();
+        model.load_lora(dir)?;
+        Ok((model, None))
+    } else {
+        let loaded = load_model(dir, device)?;
+        Ok((loaded.model, Some(loaded.tokenizer)))
+    }
+}

@@ -1,9 +1,13 @@
 //! Putting jobs on the queue.
 
 use super::{Queue, QueueError};
+use crate::sampling_runs::RunKind;
 use crate::JobState;
 use serde_json::Value;
 use uuid::Uuid;
+
+/// `jobs.kind` of fine-tuning jobs.
+pub const FINE_TUNING: &str = "fine_tuning";
 
 /// A job to enqueue.
 #[derive(Debug, Clone)]
@@ -61,13 +65,23 @@ impl NewJob {
 }
 
 impl Queue {
-    /// Inserts the job, queued; it wakes listening workers through NOTIFY (a trigger sends it).
+    /// Inserts the fine-tuning job, queued; it wakes listening workers through NOTIFY (a
+    /// trigger sends it).
     pub async fn enqueue(&self, job: &NewJob) -> Result<String, QueueError> {
+        self.enqueue_kind(job, FINE_TUNING).await
+    }
+
+    /// Inserts a sampling run (its id from [`RunKind::new_id`]), queued like a job.
+    pub async fn enqueue_run(&self, job: &NewJob, kind: RunKind) -> Result<String, QueueError> {
+        self.enqueue_kind(job, kind.as_str()).await
+    }
+
+    async fn enqueue_kind(&self, job: &NewJob, kind: &str) -> Result<String, QueueError> {
         sqlx::query!(
             r#"INSERT INTO jobs (id, org_id, created_by, model, training_file, validation_file, suffix,
                                  seed, spec, metadata, priority, required_device, required_memory_mb,
-                                 max_attempts, state)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"#,
+                                 max_attempts, state, kind)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"#,
             job.id,
             job.org_id,
             job.created_by,
@@ -83,6 +97,7 @@ impl Queue {
             job.required_memory_mb,
             job.max_attempts,
             JobState::Queued.as_str(),
+            kind,
         )
         .execute(&self.pool)
         .await?;

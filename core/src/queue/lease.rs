@@ -255,6 +255,37 @@ impl Lease {
         Ok(())
     }
 
+    /// Registers a file the job wrote to the store (e.g. a rejection-sampling run's dataset) as
+    /// a processed file of the job's org with `purpose`, while this attempt holds the job.
+    /// Idempotent: a file id already registered is left as it is.
+    pub async fn register_file(&self, file: &ResultsFile, purpose: &str) -> Result<(), QueueError> {
+        let mut tx = self.queue.pool.begin().await?;
+        sqlx::query_scalar!(
+            "SELECT id FROM jobs WHERE id = $1 AND attempt = $2 AND state = 'running' FOR SHARE",
+            self.job.id,
+            self.job.attempt,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| self.lost())?;
+        sqlx::query!(
+            r#"INSERT INTO files (id, org_id, filename, purpose, bytes, line_count, status, storage_key)
+               VALUES ($1, $2, $3, $4, $5, $6, 'processed', $7)
+               ON CONFLICT (id) DO NOTHING"#,
+            file.id,
+            self.job.org_id,
+            file.filename,
+            purpose,
+            file.bytes,
+            file.line_count,
+            file.storage_key,
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Ends the job successfully. With a trained model, in the same transaction: registers it
     /// in `models` under its fine-tuned name ([`crate::models::fine_tuned_model_name`]; usable as
     /// the `model` of a new job), stores that name on the job, and records the results file.

@@ -14,6 +14,7 @@ pub mod objects;
 pub mod openapi;
 pub mod pagination;
 pub mod reference;
+pub mod sampling_runs;
 pub mod state;
 pub mod telemetry;
 
@@ -40,6 +41,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(loss_presets::router())
         .merge(models::router())
         .merge(objects::router())
+        .merge(sampling_runs::router())
         .merge(openapi::router())
         .merge(extra)
         .merge(crate::web::router())

@@ -2,7 +2,8 @@
 
 use super::state::AppState;
 use super::{
-    auth, files, graders, health, inference, jobs, loss_presets, models, objects, telemetry,
+    auth, files, graders, health, inference, jobs, loss_presets, models, objects, sampling_runs,
+    telemetry,
 };
 use axum::routing::get;
 use axum::{Json, Router};
@@ -23,6 +24,12 @@ use utoipa::{Modify, OpenApi};
         models::list_models, models::register_model, objects::get_object, prometheus_doc,
         graders::run_grader, graders::validate_grader_endpoint, loss_presets::list_loss_presets,
         inference::chat_completions, inference::completions,
+        sampling_runs::evaluations::create_evaluation, sampling_runs::evaluations::list_evaluations,
+        sampling_runs::evaluations::get_evaluation, sampling_runs::evaluations::cancel_evaluation,
+        sampling_runs::evaluations::evaluation_results, sampling_runs::evaluations::evaluation_samples,
+        sampling_runs::rejection_sampling::create_run, sampling_runs::rejection_sampling::list_runs,
+        sampling_runs::rejection_sampling::get_run, sampling_runs::rejection_sampling::cancel,
+        sampling_runs::rejection_sampling::run_samples_endpoint,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

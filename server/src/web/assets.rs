@@ -19,6 +19,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../../web/static/playground.js"),
     ),
     (
+        "evaluation.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/evaluation.js"),
+    ),
+    (
         "new_job.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../web/static/new_job.js"),

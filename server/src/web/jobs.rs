@@ -181,6 +181,32 @@ struct JobPage {
     metrics_json: String,
     warnings: Vec<String>,
     events: Vec<EventRow>,
+    /// The baseline before training (pass@k of the base at step 0), as text.
+    baseline: Option<String>,
+    /// Evaluation reports created for this job, as `(id, state)`.
+    evaluations: Vec<(String, String)>,
+}
+
+/// A baseline `eval` event's data as `pass@1 0.250 · pass@4 0.600 · mean reward 0.310`.
+fn baseline_text(data: &Value) -> String {
+    let mut parts: Vec<(usize, String)> = data
+        .get("pass_at_k")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(key, v)| {
+                    let k: usize = key.strip_prefix("pass@")?.parse().ok()?;
+                    Some((k, format!("{key} {:.3}", v.as_f64()?)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    parts.sort_by_key(|(k, _)| *k);
+    let mut text: Vec<String> = parts.into_iter().map(|(_, t)| t).collect();
+    if let Some(mean) = data.get("mean_reward").and_then(Value::as_f64) {
+        text.push(format!("mean reward {mean:.3}"));
+    }
+    text.join(" · ")
 }
 
 /// Whether `state` is final.
@@ -214,6 +240,14 @@ async fn job_page(
         v.map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default()
     };
     let (step, total, percent) = progress(&job);
+    let baseline = verity_core::sampling_runs::job_baseline(&state.pool, &id).await?;
+    // The baseline is the eval pass@k chart's point at step 0.
+    let mut chart_rows = rows.clone();
+    if let Some(data) = &baseline {
+        chart_rows.insert(0, json!({"step": 0, "eval": data}));
+    }
+    let evaluations =
+        verity_core::sampling_runs::job_evaluations(&state.pool, user.0.org_id, &id).await?;
     let page = JobPage {
         nav: Nav::new(format!("Job {id}"), "jobs"),
         step,
@@ -230,7 +264,9 @@ async fn job_page(
         ),
         method: method.get("type").and_then(Value::as_str).unwrap_or("reinforcement").to_string(),
         grader: pretty(method.pointer("/reinforcement/grader")),
-        metrics_json: script_json(&Value::Array(rows.clone())),
+        metrics_json: script_json(&Value::Array(chart_rows)),
+        baseline: baseline.as_ref().map(baseline_text),
+        evaluations,
         warnings: warnings(&rows),
         events,
         job,

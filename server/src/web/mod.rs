@@ -3,6 +3,7 @@
 
 pub mod assets;
 pub mod completions;
+pub mod evaluations;
 pub mod files;
 pub mod jobs;
 pub mod keys;
@@ -31,4 +32,5 @@ pub fn router() -> Router<AppState> {
         .merge(completions::router())
         .merge(files::router())
         .merge(playground::router())
+        .merge(evaluations::router())
 }

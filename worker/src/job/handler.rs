@@ -33,10 +33,10 @@ pub struct TrainingHandlerConfig {
 
 /// Runs training jobs claimed from the queue.
 pub struct TrainingHandler {
-    store: Arc<dyn ObjectStore>,
-    config: TrainingHandlerConfig,
+    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) config: TrainingHandlerConfig,
     /// One grading pool for every job this handler runs.
-    graders: GraderPool,
+    pub(super) graders: GraderPool,
     /// The judges of model graders, loaded or routed on first use.
     judges: Arc<JudgeProvider>,
     /// The registered embedding models of `cosine` graders, loaded on first use.
@@ -44,20 +44,20 @@ pub struct TrainingHandler {
 }
 
 /// Why a run stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// End with this outcome.
     Outcome(JobOutcome),
 }
 
-fn user_error(message: impl Into<String>) -> Stop {
+pub(super) fn user_error(message: impl Into<String>) -> Stop {
     Stop::Outcome(JobOutcome::Failed { message: message.into(), retryable: false })
 }
 
-fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
+pub(super) fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
     Stop::Outcome(JobOutcome::Failed { message: format!("{context}: {err}"), retryable: true })
 }
 
-fn trainer_error(err: TrainerError) -> Stop {
+pub(super) fn trainer_error(err: TrainerError) -> Stop {
     let retry = !err.is_user_error();
     Stop::Outcome(JobOutcome::Failed { message: err.to_string(), retryable: retry })
 }
@@ -67,7 +67,7 @@ fn trainer_error(err: TrainerError) -> Stop {
 /// [`RetryPolicy::WORKER`]'s budget, so that a short outage does not cost the job an attempt.
 /// Stops retrying once the lease is lost. Every operation retried here is idempotent (upserts
 /// keyed by step, objects overwritten whole).
-async fn persist<T, E, F, Fut>(
+pub(super) async fn persist<T, E, F, Fut>(
     what: &str,
     heartbeat: &Heartbeat,
     is_transient: impl Fn(&E) -> bool,
@@ -83,7 +83,7 @@ where
 }
 
 /// Whether an error chain holds a transient database, queue, store or I/O failure.
-fn transient_chain(err: &anyhow::Error) -> bool {
+pub(super) fn transient_chain(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause.downcast_ref::<sqlx::Error>().is_some_and(is_transient_db_error)
             || cause.downcast_ref::<QueueError>().is_some_and(QueueError::is_transient)
@@ -92,7 +92,7 @@ fn transient_chain(err: &anyhow::Error) -> bool {
     })
 }
 
-fn lease_error(context: &str, err: QueueError) -> Stop {
+pub(super) fn lease_error(context: &str, err: QueueError) -> Stop {
     match err {
         QueueError::LeaseLost { .. } => Stop::Outcome(JobOutcome::LeaseLost),
         other => retryable(context, other),
@@ -135,7 +135,11 @@ impl TrainingHandler {
         self
     }
 
-    async fn read_file(&self, file_id: &str, heartbeat: &Heartbeat) -> Result<String, Stop> {
+    pub(super) async fn read_file(
+        &self,
+        file_id: &str,
+        heartbeat: &Heartbeat,
+    ) -> Result<String, Stop> {
         let key = file_key(file_id);
         let read = || self.store.get_bytes(&key);
         let bytes = persist("reading a file", heartbeat, StorageError::is_transient, read)
@@ -148,8 +152,8 @@ impl TrainingHandler {
             .map_err(|_| user_error(format!("file {file_id} is not UTF-8 text")))
     }
 
-    /// Compiles a reinforcement job's grader, with its embedding model and judge attached.
-    async fn grader(&self, lease: &Lease, spec: &Value) -> Result<Grader, Stop> {
+    /// Compiles a job's grader, with its embedding model and judge attached.
+    pub(super) async fn prepare_grader(&self, lease: &Lease, spec: &Value) -> Result<Grader, Stop> {
         let grader = Grader::from_json(&spec.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
         let pool = lease.queue().pool();
@@ -196,7 +200,7 @@ impl TrainingHandler {
         method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
         let pool = lease.queue().pool();
         let grader = match method.reinforcement() {
-            Some(reinforcement) => Some(self.grader(lease, &reinforcement.grader).await?),
+            Some(reinforcement) => Some(self.prepare_grader(lease, &reinforcement.grader).await?),
             None => None,
         };
         let start = self.start_model(lease, heartbeat).await?;
@@ -309,19 +313,30 @@ impl TrainingHandler {
         lease: &Lease,
         heartbeat: &Heartbeat,
     ) -> Result<FetchedStack, Stop> {
-        let job = lease.job();
+        self.fetch_model(lease, heartbeat, &lease.job().model).await
+    }
+
+    /// Resolves the org's model `name` (a base, a fine-tuned model or a checkpoint) into its
+    /// stack and fetches every folder of it into the local cache.
+    pub(super) async fn fetch_model(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        name: &str,
+    ) -> Result<FetchedStack, Stop> {
+        let org = lease.job().org_id;
         let pool = lease.queue().pool();
-        let lookup = || verity_core::lineage::resolve_stack(pool, job.org_id, &job.model);
+        let lookup = || verity_core::lineage::resolve_stack(pool, org, name);
         let stack = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
             .await
             .map_err(|e| retryable("model lookup", e))?
-            .ok_or_else(|| user_error(format!("model {:?} does not exist", job.model)))?;
+            .ok_or_else(|| user_error(format!("model {name:?} does not exist")))?;
         let cache = self.config.cache_dir.join("models");
         let fetch = || fetch_stack(self.store.as_ref(), &stack, &cache);
         persist("fetching the model", heartbeat, transient_chain, fetch).await.map_err(
             |e| match e {
                 e if transient_chain(&e) => retryable("fetching the model", format!("{e:#}")),
-                e => user_error(format!("model {:?} cannot be fetched: {e:#}", job.model)),
+                e => user_error(format!("model {name:?} cannot be fetched: {e:#}")),
             },
         )
     }
@@ -631,7 +646,7 @@ async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &Evaluation) -> 
 }
 
 /// Appends an event to the job's log, retrying while the database is unreachable.
-async fn event(
+pub(super) async fn event(
     lease: &Lease,
     heartbeat: &Heartbeat,
     level: EventLevel,
@@ -648,7 +663,11 @@ async fn event(
 #[async_trait]
 impl JobHandler for TrainingHandler {
     async fn run(&self, lease: &Lease, heartbeat: &Heartbeat) -> JobOutcome {
-        let outcome = match self.train(lease, heartbeat).await {
+        let work = match verity_core::sampling_runs::RunSpec::of_job(&lease.job().spec) {
+            Some(spec) => self.sampling_run(lease, heartbeat, spec).await,
+            None => self.train(lease, heartbeat).await,
+        };
+        let outcome = match work {
             Ok(outcome) => outcome,
             Err(Stop::Outcome(outcome)) => outcome,
         };

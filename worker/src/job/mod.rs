@@ -8,6 +8,7 @@
 
 pub(crate) mod artifacts;
 mod handler;
+mod runs;
 mod worker;
 
 pub use artifacts::write_results_file;

@@ -9,7 +9,7 @@ pub mod request;
 pub mod text;
 
 use crate::job::artifacts::{cached_folder, model_path};
-use crate::loader::{load_model, load_stack};
+use crate::loader::{load_checkpoint, load_stack};
 use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
 pub use batcher::BatchCounters;
@@ -239,16 +239,9 @@ impl Engine {
         let base_model = base.model.clone();
         let device = self.config.device.clone();
         let loaded = tokio::task::spawn_blocking(move || -> crate::Result<_> {
-            if adapter {
-                let mut model = base_model.share_base();
-                model.load_lora(&dir)?;
-                let bytes = model.adapter_bytes();
-                Ok((model, None, bytes))
-            } else {
-                let loaded = load_model(&dir, &device)?;
-                let bytes = loaded.model.parameter_bytes();
-                Ok((loaded.model, Some(loaded.tokenizer), bytes))
-            }
+            let (model, tokenizer) = load_checkpoint(&base_model, &dir, &device)?;
+            let bytes = if adapter { model.adapter_bytes() } else { model.parameter_bytes() };
+            Ok((model, tokenizer, bytes))
         })
         .await
         .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?

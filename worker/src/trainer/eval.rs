@@ -2,6 +2,7 @@
 
 use super::error::Result;
 use super::mix_seed;
+use super::rollout::Group;
 use super::step::{Trainer, SUCCESS_THRESHOLD};
 use crate::grpo::metrics::mean_pass_at_k;
 use serde::{Deserialize, Serialize};
@@ -31,8 +32,8 @@ impl EvalMetrics {
     }
 }
 
-/// The k values reported for `n` samples per prompt.
-fn ks(n: usize) -> Vec<usize> {
+/// The k values reported for `n` samples per prompt: 1, 2, 4, … up to `n`, and `n`.
+pub fn ks(n: usize) -> Vec<usize> {
     let mut ks: Vec<usize> =
         std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k <= n).collect();
     if ks.last() != Some(&n) {
@@ -57,46 +58,69 @@ impl Trainer {
             let (g, _) = self.rollout()?.run(&validation.examples, chunk, &params)?;
             groups.extend(g);
         }
-        let mut total = 0.0;
-        let mut count = 0usize;
-        let mut errors = 0usize;
-        let mut problems = Vec::with_capacity(groups.len());
-        for g in &groups {
-            let mut graded = 0;
-            let mut correct = 0;
-            for grade in &g.grades {
-                if grade.is_error() {
-                    errors += 1;
-                    continue;
-                }
-                graded += 1;
-                total += grade.score;
-                count += 1;
-                if grade.score >= SUCCESS_THRESHOLD {
-                    correct += 1;
-                }
-            }
-            if graded > 0 {
-                problems.push((graded, correct));
-            }
-        }
-        let mut pass_at_k = BTreeMap::new();
-        for k in ks(n) {
-            let usable: Vec<(usize, usize)> =
-                problems.iter().copied().filter(|&(graded, _)| graded >= k).collect();
-            if !usable.is_empty() {
-                pass_at_k.insert(format!("pass@{k}"), mean_pass_at_k(&usable, k)?);
-            }
-        }
+        let summary = summarize_groups(&groups, n)?;
         Ok(Some(EvalMetrics {
             step: self.step,
             prompts: validation.len(),
             samples_per_prompt: n,
-            mean_reward: if count > 0 { total / count as f64 } else { 0.0 },
-            pass_at_k,
-            grader_errors: errors,
+            mean_reward: summary.mean_reward,
+            pass_at_k: summary.pass_at_k,
+            grader_errors: summary.grader_errors,
         }))
     }
+}
+
+/// What graded groups add up to: mean reward, unbiased pass@k and failed gradings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSummary {
+    /// Mean grader score over every successful grading.
+    pub mean_reward: f64,
+    /// `pass@k` for k = 1, 2, 4, … up to `n` (and `n`), over the prompts with at least k
+    /// successful gradings.
+    pub pass_at_k: BTreeMap<String, f64>,
+    /// Failed gradings (excluded from the means).
+    pub grader_errors: usize,
+}
+
+/// Summarises groups of `n` completions each: a completion passes at or above
+/// [`SUCCESS_THRESHOLD`]; failed gradings count for neither side.
+pub fn summarize_groups(groups: &[Group], n: usize) -> Result<GroupSummary> {
+    let mut total = 0.0;
+    let mut count = 0usize;
+    let mut errors = 0usize;
+    let mut problems = Vec::with_capacity(groups.len());
+    for g in groups {
+        let mut graded = 0;
+        let mut correct = 0;
+        for grade in &g.grades {
+            if grade.is_error() {
+                errors += 1;
+                continue;
+            }
+            graded += 1;
+            total += grade.score;
+            count += 1;
+            if grade.score >= SUCCESS_THRESHOLD {
+                correct += 1;
+            }
+        }
+        if graded > 0 {
+            problems.push((graded, correct));
+        }
+    }
+    let mut pass_at_k = BTreeMap::new();
+    for k in ks(n) {
+        let usable: Vec<(usize, usize)> =
+            problems.iter().copied().filter(|&(graded, _)| graded >= k).collect();
+        if !usable.is_empty() {
+            pass_at_k.insert(format!("pass@{k}"), mean_pass_at_k(&usable, k)?);
+        }
+    }
+    Ok(GroupSummary {
+        mean_reward: if count > 0 { total / count as f64 } else { 0.0 },
+        pass_at_k,
+        grader_errors: errors,
+    })
 }
 
 #[cfg(test)]

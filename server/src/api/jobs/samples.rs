@@ -60,6 +60,31 @@ pub struct SampleObject {
     pub sample: Option<Value>,
 }
 
+impl SampleQuery {
+    /// The filter and page size the query asks for, checked.
+    pub fn filter(&self) -> ApiResult<(SampleFilter, i64)> {
+        let limit = page_limit(self.limit, 100)?;
+        for (param, value) in [("min_score", self.min_score), ("max_score", self.max_score)] {
+            if value.is_some_and(|v| !v.is_finite()) {
+                return Err(ApiError::invalid(param, "must be a finite number"));
+            }
+        }
+        let after = match self.after.as_deref() {
+            None => None,
+            Some(a) => Some(parse_after(a).ok_or_else(|| {
+                ApiError::invalid("after", "expected a sample id like sample-3-7")
+            })?),
+        };
+        let filter = SampleFilter {
+            step: self.step,
+            min_score: self.min_score,
+            max_score: self.max_score,
+            after,
+        };
+        Ok((filter, limit))
+    }
+}
+
 fn parse_after(after: &str) -> Option<(i32, i32)> {
     let (step, idx) = after.strip_prefix("sample-")?.split_once('-')?;
     Some((step.parse().ok()?, idx.parse().ok()?))
@@ -74,26 +99,8 @@ pub async fn list_samples(
     Path(job_id): Path<String>,
     ApiQuery(query): ApiQuery<SampleQuery>,
 ) -> ApiResult<Json<Page<SampleObject>>> {
-    let limit = page_limit(query.limit, 100)?;
-    for (param, value) in [("min_score", query.min_score), ("max_score", query.max_score)] {
-        if value.is_some_and(|v| !v.is_finite()) {
-            return Err(ApiError::invalid(param, "must be a finite number"));
-        }
-    }
-    let after =
-        match query.after.as_deref() {
-            None => None,
-            Some(a) => Some(parse_after(a).ok_or_else(|| {
-                ApiError::invalid("after", "expected a sample id like sample-3-7")
-            })?),
-        };
+    let (filter, limit) = query.filter()?;
     find_job(&state, &principal, &job_id).await?;
-    let filter = SampleFilter {
-        step: query.step,
-        min_score: query.min_score,
-        max_score: query.max_score,
-        after,
-    };
     let items = load_samples(&state, &job_id, &filter, limit).await?;
     Ok(Json(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone())))
 }

@@ -1,0 +1,228 @@
+//! Sampling runs (Verity extensions, under `/v1/verity/`): evaluation reports
+//! (`/v1/verity/evaluations`) and rejection sampling (`/v1/verity/rejection_sampling`). Both are
+//! queued as rows of the job queue of their own kind (`evaljob-…`, `rsjob-…`), run by the
+//! training workers' sample-and-grade engine, and never listed as fine-tuning jobs.
+
+pub mod evaluations;
+pub mod rejection_sampling;
+
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::reject_nul_json;
+use crate::api::files::jsonl::JsonlValidator;
+use crate::api::jobs::samples::{load_samples, SampleObject, SampleQuery};
+use crate::api::jobs::validate::{validate_file, validate_judges, validate_rows};
+use crate::api::pagination::Page;
+use crate::api::state::AppState;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use verity_core::jobs::JobRecord;
+use verity_core::queue::NewJob;
+use verity_core::sampling_runs::{RunKind, RunModel, RunSpec, SamplingSettings};
+use verity_verifiers::Grader;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().merge(evaluations::router()).merge(rejection_sampling::router())
+}
+
+/// Sampling parameters of a run's request (OpenAI's names; one set for every model).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct SamplingRequest {
+    /// Softmax temperature, 0–2 (default 1).
+    pub temperature: Option<f64>,
+    /// Nucleus mass, (0, 1] (default 1).
+    pub top_p: Option<f64>,
+    /// Longest completion in tokens, 1–32768 (default 256).
+    pub max_tokens: Option<usize>,
+    /// Up to 4 texts that end a completion.
+    pub stop: Option<Vec<String>>,
+}
+
+impl SamplingRequest {
+    /// The settings, defaults filled in and ranges checked.
+    pub fn settings(&self, defaults: SamplingSettings) -> ApiResult<SamplingSettings> {
+        let settings = SamplingSettings {
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens),
+            stop: self.stop.clone().unwrap_or(defaults.stop),
+        };
+        settings.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
+        Ok(settings)
+    }
+}
+
+/// Resolves model `name` (at `param`) as inference does: a base, a `fine_tuned_model` or a
+/// checkpoint name of the caller's org; a 400 naming `param` otherwise.
+pub async fn resolve_run_model(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    name: &str,
+) -> ApiResult<RunModel> {
+    let served = verity_core::serving::resolve_model(&state.pool, principal.org_id, name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::invalid(param, format!("model {name:?} does not exist (see GET /v1/models)"))
+                .with_code("model_not_found")
+        })?;
+    let base = if served.checkpoint_prefix.is_some() { served.base.id } else { name.to_string() };
+    Ok(RunModel { name: name.to_string(), base })
+}
+
+/// Checks the grader at `grader` and the file at `file` (processed, of the caller's org, every
+/// row with a prompt and the fields the grader reads); the compiled grader.
+pub async fn validate_file_and_grader(
+    state: &AppState,
+    principal: &Principal,
+    file: &str,
+    grader: &Value,
+) -> ApiResult<Grader> {
+    reject_nul_json("grader", grader)?;
+    let compiled = crate::api::graders::parse_grader("grader", grader)?;
+    validate_judges(state, principal, "grader", &compiled).await?;
+    crate::api::graders::validate_embedding_models(state, principal, "grader", &compiled).await?;
+    let record = validate_file(state, principal, "file", file).await?;
+    let rows = JsonlValidator::requiring(compiled.item_fields());
+    validate_rows(state, "file", &record, rows).await?;
+    Ok(compiled)
+}
+
+/// Queues a run of `spec` over `file`; the stored row.
+pub async fn enqueue_run(
+    state: &AppState,
+    principal: &Principal,
+    spec: &RunSpec,
+    file: &str,
+    seed: Option<i64>,
+) -> ApiResult<JobRecord> {
+    let kind = spec.kind();
+    let value = serde_json::to_value(spec).map_err(|e| ApiError::internal("encoding a run", e))?;
+    let first = spec.models().first().map(|m| m.name.clone()).unwrap_or_default();
+    let mut job = NewJob::new(principal.org_id, first, value);
+    job.id = kind.new_id();
+    job.created_by = Some(principal.user_id);
+    job.training_file = Some(file.to_string());
+    job.seed = seed.unwrap_or_else(|| rand::random::<u32>() as i64);
+    let id = state.queue.enqueue_run(&job, kind).await?;
+    tracing::info!(run_id = %id, kind = kind.as_str(), org_id = %principal.org_id, "sampling run created");
+    find_run(state, principal, kind, &id).await
+}
+
+/// What a run's kind is called in errors.
+fn kind_name(kind: RunKind) -> &'static str {
+    match kind {
+        RunKind::Evaluation => "evaluation",
+        RunKind::RejectionSampling => "rejection-sampling run",
+    }
+}
+
+/// The org's run `id` of `kind`, or 404.
+pub async fn find_run(
+    state: &AppState,
+    principal: &Principal,
+    kind: RunKind,
+    id: &str,
+) -> ApiResult<JobRecord> {
+    verity_core::sampling_runs::get_run(&state.pool, principal.org_id, kind, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(kind_name(kind), id))
+}
+
+/// Cancels the org's run `id` of `kind` (a running one once its worker sees the request).
+pub async fn cancel_run(
+    state: &AppState,
+    principal: &Principal,
+    kind: RunKind,
+    id: &str,
+) -> ApiResult<JobRecord> {
+    find_run(state, principal, kind, id).await?;
+    state.queue.cancel(id).await?;
+    find_run(state, principal, kind, id).await
+}
+
+/// A run's error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunError {
+    /// Machine-readable code.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// The parts every run object shows: status, times, error, progress.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunStatus {
+    /// queued | running | succeeded | failed | cancelled.
+    pub status: String,
+    /// Creation time (Unix seconds).
+    pub created_at: i64,
+    /// End time (Unix seconds).
+    pub finished_at: Option<i64>,
+    /// Why it failed.
+    pub error: Option<RunError>,
+    /// The worker's last progress report (`model_index`, `models`, `prompts_done`, `prompts`).
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Value>,
+    /// A cancel the worker has yet to act on.
+    pub pending_control: Option<String>,
+    /// Seed of the sampling.
+    pub seed: i64,
+}
+
+impl RunStatus {
+    /// The status parts of a run row.
+    pub fn of(job: &JobRecord) -> RunStatus {
+        let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| RunError {
+            code: e.get("code").and_then(Value::as_str).unwrap_or("run_failed").to_string(),
+            message: e.get("message").and_then(Value::as_str).unwrap_or("the run failed").into(),
+        });
+        RunStatus {
+            status: job.state.clone(),
+            created_at: job.created_at.timestamp(),
+            finished_at: job.finished_at.map(|t| t.timestamp()),
+            error,
+            progress: job.progress.clone(),
+            pending_control: (job.control != "none").then(|| job.control.clone()),
+            seed: job.seed,
+        }
+    }
+}
+
+/// Checks that no string of a list holds NUL and the list is within `max`.
+fn check_names(param: &str, names: &[String], max: usize) -> ApiResult<()> {
+    if names.is_empty() {
+        return Err(ApiError::invalid(param, "must name at least one model"));
+    }
+    if names.len() > max {
+        return Err(ApiError::invalid(param, format!("at most {max} models")));
+    }
+    for (i, name) in names.iter().enumerate() {
+        crate::api::extract::reject_nul(&format!("{param}[{i}]"), name)?;
+        if names[..i].contains(name) {
+            return Err(ApiError::invalid(
+                format!("{param}[{i}]"),
+                format!("{name:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Samples of the org's run `id` of `kind` (step = the model's index in the run), filtered and
+/// paged as a fine-tuning job's.
+pub async fn run_samples(
+    state: &AppState,
+    principal: &Principal,
+    kind: RunKind,
+    id: &str,
+    query: &SampleQuery,
+) -> ApiResult<Page<SampleObject>> {
+    let (filter, limit) = query.filter()?;
+    find_run(state, principal, kind, id).await?;
+    let items = load_samples(state, id, &filter, limit).await?;
+    Ok(Page::from_fetched(items, limit, |s: &SampleObject| s.id.clone()))
+}
