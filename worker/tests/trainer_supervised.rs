@@ -65,14 +65,13 @@ fn independent_loss(
     for ex in examples {
         let logits = model.sequence_logits(&[ex.ids.as_slice()], 0).unwrap().squeeze(0).unwrap();
         let rows = logits.to_dtype(candle_core::DType::F64).unwrap().to_vec2::<f64>().unwrap();
-        for t in 1..ex.ids.len() {
-            if !ex.labels[t] {
-                continue;
-            }
+        for (t, (&id, _)) in
+            ex.ids.iter().zip(&ex.labels).enumerate().skip(1).filter(|(_, (_, &l))| l)
+        {
             let row = &rows[t - 1];
             let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let log_z = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
-            nll += log_z - row[ex.ids[t] as usize];
+            nll += log_z - row[id as usize];
             count += 1;
         }
     }
