@@ -53,24 +53,46 @@ pub async fn get_job(
     org_id: Uuid,
     id: &str,
 ) -> Result<Option<JobRecord>, sqlx::Error> {
+    get_job_of_kind(pool, org_id, "fine_tuning", id).await
+}
+
+/// The org's queue row `id` of kind `kind` (`fine_tuning`, or a sampling run's kind).
+pub async fn get_job_of_kind(
+    pool: &PgPool,
+    org_id: Uuid,
+    kind: &str,
+    id: &str,
+) -> Result<Option<JobRecord>, sqlx::Error> {
     sqlx::query_as!(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at
            FROM jobs j JOIN orgs o ON o.id = j.org_id
-           WHERE j.org_id = $1 AND j.id = $2 AND j.kind = 'fine_tuning'"#,
+           WHERE j.org_id = $1 AND j.kind = $2 AND j.id = $3"#,
         org_id,
+        kind,
         id
     )
     .fetch_optional(pool)
     .await
 }
 
-/// The org's jobs, newest first, after job `after` (exclusive); at most `limit`.
+/// The org's fine-tuning jobs, newest first, after job `after` (exclusive); at most `limit`.
 pub async fn list_jobs(
     pool: &PgPool,
     org_id: Uuid,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobRecord>, sqlx::Error> {
+    list_jobs_of_kind(pool, org_id, "fine_tuning", after, limit).await
+}
+
+/// The org's queue rows of kind `kind`, newest first, after `after` (exclusive); at most `limit`.
+pub async fn list_jobs_of_kind(
+    pool: &PgPool,
+    org_id: Uuid,
+    kind: &str,
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
@@ -80,12 +102,13 @@ pub async fn list_jobs(
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at
            FROM jobs j JOIN orgs o ON o.id = j.org_id
-           WHERE j.org_id = $1 AND j.kind = 'fine_tuning'
-             AND ($2::text IS NULL OR (j.created_at, j.id) <
-                  (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $2))
+           WHERE j.org_id = $1 AND j.kind = $2
+             AND ($3::text IS NULL OR (j.created_at, j.id) <
+                  (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $3))
            ORDER BY j.created_at DESC, j.id DESC
-           LIMIT $3"#,
+           LIMIT $4"#,
         org_id,
+        kind,
         after,
         limit
     )

@@ -241,19 +241,7 @@ pub async fn get_run(
     kind: RunKind,
     id: &str,
 ) -> Result<Option<JobRecord>, sqlx::Error> {
-    sqlx::query_as!(
-        JobRecord,
-        r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
-                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
-                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
-           FROM jobs j JOIN orgs o ON o.id = j.org_id
-           WHERE j.org_id = $1 AND j.kind = $2 AND j.id = $3"#,
-        org_id,
-        kind.as_str(),
-        id
-    )
-    .fetch_optional(pool)
-    .await
+    crate::jobs::get_job_of_kind(pool, org_id, kind.as_str(), id).await
 }
 
 /// The org's runs of `kind`, newest first, after run `after` (exclusive); at most `limit`.
@@ -264,24 +252,7 @@ pub async fn list_runs(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
-    sqlx::query_as!(
-        JobRecord,
-        r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
-                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
-                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
-           FROM jobs j JOIN orgs o ON o.id = j.org_id
-           WHERE j.org_id = $1 AND j.kind = $2
-             AND ($3::text IS NULL OR (j.created_at, j.id) <
-                  (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $3))
-           ORDER BY j.created_at DESC, j.id DESC
-           LIMIT $4"#,
-        org_id,
-        kind.as_str(),
-        after,
-        limit
-    )
-    .fetch_all(pool)
-    .await
+    crate::jobs::list_jobs_of_kind(pool, org_id, kind.as_str(), after, limit).await
 }
 
 /// The org's evaluations created for fine-tuning job `job_id`, newest first, as `(id, state)`.

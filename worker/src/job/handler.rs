@@ -4,7 +4,9 @@ use super::artifacts::{append_metrics_line, cached_folder, file_key, write_resul
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
-use crate::trainer::{Dataset, Evaluation, StepOutput, Trainer, TrainerError, TrainerOptions};
+use crate::trainer::{
+    Dataset, Evaluation, SampleRecord, StepOutput, Trainer, TrainerError, TrainerOptions,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
 use candle_core::Device;
@@ -378,6 +380,49 @@ impl TrainingHandler {
         Ok(trainer)
     }
 
+    /// Writes `samples/step-{step}.jsonl` and its index rows. Training samples (`training`)
+    /// are indexed with their advantage and score; a sampling run's without an advantage, and
+    /// a failed grading without a score.
+    pub(super) async fn record_samples(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        step: i32,
+        records: &[SampleRecord],
+        training: bool,
+    ) -> Result<(), Stop> {
+        let key = format!("jobs/{}/samples/step-{step}.jsonl", lease.job().id);
+        let mut body = String::new();
+        for record in records {
+            body.push_str(
+                &serde_json::to_string(record).map_err(|e| retryable("encoding samples", e))?,
+            );
+            body.push('\n');
+        }
+        let body = Bytes::from(body);
+        let put = || self.store.put_bytes(&key, body.clone());
+        persist("writing samples", heartbeat, StorageError::is_transient, put)
+            .await
+            .map_err(|e| retryable("writing samples", e))?;
+        let rows: Vec<SampleIndexRow> = records
+            .iter()
+            .enumerate()
+            .map(|(line, s)| SampleIndexRow {
+                idx: s.idx as i32,
+                prompt_idx: s.prompt_idx as i32,
+                score: (training || s.grader_error.is_none()).then_some(s.score),
+                advantage: training.then_some(s.advantage),
+                finish_reason: Some(s.finish_reason.clone()),
+                storage_key: key.clone(),
+                line_no: line as i32,
+            })
+            .collect();
+        let index = || lease.samples(step, &rows);
+        persist("indexing samples", heartbeat, QueueError::is_transient, index)
+            .await
+            .map_err(|e| lease_error("indexing samples", e))
+    }
+
     /// Writes a step's metrics row, metrics line, samples and event.
     async fn record_step(
         &self,
@@ -392,37 +437,7 @@ impl TrainingHandler {
         if let (Some(eval), Some(map)) = (eval, row.as_object_mut()) {
             map.insert("eval".into(), serde_json::to_value(eval).unwrap_or(Value::Null));
         }
-        let key = format!("jobs/{job_id}/samples/step-{step}.jsonl");
-        let mut body = String::new();
-        for sample in &out.samples {
-            body.push_str(
-                &serde_json::to_string(sample).map_err(|e| retryable("encoding samples", e))?,
-            );
-            body.push('\n');
-        }
-        let body = Bytes::from(body);
-        let put = || self.store.put_bytes(&key, body.clone());
-        persist("writing samples", heartbeat, StorageError::is_transient, put)
-            .await
-            .map_err(|e| retryable("writing samples", e))?;
-        let rows: Vec<SampleIndexRow> = out
-            .samples
-            .iter()
-            .enumerate()
-            .map(|(line, s)| SampleIndexRow {
-                idx: s.idx as i32,
-                prompt_idx: s.prompt_idx as i32,
-                score: Some(s.score),
-                advantage: Some(s.advantage),
-                finish_reason: Some(s.finish_reason.clone()),
-                storage_key: key.clone(),
-                line_no: line as i32,
-            })
-            .collect();
-        let index = || lease.samples(step as i32, &rows);
-        persist("indexing samples", heartbeat, QueueError::is_transient, index)
-            .await
-            .map_err(|e| lease_error("indexing samples", e))?;
+        self.record_samples(lease, heartbeat, step as i32, &out.samples, true).await?;
         let metric = || lease.metric(step as i32, &row);
         persist("writing metrics", heartbeat, QueueError::is_transient, metric)
             .await

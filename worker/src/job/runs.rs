@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use verity_core::queue::{
     is_transient_db_error, EventLevel, Heartbeat, HeartbeatState, JobOutcome, Lease, QueueError,
-    ResultsFile, SampleIndexRow,
+    ResultsFile,
 };
 use verity_core::sampling_runs::{
     EvaluationReport, ModelResult, RejectionSamplingSpec, RunModel, RunSpec,
@@ -200,7 +200,7 @@ impl TrainingHandler {
             completion_tokens: records.iter().map(|r| r.tokens).sum(),
         };
         let row = serde_json::to_value(&result).map_err(|e| retryable("encoding results", e))?;
-        self.record_samples(lease, heartbeat, index as i32, &records).await?;
+        self.record_samples(lease, heartbeat, index as i32, &records, false).await?;
         let metric = || lease.metric(index as i32, &row);
         persist("writing results", heartbeat, QueueError::is_transient, metric)
             .await
@@ -214,46 +214,6 @@ impl TrainingHandler {
         event(lease, heartbeat, EventLevel::Info, "eval", &message, Some(&row)).await?;
         let dataset = Arc::try_unwrap(dataset).unwrap_or_else(|shared| (*shared).clone());
         Ok(Some(Sampled { groups, dataset }))
-    }
-
-    /// Writes `samples/step-{step}.jsonl` and its index rows.
-    async fn record_samples(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        step: i32,
-        records: &[crate::trainer::SampleRecord],
-    ) -> Result<(), Stop> {
-        let key = format!("jobs/{}/samples/step-{step}.jsonl", lease.job().id);
-        let mut body = String::new();
-        for record in records {
-            body.push_str(
-                &serde_json::to_string(record).map_err(|e| retryable("encoding samples", e))?,
-            );
-            body.push('\n');
-        }
-        let body = Bytes::from(body);
-        let put = || self.store.put_bytes(&key, body.clone());
-        persist("writing samples", heartbeat, StorageError::is_transient, put)
-            .await
-            .map_err(|e| retryable("writing samples", e))?;
-        let rows: Vec<SampleIndexRow> = records
-            .iter()
-            .enumerate()
-            .map(|(line, s)| SampleIndexRow {
-                idx: s.idx as i32,
-                prompt_idx: s.prompt_idx as i32,
-                score: s.grader_error.is_none().then_some(s.score),
-                advantage: None,
-                finish_reason: Some(s.finish_reason.clone()),
-                storage_key: key.clone(),
-                line_no: line as i32,
-            })
-            .collect();
-        let index = || lease.samples(step, &rows);
-        persist("indexing samples", heartbeat, QueueError::is_transient, index)
-            .await
-            .map_err(|e| lease_error("indexing samples", e))
     }
 
     /// Loads a run's model as a job starting from it would: a base, or a fine-tuned model or
