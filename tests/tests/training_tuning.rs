@@ -81,7 +81,14 @@ async fn eval_events(pool: &PgPool, job: &str) -> Vec<(String, Value)> {
 }
 
 /// Runs a job of `method` to success and checks what every job leaves behind; its metrics rows.
-async fn run_to_success(pool: &PgPool, method: Value, train: String, valid: String) -> Vec<Value> {
+/// Runs a job to success and checks what it recorded; `eval_steps` are the steps of its `eval`
+/// events (a supervised job's baseline at step 0 included).
+async fn run_to_success(
+    pool: &PgPool,
+    method: Value,
+    (train, valid): (String, String),
+    eval_steps: &[i64],
+) -> Vec<Value> {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(pool, root.path()).await;
     put_files(store.as_ref(), train, valid).await;
@@ -102,8 +109,11 @@ async fn run_to_success(pool: &PgPool, method: Value, train: String, valid: Stri
         assert!(kinds.contains(&kind.to_string()), "{kind} missing from {kinds:?}");
     }
     let evals = eval_events(pool, &job).await;
-    assert_eq!(evals.iter().map(|(_, d)| d["step"].as_i64().unwrap()).collect::<Vec<_>>(), [2, 4]);
-    assert!(evals[0].0.contains("validation loss"), "{evals:?}");
+    assert_eq!(
+        evals.iter().map(|(_, d)| d["step"].as_i64().unwrap()).collect::<Vec<_>>(),
+        eval_steps
+    );
+    assert!(evals.last().is_some_and(|e| e.0.contains("validation loss")), "{evals:?}");
     // greedy samples at the evaluation steps, beside the row's target
     let samples: Vec<i32> =
         sqlx::query_scalar("SELECT DISTINCT step FROM samples WHERE job_id = $1 ORDER BY step")
@@ -142,7 +152,8 @@ async fn a_supervised_job_runs_end_to_end(pool: PgPool) {
     let method = json!({"type": "supervised", "supervised": {"hyperparameters": {
         "batch_size": 2, "learning_rate": 0.01, "max_steps": 4, "checkpoint_interval": 2,
         "eval_interval": 2, "max_completion_tokens": 3}}});
-    let rows = run_to_success(&pool, method, chats(4), chats(2)).await;
+    // the baseline: validation loss of the start model at step 0
+    let rows = run_to_success(&pool, method, (chats(4), chats(2)), &[0, 2, 4]).await;
     // two chats a step, two trained tokens each: the weight-0 reply and the other turns are
     // not counted
     assert_eq!(rows[0]["label_tokens"], json!(4), "{}", rows[0]);
@@ -156,7 +167,8 @@ async fn a_dpo_job_runs_end_to_end(pool: PgPool) {
     let method = json!({"type": "dpo", "dpo": {"hyperparameters": {
         "beta": 0.5, "batch_size": 2, "learning_rate": 0.01, "max_steps": 4,
         "checkpoint_interval": 2, "eval_interval": 2, "max_completion_tokens": 2}}});
-    let rows = run_to_success(&pool, method, pairs(4), pairs(2)).await;
+    // no baseline: before the first step the policy is its own reference (loss ln 2, margin 0)
+    let rows = run_to_success(&pool, method, (pairs(4), pairs(2)), &[2, 4]).await;
     let first = &rows[0];
     assert!((first["loss"].as_f64().unwrap() - std::f64::consts::LN_2).abs() < 1e-4, "{first}");
     for field in [
