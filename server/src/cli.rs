@@ -50,6 +50,10 @@ pub enum Command {
     Jobs(crate::commands::client::jobs::JobsArgs),
     /// Download a job's checkpoints from a running server.
     Checkpoints(crate::commands::client::checkpoints::CheckpointsArgs),
+    /// Evaluation reports (pass@k of models on a file) on a running server.
+    Evaluations(crate::commands::client::runs::RunsArgs),
+    /// Rejection-sampling runs (graded samples kept as a supervised file) on a running server.
+    RejectionSampling(crate::commands::client::runs::RunsArgs),
     /// Run a benchmark and print JSON lines.
     #[command(subcommand)]
     Bench(BenchCommand),

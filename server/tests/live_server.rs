@@ -645,3 +645,72 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Runs `verity ARGS --json` against the test server; its stdout as JSON (the command must
+/// succeed).
+fn verity_json(server: &Server, key: &str, args: &[&str]) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .args(args)
+        .args(["--json", "--url", &server.base, "--api-key", key])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// `verity evaluations …` and `verity rejection-sampling …` create, follow and read the
+/// sampling runs of `/v1/verity/` while a worker runs them.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cli_runs_evaluations_and_rejection_sampling(pool: sqlx::PgPool) {
+    let (server, key) = start(&pool).await;
+    let rows = tempfile::Builder::new().suffix(".jsonl").tempfile().unwrap();
+    let text: String = ["t1", "t2", "t3"]
+        .iter()
+        .enumerate()
+        .map(|(i, answer)| {
+            serde_json::json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(rows.path(), text).unwrap();
+    let file = verity_json(&server, &key, &["files", "upload", rows.path().to_str().unwrap()]);
+    let file = file["id"].as_str().unwrap().to_string();
+    let grader = serde_json::json!({"type": "string_check", "name": "contains",
+        "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "like"});
+    let body = tempfile::NamedTempFile::new().unwrap();
+    let path = body.path().to_str().unwrap();
+
+    let request = serde_json::json!({"models": ["tiny-judge"], "file": file, "grader": grader,
+                                     "n": 2, "max_tokens": 4, "seed": 3});
+    std::fs::write(body.path(), request.to_string()).unwrap();
+    let created = verity_json(&server, &key, &["evaluations", "create", "--body", path]);
+    let id = created["id"].as_str().unwrap().to_string();
+    run_queued_jobs(&pool, &server, 1).await;
+    let done = verity_json(&server, &key, &["evaluations", "watch", &id]);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let listed = verity_json(&server, &key, &["evaluations", "list"]);
+    assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
+    let results = verity_json(&server, &key, &["evaluations", "results", &id]);
+    let model = &results["models"][0];
+    assert_eq!(model["model"], "tiny-judge", "{results}");
+    assert!(model["pass_at_k"]["pass@2"].is_number(), "{results}");
+    let csv = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .args(["evaluations", "results", &id, "--csv", "--url", &server.base, "--api-key", &key])
+        .output()
+        .unwrap();
+    assert!(csv.status.success(), "{}", String::from_utf8_lossy(&csv.stderr));
+    let csv = String::from_utf8(csv.stdout).unwrap();
+    assert!(csv.lines().count() >= 2 && csv.contains("tiny-judge"), "{csv}");
+
+    let request = serde_json::json!({"model": "tiny-judge", "file": file, "grader": grader,
+        "k": 2, "policy": "all_passing", "min_score": 0.0, "max_tokens": 4, "seed": 3});
+    std::fs::write(body.path(), request.to_string()).unwrap();
+    let created = verity_json(&server, &key, &["rejection-sampling", "create", "--body", path]);
+    let id = created["id"].as_str().unwrap().to_string();
+    run_queued_jobs(&pool, &server, 1).await;
+    let done = verity_json(&server, &key, &["rejection-sampling", "watch", &id]);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(done["output_file"].as_str().is_some_and(|f| f.starts_with("file-")), "{done}");
+}

@@ -34,6 +34,12 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Files(args) => client::files::run(&args).await,
         Command::Jobs(args) => client::jobs::run(&args).await,
         Command::Checkpoints(args) => client::checkpoints::run(&args).await,
+        Command::Evaluations(args) => {
+            client::runs::run(client::runs::RunKind::Evaluation, &args).await
+        }
+        Command::RejectionSampling(args) => {
+            client::runs::run(client::runs::RunKind::RejectionSampling, &args).await
+        }
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,

@@ -1,8 +1,10 @@
-//! Client commands that talk to a running server over HTTP: `files`, `jobs`, `checkpoints`.
+//! Client commands that talk to a running server over HTTP: `files`, `jobs`, `checkpoints`,
+//! `evaluations` and `rejection-sampling`.
 
 pub mod checkpoints;
 pub mod files;
 pub mod jobs;
+pub mod runs;
 
 use anyhow::{anyhow, Context};
 use clap::Args;
