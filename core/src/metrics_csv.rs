@@ -121,7 +121,8 @@ fn table(
     out
 }
 
-fn csv_field(text: &str) -> String {
+/// A CSV field, quoted when it holds a comma, quote or newline.
+pub fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {

@@ -6,6 +6,7 @@
 //! worker runs), their reads, and the report built from the per-model metrics rows.
 
 use crate::jobs::JobRecord;
+use crate::metrics_csv::csv_field;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -440,15 +441,6 @@ impl EvaluationReport {
             out.push_str(if flagged { ",true\n" } else { ",false\n" });
         }
         out
-    }
-}
-
-/// A CSV field, quoted when it holds a comma, quote or newline.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
     }
 }
 

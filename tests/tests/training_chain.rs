@@ -14,11 +14,9 @@ use candle_core::Device;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
-use training_support::{cpu_training_handler, prepare_store, MODEL};
-use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
+use training_support::{prepare_store, run_one_job, MODEL};
+use verity_core::queue::{DeviceKind, Queue, QueueSettings, WorkerInfo};
 use verity_core::storage::{download_folder, publish_folder, ObjectStore};
 use verity_core::JobState;
 use verity_verifiers::{JudgeMessage, JudgePrompt, JudgeSampling};
@@ -29,16 +27,6 @@ use verity_worker::LoadedModel;
 /// The LoRA adapter the first job trains: scale = alpha / rank = 2.
 const LORA: (usize, f64) = (4, 8.0);
 const LORA_TARGETS: [&str; 3] = ["q_proj", "v_proj", "down_proj"];
-
-async fn run_one_job(queue: &Queue, store: Arc<dyn ObjectStore>, cache: &Path) {
-    let handler = cpu_training_handler(store, cache);
-    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
-    let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
-    let done =
-        run_worker(queue.clone(), worker, Arc::new(handler), options, CancellationToken::new())
-            .await;
-    assert_eq!(done, 1);
-}
 
 /// A small job's method; a graded similarity gives reward contrast from the first step, so
 /// the weights (or the adapter's B) move. A checkpoint at every step.

@@ -6,27 +6,14 @@ mod training_support;
 
 use serde_json::json;
 use sqlx::PgPool;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use training_support::{
-    enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps, prepare_store,
+    enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps, prepare_store, spawn_worker,
 };
 use verity_core::queue::{Queue, QueueSettings};
 use verity_core::JobState;
 
 const STEPS: i32 = 40;
-
-fn spawn_worker(database_url: &str, root: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_verity-training-worker"))
-        .env("DATABASE_URL", database_url)
-        .env("VERITY_STORAGE", root.join("objects"))
-        .env("VERITY_CACHE_DIR", root.join("cache"))
-        .env("TEST_LEASE_MS", "2000")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the training worker")
-}
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {

@@ -7,14 +7,12 @@ mod training_support;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 use training_support::{
-    cpu_training_handler, enqueue, event_kinds, metric_steps, metrics_jsonl_steps, prepare_store,
+    enqueue, event_kinds, metric_steps, metrics_jsonl_steps, prepare_store, run_one_job,
+    spawn_worker,
 };
-use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
+use verity_core::queue::{Queue, QueueSettings};
 use verity_core::storage::ObjectStore;
 use verity_core::JobState;
 
@@ -50,16 +48,6 @@ fn pairs(rows: usize) -> String {
 async fn put_files(store: &dyn ObjectStore, train: String, valid: String) {
     store.put_bytes("files/file-train.jsonl", train.into()).await.unwrap();
     store.put_bytes("files/file-valid.jsonl", valid.into()).await.unwrap();
-}
-
-async fn run_one_job(queue: &Queue, store: Arc<dyn ObjectStore>, cache: &std::path::Path) {
-    let handler = cpu_training_handler(store, cache);
-    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
-    let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
-    let done =
-        run_worker(queue.clone(), worker, Arc::new(handler), options, CancellationToken::new())
-            .await;
-    assert_eq!(done, 1);
 }
 
 async fn rows(pool: &PgPool, job: &str) -> Vec<Value> {
@@ -187,18 +175,6 @@ async fn a_dpo_job_runs_end_to_end(pool: PgPool) {
 }
 
 const STEPS: i32 = 60;
-
-fn spawn_worker(database_url: &str, root: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_verity-training-worker"))
-        .env("DATABASE_URL", database_url)
-        .env("VERITY_STORAGE", root.join("objects"))
-        .env("VERITY_CACHE_DIR", root.join("cache"))
-        .env("TEST_LEASE_MS", "2000")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the training worker")
-}
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_killed_dpo_job_resumes_from_its_checkpoint(pool: PgPool) {

@@ -119,3 +119,28 @@ pub fn cpu_training_handler(store: Arc<dyn ObjectStore>, cache: &Path) -> Traini
         },
     )
 }
+
+/// Starts a `verity-training-worker` process on the test database with its store and cache
+/// under `root` and a 2 s lease (so that a killed worker's job is rescued quickly).
+pub fn spawn_worker(database_url: &str, root: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_verity-training-worker"))
+        .env("DATABASE_URL", database_url)
+        .env("VERITY_STORAGE", root.join("objects"))
+        .env("VERITY_CACHE_DIR", root.join("cache"))
+        .env("TEST_LEASE_MS", "2000")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the training worker")
+}
+
+/// Runs exactly one queued job to its end on an in-process CPU worker.
+pub async fn run_one_job(queue: &Queue, store: Arc<dyn ObjectStore>, cache: &Path) {
+    use verity_core::queue::{run_worker, DeviceKind, RunnerOptions, WorkerInfo};
+    let handler = cpu_training_handler(store, cache);
+    let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
+    let token = tokio_util::sync::CancellationToken::new();
+    let done = run_worker(queue.clone(), worker, Arc::new(handler), options, token).await;
+    assert_eq!(done, 1);
+}

@@ -64,16 +64,7 @@ pub async fn job_metrics(
     Path(job_id): Path<String>,
     ApiQuery(query): ApiQuery<MetricsQuery>,
 ) -> ApiResult<Response> {
-    let csv = match query.format.as_deref() {
-        None | Some("json") => false,
-        Some("csv") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "format",
-                format!("unknown format {other:?}; use json or csv"),
-            ))
-        }
-    };
+    let csv = wants_csv(query.format.as_deref())?;
     let window = query.window()?;
     find_job(&state, &principal, &job_id).await?;
     if csv {
@@ -93,4 +84,16 @@ pub async fn job_metrics(
         }
     };
     Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// Whether a `format` query parameter asks for CSV (`json`, the default, or `csv`; anything
+/// else is a 400 naming `format`).
+pub fn wants_csv(format: Option<&str>) -> ApiResult<bool> {
+    match format {
+        None | Some("json") => Ok(false),
+        Some("csv") => Ok(true),
+        Some(other) => {
+            Err(ApiError::invalid("format", format!("unknown format {other:?}; use json or csv")))
+        }
+    }
 }

@@ -335,16 +335,7 @@ pub async fn evaluation_results(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ResultsQuery>,
 ) -> ApiResult<Response> {
-    let csv = match query.format.as_deref() {
-        None | Some("json") => false,
-        Some("csv") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "format",
-                format!("unknown format {other:?}; use json or csv"),
-            ))
-        }
-    };
+    let csv = crate::api::jobs::metrics::wants_csv(query.format.as_deref())?;
     let job = find_run(&state, &principal, RunKind::Evaluation, &id).await?;
     let report = report(&state, &id).await?;
     if csv {
