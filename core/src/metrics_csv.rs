@@ -6,13 +6,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The results file's leading columns after `step`: OpenAI's names, and the stored metric each
 /// is read from (a `/`-separated path into the step's row).
-const RESULT_COLUMNS: [(&str, &str); 7] = [
+/// The validation columns of reinforcement jobs come first, then those of supervised jobs
+/// (`valid_loss`, `valid_mean_token_accuracy`, as OpenAI's supervised results file) and DPO jobs.
+const RESULT_COLUMNS: [(&str, &str); 10] = [
     ("train_loss", "loss"),
     ("train_reward_mean", "reward_mean"),
     ("train_reward_std", "reward_std"),
     ("train_accuracy", "accuracy"),
     ("valid_reward_mean", "eval/mean_reward"),
     ("valid_pass_at_1", "eval/pass_at_k/pass@1"),
+    ("valid_loss", "eval/loss"),
+    ("valid_mean_token_accuracy", "eval/token_accuracy"),
+    ("valid_preference_accuracy", "eval/preference_accuracy"),
     ("trained_tokens", "trained_tokens"),
 ];
 
@@ -43,7 +48,9 @@ pub fn metrics_csv(rows: &[(i32, Value)]) -> String {
 
 /// The results file of a finished job, like OpenAI's: `step`, then `train_loss`,
 /// `train_reward_mean`, `train_reward_std`, `train_accuracy`, `valid_reward_mean`,
-/// `valid_pass_at_1` (empty on steps without a validation run), `trained_tokens`, then
+/// `valid_pass_at_1`, `valid_loss`, `valid_mean_token_accuracy`, `valid_preference_accuracy`
+/// (empty on steps without a validation run, and where the method has no such metric),
+/// `trained_tokens`, then
 /// `train_reward_{grader}_mean` per named grader and every other scalar metric under its own
 /// name (sorted).
 pub fn results_csv(rows: &[(i32, Value)]) -> String {
@@ -162,9 +169,27 @@ mod tests {
         assert_eq!(
             lines.next().unwrap(),
             "step,train_loss,train_reward_mean,train_reward_std,train_accuracy,valid_reward_mean,\
-             valid_pass_at_1,trained_tokens,kl,train_reward_exact_mean"
+             valid_pass_at_1,valid_loss,valid_mean_token_accuracy,valid_preference_accuracy,\
+             trained_tokens,kl,train_reward_exact_mean"
         );
-        assert_eq!(lines.next().unwrap(), "1,0.5,0.25,0.1,0.0,,,40,0.01,0.25");
-        assert_eq!(lines.next().unwrap(), "2,0.4,0.5,0.2,0.5,0.75,0.5,42,0.02,");
+        assert_eq!(lines.next().unwrap(), "1,0.5,0.25,0.1,0.0,,,,,,40,0.01,0.25");
+        assert_eq!(lines.next().unwrap(), "2,0.4,0.5,0.2,0.5,0.75,0.5,,,,42,0.02,");
+    }
+
+    #[test]
+    fn a_supervised_jobs_results_have_its_validation_loss_and_token_accuracy() {
+        let rows = vec![
+            (1, json!({"loss": 2.5, "trained_tokens": 30})),
+            (
+                2,
+                json!({"loss": 2.0, "trained_tokens": 30,
+                       "eval": {"step": 2, "examples": 3, "loss": 2.25, "token_accuracy": 0.4}}),
+            ),
+        ];
+        let csv = results_csv(&rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(lines[0].starts_with("step,train_loss,"), "{csv}");
+        assert_eq!(lines[1], "1,2.5,,,,,,,,,30");
+        assert_eq!(lines[2], "2,2.0,,,,,,2.25,0.4,,30");
     }
 }

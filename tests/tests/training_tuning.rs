@@ -132,6 +132,25 @@ async fn run_to_success(
             .await
             .unwrap();
     assert!(model.is_some() && result["result_files"][0].is_string(), "{result}");
+    // the results file carries the validation loss on the evaluation steps, and only there
+    let org: uuid::Uuid = sqlx::query_scalar("SELECT org_id FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let file_id = result["result_files"][0].as_str().unwrap();
+    let file = verity_core::files::get_file(pool, org, file_id).await.unwrap().unwrap();
+    let csv =
+        String::from_utf8(store.get_bytes(&file.storage_key).await.unwrap().to_vec()).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = header.iter().position(|c| *c == "valid_loss").expect("a valid_loss column");
+    let with_loss: Vec<i64> = lines
+        .filter(|l| !l.split(',').nth(column).unwrap_or_default().is_empty())
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    let trained = eval_steps.iter().filter(|s| **s > 0).all(|s| with_loss.contains(s));
+    assert!(trained && with_loss.iter().all(|s| eval_steps.contains(s)), "{csv}");
     rows(pool, &job).await
 }
 
