@@ -144,6 +144,24 @@ pub enum SelectionPolicy {
     AllPassing,
 }
 
+impl SelectionPolicy {
+    /// Every policy.
+    pub const ALL: [SelectionPolicy; 2] = [SelectionPolicy::Best, SelectionPolicy::AllPassing];
+
+    /// Its name in the API (`best`, `all_passing`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectionPolicy::Best => "best",
+            SelectionPolicy::AllPassing => "all_passing",
+        }
+    }
+
+    /// The policy called `name`, if any.
+    pub fn parse(name: &str) -> Option<SelectionPolicy> {
+        SelectionPolicy::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
 /// What an evaluation runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvaluationSpec {

@@ -17,3 +17,18 @@
     });
   });
 })();
+// Helpers the page scripts share.
+window.Verity = {
+  // An API error body's message, prefixed with the field it names (`param`), or `fallback`.
+  apiError: function (body, fallback) {
+    var e = body && body.error;
+    if (!e) return fallback;
+    return (e.param ? e.param + ": " : "") + e.message;
+  },
+  // POSTs `body` as JSON with the session cookie; resolves to {ok, status, body}.
+  postJson: function (url, body) {
+    return fetch(url, { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" },
+                        body: body === undefined ? undefined : JSON.stringify(body) })
+      .then(function (r) { return r.json().catch(function () { return {}; }).then(function (b) { return { ok: r.ok, status: r.status, body: b }; }); });
+  },
+};

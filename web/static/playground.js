@@ -17,11 +17,7 @@
   var row = null; // the loaded dataset row, while the prompt is still its own
   var controller = null;
 
-  function apiError(body, fallback) {
-    var e = body && body.error;
-    if (!e) return fallback;
-    return (e.param ? e.param + ": " : "") + e.message;
-  }
+  var apiError = Verity.apiError;
   function showError(message) { error.textContent = message; error.hidden = !message; }
   function jsonOf(response) {
     return response.json().catch(function () { return null; }).then(function (body) { return { ok: response.ok, status: response.status, body: body }; });

@@ -24,6 +24,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../../web/static/evaluation.js"),
     ),
     (
+        "rejection_sampling.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/rejection_sampling.js"),
+    ),
+    (
         "new_job.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../web/static/new_job.js"),

@@ -12,6 +12,7 @@ pub mod login;
 pub mod new_job;
 pub mod page;
 pub mod playground;
+pub mod rejection_sampling;
 pub mod warnings;
 
 use crate::api::state::AppState;
@@ -33,4 +34,5 @@ pub fn router() -> Router<AppState> {
         .merge(files::router())
         .merge(playground::router())
         .merge(evaluations::router())
+        .merge(rejection_sampling::router())
 }

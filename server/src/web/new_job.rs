@@ -5,7 +5,8 @@
 //! The page's script submits to the REST API (`/v1/files`, `/v1/fine_tuning/alpha/graders/run`,
 //! `/v1/fine_tuning/jobs`) with the session cookie, so validation is the API's own.
 //! `/jobs/new?from_job=ID[&checkpoint=STEP]` ("Continue training") prefills the form from that
-//! job: its model or checkpoint as `model`, its files and grader.
+//! job: its model or checkpoint as `model`, its files and grader;
+//! `/jobs/new?training_file=ID&method=supervised` ("Train on this file") preselects both.
 
 use super::files::{org_files, FileRow};
 use super::page::{render, Nav, WebResult, WebUser};
@@ -126,28 +127,35 @@ struct LossRow {
     label: &'static str,
 }
 
-/// What "Continue training" asks for: the job to start from, and one of its checkpoints.
+/// What "Continue training" asks for: the job to start from, and one of its checkpoints; or
+/// what "Train on this file" asks for: a training file and a method.
 #[derive(Debug, Default, Deserialize)]
-struct ContinueQuery {
+pub(super) struct ContinueQuery {
     /// The job whose model the new job starts from.
-    from_job: Option<String>,
+    pub(super) from_job: Option<String>,
     /// A step of one of its checkpoints (else its `fine_tuned_model`, or its latest checkpoint).
-    checkpoint: Option<i32>,
+    pub(super) checkpoint: Option<i32>,
+    /// A training file to preselect (overrides the continued job's).
+    pub(super) training_file: Option<String>,
+    /// The method to preselect (`reinforcement`, `supervised` or `dpo`).
+    pub(super) method: Option<String>,
 }
 
 /// The form's prefilled values (empty: none).
 #[derive(Debug, Default)]
-struct Prefill {
+pub(super) struct Prefill {
     /// The job continued.
-    from_job: String,
+    pub(super) from_job: String,
     /// Its model or checkpoint name, the new job's `model`.
-    model: String,
+    pub(super) model: String,
     /// Its training file id.
-    training_file: String,
+    pub(super) training_file: String,
     /// Its validation file id.
-    validation_file: String,
+    pub(super) validation_file: String,
     /// Its grader, pretty JSON.
-    grader: String,
+    pub(super) grader: String,
+    /// The method preselected (`reinforcement` when empty).
+    pub(super) method: String,
 }
 
 /// The model name a job continues from: the checkpoint at `step`, or the job's
@@ -181,10 +189,36 @@ async fn continue_model(
     }
 }
 
+/// The prefill of "Continue training" from the org's job `query.from_job` (404 if not the org's),
+/// with the training file and method the query names, if any.
+pub(super) async fn prefill(
+    state: &AppState,
+    user: &WebUser,
+    query: ContinueQuery,
+) -> WebResult<Prefill> {
+    let method = match query.method.as_deref() {
+        Some(m @ ("reinforcement" | "supervised" | "dpo")) => m.to_string(),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "method",
+                format!("unknown method {other:?}; use reinforcement, supervised or dpo"),
+            )
+            .into())
+        }
+        None => String::new(),
+    };
+    let mut prefill = continued(state, user, &query).await?;
+    if let Some(file) = query.training_file {
+        prefill.training_file = file;
+    }
+    prefill.method = method;
+    Ok(prefill)
+}
+
 /// The prefill of "Continue training" from the org's job `query.from_job` (404 if not the org's).
-async fn prefill(state: &AppState, user: &WebUser, query: ContinueQuery) -> WebResult<Prefill> {
-    let Some(id) = query.from_job else { return Ok(Prefill::default()) };
-    let job = crate::api::jobs::find_job(state, &user.0, &id).await?;
+async fn continued(state: &AppState, user: &WebUser, query: &ContinueQuery) -> WebResult<Prefill> {
+    let Some(id) = &query.from_job else { return Ok(Prefill::default()) };
+    let job = crate::api::jobs::find_job(state, &user.0, id).await?;
     let model = continue_model(state, &job, query.checkpoint).await?;
     let grader = job
         .spec
@@ -197,6 +231,7 @@ async fn prefill(state: &AppState, user: &WebUser, query: ContinueQuery) -> WebR
         training_file: job.training_file.unwrap_or_default(),
         validation_file: job.validation_file.unwrap_or_default(),
         grader,
+        method: String::new(),
     })
 }
 

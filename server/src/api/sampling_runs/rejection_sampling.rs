@@ -95,7 +95,8 @@ pub struct RejectionSamplingObject {
 }
 
 impl RejectionSamplingObject {
-    fn of(job: JobRecord) -> ApiResult<RejectionSamplingObject> {
+    /// The object of a stored rejection-sampling run.
+    pub fn of(job: JobRecord) -> ApiResult<RejectionSamplingObject> {
         let Some(Ok(RunSpec::RejectionSampling(spec))) = RunSpec::of_job(&job.spec) else {
             return Err(ApiError::internal("reading a rejection-sampling run", "bad spec"));
         };
@@ -145,14 +146,10 @@ pub async fn create_run(
         return Err(ApiError::invalid("min_score", "must be between 0 and 1"));
     }
     let policy = match request.policy.as_deref() {
-        None | Some("best") => SelectionPolicy::Best,
-        Some("all_passing") => SelectionPolicy::AllPassing,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "policy",
-                format!("unknown policy {other:?}; use best or all_passing"),
-            ))
-        }
+        None => SelectionPolicy::Best,
+        Some(name) => SelectionPolicy::parse(name).ok_or_else(|| {
+            ApiError::invalid("policy", format!("unknown policy {name:?}; use best or all_passing"))
+        })?,
     };
     let sampling = request.sampling.settings(Default::default())?;
     let model = resolve_run_model(&state, &principal, "model", &model).await?;
