@@ -1,7 +1,8 @@
 //! The continuous batch of one loaded model: a thread that decodes every admitted sequence one
 //! token per step over a shared KV cache ([`DecodeBatch`], the rollout sampler's step loop).
-//! New requests are prefilled and join between steps; finished or abandoned sequences (their
-//! client went away) leave, freeing their rows.
+//! New requests are prefilled and join between steps — the requests that arrived together in
+//! one forward — and finished or abandoned sequences (their client went away) leave, freeing
+//! their rows.
 
 use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob, TopLogprob};
 use super::text::StopTextTracker;
@@ -30,6 +31,10 @@ pub(crate) struct Admission {
     /// Where its events go; once the receiver is dropped the request is abandoned.
     pub events: UnboundedSender<GenerationEvent>,
 }
+
+/// How much larger than its real tokens a group prefilled together may be once left-padded to
+/// its longest prompt (2: at most half the prefill's positions are padding).
+const PREFILL_PADDING_LIMIT: usize = 2;
 
 /// Counters a batch shares with the engine.
 #[derive(Debug, Default)]
@@ -93,6 +98,40 @@ pub(crate) fn run_batcher(
     }
 }
 
+/// Takes from `waiting`, in arrival order, the requests that fit a batch of `rows` rows (one
+/// request always fits an empty batch), stopping where a prompt would make the group's left
+/// padding exceed its real tokens ([`PREFILL_PADDING_LIMIT`]); abandoned requests (their
+/// client went away) are dropped and counted. The group, and how many were dropped.
+fn take_admissible(
+    waiting: &mut VecDeque<Admission>,
+    mut rows: usize,
+    max_batch: usize,
+) -> (Vec<Admission>, usize) {
+    let mut taken: Vec<Admission> = Vec::new();
+    let (mut abandoned, mut tokens, mut longest) = (0, 0usize, 0usize);
+    while let Some(next) = waiting.front() {
+        let n = next.params.n.max(1);
+        if (rows > 0 || !taken.is_empty()) && rows + n > max_batch {
+            break;
+        }
+        let len = next.prompt.len();
+        let padded = (taken.len() + 1) * longest.max(len);
+        if !taken.is_empty() && padded > PREFILL_PADDING_LIMIT * (tokens + len) {
+            break;
+        }
+        let Some(a) = waiting.pop_front() else { break };
+        if a.events.is_closed() {
+            abandoned += 1;
+            continue;
+        }
+        rows += n;
+        tokens += len;
+        longest = longest.max(len);
+        taken.push(a);
+    }
+    (taken, abandoned)
+}
+
 struct Batcher {
     model: Arc<Transformer>,
     tokenizer: Arc<ChatTokenizer>,
@@ -113,35 +152,55 @@ impl Batcher {
         }
     }
 
-    /// Prefills waiting requests while the batch has room (one request always fits).
+    /// The next group of waiting requests to prefill together ([`take_admissible`]).
+    fn take_admissible(&mut self) -> Vec<Admission> {
+        let (taken, abandoned) =
+            take_admissible(&mut self.waiting, self.rows.len(), self.max_batch);
+        if abandoned > 0 {
+            self.count(|c| {
+                c.requests.fetch_sub(abandoned, Ordering::SeqCst);
+            });
+        }
+        taken
+    }
+
+    /// Ends `requests` (not yet admitted) with a failure.
+    fn refuse(&self, requests: Vec<Admission>, message: &str) {
+        for a in requests {
+            let _ = a.events.send(GenerationEvent::Failed { message: message.to_string() });
+            self.count(|c| {
+                c.requests.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    }
+
+    /// Prefills the waiting requests that fit in one forward (left-padded together, so a burst
+    /// of requests gets its first tokens after one prefill, not one prefill each) and adds
+    /// their rows to the batch; repeats while requests wait and rows are free.
     fn admit(&mut self) {
-        while let Some(next) = self.waiting.front() {
-            let n = next.params.n.max(1);
-            if !self.rows.is_empty() && self.rows.len() + n > self.max_batch {
+        loop {
+            let taken = self.take_admissible();
+            if taken.is_empty() {
                 return;
-            }
-            let Some(a) = self.waiting.pop_front() else { return };
-            if a.events.is_closed() {
-                self.count(|c| {
-                    c.requests.fetch_sub(1, Ordering::SeqCst);
-                });
-                continue;
             }
             let pad = self.tokenizer.pad_id();
             let model = &self.model;
+            let prompts: Vec<&[u32]> = taken.iter().map(|a| a.prompt.as_slice()).collect();
+            let extra = taken.iter().map(|a| a.max_tokens).max().unwrap_or(0);
+            let rows: Vec<usize> = taken
+                .iter()
+                .enumerate()
+                .flat_map(|(i, a)| std::iter::repeat_n(i, a.params.n.max(1)))
+                .collect();
             let prefilled = on_pool(|| -> Result<(DecodeBatch, Vec<Vec<f32>>)> {
-                let (mut b, logits) =
-                    DecodeBatch::prefill(model, &[&a.prompt], pad, a.max_tokens, None)?;
-                b.select_rows(&vec![0; n])?;
+                let (mut b, logits) = DecodeBatch::prefill(model, &prompts, pad, extra, None)?;
+                b.select_rows(&rows)?;
                 Ok((b, logits))
             });
             let (b, logits) = match prefilled {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = a.events.send(GenerationEvent::Failed { message: e.to_string() });
-                    self.count(|c| {
-                        c.requests.fetch_sub(1, Ordering::SeqCst);
-                    });
+                    self.refuse(taken, &e.to_string());
                     continue;
                 }
             };
@@ -153,45 +212,50 @@ impl Batcher {
                 }
             };
             if let Err(e) = joined {
-                let _ = a.events.send(GenerationEvent::Failed { message: e.to_string() });
-                self.count(|c| {
-                    c.requests.fetch_sub(1, Ordering::SeqCst);
-                });
+                self.refuse(taken, &e.to_string());
                 continue;
             }
-            let index = self.requests.len();
-            for choice in 0..n {
-                self.rows.push(Row {
-                    request: index,
-                    choice,
-                    rng: sequence_rng(a.params.seed, 0, choice),
-                    tokens: Vec::new(),
-                    text: StopTextTracker::default(),
-                    done: false,
-                });
-                self.logits.push(logits[0].clone());
+            for (a, logits) in taken.into_iter().zip(logits) {
+                self.join(a, logits);
             }
-            self.count(|c| {
-                c.rows.fetch_add(n, Ordering::SeqCst);
-            });
-            let sampling = SamplingParams {
-                n,
-                temperature: a.params.temperature,
-                top_p: a.params.top_p,
-                top_k: 0,
-                max_new_tokens: a.max_tokens,
-                stop_strings: vec![],
-                seed: a.params.seed,
-                rollout_dtype: Default::default(),
-            };
-            self.requests.push(Some(Live {
-                params: a.params,
-                sampling,
-                max_tokens: a.max_tokens,
-                events: a.events,
-                remaining: n,
-            }));
         }
+    }
+
+    /// Adds the rows of prefilled request `a` (its `n` choices, all starting from `logits`).
+    fn join(&mut self, a: Admission, logits: Vec<f32>) {
+        let n = a.params.n.max(1);
+        let index = self.requests.len();
+        for choice in 0..n {
+            self.rows.push(Row {
+                request: index,
+                choice,
+                rng: sequence_rng(a.params.seed, 0, choice),
+                tokens: Vec::new(),
+                text: StopTextTracker::default(),
+                done: false,
+            });
+            self.logits.push(logits.clone());
+        }
+        self.count(|c| {
+            c.rows.fetch_add(n, Ordering::SeqCst);
+        });
+        let sampling = SamplingParams {
+            n,
+            temperature: a.params.temperature,
+            top_p: a.params.top_p,
+            top_k: 0,
+            max_new_tokens: a.max_tokens,
+            stop_strings: vec![],
+            seed: a.params.seed,
+            rollout_dtype: Default::default(),
+        };
+        self.requests.push(Some(Live {
+            params: a.params,
+            sampling,
+            max_tokens: a.max_tokens,
+            events: a.events,
+            remaining: n,
+        }));
     }
 
     /// Picks one token per row, reports it, drops finished rows and runs the next forward.
@@ -371,5 +435,67 @@ fn token_logprob(
             .into_iter()
             .map(|id| TopLogprob { token: text(id), logprob: logits[id as usize] - log_total })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Receiver = tokio::sync::mpsc::UnboundedReceiver<GenerationEvent>;
+
+    fn waiting(prompts: &[(usize, usize)]) -> (VecDeque<Admission>, Vec<Receiver>) {
+        let mut queue = VecDeque::new();
+        let mut receivers = Vec::new();
+        for &(len, n) in prompts {
+            let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+            let params = GenerationParams {
+                n,
+                temperature: 0.0,
+                top_p: 1.0,
+                max_tokens: None,
+                stop: vec![],
+                seed: 0,
+                logprobs: None,
+                logit_bias: Default::default(),
+            };
+            queue.push_back(Admission { prompt: vec![7; len], params, max_tokens: 4, events });
+            receivers.push(receiver);
+        }
+        (queue, receivers)
+    }
+
+    fn lengths(taken: &[Admission]) -> Vec<usize> {
+        taken.iter().map(|a| a.prompt.len()).collect()
+    }
+
+    #[test]
+    fn a_burst_is_prefilled_together_while_it_fits_the_batch() {
+        let (mut queue, _rx) = waiting(&[(5, 1), (6, 2), (4, 1), (5, 1)]);
+        let (taken, dropped) = take_admissible(&mut queue, 0, 4);
+        assert_eq!((lengths(&taken), dropped), (vec![5, 6, 4], 0));
+        assert_eq!(queue.len(), 1, "the fourth request's row does not fit");
+        // a running batch leaves fewer rows; a request larger than an empty batch still fits
+        let (mut queue, _rx) = waiting(&[(5, 1), (5, 1)]);
+        assert_eq!(lengths(&take_admissible(&mut queue, 3, 4).0), vec![5]);
+        let (mut queue, _rx) = waiting(&[(5, 8)]);
+        assert_eq!(lengths(&take_admissible(&mut queue, 0, 4).0), vec![5]);
+        let (mut queue, _rx) = waiting(&[(5, 1)]);
+        assert!(take_admissible(&mut queue, 4, 4).0.is_empty());
+    }
+
+    #[test]
+    fn a_prompt_that_would_make_the_group_mostly_padding_waits_for_the_next_one() {
+        let (mut queue, _rx) = waiting(&[(4, 1), (4, 1), (40, 1), (40, 1)]);
+        assert_eq!(lengths(&take_admissible(&mut queue, 0, 8).0), vec![4, 4]);
+        assert_eq!(lengths(&take_admissible(&mut queue, 0, 8).0), vec![40, 40]);
+    }
+
+    #[test]
+    fn abandoned_requests_are_dropped_and_counted() {
+        let (mut queue, mut rx) = waiting(&[(4, 1), (4, 1), (4, 1)]);
+        drop(rx.remove(1));
+        let (taken, dropped) = take_admissible(&mut queue, 0, 8);
+        assert_eq!((taken.len(), dropped), (2, 1));
     }
 }
