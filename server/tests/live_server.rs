@@ -714,3 +714,44 @@ async fn cli_runs_evaluations_and_rejection_sampling(pool: sqlx::PgPool) {
     assert_eq!(done["status"], "succeeded", "{done}");
     assert!(done["output_file"].as_str().is_some_and(|f| f.starts_with("file-")), "{done}");
 }
+
+/// `verity jobs create --dry-run` against a running server: a file whose line 2 lacks the field
+/// the grader reads exits 1 with the line and field and each probe's score, nothing enqueued;
+/// the good file exits 0.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cli_dry_run_reports_rows_and_probes(pool: sqlx::PgPool) {
+    let (server, key) = start(&pool).await;
+    let upload = |text: &str| {
+        let rows = tempfile::Builder::new().suffix(".jsonl").tempfile().unwrap();
+        std::fs::write(rows.path(), text).unwrap();
+        let file = verity_json(&server, &key, &["files", "upload", rows.path().to_str().unwrap()]);
+        file["id"].as_str().unwrap().to_string()
+    };
+    let good = "{\"prompt\": \"2+2?\", \"answer\": \"4\"}\n";
+    let bad = upload(&format!("{good}{{\"prompt\": \"3+3?\"}}\n"));
+    let good = upload(good);
+    let grader = serde_json::json!({"type": "string_check", "name": "contains",
+        "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "like"});
+    let body = tempfile::NamedTempFile::new().unwrap();
+    let request = serde_json::json!({"model": "tiny",
+        "method": {"type": "reinforcement", "reinforcement": {"grader": grader}}});
+    std::fs::write(body.path(), request.to_string()).unwrap();
+    let dry_run = |file: &str| {
+        Command::new(env!("CARGO_BIN_EXE_verity"))
+            .args(["jobs", "create", "--dry-run", "--url", &server.base, "--api-key", &key])
+            .args(["--file", body.path().to_str().unwrap(), "--training-file", file])
+            .output()
+            .unwrap()
+    };
+    let refused = dry_run(&bad);
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(!refused.status.success(), "{stdout}");
+    assert!(stdout.contains("line 2: field `answer`"), "{stdout}");
+    assert!(stdout.contains("all_candidates") && stdout.contains("scored 1  REWARDED"), "{stdout}");
+    let accepted = dry_run(&good);
+    let stdout = String::from_utf8_lossy(&accepted.stdout);
+    assert!(accepted.status.success(), "{stdout}");
+    assert!(stdout.contains("rows ok") && stdout.contains("would accept"), "{stdout}");
+    let jobs = verity_json(&server, &key, &["jobs", "list"]);
+    assert_eq!(jobs["data"], serde_json::json!([]), "a dry run enqueues nothing");
+}

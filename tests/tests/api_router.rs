@@ -1286,3 +1286,111 @@ async fn supervised_and_dpo_jobs_check_their_rows_and_settings(pool: sqlx::PgPoo
         .len();
     assert_eq!(after, listed, "nothing enqueued");
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn preflight_reports_rows_grader_runs_and_probes_and_enqueues_nothing(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    // A contains-check grader: rewarded by listing every candidate answer at once.
+    let mut like = method();
+    like["reinforcement"]["grader"]["operation"] = json!("like");
+    let body = |file: &str, method: &Value| json!({"model": "tiny", "training_file": file, "method": method});
+    // Line 3 has a prompt but no `reference_answer`, which the grader reads.
+    let (bad, status) = uploaded(
+        &app,
+        &key,
+        "{\"prompt\": \"2+2?\", \"reference_answer\": \"4\"}\n\n{\"prompt\": \"3+3?\"}\n",
+    )
+    .await;
+    assert_eq!(status, "processed", "the upload does not know the grader");
+    let reply = post(&app.router, "/v1/verity/preflight", &key, body(&bad, &like)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    let report = reply.json();
+    assert_eq!(report["object"], "verity.preflight");
+    assert_eq!(report["ok"], false, "{report}");
+    let file = &report["files"][0];
+    assert_eq!(
+        (file["param"].as_str(), file["file_id"].as_str()),
+        (Some("training_file"), Some(bad.as_str()))
+    );
+    assert_eq!(file["errors"][0]["line"], 3, "{file}");
+    assert_eq!(file["errors"][0]["field"], "reference_answer");
+    assert!(file["errors"][0]["reason"].as_str().unwrap().contains("{{item.reference_answer}}"));
+    // The grader on the first rows (line 2 is blank), given each row's reference answer.
+    let runs = report["grader_runs"].as_array().unwrap();
+    assert_eq!(runs[0]["line"], 1);
+    assert_eq!((runs[0]["sample"].as_str(), runs[0]["score"].as_f64()), (Some("4"), Some(1.0)));
+    assert_eq!(runs[1]["line"], 3);
+    assert!(runs[1]["error"].as_str().unwrap().contains("item.reference_answer"), "{runs:?}");
+    // The probes on line 1: the hacks this grader rewards are scored as such.
+    let probes = &report["probes"];
+    assert_eq!(probes["line"], 1);
+    let scored = |name: &str| {
+        let probe = probes["results"].as_array().unwrap().iter().find(|p| p["name"] == name);
+        let probe = probe.unwrap_or_else(|| panic!("no probe {name} in {probes}"));
+        (probe["score"].as_f64().unwrap(), probe["rewarded"].as_bool().unwrap())
+    };
+    assert_eq!(scored("reference_answer"), (1.0, true));
+    assert_eq!(scored("all_candidates"), (1.0, true));
+    assert_eq!(scored("boxed_dump"), (1.0, true));
+    assert_eq!(scored("empty_answer"), (0.0, false));
+    assert_eq!(scored("judge_injection"), (0.0, false));
+
+    // Job creation refuses the same body with the line and field, and enqueues nothing.
+    let refused = post(&app.router, "/v1/fine_tuning/jobs", &key, body(&bad, &like)).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("training_file"));
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("line 3") && message.contains("`reference_answer`"), "{message}");
+    // Problems outside the rows are the same 400 as job creation's.
+    let mut no_lr = like.clone();
+    no_lr["reinforcement"]["hyperparameters"]["learning_rate_multiplier"] = json!("fast");
+    assert_error(
+        &post(&app.router, "/v1/verity/preflight", &key, body(&bad, &no_lr)).await,
+        StatusCode::BAD_REQUEST,
+        Some("method.reinforcement.hyperparameters.learning_rate_multiplier"),
+    );
+    // A good file with an exact-match grader: ok, and no hack is rewarded.
+    let (good, _) =
+        uploaded(&app, &key, "{\"prompt\": \"2+2?\", \"reference_answer\": \"4\"}\n").await;
+    let report =
+        post(&app.router, "/v1/verity/preflight", &key, body(&good, &method())).await.json();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["files"][0]["rows"], 1);
+    for probe in report["probes"]["results"].as_array().unwrap() {
+        let rewarded = probe["rewarded"].as_bool().unwrap();
+        assert_eq!(rewarded, probe["kind"] == "control", "{probe}");
+    }
+    assert_eq!(
+        get(&app.router, "/v1/fine_tuning/jobs", &key).await.json()["data"],
+        json!([]),
+        "pre-flight enqueues nothing"
+    );
+
+    // graders/validate keeps OpenAI's `grader` and adds the probes on a given row ...
+    let grader = &like["reinforcement"]["grader"];
+    let item = json!({"prompt": "2+2?", "reference_answer": "4"});
+    let valid = post(
+        &app.router,
+        "/v1/fine_tuning/alpha/graders/validate",
+        &key,
+        json!({"grader": grader, "item": item}),
+    )
+    .await
+    .json();
+    assert_eq!(valid["grader"], *grader);
+    let listing =
+        valid["verity_probes"].as_array().unwrap().iter().find(|p| p["name"] == "all_candidates");
+    assert_eq!(listing.unwrap()["score"], 1.0);
+    // ... and says why there are none when the grader reads a row and none was given.
+    let bare = post(
+        &app.router,
+        "/v1/fine_tuning/alpha/graders/validate",
+        &key,
+        json!({"grader": grader}),
+    )
+    .await
+    .json();
+    assert!(bare["verity_probes"].is_null());
+    assert!(bare["verity_probes_skipped"].as_str().unwrap().contains("item.reference_answer"));
+}

@@ -220,6 +220,42 @@ impl Grader {
         }
     }
 
+    /// The reference answer a sample is compared with for `item`: the `reference` template of a
+    /// string_check, text_similarity or math grader (the first such inside a multi), rendered
+    /// from the row; `None` for other graders or a row missing the field.
+    pub fn reference_for(&self, item: &Value) -> Option<String> {
+        match &self.compiled {
+            Compiled::StringCheck { reference, .. }
+            | Compiled::TextSimilarity { reference, .. }
+            | Compiled::Math { reference, .. } => reference.render(item, &Sample::default()).ok(),
+            Compiled::Multi { graders, .. } => graders.values().find_map(|g| g.reference_for(item)),
+            _ => None,
+        }
+    }
+
+    /// The Python tests a `code` grader (here or inside a multi) runs the completion against
+    /// for `item`; `None` when it has none (stdin/stdout cases, or no code grader).
+    pub fn code_tests_for(&self, item: &Value) -> Option<String> {
+        match &self.compiled {
+            Compiled::Code { tests: Some(tests), .. } => {
+                tests.render(item, &Sample::default()).ok()
+            }
+            Compiled::Multi { graders, .. } => {
+                graders.values().find_map(|g| g.code_tests_for(item))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this grader (or one inside a multi) runs the completion as a program.
+    pub fn runs_completion_code(&self) -> bool {
+        match &self.compiled {
+            Compiled::Code { .. } => true,
+            Compiled::Multi { graders, .. } => graders.values().any(Grader::runs_completion_code),
+            _ => false,
+        }
+    }
+
     /// The sandbox configuration used by code and python graders.
     pub fn sandbox(&self) -> &SandboxConfig {
         &self.sandbox

@@ -23,6 +23,7 @@ pub mod graders;
 pub mod judge;
 pub mod math;
 pub mod pool;
+pub mod probes;
 pub mod python;
 pub mod result;
 pub mod sample;

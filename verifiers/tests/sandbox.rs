@@ -399,3 +399,20 @@ fn site_packages_stay_importable() {
     );
     assert_passes(&r);
 }
+
+/// The code exploit probes (`verity_verifiers::probes`) against a real sandboxed `code` grader:
+/// a program exiting 0 before the tests and functions returning an always-equal object both
+/// score 0 (the harness counts verdicts, not the exit status, and tests compare plain data),
+/// and neither is an infrastructure error.
+#[test]
+fn code_exploit_probes_score_zero_in_the_sandbox() {
+    let item = json!({"prompt": "Write add(a, b).", "tests": "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"});
+    let results = verity_verifiers::probes::run_probes(&code_grader(5000, 256), &item);
+    for name in ["exit_before_asserts", "eq_override"] {
+        let probe = results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(probe.score, 0.0, "{probe:?}");
+        assert!(probe.error.is_none(), "{probe:?}");
+    }
+    let eq = results.iter().find(|r| r.name == "eq_override").expect("eq_override");
+    assert!(eq.reason.contains("plain data"), "{}", eq.reason);
+}

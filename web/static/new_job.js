@@ -1,6 +1,9 @@
 // New-job page: loss presets come from /v1/verity/loss_presets, uploads go to /v1/files (the
 // API's validation; line errors shown), previews come from /files/{id}/preview, "Run grader"
-// calls /v1/fine_tuning/alpha/graders/run, and the form posts to /v1/fine_tuning/jobs. The
+// calls /v1/fine_tuning/alpha/graders/run on a row (the first row of the chosen training file
+// until edited), "Pre-flight" posts the form's body to /v1/verity/preflight and shows its report
+// (row problems by line and field, grader runs, probe scores), and the form posts to
+// /v1/fine_tuning/jobs. The
 // method choice shows its fields only (no grader for supervised and DPO; each hyperparameter
 // where the method has it, with that method's default). The session cookie authenticates every
 // call.
@@ -87,10 +90,47 @@
       .then(function (html) { box.innerHTML = html; });
   }
 
+  // The Test-grader row: the first row of the training file, read from its content (only the
+  // first line), unless the user has edited the row since.
+  var testItem = document.getElementById("test-item");
+  var autoItem = testItem.value;
+  function firstRow(id) {
+    if (!id || testItem.value !== autoItem) return;
+    fetch("/v1/files/" + encodeURIComponent(id) + "/content", { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
+        var reader = r.body.getReader(), decoder = new TextDecoder(), buffered = "";
+        function next() {
+          return reader.read().then(function (chunk) {
+            if (!chunk.done) buffered += decoder.decode(chunk.value, { stream: true });
+            var lines = buffered.split("\n"), complete = chunk.done ? lines : lines.slice(0, -1);
+            var row = complete.find(function (l) { return l.trim() !== ""; });
+            if (row !== undefined || chunk.done) { reader.cancel().catch(function () {}); return row; }
+            return next();
+          });
+        }
+        return next();
+      })
+      .then(function (row) {
+        if (row === undefined || testItem.value !== autoItem) return;
+        try { row = JSON.stringify(JSON.parse(row), null, 2); } catch (e) { return; }
+        testItem.value = row;
+        autoItem = row;
+        testItem.dataset.fromFile = id;
+        document.getElementById("test-item-source").textContent = "(line 1 of " + id + ")";
+      })
+      .catch(function () {});
+  }
+  var chosen = document.getElementById("training-file").value;
+  if (chosen) firstRow(chosen);
+
   ["training", "validation"].forEach(function (kind) {
     var select = document.getElementById(kind + "-file");
     var upload = document.getElementById(kind + "-upload");
-    select.addEventListener("change", function () { preview(kind, select.value); });
+    select.addEventListener("change", function () {
+      preview(kind, select.value);
+      if (kind === "training") firstRow(select.value);
+    });
     upload.addEventListener("change", function () {
       var file = upload.files[0];
       if (!file) return;
@@ -111,6 +151,7 @@
             select.value = f.id;
           }
           preview(kind, f.id);
+          if (kind === "training" && f.status === "processed") firstRow(f.id);
         })
         .catch(function (e) { show(box, '<p class="error" role="alert">' + text(String(e)) + "</p>"); });
     });
@@ -137,22 +178,40 @@
       });
   });
 
-  form.addEventListener("submit", function (ev) {
-    ev.preventDefault();
+  // Every error shown by the last submit or pre-flight goes, so a resubmit shows only its own.
+  function clearErrors() {
     var err = document.getElementById("form-error");
+    err.textContent = "";
     err.hidden = true;
+    document.querySelectorAll("[aria-invalid]").forEach(function (el) { el.removeAttribute("aria-invalid"); });
+  }
+  function fail(message, field) {
+    var err = document.getElementById("form-error");
+    err.textContent = message;
+    err.hidden = false;
+    if (field) { field.setAttribute("aria-invalid", "true"); field.focus(); }
+    err.scrollIntoView({ block: "center" });
+  }
+  // The request body of the form, or null after showing what is wrong (naming the field).
+  function jobBody() {
     var m = method(), spec;
     if (m === "reinforcement") {
-      try { spec = JSON.parse(grader.value); } catch (e) { err.textContent = "Grader is not valid JSON: " + e.message; err.hidden = false; return; }
+      try { spec = JSON.parse(grader.value); } catch (e) { fail("method.reinforcement.grader: not valid JSON: " + e.message, grader); return null; }
     }
-    var hp = {};
+    var hp = {}, bad = null;
     document.querySelectorAll("[data-hp]").forEach(function (el) {
       var v = el.value.trim();
-      if (v === "" || el.closest("[hidden]")) return;
-      if (el.dataset.type === "number") hp[el.dataset.hp] = v === "auto" ? "auto" : Number(v);
-      else if (el.dataset.type === "bool") hp[el.dataset.hp] = v === "true";
+      if (bad || v === "" || el.closest("[hidden]")) return;
+      if (el.dataset.type === "number") {
+        if (v !== "auto" && !isFinite(Number(v))) { bad = el; return; }
+        hp[el.dataset.hp] = v === "auto" ? "auto" : Number(v);
+      } else if (el.dataset.type === "bool") hp[el.dataset.hp] = v === "true";
       else hp[el.dataset.hp] = v;
     });
+    if (bad) {
+      fail("method." + m + ".hyperparameters." + bad.dataset.hp + ": must be a number (or auto), got \"" + bad.value.trim() + "\"", bad);
+      return null;
+    }
     var body = { model: document.getElementById("model").value, training_file: document.getElementById("training-file").value || null,
                  method: { type: m } };
     body.method[m] = m === "reinforcement" ? { grader: spec, hyperparameters: hp } : { hyperparameters: hp };
@@ -160,13 +219,65 @@
     if (valid) body.validation_file = valid;
     var suffix = document.getElementById("suffix").value.trim();
     if (suffix) body.suffix = suffix;
-    fetch("/v1/fine_tuning/jobs", { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })
-      .then(function (r) { return r.json().then(function (b) { return { ok: r.ok, body: b }; }); })
+    return body;
+  }
+  function postJson(url, body) {
+    return fetch(url, { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })
+      .then(function (r) { return r.json().then(function (b) { return { ok: r.ok, body: b }; }); });
+  }
+  function score(x) { return typeof x === "number" ? (Math.round(x * 1000) / 1000).toString() : "?"; }
+  // The pre-flight report as HTML: row problems, grader runs, probe scores.
+  function reportHtml(r) {
+    var html = r.ok ? '<p class="ok" id="preflight-verdict" data-ok="true">Job creation would accept this request.</p>'
+                    : '<p class="error" id="preflight-verdict" data-ok="false" role="alert">Job creation would refuse this request.</p>';
+    (r.files || []).forEach(function (f) {
+      if (!f.errors.length) { html += '<p class="muted">' + text(f.param + " " + f.file_id) + ": " + f.rows + " rows ok</p>"; return; }
+      html += '<ul class="preflight-errors">' + f.errors.map(function (e) {
+        return '<li class="line-error" data-line="' + e.line + '" data-field="' + text(e.field) + '">' + text(f.param + " " + f.file_id) + " line " + e.line +
+          (e.field ? ": field <code>" + text(e.field) + "</code>" : "") + ": " + text(e.reason) + "</li>";
+      }).join("") + "</ul>";
+    });
+    if ((r.grader_runs || []).length) {
+      html += '<h3>Grader on the first rows</h3><ul class="grader-runs">' + r.grader_runs.map(function (g) {
+        return "<li>line " + g.line + ", given <code>" + text(JSON.stringify(g.sample)) + "</code>: " +
+          (g.error ? '<span class="error">' + text(g.error) + "</span>" : "scored " + score(g.score) + ' <span class="muted">' + text(g.reason) + "</span>") + "</li>";
+      }).join("") + "</ul>";
+    }
+    if (r.probes) {
+      html += "<h3>Exploit probes (line " + r.probes.line + ')</h3><table class="probes"><thead><tr><th>Probe</th><th>Score</th><th>What it tries</th></tr></thead><tbody>' +
+        r.probes.results.map(function (p) {
+          var flag = p.kind === "exploit" && p.rewarded ? ' <strong class="error">rewarded</strong>' : "";
+          return '<tr data-probe="' + text(p.name) + '" data-score="' + p.score + '"><td>' + text(p.name) + "</td><td>scored " + score(p.score) + flag + "</td><td>" + text(p.description) +
+            (p.error ? ' <span class="error">' + text(p.error) + "</span>" : "") + "</td></tr>";
+        }).join("") + "</tbody></table>";
+    }
+    return html;
+  }
+
+  document.getElementById("run-preflight").addEventListener("click", function () {
+    clearErrors();
+    var out = document.getElementById("preflight-result");
+    var body = jobBody();
+    if (!body) { show(out, ""); return; }
+    show(out, '<p class="muted">Checking every row and trying the probes…</p>');
+    postJson("/v1/verity/preflight", body)
+      .then(function (res) {
+        if (!res.ok) { show(out, '<p class="error" id="preflight-verdict" data-ok="false" role="alert">' + text(apiError(res.body, "pre-flight failed")) + "</p>"); return; }
+        show(out, reportHtml(res.body));
+      })
+      .catch(function (e) { show(out, '<p class="error" role="alert">' + text(String(e)) + "</p>"); });
+  });
+
+  form.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    clearErrors();
+    var body = jobBody();
+    if (!body) return;
+    postJson("/v1/fine_tuning/jobs", body)
       .then(function (res) {
         if (res.ok) { window.location.href = "/jobs/" + encodeURIComponent(res.body.id); return; }
-        err.textContent = apiError(res.body, "could not create the job");
-        err.hidden = false;
-        err.scrollIntoView({ block: "center" });
-      });
+        fail(apiError(res.body, "could not create the job"));
+      })
+      .catch(function (e) { fail(String(e)); });
   });
 })();

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use utoipa::ToSchema;
-use verity_verifiers::{Grader, Sample};
+use verity_verifiers::{probes, Grader, Sample};
 use verity_worker::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use verity_worker::judge::JudgeSetupError;
 
@@ -76,6 +76,65 @@ async fn attach_embeddings(
             EmbeddingSetupError::Load { .. } => ApiError::internal("embedding model", e),
             e => ApiError::invalid(format!("{param}.{path}"), e.to_string()),
         })
+}
+
+/// `grader` (at JSON path `param`) parsed, checked and ready to grade in this process: its
+/// judges and embedding models checked and attached.
+pub async fn ready_grader(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: &Value,
+) -> ApiResult<Grader> {
+    let grader = parse_grader(param, grader)?;
+    validate_judges(state, principal, param, &grader).await?;
+    let grader = attach_embeddings(state, principal, param, grader).await?;
+    attach_judge(state, principal, param, grader).await
+}
+
+/// A model grader's judge is loaded in this process (kept for the next runs) and asked within
+/// the request: slower than the other graders, see docs/graders.md.
+async fn attach_judge(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: Grader,
+) -> ApiResult<Grader> {
+    if !grader.uses_judge() {
+        return Ok(grader);
+    }
+    let judge = state
+        .judges
+        .judge_for(&state.pool, state.store.as_ref(), principal.org_id, &grader)
+        .await
+        .map_err(|e| match e {
+            JudgeSetupError::UnknownModel { path, name } => ApiError::invalid(
+                format!("{param}.{path}"),
+                format!("judge model {name:?} does not exist"),
+            ),
+            JudgeSetupError::Database(e) => ApiError::database("judge lookup", e),
+            e => ApiError::internal("judge", e),
+        })?;
+    Ok(grader.with_judge(judge))
+}
+
+/// Runs `work` on a blocking thread holding one grader slot (a 503 when every slot stayed
+/// taken); the slot goes with the work, so a grading whose client gave up still holds it.
+pub async fn with_grader_slot<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> ApiResult<T> {
+    let Some(permit) = state.grader_slots.acquire().await else {
+        tracing::warn!(wait = ?state.grader_slots.wait, "every grader slot is taken; answering 503");
+        return Err(graders_busy());
+    };
+    tokio::task::spawn_blocking(move || {
+        let result = work();
+        drop(permit);
+        result
+    })
+    .await
+    .map_err(|e| ApiError::internal("grader task", e))
 }
 
 fn compile_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
@@ -148,48 +207,16 @@ pub async fn run_grader(
     State(state): State<AppState>,
     ApiJson(request): ApiJson<RunGraderRequest>,
 ) -> ApiResult<Json<RunGraderResponse>> {
-    let grader = parse_grader("grader", &request.grader)?;
-    validate_judges(&state, &principal, "grader", &grader).await?;
-    let grader = attach_embeddings(&state, &principal, "grader", grader).await?;
+    let grader = ready_grader(&state, &principal, "grader", &request.grader).await?;
     let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let item = request.item.unwrap_or_else(|| json!({}));
     if !item.is_object() {
         return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"));
     }
     let sample = Sample::from_text(request.model_sample);
-    let Some(permit) = state.grader_slots.acquire().await else {
-        tracing::warn!(wait = ?state.grader_slots.wait, "every grader slot is taken; answering 503");
-        return Err(graders_busy());
-    };
     let started = Instant::now();
-    // A model grader's judge is loaded in this process (kept for the next runs) and asked
-    // within the request: slower than the other graders, see docs/graders.md.
-    let grader = if grader.uses_judge() {
-        let judge = state
-            .judges
-            .judge_for(&state.pool, state.store.as_ref(), principal.org_id, &grader)
-            .await
-            .map_err(|e| match e {
-                JudgeSetupError::UnknownModel { path, name } => ApiError::invalid(
-                    format!("grader.{path}"),
-                    format!("judge model {name:?} does not exist"),
-                ),
-                JudgeSetupError::Database(e) => ApiError::database("judge lookup", e),
-                e => ApiError::internal("judge", e),
-            })?;
-        grader.with_judge(judge)
-    } else {
-        grader
-    };
-    // Grading is CPU work or a sandboxed process: keep it off the async threads. The permit goes
-    // with it, so a grading whose client gave up still holds its slot until it ends.
-    let result = tokio::task::spawn_blocking(move || {
-        let result = grader.grade(&item, &sample);
-        drop(permit);
-        result
-    })
-    .await
-    .map_err(|e| ApiError::internal("grader task", e))?;
+    // Grading is CPU work or a sandboxed process: keep it off the async threads.
+    let result = with_grader_slot(&state, move || grader.grade(&item, &sample)).await?;
     Ok(Json(RunGraderResponse {
         reward: result.score,
         sub_rewards: result.sub_scores.clone(),
@@ -209,18 +236,44 @@ pub struct ValidateGraderRequest {
     /// The grader spec.
     #[schema(value_type = Object)]
     pub grader: Value,
+    /// Verity extension: a dataset row to try the exploit probes on (see `verity_probes`).
+    #[schema(value_type = Option<Object>)]
+    pub item: Option<Value>,
 }
 
-/// Checks a grader; answers it back when valid, else a 400 naming the JSON path.
+/// Checks a grader; answers it back when valid, else a 400 naming the JSON path. Verity adds
+/// `verity_probes`: known reward hacks graded by it (`verity_verifiers::probes`), on `item` or,
+/// when the grader reads no `item` field, on an empty row; otherwise `verity_probes` is null
+/// and `verity_probes_skipped` says why.
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/validate", tag = "graders", request_body = ValidateGraderRequest,
-    responses((status = 200, body = Object), (status = 400), (status = 401)))]
+    responses((status = 200, body = Object), (status = 400), (status = 401),
+        (status = 503, description = "every grader slot is taken; retry after `Retry-After` seconds")))]
 pub async fn validate_grader_endpoint(
     principal: Principal,
     State(state): State<AppState>,
     ApiJson(request): ApiJson<ValidateGraderRequest>,
 ) -> ApiResult<Json<Value>> {
-    let grader = parse_grader("grader", &request.grader)?;
-    validate_judges(&state, &principal, "grader", &grader).await?;
-    validate_embedding_models(&state, &principal, "grader", &grader).await?;
-    Ok(Json(json!({ "grader": request.grader })))
+    let grader = ready_grader(&state, &principal, "grader", &request.grader).await?;
+    let item = match request.item {
+        Some(item) if !item.is_object() => {
+            return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"))
+        }
+        Some(item) => Some(item),
+        None if grader.item_fields().is_empty() => Some(json!({})),
+        None => None,
+    };
+    let Some(item) = item else {
+        let fields: Vec<String> =
+            grader.item_fields().iter().map(|p| format!("item.{}", p.join("."))).collect();
+        return Ok(Json(json!({
+            "grader": request.grader,
+            "verity_probes": null,
+            "verity_probes_skipped": format!(
+                "pass `item` (a dataset row) to try the exploit probes: the grader reads {}",
+                fields.join(", ")
+            ),
+        })));
+    };
+    let probes = with_grader_slot(&state, move || probes::run_probes(&grader, &item)).await?;
+    Ok(Json(json!({ "grader": request.grader, "verity_probes": probes })))
 }

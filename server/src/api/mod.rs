@@ -13,6 +13,7 @@ pub mod models;
 pub mod objects;
 pub mod openapi;
 pub mod pagination;
+pub mod preflight;
 pub mod reference;
 pub mod sampling_runs;
 pub mod state;
@@ -41,6 +42,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(loss_presets::router())
         .merge(models::router())
         .merge(objects::router())
+        .merge(preflight::router())
         .merge(sampling_runs::router())
         .merge(openapi::router())
         .merge(extra)

@@ -2,8 +2,8 @@
 
 use super::state::AppState;
 use super::{
-    auth, files, graders, health, inference, jobs, loss_presets, models, objects, sampling_runs,
-    telemetry,
+    auth, files, graders, health, inference, jobs, loss_presets, models, objects, preflight,
+    sampling_runs, telemetry,
 };
 use axum::routing::get;
 use axum::{Json, Router};
@@ -23,6 +23,7 @@ use utoipa::{Modify, OpenApi};
         jobs::checkpoints::checkpoint_content, jobs::metrics::job_metrics, jobs::samples::list_samples,
         models::list_models, models::register_model, objects::get_object, prometheus_doc,
         graders::run_grader, graders::validate_grader_endpoint, loss_presets::list_loss_presets,
+        preflight::preflight,
         inference::chat_completions, inference::completions,
         sampling_runs::evaluations::create_evaluation, sampling_runs::evaluations::list_evaluations,
         sampling_runs::evaluations::get_evaluation, sampling_runs::evaluations::cancel_evaluation,

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 pub use validate::validate_grader;
+use verity_core::files::FileRecord;
 use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
 use view::{EventObject, JobObject, EVENT_PREFIX};
@@ -84,21 +85,45 @@ pub async fn find_job(state: &AppState, principal: &Principal, id: &str) -> ApiR
     Ok(job)
 }
 
-/// Creates a job and queues it.
-#[utoipa::path(post, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", request_body = CreateJobRequest,
-    responses((status = 200, body = JobObject), (status = 400), (status = 401)))]
-pub async fn create_job(
-    State(state): State<AppState>,
-    principal: Principal,
-    ApiJson(request): ApiJson<CreateJobRequest>,
-) -> ApiResult<Json<JobObject>> {
-    let model = request.model.ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
+/// A job request that passed every check but the row check of its files.
+pub struct CheckedRequest {
+    /// The request's model.
+    pub model: String,
+    /// The checked method.
+    pub method: validate::CheckedMethod,
+    /// The training file.
+    pub training: FileRecord,
+    /// The validation file, when named.
+    pub validation: Option<FileRecord>,
+}
+
+impl CheckedRequest {
+    /// The files to check row by row, with the request field naming each.
+    pub fn files(&self) -> Vec<(&'static str, &FileRecord)> {
+        let mut files = vec![("training_file", &self.training)];
+        if let Some(validation) = &self.validation {
+            files.push(("validation_file", validation));
+        }
+        files
+    }
+}
+
+/// Every check of a job request (fields, model, grader, files) but the row check, cheapest
+/// first; the first problem is a 400 naming its field. Shared by job creation and pre-flight.
+pub async fn check_request(
+    state: &AppState,
+    principal: &Principal,
+    request: &CreateJobRequest,
+) -> ApiResult<CheckedRequest> {
+    let model =
+        request.model.clone().ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
     let training_file = request
         .training_file
+        .as_ref()
         .ok_or_else(|| ApiError::invalid("training_file", "missing `training_file`"))?;
     for (param, value) in [
         ("model", Some(&model)),
-        ("training_file", Some(&training_file)),
+        ("training_file", Some(training_file)),
         ("validation_file", request.validation_file.as_ref()),
         ("suffix", request.suffix.as_ref()),
     ] {
@@ -116,28 +141,39 @@ pub async fn create_job(
     let method = validate::validate_method(request.method.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
-    validate::validate_model(&state, &principal, &model).await?;
+    validate::validate_model(state, principal, &model).await?;
     if let Some(grader) = &method.grader {
-        validate::validate_judges(&state, &principal, "method.reinforcement.grader", grader)
-            .await?;
+        validate::validate_judges(state, principal, "method.reinforcement.grader", grader).await?;
         let embedding = crate::api::graders::validate_embedding_models;
-        embedding(&state, &principal, "method.reinforcement.grader", grader).await?;
+        embedding(state, principal, "method.reinforcement.grader", grader).await?;
     }
     let training =
-        validate::validate_file(&state, &principal, "training_file", &training_file).await?;
+        validate::validate_file(state, principal, "training_file", training_file).await?;
     let validation = match &request.validation_file {
-        Some(id) => Some(validate::validate_file(&state, &principal, "validation_file", id).await?),
+        Some(id) => Some(validate::validate_file(state, principal, "validation_file", id).await?),
         None => None,
     };
+    Ok(CheckedRequest { model, method, training, validation })
+}
+
+/// Creates a job and queues it.
+#[utoipa::path(post, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", request_body = CreateJobRequest,
+    responses((status = 200, body = JobObject), (status = 400), (status = 401)))]
+pub async fn create_job(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(request): ApiJson<CreateJobRequest>,
+) -> ApiResult<Json<JobObject>> {
+    let checked = check_request(&state, &principal, &request).await?;
     // Rows are read last: the cheap checks above answer first.
-    validate::validate_rows(&state, "training_file", &training, method.rows()).await?;
-    if let Some(validation) = &validation {
-        validate::validate_rows(&state, "validation_file", validation, method.rows()).await?;
+    for (param, file) in checked.files() {
+        validate::validate_rows(&state, param, file, checked.method.rows()).await?;
     }
     let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
-    let mut job = NewJob::new(principal.org_id, model, json!({ "method": method.resolved }));
+    let resolved = json!({ "method": checked.method.resolved });
+    let mut job = NewJob::new(principal.org_id, checked.model, resolved);
     job.created_by = Some(principal.user_id);
-    job.training_file = Some(training_file);
+    job.training_file = request.training_file;
     job.validation_file = request.validation_file;
     job.suffix = request.suffix;
     job.seed = seed;

@@ -13,6 +13,9 @@ use verity_verifiers::Grader;
 /// Bytes read from the store per step when checking a file's rows.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Most bytes read from the start of a file for its first rows.
+pub const FIRST_ROWS_BYTES: usize = 4 * 1024 * 1024;
+
 /// Checks a grader with the verity-verifiers crate (kinds, templates, formulas, sandbox limits).
 pub fn validate_grader(grader: &Value) -> Result<Grader, ApiError> {
     crate::api::graders::parse_grader("method.reinforcement.grader", grader)
@@ -250,8 +253,22 @@ pub async fn validate_rows(
     state: &AppState,
     param: &str,
     file: &FileRecord,
-    mut validator: JsonlValidator,
+    validator: JsonlValidator,
 ) -> ApiResult<()> {
+    row_problems(state, file, validator).await?.map(|_| ()).map_err(|errors| {
+        let message = rows_message(&file.id, &errors);
+        tracing::info!(file_id = %file.id, param, problems = errors.len(), "dataset rows refused");
+        ApiError::invalid(param, message).with_code("invalid_file")
+    })
+}
+
+/// Streams `file` through `validator`: the number of rows, or the problems found (each with
+/// its line and field, at most the validator's limit).
+pub async fn row_problems(
+    state: &AppState,
+    file: &FileRecord,
+    mut validator: JsonlValidator,
+) -> ApiResult<Result<u64, Vec<LineError>>> {
     let mut reader = state.store.get_reader(&file.storage_key).await?;
     let mut buffer = vec![0u8; READ_CHUNK];
     while !validator.is_full() {
@@ -264,11 +281,42 @@ pub async fn validate_rows(
         }
         validator.feed(&buffer[..read]);
     }
-    validator.finish_all().map(|_| ()).map_err(|errors| {
-        let message = rows_message(&file.id, &errors);
-        tracing::info!(file_id = %file.id, param, problems = errors.len(), "dataset rows refused");
-        ApiError::invalid(param, message).with_code("invalid_file")
-    })
+    Ok(validator.finish_all())
+}
+
+/// The first `n` rows of `file` that parse as JSON objects, with their 1-based line numbers
+/// (reading at most [`FIRST_ROWS_BYTES`]).
+pub async fn first_rows(
+    state: &AppState,
+    file: &FileRecord,
+    n: usize,
+) -> ApiResult<Vec<(u64, Value)>> {
+    let mut reader = state.store.get_reader(&file.storage_key).await?;
+    let mut bytes = Vec::new();
+    let mut buffer = vec![0u8; READ_CHUNK];
+    while bytes.len() < FIRST_ROWS_BYTES {
+        let read = reader
+            .read(&mut buffer)
+            .await
+            .map_err(|e| ApiError::unavailable("reading a dataset from the object store", e))?;
+        if read == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&buffer[..read]);
+        if bytes.iter().filter(|&&b| b == b'\n').count() > n {
+            break;
+        }
+    }
+    let rows = bytes
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter_map(|(i, line)| match serde_json::from_slice::<Value>(line) {
+            Ok(value @ Value::Object(_)) => Some((i as u64 + 1, value)),
+            _ => None,
+        })
+        .take(n)
+        .collect();
+    Ok(rows)
 }
 
 /// `file file-… line 3: field `x`: why (also lines 5, 9)`.

@@ -22,6 +22,7 @@ pub struct JobsArgs {
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
     /// Create a job from a JSON request body (as `POST /v1/fine_tuning/jobs`); prints its id.
+    /// With `--dry-run`, only the pre-flight report (`POST /v1/verity/preflight`).
     Create(CreateArgs),
     /// List jobs, newest first.
     List,
@@ -80,6 +81,11 @@ pub struct CreateArgs {
     /// Hyperparameters (a JSON object) merged into `method.{type}.hyperparameters`.
     #[arg(long)]
     pub hyperparameters: Option<String>,
+    /// Check the request without creating the job (`POST /v1/verity/preflight`): every row
+    /// problem with its line and field, the grader on the first rows and the exploit probes'
+    /// scores; exits 1 when job creation would refuse the request.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
 }
 
 /// The model name `--from-job JOB [--checkpoint STEP]` stands for: the checkpoint's
@@ -173,6 +179,18 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                 }
             }
             apply_method(object, create.method.as_deref(), create.hyperparameters.as_deref())?;
+            if create.dry_run {
+                let report = client.post_json("/v1/verity/preflight", &body).await?;
+                if json {
+                    print_json(&report);
+                } else {
+                    print!("{}", super::preflight::report_text(&report));
+                }
+                if report["ok"] != Value::Bool(true) {
+                    anyhow::bail!("pre-flight: job creation would refuse this request");
+                }
+                return Ok(());
+            }
             let job = client.post_json("/v1/fine_tuning/jobs", &body).await?;
             show(&job, json, true);
         }

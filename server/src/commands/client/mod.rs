@@ -4,6 +4,7 @@
 pub mod checkpoints;
 pub mod files;
 pub mod jobs;
+pub mod preflight;
 pub mod runs;
 
 use anyhow::{anyhow, Context};
