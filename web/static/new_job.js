@@ -74,11 +74,7 @@
   document.querySelectorAll('input[name="method"]').forEach(function (r) { r.addEventListener("change", showMethod); });
   showMethod();
 
-  function apiError(body, fallback) {
-    var e = body && body.error;
-    if (!e) return fallback;
-    return (e.param ? e.param + ": " : "") + e.message;
-  }
+  var apiError = Verity.apiError;
   function show(el, html) { el.innerHTML = html; }
   function text(s) { var d = document.createElement("div"); d.textContent = s; return d.innerHTML; }
 
