@@ -571,7 +571,7 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     client.wait_all(std::slice::from_ref(&next), "succeeded", Duration::from_secs(60)).await;
 
     // Fault: the worker holding a job is SIGKILLed; another resumes it from its checkpoint.
-    const KILL_STEPS: usize = 16;
+    const KILL_STEPS: usize = 60;
     let victim_job = client.create_job(&files, hyperparameters(KILL_STEPS)).await;
     wait_for("a checkpoint of the job", Duration::from_secs(60), async || {
         scalar(&pool, "SELECT count(*) FROM checkpoints WHERE job_id = $1", &victim_job).await >= 1
@@ -659,11 +659,14 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     let client = Client { replicas: vec![base_a.clone(), base_b.clone()], ..client };
 
     // Fault: Postgres restarts (crash stop) mid-job; every process reconnects by itself.
-    let pg_job = client.create_job(&files, hyperparameters(12)).await;
+    const FAULT_STEPS: usize = 40;
+    let pg_job = client.create_job(&files, hyperparameters(FAULT_STEPS)).await;
     wait_for("progress before the restart", Duration::from_secs(60), async || {
         metric_rows(&pool, &pg_job).await >= 2
     })
     .await;
+    let at_stop = metric_rows(&pool, &pg_job).await;
+    assert!((at_stop as usize) < FAULT_STEPS, "Postgres stops mid-job");
     postgres = tokio::task::spawn_blocking(move || {
         postgres.stop_immediately();
         postgres
@@ -674,7 +677,7 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     drop(postgres);
     let _postgres = start_pg(pg_dir).await;
     client.wait_all(std::slice::from_ref(&pg_job), "succeeded", Duration::from_secs(120)).await;
-    assert_fenced(&pool, &pg_job, 12).await;
+    assert_fenced(&pool, &pg_job, FAULT_STEPS as i32).await;
     for base in &client.replicas {
         let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
         assert_eq!(ready.status().as_u16(), 200, "{base} ready again");
@@ -685,7 +688,7 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     assert!(replica_a.alive() && replica_b.alive(), "replicas lived through the restart");
 
     // Fault: S3 is unreachable for 30 s mid-job; the job waits and then goes on.
-    let s3_job = client.create_job(&files, hyperparameters(12)).await;
+    let s3_job = client.create_job(&files, hyperparameters(FAULT_STEPS)).await;
     wait_for("progress before the S3 outage", Duration::from_secs(60), async || {
         metric_rows(&pool, &s3_job).await >= 2
     })
@@ -694,12 +697,13 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     let before = metric_rows(&pool, &s3_job).await;
     tokio::time::sleep(S3_OUTAGE).await;
     let during = metric_rows(&pool, &s3_job).await;
+    assert!((during as usize) < FAULT_STEPS, "S3 went away mid-job");
     assert!(during <= before + 1, "steps went on without the store: {before} then {during}");
     let (status, _) = client.get(&format!("/v1/fine_tuning/jobs/{s3_job}")).await;
     assert_eq!(status, 200, "the API answers job reads without S3");
     proxy.restart().await;
     client.wait_all(std::slice::from_ref(&s3_job), "succeeded", Duration::from_secs(180)).await;
-    assert_fenced(&pool, &s3_job, 12).await;
+    assert_fenced(&pool, &s3_job, FAULT_STEPS as i32).await;
     assert_checkpoints_on_both(&client, &s3_job).await;
     eprintln!("the cluster test took {:.1?}", started.elapsed());
     // Processes first, then Postgres (so that nothing logs its loss).
