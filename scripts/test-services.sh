@@ -82,3 +82,13 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 export VERITY_TEST_CHROMEDRIVER=${VERITY_TEST_CHROMEDRIVER:-$(command -v chromedriver)}
 export VERITY_TEST_CHROMIUM=${VERITY_TEST_CHROMIUM:-$(command -v chromium)}
+
+# --- deploy/ validators (scripts/check-deploy.sh) and PyYAML for scripts/manifest-env.py ---
+export VERITY_DEPLOY_VENV="$VERITY_CACHE/deploy-check-venv"
+if [ ! -x "$VERITY_DEPLOY_VENV/bin/kubernetes-validate" ] || [ ! -x "$VERITY_DEPLOY_VENV/bin/check-jsonschema" ]; then
+  echo "test-services: installing kubernetes-validate and check-jsonschema" >&2
+  python3 -m venv "$VERITY_DEPLOY_VENV"
+  "$VERITY_DEPLOY_VENV/bin/pip" install -q 'kubernetes-validate==1.37.*' 'check-jsonschema==0.39.*'
+fi
+# The interpreter the cluster topology test reads the manifests' env with.
+export VERITY_DEPLOY_PYTHON="$VERITY_DEPLOY_VENV/bin/python"

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/test-services.sh
+# The Kubernetes manifests and the compose file against their schemas.
+scripts/check-deploy.sh
 # Compile-time checked queries use the committed .sqlx/ data; no database is needed to build.
 export SQLX_OFFLINE=true
 cargo build --workspace --tests --examples --locked

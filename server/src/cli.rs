@@ -65,6 +65,9 @@ pub enum BenchCommand {
     /// Queue throughput: claims per second and claim latency at several worker counts, in a
     /// scratch database created (and dropped) on the server of DATABASE_URL.
     Queue(crate::bench::queue::QueueBenchArgs),
+    /// Jobs per hour and claim latency with 1, 2, 4, 8 `verity worker` processes on tiny jobs,
+    /// Postgres connections per process, and API requests/s through 1 and 2 replicas.
+    Cluster(crate::bench::cluster::ClusterBenchArgs),
     /// Math and sandboxed-code gradings per second.
     Graders(crate::bench::model::GradersBenchArgs),
     /// Decode throughput (tokens/s) and peak RSS of batched sampling with a KV cache.

@@ -41,6 +41,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             client::runs::run(client::runs::RunKind::RejectionSampling, &args).await
         }
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
+        Command::Bench(BenchCommand::Cluster(args)) => crate::bench::cluster::run(&args).await,
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,
         Command::Bench(BenchCommand::Rollout(args)) => crate::bench::model::rollout(&args).await,
         Command::Bench(BenchCommand::TrainStep(args)) => {
