@@ -15,8 +15,11 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/verity/jobs/{job_id}/warnings", get(job_warnings))
 }
 
+/// The reward-hacking and collapse monitor's warnings for the job now (Verity extension):
 /// `{"object": "list", "job_id", "data": [{"kind", "metric", "value", "threshold", "step",
-/// "message"}], "auto_pause_on": [kind, …]}`.
+/// "message"}], "auto_pause_on": [kind, …]}`; kinds are `length_drift`,
+/// `sub_grader_divergence`, `validation_gap`, `entropy_collapse`, `zero_advantage`,
+/// `grader_errors`.
 #[utoipa::path(get, path = "/v1/verity/jobs/{job_id}/warnings", tag = "verity", params(("job_id" = String, Path)),
     responses((status = 200, content_type = "application/json"), (status = 401), (status = 404)))]
 pub async fn job_warnings(
