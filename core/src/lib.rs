@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod lineage;
 pub mod metrics_csv;
 pub mod models;
+pub mod monitor;
 pub mod queue;
 pub mod sampling_runs;
 pub mod serving;

@@ -332,6 +332,9 @@ pub struct Hyperparameters {
     pub checkpoint_interval: usize,
     /// Seed for everything random (overrides the job's seed when set).
     pub seed: Option<u64>,
+    /// Verity extension: warning kinds of the monitor ([`crate::monitor::WarningKind`]) that
+    /// pause the job when they first fire (default none).
+    pub auto_pause_on: Vec<String>,
 }
 
 impl Default for Hyperparameters {
@@ -374,6 +377,7 @@ impl Default for Hyperparameters {
             eval_samples: None,
             checkpoint_interval: 10,
             seed: None,
+            auto_pause_on: Vec::new(),
         }
     }
 }
@@ -576,6 +580,17 @@ impl Hyperparameters {
                 return err(
                     "max_groups_drawn",
                     format!("must be at least batch_size ({})", self.batch_size()),
+                );
+            }
+        }
+        for (i, name) in self.auto_pause_on.iter().enumerate() {
+            if crate::monitor::WarningKind::from_name(name).is_none() {
+                return err(
+                    &format!("auto_pause_on[{i}]"),
+                    format!(
+                        "unknown warning kind {name:?}; known kinds: {}",
+                        crate::monitor::WarningKind::names()
+                    ),
                 );
             }
         }
@@ -938,10 +953,14 @@ mod tests {
             (json!({"compute_multiplier": 1000}), "compute_multiplier"),
             (json!({"learning_rate_multiplier": -1}), "learning_rate_multiplier"),
             (json!({"eval_samples": 0}), "eval_samples"),
+            (json!({"auto_pause_on": ["entropy_collapse", "nope"]}), "auto_pause_on[1]"),
         ] {
             let e = method(bad).unwrap().validate().unwrap_err();
             assert_eq!(e.param, format!("method.reinforcement.hyperparameters.{field}"));
         }
+        let pausing =
+            method(json!({"auto_pause_on": ["entropy_collapse", "zero_advantage"]})).unwrap();
+        pausing.validate().unwrap();
         assert!(method(json!({"reasoning_effort": "extreme"})).is_err());
         assert!(method(json!({"compute_multiplier": "lots"})).is_err());
     }

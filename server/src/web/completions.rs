@@ -1,11 +1,15 @@
-//! The completions explorer: a job's sampled completions by step, filtered by score, finish
-//! reason and prompt; prompt, completion, per-grader scores and advantage side by side. Picking a
-//! prompt index across all steps compares the same prompt over training.
+//! The completions explorer: a job's sampled completions keyed by dataset row (the `row` a
+//! sample records, the same at every step), filtered by step, score, finish reason, row and
+//! text; each prompt shown once per group with its chat turns as roles. An evaluation report
+//! made for the job is a source too: its validation-set completions per row, one column per
+//! model (the base and each checkpoint side by side).
 
+use super::chat_text::{turns, Turn};
 use super::page::{render, Nav, WebResult, WebUser};
 use crate::api::error::ApiError;
 use crate::api::jobs::find_job;
-use crate::api::jobs::samples::load_samples;
+use crate::api::jobs::samples::{load_samples, SampleObject};
+use crate::api::sampling_runs::find_run;
 use crate::api::state::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -14,10 +18,14 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use verity_core::jobs::SampleFilter;
+use verity_core::sampling_runs::{RunKind, RunSpec};
 
-/// Samples read per page.
-const PAGE: i64 = 100;
+/// Completions shown per page.
+const PAGE: usize = 100;
+/// Samples read when filtering by row or text across steps (filtered after reading).
+const WIDE: i64 = 2000;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -31,7 +39,12 @@ pub struct Filters {
     min_score: Option<String>,
     max_score: Option<String>,
     finish_reason: Option<String>,
-    prompt: Option<String>,
+    /// Dataset row.
+    row: Option<String>,
+    /// Text searched in prompt and completion (case-insensitive).
+    q: Option<String>,
+    /// Empty: the job's training samples; else one of its evaluation reports.
+    source: Option<String>,
 }
 
 fn parse<T: std::str::FromStr>(param: &str, value: &Option<String>) -> Result<Option<T>, ApiError> {
@@ -45,17 +58,31 @@ fn parse<T: std::str::FromStr>(param: &str, value: &Option<String>) -> Result<Op
 }
 
 /// A completion as shown.
-struct Row {
-    step: i32,
+struct Completion {
     index: i32,
-    prompt_index: i32,
     score: String,
     advantage: String,
     finish_reason: String,
-    prompt: String,
-    completion: String,
+    turns: Vec<Turn>,
     graders: Vec<(String, String)>,
     reason: String,
+}
+
+/// One model's (or one step's) completions of a prompt.
+struct Column {
+    label: String,
+    completions: Vec<Completion>,
+}
+
+/// A prompt, shown once, and its completions.
+struct Group {
+    /// `step 3`, or `validation` for an evaluation.
+    title: String,
+    step: i32,
+    /// The dataset row, when the samples recorded it.
+    row: Option<i64>,
+    prompt: Vec<Turn>,
+    columns: Vec<Column>,
 }
 
 /// The explorer page.
@@ -69,12 +96,130 @@ struct CompletionsPage {
     min_score: String,
     max_score: String,
     finish_reason: String,
-    prompt: String,
-    rows: Vec<Row>,
+    row: String,
+    q: String,
+    source: String,
+    /// The job's evaluation reports: `(id, state)`.
+    sources: Vec<(String, String)>,
+    groups: Vec<Group>,
+    shown: usize,
 }
 
 fn number(value: Option<f64>) -> String {
     value.map(|v| format!("{v:.3}")).unwrap_or_else(|| "–".into())
+}
+
+fn text(body: &Value, key: &str) -> String {
+    body.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// A sample's dataset row: the `row` it recorded (training samples before rows were recorded
+/// have none); evaluation samples' prompt index is their row.
+fn sample_row(s: &SampleObject, evaluation: bool) -> Option<i64> {
+    let recorded = s.sample.as_ref().and_then(|b| b.get("row")).and_then(Value::as_i64);
+    recorded.or(evaluation.then_some(i64::from(s.prompt_index)))
+}
+
+fn completion(s: &SampleObject) -> Completion {
+    let body = s.sample.clone().unwrap_or(Value::Null);
+    let graders = body
+        .get("per_grader")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), number(v.as_f64()))).collect())
+        .unwrap_or_default();
+    Completion {
+        index: s.index,
+        score: number(s.score),
+        advantage: number(s.advantage),
+        finish_reason: s.finish_reason.clone().unwrap_or_default(),
+        turns: turns(&text(&body, "completion")),
+        graders,
+        reason: text(&body, "reason"),
+    }
+}
+
+/// Whether `s` passes the finish-reason, row and text filters.
+fn keep(
+    s: &SampleObject,
+    evaluation: bool,
+    finish: Option<&str>,
+    row: Option<i64>,
+    q: &str,
+) -> bool {
+    let body = s.sample.as_ref();
+    let has = |key: &str| {
+        body.and_then(|b| b.get(key))
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.to_lowercase().contains(q))
+    };
+    finish.is_none_or(|f| s.finish_reason.as_deref() == Some(f))
+        && row.is_none_or(|r| sample_row(s, evaluation) == Some(r))
+        && (q.is_empty() || has("prompt") || has("completion"))
+}
+
+/// Training samples grouped by (step, row) in sample order.
+fn training_groups(samples: &[&SampleObject]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut last_key = None;
+    for s in samples {
+        let row = sample_row(s, false);
+        // Samples without a recorded row fall back to their group in the step.
+        let key = (s.step, row.unwrap_or(-1 - i64::from(s.prompt_index)));
+        if last_key != Some(key) {
+            last_key = Some(key);
+            let prompt = s.sample.as_ref().map(|b| text(b, "prompt")).unwrap_or_default();
+            groups.push(Group {
+                title: format!("step {}", s.step),
+                step: s.step,
+                row,
+                prompt: turns(&prompt),
+                columns: vec![Column {
+                    label: format!("step {}", s.step),
+                    completions: Vec::new(),
+                }],
+            });
+        }
+        if let Some(g) = groups.last_mut() {
+            g.columns[0].completions.push(completion(s));
+        }
+    }
+    groups
+}
+
+/// Evaluation samples grouped by row, one column per model (`step` = the model's index).
+fn evaluation_groups(samples: &[&SampleObject], models: &[String]) -> Vec<Group> {
+    let mut by_row: BTreeMap<i64, BTreeMap<i32, Vec<&SampleObject>>> = BTreeMap::new();
+    for s in samples {
+        let row = sample_row(s, true).unwrap_or(i64::from(s.prompt_index));
+        by_row.entry(row).or_default().entry(s.step).or_default().push(s);
+    }
+    by_row
+        .into_iter()
+        .map(|(row, by_model)| {
+            let prompt = by_model
+                .values()
+                .flatten()
+                .find_map(|s| s.sample.as_ref().map(|b| text(b, "prompt")))
+                .unwrap_or_default();
+            let columns = by_model
+                .into_iter()
+                .map(|(model, samples)| Column {
+                    label: usize::try_from(model)
+                        .ok()
+                        .and_then(|i| models.get(i).cloned())
+                        .unwrap_or_else(|| format!("model {model}")),
+                    completions: samples.into_iter().map(completion).collect(),
+                })
+                .collect();
+            Group {
+                title: "validation".into(),
+                step: 0,
+                row: Some(row),
+                prompt: turns(&prompt),
+                columns,
+            }
+        })
+        .collect()
 }
 
 async fn completions_page(
@@ -84,50 +229,54 @@ async fn completions_page(
     Query(filters): Query<Filters>,
 ) -> WebResult<Response> {
     find_job(&state, &user.0, &id).await?;
-    let prompt: Option<i32> = parse("prompt", &filters.prompt)?;
+    let row: Option<i64> = parse("row", &filters.row)?;
     let min_score: Option<f64> = parse("min_score", &filters.min_score)?;
     let max_score: Option<f64> = parse("max_score", &filters.max_score)?;
+    let q = filters.q.clone().unwrap_or_default().trim().to_lowercase();
+    let finish = filters.finish_reason.clone().filter(|f| !f.is_empty());
+    let source = filters.source.clone().unwrap_or_default();
+    let sources =
+        verity_core::sampling_runs::job_evaluations(&state.pool, user.0.org_id, &id).await?;
     let steps: Vec<i32> = verity_core::jobs::metrics_rows(&state.pool, &id)
         .await?
         .into_iter()
         .map(|(s, _)| s)
         .collect();
-    // Default to the latest step, unless comparing one prompt across steps.
-    let step: Option<i32> = match parse("step", &filters.step)? {
-        Some(s) => Some(s),
-        None if prompt.is_none() && filters.step.is_none() => steps.last().copied(),
-        None => None,
+    let wide = row.is_some() || !q.is_empty();
+    let (groups, step) = if source.is_empty() {
+        // Default to the latest step, unless following a row or searching across steps.
+        let step: Option<i32> = match parse("step", &filters.step)? {
+            Some(s) => Some(s),
+            None if !wide && filters.step.is_none() => steps.last().copied(),
+            None => None,
+        };
+        let filter = SampleFilter { step, min_score, max_score, after: None };
+        let samples =
+            load_samples(&state, &id, &filter, if wide { WIDE } else { PAGE as i64 }).await?;
+        let kept: Vec<&SampleObject> = samples
+            .iter()
+            .filter(|s| s.sample.is_some() && keep(s, false, finish.as_deref(), row, &q))
+            .take(PAGE)
+            .collect();
+        (training_groups(&kept), step)
+    } else {
+        if !sources.iter().any(|(run, _)| *run == source) {
+            return Err(ApiError::not_found("evaluation of this job", &source).into());
+        }
+        let run = find_run(&state, &user.0, RunKind::Evaluation, &source).await?;
+        let models: Vec<String> = match RunSpec::of_job(&run.spec) {
+            Some(Ok(spec)) => spec.models().into_iter().map(|m| m.name.clone()).collect(),
+            _ => Vec::new(),
+        };
+        let filter = SampleFilter { step: None, min_score, max_score, after: None };
+        let samples = load_samples(&state, &source, &filter, WIDE).await?;
+        let kept: Vec<&SampleObject> = samples
+            .iter()
+            .filter(|s| s.sample.is_some() && keep(s, true, finish.as_deref(), row, &q))
+            .collect();
+        (evaluation_groups(&kept, &models), None)
     };
-    let finish = filters.finish_reason.clone().filter(|f| !f.is_empty());
-    let filter = SampleFilter { step, min_score, max_score, after: None };
-    let samples = load_samples(&state, &id, &filter, PAGE).await?;
-    let rows = samples
-        .into_iter()
-        .take(PAGE as usize)
-        .filter(|s| prompt.is_none_or(|p| s.prompt_index == p))
-        .filter(|s| finish.as_deref().is_none_or(|f| s.finish_reason.as_deref() == Some(f)))
-        .map(|s| {
-            let body = s.sample.unwrap_or(Value::Null);
-            let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or("").to_string();
-            let graders = body
-                .get("per_grader")
-                .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), number(v.as_f64()))).collect())
-                .unwrap_or_default();
-            Row {
-                step: s.step,
-                index: s.index,
-                prompt_index: s.prompt_index,
-                score: number(s.score),
-                advantage: number(s.advantage),
-                finish_reason: s.finish_reason.unwrap_or_default(),
-                prompt: text("prompt"),
-                completion: text("completion"),
-                reason: text("reason"),
-                graders,
-            }
-        })
-        .collect();
+    let shown = groups.iter().flat_map(|g| &g.columns).map(|c| c.completions.len()).sum();
     let show = |v: Option<String>| v.unwrap_or_default();
     Ok(render(&CompletionsPage {
         nav: Nav::new(format!("Completions of {id}"), "jobs"),
@@ -137,7 +286,11 @@ async fn completions_page(
         min_score: show(filters.min_score),
         max_score: show(filters.max_score),
         finish_reason: show(filters.finish_reason),
-        prompt: show(filters.prompt),
-        rows,
+        row: show(filters.row),
+        q: show(filters.q),
+        source,
+        sources,
+        groups,
+        shown,
     }))
 }

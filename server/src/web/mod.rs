@@ -2,6 +2,7 @@
 //! partial updates, server-sent events for live metrics, static assets compiled in.
 
 pub mod assets;
+pub mod chat_text;
 pub mod completions;
 pub mod evaluations;
 pub mod files;

@@ -1,6 +1,7 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
+use super::watch::Watch;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
@@ -487,6 +488,47 @@ impl TrainingHandler {
             .map_err(|e| retryable("reading the metrics", e))
     }
 
+    /// The job's rows as the monitor reads them (baseline and steps so far).
+    async fn monitor_rows(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<Vec<Value>, Stop> {
+        let pool = lease.queue().pool();
+        let read = || verity_core::monitor::job_rows(pool, &lease.job().id);
+        persist("reading the metrics", heartbeat, is_transient_db_error, read)
+            .await
+            .map_err(|e| retryable("reading the metrics", e))
+    }
+
+    /// Reports the warnings a new row set off (a `warning` event each, the first time a kind
+    /// fires); true when one of them is listed in `auto_pause_on` (after an `auto_pause` event).
+    async fn watch_row(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        watch: &mut Watch,
+        row: Value,
+    ) -> Result<bool, Stop> {
+        let mut pause = false;
+        for warning in watch.observe(row) {
+            let data = serde_json::to_value(&warning).unwrap_or(Value::Null);
+            event(lease, heartbeat, EventLevel::Warn, "warning", &warning.message, Some(&data))
+                .await?;
+            if watch.pauses(&warning) {
+                let message = format!(
+                    "paused by auto_pause_on: {} ({} = {:.3}, threshold {:.3}, step {}); resume the \
+                     job to continue",
+                    warning.kind.as_str(),
+                    warning.metric,
+                    warning.value,
+                    warning.threshold,
+                    warning.step
+                );
+                event(lease, heartbeat, EventLevel::Warn, "auto_pause", &message, Some(&data))
+                    .await?;
+                pause = true;
+            }
+        }
+        Ok(pause)
+    }
+
     /// Writes the results file and describes the model the job produced (its final checkpoint).
     async fn trained_model(
         &self,
@@ -531,11 +573,14 @@ impl TrainingHandler {
             }
         }
         let hp = trainer.hyperparameters().clone();
+        let mut watch = Watch::new(self.monitor_rows(lease, heartbeat).await?, &hp.auto_pause_on);
         if hp.eval_on_start && resumed.is_none() {
             let (returned, baseline) = self.evaluate(trainer).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
                 eval_event(lease, heartbeat, &baseline).await?;
+                let row = json!({"step": 0, "eval": baseline});
+                self.watch_row(lease, heartbeat, &mut watch, row).await?;
             }
         }
         let mut last_eval = None;
@@ -586,6 +631,11 @@ impl TrainingHandler {
             let row = self.record_step(lease, heartbeat, &out, eval.as_ref()).await?;
             if eval.is_some() {
                 last_eval = eval;
+            }
+            let pause = self.watch_row(lease, heartbeat, &mut watch, row.clone()).await?;
+            if pause && !trainer.finished() {
+                self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
+                return Ok(JobOutcome::Paused);
             }
             if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
                 trainer = self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;

@@ -9,6 +9,7 @@
 pub(crate) mod artifacts;
 mod handler;
 mod runs;
+mod watch;
 mod worker;
 
 pub use artifacts::write_results_file;

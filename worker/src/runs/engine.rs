@@ -44,6 +44,7 @@ pub fn sample_records(
                 step,
                 idx: g.example * n + j,
                 prompt_idx: g.example,
+                row: Some(g.example),
                 prompt: dataset.examples[g.example].prompt_text.clone(),
                 completion: text.clone(),
                 score: grade.score,

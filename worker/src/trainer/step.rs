@@ -52,6 +52,10 @@ pub struct SampleRecord {
     pub idx: usize,
     /// Which group (prompt) of the step.
     pub prompt_idx: usize,
+    /// The dataset row it answers: its 0-based index among the file's rows (blank lines not
+    /// counted), the same at every step, so one row can be followed across training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<usize>,
     /// The rendered prompt.
     pub prompt: String,
     /// The completion text.
@@ -544,6 +548,7 @@ impl Trainer {
                     step,
                     idx,
                     prompt_idx,
+                    row: Some(g.example),
                     prompt: self.train.examples[g.example].prompt_text.clone(),
                     completion: text.clone(),
                     score: grade.score,

@@ -421,6 +421,7 @@ impl Trainer {
                     step: self.step,
                     idx: c.prompt_index,
                     prompt_idx: c.prompt_index,
+                    row: None,
                     prompt: examples[c.prompt_index].prompt_text.clone(),
                     completion: tokenizer.decode(&c.token_ids, true)?,
                     score: 0.0,

@@ -8,6 +8,7 @@ pub mod metrics_doc;
 pub mod samples;
 pub mod validate;
 pub mod view;
+pub mod warnings;
 
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
@@ -38,6 +39,7 @@ pub fn router() -> Router<AppState> {
         .merge(checkpoints::router())
         .merge(metrics::router())
         .merge(samples::router())
+        .merge(warnings::router())
 }
 
 /// Body of `POST /v1/fine_tuning/jobs`.
