@@ -12,6 +12,7 @@ pub mod login;
 pub mod new_job;
 pub mod page;
 pub mod playground;
+pub mod progress;
 pub mod warnings;
 
 use crate::api::state::AppState;

@@ -1,0 +1,196 @@
+//! The job page tells the truth while a job runs, in a real headless Chromium: a worker that
+//! writes metrics rows before its progress report does not make the step label lag the charts,
+//! a step where dynamic sampling kept no group is a gap (not a 0) with its reason on hover,
+//! events and progress arrive over the live stream without a reload, controls are enabled only
+//! where valid, and Cancel asks before it runs. The API's `estimated_finish` is set while a job
+//! runs. Phone widths do not overflow.
+
+mod api_support;
+mod webdriver;
+
+use api_support::{base_model, file_and_job, get};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use verity_core::queue::{DeviceKind, EventLevel, Lease, WorkerInfo};
+use webdriver::{click, fill, serve, shot, until, Driver};
+
+/// A reinforcement metrics row of `step` with reward `reward`; `kept` groups trained on.
+fn row(step: i32, reward: f64, kept: u64) -> Value {
+    json!({"step": step, "reward_mean": reward, "reward_std": 0.1, "accuracy": reward, "kl": 1e-9 * step as f64,
+           "entropy": 0.0, "groups_drawn": 2, "groups_kept": kept, "sampling_seconds": 1.0,
+           "grading_seconds": 0.1, "training_seconds": 0.5, "loss": 0.0})
+}
+
+/// Claims the only queued job as a worker would.
+async fn claim(app: &api_support::TestApp) -> Lease {
+    let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
+    app.state.queue.register_worker(&worker).await.unwrap();
+    app.state.queue.claim(&worker).await.unwrap().unwrap()
+}
+
+/// Signs in the browser as ada.
+async fn sign_in(c: &webdriver::Browser, base: &str, path: &str) {
+    c.goto(&format!("{base}{path}")).await;
+    until(c, "location.pathname === '/login'").await;
+    fill(c, "#email", "ada@example.com").await;
+    fill(c, "#password", "password123").await;
+    click(c, "#sign-in").await;
+    until(c, &format!("location.pathname === '{}'", path.split('?').next().unwrap())).await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn the_live_job_page_tells_the_truth(pool: PgPool) {
+    let app = api_support::app(pool.clone()).await;
+    base_model(&app).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let (_, job_id) = file_and_job(&app, &key).await;
+    let lease = claim(&app).await;
+
+    // The worker wrote three steps (step 2 kept no group) but its last progress report says 1.
+    for (step, reward, kept) in [(1, 0.25, 2), (2, 0.0, 0), (3, 0.5, 2)] {
+        lease.metric(step, &row(step, reward, kept)).await.unwrap();
+    }
+    let finish = chrono::Utc::now().timestamp() + 600;
+    let progress = json!({"step": 1, "total_steps": 4, "estimated_finish": finish,
+                          "phase": "sampling", "trained_tokens": 10});
+    lease.heartbeat(Some(&progress)).await.unwrap();
+
+    // The API: estimated_finish while running.
+    let api = get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await;
+    assert_eq!(api.json()["status"], "running");
+    assert_eq!(api.json()["estimated_finish"], finish, "{:?}", api.json());
+
+    let base = serve(app.state.clone()).await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &base, &format!("/jobs/{job_id}")).await;
+    until(&c, "document.querySelector('#charts').dataset.points === '3'").await;
+    // One source: the label follows the rows the charts draw, not the lagging report.
+    assert_eq!(until(&c, "document.querySelector('#job-steps').textContent").await, "step 3 / 4");
+    let eta = until(&c, "document.querySelector('#job-eta').textContent").await;
+    assert!(eta.as_str().unwrap().ends_with("min left"), "{eta}");
+    assert_eq!(until(&c, "document.querySelector('#job-phase').textContent").await, "sampling");
+    // Controls valid for a running job: pause and cancel, not resume.
+    let enabled = "['pause-job','resume-job','cancel-job'].map(function (id) { return !document.getElementById(id).disabled; }).join(',')";
+    assert_eq!(until(&c, enabled).await, "true,false,true");
+
+    // The skipped step is a gap in the reward chart, with the reason on hover.
+    let reward = "window.verityCharts().find(function (c) { return c.title.startsWith('Reward (mean'); }).data";
+    assert_eq!(until(&c, &format!("JSON.stringify({reward}[0])")).await, "[1,2,3]");
+    assert_eq!(until(&c, &format!("JSON.stringify({reward}[1])")).await, "[0.25,null,0.5]");
+    assert_eq!(until(&c, "document.querySelector('#charts').dataset.skipped").await, "2");
+    // Legends show the latest values without hovering; axes have whole steps, no "-0".
+    let legend = until(&c, "document.querySelector('#charts .u-legend').textContent").await;
+    assert!(!legend.as_str().unwrap().contains("--"), "{legend}");
+    assert!(legend.as_str().unwrap().contains("0.5"), "{legend}");
+    let chart = |title: &str| {
+        format!("window.verityCharts().find(function (c) {{ return c.title === '{title}'; }})")
+    };
+    let kl_ticks = until(&c, &format!("JSON.stringify({}.yTicks)", chart("KL"))).await;
+    assert!(!kl_ticks.as_str().unwrap().contains("-0"), "{kl_ticks}");
+    let flat_ticks = until(&c, &format!("JSON.stringify({}.yTicks)", chart("Entropy"))).await;
+    assert!(
+        !flat_ticks.as_str().unwrap().contains("100"),
+        "an all-zero series on 0–100: {flat_ticks}"
+    );
+    let steps = until(&c, &format!("JSON.stringify({}.xTicks)", chart("Accuracy"))).await;
+    let steps: Vec<String> = serde_json::from_str(steps.as_str().unwrap()).unwrap();
+    assert!(
+        steps.iter().all(|t| t.is_empty() || t.parse::<u64>().is_ok()),
+        "whole steps only: {steps:?}"
+    );
+    let hover = "(function () { var f = Array.from(document.querySelectorAll('#charts figure')).find(function (f) { return f.dataset.title.startsWith('Reward (mean'); }); var u = f.querySelector('.u-over'); var r = u.getBoundingClientRect(); u.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width / 2, clientY: r.top + r.height / 2, bubbles: true})); var n = f.querySelector('.skip-note'); return !n.hidden && n.textContent; })()";
+    let note = until(&c, hover).await;
+    assert!(note.as_str().unwrap().contains("kept no group"), "{note}");
+    shot(&c, "job-page-live").await;
+
+    // A new step, an event and an evaluation phase arrive live, label and charts together.
+    c.execute("window.__marker = 'same page'", vec![]).await;
+    lease.metric(4, &row(4, 0.75, 2)).await.unwrap();
+    lease.event(EventLevel::Info, "step", "step 4: reward 0.750", None).await.unwrap();
+    let evaluating = json!({"step": 4, "total_steps": 4, "estimated_finish": finish,
+                            "phase": "evaluating", "phase_done": 37, "phase_total": 200});
+    lease.heartbeat(Some(&evaluating)).await.unwrap();
+    until(&c, "document.querySelector('#charts').dataset.points === '4'").await;
+    assert_eq!(until(&c, "document.querySelector('#job-steps').textContent").await, "step 4 / 4");
+    until(&c, "document.querySelector('#job-phase').textContent === 'evaluating 37/200'").await;
+    until(&c, "document.querySelector('#events').textContent.includes('step 4: reward 0.750')")
+        .await;
+    assert_eq!(c.execute("return window.__marker", vec![]).await, "same page");
+
+    // Cancel asks first: dismissing the dialog changes nothing; confirming shows "cancelling…".
+    click(&c, "#cancel-job").await;
+    until(&c, "document.querySelector('#confirm-dialog').open").await;
+    click(&c, "#confirm-no").await;
+    until(&c, "!document.querySelector('#confirm-dialog').open").await;
+    let job =
+        verity_core::jobs::get_job(&pool, lease.job().org_id, &job_id).await.unwrap().unwrap();
+    assert_eq!(job.control, "none", "a dismissed confirmation cancels nothing");
+    // Without the confirmation (scripts off, a forged form) the server asks instead of acting.
+    let session = c.cookie("verity_session").await;
+    let http = reqwest::Client::new();
+    let page = http
+        .post(format!("{base}/jobs/{job_id}/control/cancel"))
+        .header("cookie", format!("verity_session={session}"))
+        .form(&[("x", "1")])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("id=\"confirm-question\""), "{page}");
+    let job =
+        verity_core::jobs::get_job(&pool, lease.job().org_id, &job_id).await.unwrap().unwrap();
+    assert_eq!(job.control, "none", "an unconfirmed cancel cancels nothing");
+    click(&c, "#cancel-job").await;
+    until(&c, "document.querySelector('#confirm-dialog').open").await;
+    click(&c, "#confirm-yes").await;
+    until(&c, "document.querySelector('#job-phase').textContent === 'cancelling…'").await;
+    assert_eq!(until(&c, enabled).await, "false,false,false");
+    lease.ack_cancel().await.unwrap();
+    until(&c, "document.querySelector('#job-status').textContent === 'cancelled'").await;
+
+    // Events download as JSONL, oldest first.
+    let jsonl = http
+        .get(format!("{base}/jobs/{job_id}/events.jsonl"))
+        .header("cookie", format!("verity_session={session}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.len() >= 3, "{jsonl}");
+    assert!(events.iter().any(|e| e["message"] == "step 4: reward 0.750"), "{jsonl}");
+    c.close().await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_failed_job_says_so_instead_of_waiting(pool: PgPool) {
+    let app = api_support::app(pool.clone()).await;
+    base_model(&app).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let (_, job_id) = file_and_job(&app, &key).await;
+    let lease = claim(&app).await;
+    lease.fail("missing field 'item.reference_answer' in row 3", false).await.unwrap();
+    let base = serve(app.state.clone()).await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &base, &format!("/jobs/{job_id}")).await;
+    let text = until(&c, "document.querySelector('#no-metrics').textContent").await;
+    assert_eq!(text, "The job failed before its first step.");
+    let error = until(&c, "!document.querySelector('#job-error').hidden && document.querySelector('#job-error').textContent").await;
+    assert!(error.as_str().unwrap().contains("item.reference_answer"), "{error}");
+    assert!(
+        c.execute("return !document.querySelector('#pause-job') && !document.querySelector('#resume-job')", vec![]).await
+            == Value::Bool(true),
+        "no controls on a final job"
+    );
+    // The list shows why it failed.
+    c.goto(&format!("{base}/jobs")).await;
+    let failure = until(&c, "document.querySelector('table.jobs .failure').textContent").await;
+    assert!(failure.as_str().unwrap().contains("item.reference_answer"), "{failure}");
+    c.close().await;
+}
