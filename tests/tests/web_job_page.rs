@@ -194,3 +194,50 @@ async fn a_failed_job_says_so_instead_of_waiting(pool: PgPool) {
     assert!(failure.as_str().unwrap().contains("item.reference_answer"), "{failure}");
     c.close().await;
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn keys_get_a_role_and_an_expiry_and_expired_keys_are_refused(pool: PgPool) {
+    let app = api_support::app(pool.clone()).await;
+    let admin = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let post = |body: Value| api_support::post(&app.router, "/v1/api_keys", &admin, body);
+    let bad = post(json!({"name": "x", "role": "owner"})).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.json().to_string().contains("role"), "{:?}", bad.json());
+    let past = post(json!({"name": "x", "expires_at": 1})).await;
+    assert_eq!(past.status, 400);
+    assert!(past.json().to_string().contains("expires_at"), "{:?}", past.json());
+
+    // A member key works for members' things and cannot make keys.
+    let later = chrono::Utc::now().timestamp() + 3600;
+    let member = post(json!({"name": "ci", "role": "member", "expires_at": later})).await;
+    assert_eq!(member.status, 200, "{:?}", member.json());
+    assert_eq!(member.json()["role"], "member");
+    assert_eq!(member.json()["expires_at"], later);
+    let secret = member.json()["secret"].as_str().unwrap().to_string();
+    assert_eq!(get(&app.router, "/v1/files", &secret).await.status, 200);
+    let minted =
+        api_support::post(&app.router, "/v1/api_keys", &secret, json!({"name": "y"})).await;
+    assert_eq!(minted.status, 403, "{:?}", minted.json());
+
+    // A key past its expiry is refused.
+    let soon = chrono::Utc::now().timestamp() + 3;
+    let short = post(json!({"name": "short", "expires_at": soon})).await;
+    assert_eq!(short.status, 200, "{:?}", short.json());
+    let secret = short.json()["secret"].as_str().unwrap().to_string();
+    assert_eq!(get(&app.router, "/v1/files", &secret).await.status, 200);
+    while chrono::Utc::now().timestamp() <= soon {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let refused = get(&app.router, "/v1/files", &secret).await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.json().to_string().contains("expired"), "{:?}", refused.json());
+    let listed = get(&app.router, "/v1/api_keys", &admin).await;
+    let row = listed.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "short")
+        .cloned()
+        .unwrap();
+    assert_eq!(row["expired"], true, "{row}");
+}
