@@ -241,3 +241,59 @@ async fn keys_get_a_role_and_an_expiry_and_expired_keys_are_refused(pool: PgPool
         .unwrap();
     assert_eq!(row["expired"], true, "{row}");
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn phone_layouts_fit_and_unknown_pages_say_not_found(pool: PgPool) {
+    let app = api_support::app(pool.clone()).await;
+    base_model(&app).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let (_, job_id) = file_and_job(&app, &key).await;
+    let lease = claim(&app).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.bin"), b"x").unwrap();
+    let prefix = format!("jobs/{job_id}/checkpoints/step-1");
+    verity_core::storage::publish_folder(app.state.store.as_ref(), dir.path(), &prefix)
+        .await
+        .unwrap();
+    lease.metric(1, &row(1, 0.5, 2)).await.unwrap();
+    lease.checkpoint(1, &prefix, 1, Some(&row(1, 0.5, 2))).await.unwrap();
+    let base = serve(app.state.clone()).await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &base, "/jobs").await;
+    c.set_window_size(390, 844).await;
+    let overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth";
+    for path in [
+        "/jobs".to_string(),
+        format!("/jobs/{job_id}"),
+        "/files".into(),
+        "/keys".into(),
+        format!("/jobs/{job_id}/checkpoints"),
+    ] {
+        c.goto(&format!("{base}{path}")).await;
+        until(&c, "document.readyState === 'complete' && document.querySelector('main')").await;
+        let wide = c.execute(&format!("return {overflow}"), vec![]).await;
+        let name = path.replace('/', "_");
+        shot(&c, &format!("phone{name}")).await;
+        assert!(wide.as_i64().unwrap() <= 1, "{path} is {wide} px wider than a 390 px phone");
+    }
+    // An unknown page is a 404 page in the layout; the API's unknown paths stay JSON.
+    c.goto(&format!("{base}/no/such/page")).await;
+    until(&c, "document.querySelector('#not-found')").await;
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{base}/no/such/page"))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 404);
+    let api =
+        http.get(format!("{base}/v1/nothing")).header("accept", "text/html").send().await.unwrap();
+    assert_eq!(api.status(), 404);
+    assert!(api.text().await.unwrap().starts_with('{'));
+    let icon = http.get(format!("{base}/favicon.ico")).send().await.unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+    c.close().await;
+}
