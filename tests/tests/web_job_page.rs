@@ -6,6 +6,7 @@
 //! runs. Phone widths do not overflow.
 
 mod api_support;
+mod training_support;
 mod webdriver;
 
 use api_support::{base_model, file_and_job, get};
@@ -296,4 +297,84 @@ async fn phone_layouts_fit_and_unknown_pages_say_not_found(pool: PgPool) {
     assert_eq!(icon.status(), 200);
     assert_eq!(icon.headers()["content-type"], "image/svg+xml");
     c.close().await;
+}
+
+/// The real worker's progress: each step's report (with `estimated_finish`) is stored before
+/// the next step begins, so the API shows it while the job runs (checked whenever a poll lands
+/// in a running step, and on the last report stored); once the job succeeds, it shows none.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_training_job_reports_its_finish_and_phase_while_running(pool: PgPool) {
+    use std::sync::Arc;
+    use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl};
+    let root = tempfile::tempdir().unwrap();
+    let store = training_support::prepare_store(&pool, root.path()).await;
+    let state = api_support::app_on(pool.clone(), store.clone()).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let router = verity_server::api::app(state.clone());
+    let file = api_support::upload(&router, &key, "t.jsonl", target_token_jsonl(4).as_bytes())
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hp = json!({"batch_size": 2, "group_size": 2, "max_steps": 4, "max_completion_tokens": 3,
+                    "checkpoint_interval": 4, "eval_interval": 4, "eval_samples": 2});
+    let method = json!({"type": "reinforcement", "reinforcement": {"grader": first_token_grader(), "hyperparameters": hp}});
+    let job = api_support::post(&router, "/v1/fine_tuning/jobs", &key,
+        json!({"model": training_support::MODEL, "training_file": file, "validation_file": file, "method": method})).await;
+    assert_eq!(job.status, 200, "{:?}", job.json());
+    let job_id = job.json()["id"].as_str().unwrap().to_string();
+    let handler = training_support::cpu_training_handler(store.clone(), &root.path().join("cache"));
+    let options = verity_core::queue::RunnerOptions { max_jobs: Some(1), ..Default::default() };
+    let worker = tokio::spawn(verity_core::queue::run_worker(
+        state.queue.clone(),
+        WorkerInfo::new(DeviceKind::Cpu, 1024),
+        Arc::new(handler),
+        options,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    let url = format!("/v1/fine_tuning/jobs/{job_id}");
+    loop {
+        // The job row, not a cached copy: what any server would answer.
+        let record = verity_core::jobs::get_job(&pool, state_org(&pool).await, &job_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let object = verity_server::api::jobs::view::JobObject::from(record);
+        if object.status == "running" {
+            let step = object.progress.as_ref().and_then(|p| p["step"].as_u64()).unwrap_or(0);
+            if step >= 1 {
+                assert!(
+                    object.estimated_finish.is_some(),
+                    "running after a step: {:?}",
+                    object.progress
+                );
+            }
+        }
+        if object.status == "succeeded" {
+            assert_eq!(object.estimated_finish, None, "none once the job stops");
+            // The last report the worker stored, shown as it was while the job ran.
+            let report = object.progress.clone().unwrap();
+            assert_eq!(report["step"], 4, "{report}");
+            assert!(report["estimated_finish"].is_i64(), "{report}");
+            let mut running = verity_core::jobs::get_job(&pool, state_org(&pool).await, &job_id)
+                .await
+                .unwrap()
+                .unwrap();
+            running.state = "running".into();
+            let shown = verity_server::api::jobs::view::JobObject::from(running);
+            assert_eq!(shown.estimated_finish, report["estimated_finish"].as_i64());
+            break;
+        }
+        assert!(!["failed", "cancelled"].contains(&object.status.as_str()), "{:?}", object.error);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(worker.await.unwrap(), 1);
+    let done = get(&router, &url, &key).await;
+    assert_eq!(done.json()["status"], "succeeded");
+}
+
+/// The org of the only user.
+async fn state_org(pool: &PgPool) -> uuid::Uuid {
+    sqlx::query_scalar("SELECT org_id FROM users LIMIT 1").fetch_one(pool).await.unwrap()
 }

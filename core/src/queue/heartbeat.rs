@@ -17,8 +17,8 @@ pub enum HeartbeatState {
     Lost,
 }
 
-/// Shortest time between two heartbeats sent early for a progress report (reports in a burst
-/// are folded into one write).
+/// Shortest time after a heartbeat sent early for a progress report before the next (reports
+/// in a burst are folded into one write).
 const REPORT_GAP: Duration = Duration::from_millis(250);
 
 /// Heartbeats a lease every `interval` until dropped, and at once when progress is reported.
@@ -70,9 +70,6 @@ impl Heartbeat {
                     _ = tokio::time::sleep(delay) => false,
                     _ = wake.notified(), if healthy => true,
                 };
-                if early {
-                    tokio::time::sleep(REPORT_GAP).await;
-                }
                 let snapshot = shared.lock().map(|p| p.clone()).unwrap_or(None);
                 match lease.heartbeat(snapshot.as_ref()).await {
                     Ok(signal) => {
@@ -82,6 +79,10 @@ impl Heartbeat {
                         backoff.reset();
                         delay = interval;
                         tx.send_replace(HeartbeatState::Held(signal));
+                        if early {
+                            // Reports arriving meanwhile are folded into the next beat.
+                            tokio::time::sleep(REPORT_GAP).await;
+                        }
                     }
                     Err(QueueError::LeaseLost { .. }) => {
                         tracing::warn!(job_id = %lease.job().id, attempt = lease.job().attempt, "lease lost");

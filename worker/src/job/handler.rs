@@ -605,6 +605,13 @@ impl TrainingHandler {
             // lags the charts.
             progress.step_done(step, lap.elapsed().as_secs_f64(), out.metrics.trained_tokens);
             lap = std::time::Instant::now();
+            if let Some(report) = progress.snapshot() {
+                // Stored before the next step begins, however fast steps are.
+                let store = || lease.heartbeat(Some(&report));
+                persist("reporting progress", heartbeat, QueueError::is_transient, store)
+                    .await
+                    .map_err(|e| lease_error("reporting progress", e))?;
+            }
             if eval.is_some() {
                 last_eval = eval;
             }

@@ -149,6 +149,11 @@ impl LiveProgress {
         });
     }
 
+    /// The progress report as it is now.
+    pub(super) fn snapshot(&self) -> Option<Value> {
+        self.state.lock().ok().map(|state| state.report())
+    }
+
     /// Stores the progress as it is (at the start of an attempt).
     pub(super) fn publish(&self) {
         self.update(|_| {});
