@@ -75,10 +75,12 @@ pub struct ApiKeyRecord {
     pub user_id: Uuid,
     /// Argon2 PHC string of the whole key.
     pub key_hash: String,
-    /// The user's role.
+    /// The key's role: the one chosen at creation, never above the user's.
     pub role: String,
     /// Set once the key is revoked.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When the key stops working, if it expires.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// Failures of tenancy writes.
@@ -154,23 +156,36 @@ pub async fn find_user_by_email(pool: &PgPool, email: &str) -> Result<Option<Use
     Ok(user)
 }
 
-/// Stores a new API key (already hashed) for `user`; returns its id.
+/// What a new key may do and for how long.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyGrant {
+    /// The key's role (`None`: the owner's); a key is never above its owner.
+    pub role: Option<Role>,
+    /// When the key stops working (`None`: never).
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Stores a new API key (already hashed) for `user` with `grant`; returns its id.
 pub async fn insert_api_key(
     pool: &PgPool,
     user: &User,
     name: &str,
     prefix: &str,
     key_hash: &str,
+    grant: KeyGrant,
 ) -> Result<Uuid, TenancyError> {
     let id = Uuid::new_v4();
     sqlx::query!(
-        "INSERT INTO api_keys (id, org_id, user_id, name, prefix, key_hash) VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO api_keys (id, org_id, user_id, name, prefix, key_hash, role, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         id,
         user.org_id,
         user.id,
         name,
         prefix,
-        key_hash
+        key_hash,
+        grant.role.map(Role::as_str),
+        grant.expires_at
     )
     .execute(pool)
     .await?;
@@ -184,7 +199,9 @@ pub async fn find_api_key(
 ) -> Result<Option<ApiKeyRecord>, TenancyError> {
     let key = sqlx::query_as!(
         ApiKeyRecord,
-        r#"SELECT k.id, k.org_id, k.user_id, k.key_hash, u.role, k.revoked_at
+        r#"SELECT k.id, k.org_id, k.user_id, k.key_hash, k.revoked_at, k.expires_at,
+                  CASE WHEN u.role = 'admin' AND COALESCE(k.role, 'admin') = 'admin'
+                       THEN 'admin' ELSE 'member' END AS "role!"
            FROM api_keys k JOIN users u ON u.id = k.user_id
            WHERE k.prefix = $1"#,
         prefix
@@ -205,10 +222,12 @@ pub struct ApiKeyInfo {
     pub name: String,
     /// The first characters of the key.
     pub prefix: String,
-    /// The owner's role (the key's powers).
+    /// The key's role (its powers): the one chosen at creation, never above the owner's.
     pub role: String,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// When the key stops working, if it expires.
+    pub expires_at: Option<DateTime<Utc>>,
     /// Last time the key was verified against its hash.
     pub last_used_at: Option<DateTime<Utc>>,
     /// Set once revoked.
@@ -223,7 +242,10 @@ pub async fn list_api_keys(
 ) -> Result<Vec<ApiKeyInfo>, TenancyError> {
     let keys = sqlx::query_as!(
         ApiKeyInfo,
-        r#"SELECT k.id, k.user_id, k.name, k.prefix, u.role, k.created_at, k.last_used_at, k.revoked_at
+        r#"SELECT k.id, k.user_id, k.name, k.prefix, k.created_at, k.last_used_at, k.revoked_at,
+                  k.expires_at,
+                  CASE WHEN u.role = 'admin' AND COALESCE(k.role, 'admin') = 'admin'
+                       THEN 'admin' ELSE 'member' END AS "role!"
            FROM api_keys k JOIN users u ON u.id = k.user_id
            WHERE k.org_id = $1 AND ($2::uuid IS NULL OR k.user_id = $2)
            ORDER BY k.created_at DESC, k.id"#,
@@ -255,12 +277,28 @@ pub async fn revoke_api_key(pool: &PgPool, org_id: Uuid, id: Uuid) -> Result<boo
     Ok(found.is_some())
 }
 
-/// Whether key `id` is still usable: `Some(false)` once revoked, `None` when no such key.
-pub async fn api_key_live(pool: &PgPool, id: Uuid) -> Result<Option<bool>, TenancyError> {
-    let revoked_at = sqlx::query_scalar!("SELECT revoked_at FROM api_keys WHERE id = $1", id)
+/// Whether an existing key may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyLiveness {
+    /// Set once revoked.
+    pub revoked: bool,
+    /// When it expires, if it does.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl KeyLiveness {
+    /// Neither revoked nor expired at `now`.
+    pub fn usable_at(&self, now: DateTime<Utc>) -> bool {
+        !self.revoked && self.expires_at.is_none_or(|at| at > now)
+    }
+}
+
+/// Whether key `id` is revoked and when it expires; `None` when no such key.
+pub async fn api_key_live(pool: &PgPool, id: Uuid) -> Result<Option<KeyLiveness>, TenancyError> {
+    let row = sqlx::query!("SELECT revoked_at, expires_at FROM api_keys WHERE id = $1", id)
         .fetch_optional(pool)
         .await?;
-    Ok(revoked_at.map(|at| at.is_none()))
+    Ok(row.map(|r| KeyLiveness { revoked: r.revoked_at.is_some(), expires_at: r.expires_at }))
 }
 
 /// What a revocation listener learnt.

@@ -242,6 +242,8 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     until(&c, &format!("location.pathname.startsWith('/jobs/ftjob-') && location.pathname !== '/jobs/{job_id}'")).await;
     assert_eq!(until(&c, "document.querySelector('#job-status').textContent").await, "queued");
     click(&c, "#cancel-job").await;
+    until(&c, "document.querySelector('#confirm-dialog').open").await;
+    click(&c, "#confirm-yes").await;
     until(&c, "document.querySelector('#job-status').textContent === 'cancelled'").await;
     c.goto(&format!("{base}/jobs")).await;
     assert_eq!(until(&c, "document.querySelectorAll('table.jobs tbody tr').length").await, 2);
@@ -262,6 +264,8 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 200);
     shot(&c, "09-keys").await;
     click(&c, &format!("button[data-prefix=\"{}\"]", &secret[..11])).await;
+    until(&c, "document.querySelector('#confirm-dialog').open").await;
+    click(&c, "#confirm-yes").await;
     until(&c, "location.pathname === '/keys' && !document.querySelector('#new-key')").await;
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 401);
 

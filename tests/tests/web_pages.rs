@@ -179,7 +179,9 @@ async fn cross_origin_writes_with_the_session_are_refused(pool: PgPool) {
         send(&app.router, request.body(Body::empty()).unwrap()).await.status,
         StatusCode::OK
     );
-    let same = form(&app, &cancel, "", Some(&cookie), &[("sec-fetch-site", "same-origin")]).await;
+    let same =
+        form(&app, &cancel, "confirm=yes", Some(&cookie), &[("sec-fetch-site", "same-origin")])
+            .await;
     assert_eq!(same.status, StatusCode::SEE_OTHER);
     assert_eq!(
         get(&app.router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await.json()["status"],
@@ -312,7 +314,8 @@ async fn api_keys_are_listed_created_and_revoked_at_once(pool: PgPool) {
         .as_str()
         .unwrap()
         .to_string();
-    let gone = form(&app, &format!("/keys/{page_id}/revoke"), "", Some(&cookie), &[]).await;
+    let gone =
+        form(&app, &format!("/keys/{page_id}/revoke"), "confirm=yes", Some(&cookie), &[]).await;
     assert_eq!(gone.status, StatusCode::SEE_OTHER);
     assert_eq!(get(&app.router, "/v1/files", &page_secret).await.status, StatusCode::UNAUTHORIZED);
     assert!(

@@ -32,3 +32,48 @@ window.Verity = {
       .then(function (r) { return r.json().catch(function () { return {}; }).then(function (b) { return { ok: r.ok, status: r.status, body: b }; }); });
   },
 };
+// Destructive actions (forms with data-confirm) ask first, in a dialog; a confirmed form posts
+// `confirm=yes` (without it the server asks on a page of its own). A form that needs no
+// confirmation still announces `verity:confirmed` so its button can show what is under way.
+(function () {
+  function dialog() {
+    var d = document.getElementById("confirm-dialog");
+    if (d) return d;
+    d = document.createElement("dialog");
+    d.id = "confirm-dialog";
+    d.innerHTML = '<form method="dialog"><p id="confirm-text"></p><div class="dialog-buttons">' +
+      '<button value="no" id="confirm-no">Keep</button><button value="yes" class="danger" id="confirm-yes"></button></div></form>';
+    document.body.appendChild(d);
+    return d;
+  }
+  function go(form) {
+    form.dispatchEvent(new CustomEvent("verity:confirmed"));
+    form.submit();
+  }
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (!(form instanceof HTMLFormElement) || form.method.toLowerCase() !== "post") return;
+    if (!form.dataset.confirm) {
+      form.dispatchEvent(new CustomEvent("verity:confirmed"));
+      return;
+    }
+    e.preventDefault();
+    var d = dialog();
+    d.querySelector("#confirm-text").textContent = form.dataset.confirm;
+    d.querySelector("#confirm-yes").textContent = form.dataset.confirmButton || "Confirm";
+    d.returnValue = "";
+    d.onclose = function () {
+      if (d.returnValue !== "yes") return;
+      var field = form.querySelector('input[name="confirm"]');
+      if (!field) {
+        field = document.createElement("input");
+        field.type = "hidden";
+        field.name = "confirm";
+        form.appendChild(field);
+      }
+      field.value = "yes";
+      go(form);
+    };
+    d.showModal();
+  });
+})();

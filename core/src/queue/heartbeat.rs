@@ -5,7 +5,7 @@ use crate::ControlSignal;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 /// What the last heartbeat learned.
@@ -17,20 +17,45 @@ pub enum HeartbeatState {
     Lost,
 }
 
-/// Heartbeats a lease every `interval` until dropped.
+/// Shortest time after a heartbeat sent early for a progress report before the next (reports
+/// in a burst are folded into one write).
+const REPORT_GAP: Duration = Duration::from_millis(250);
+
+/// Heartbeats a lease every `interval` until dropped, and at once when progress is reported.
 #[derive(Debug)]
 pub struct Heartbeat {
     state: watch::Receiver<HeartbeatState>,
-    progress: Arc<Mutex<Option<Value>>>,
+    reporter: ProgressReporter,
     task: JoinHandle<()>,
+}
+
+/// A cloneable handle on a heartbeat's progress: each report is stored on the job by a
+/// heartbeat sent at once (not at the next interval), so the API never lags the worker.
+#[derive(Debug, Clone)]
+pub struct ProgressReporter {
+    progress: Arc<Mutex<Option<Value>>>,
+    wake: Arc<Notify>,
+}
+
+impl ProgressReporter {
+    /// Stores `progress` on the job with an immediate heartbeat.
+    pub fn report(&self, progress: Value) {
+        if let Ok(mut slot) = self.progress.lock() {
+            *slot = Some(progress);
+        }
+        self.wake.notify_one();
+    }
 }
 
 impl Heartbeat {
     /// Starts heartbeating `lease`.
     pub fn start(lease: Lease, interval: Duration) -> Heartbeat {
         let (tx, state) = watch::channel(HeartbeatState::Held(ControlSignal::Continue));
-        let progress: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
-        let shared = progress.clone();
+        let reporter = ProgressReporter {
+            progress: Arc::new(Mutex::new(None)),
+            wake: Arc::new(Notify::new()),
+        };
+        let (shared, wake) = (reporter.progress.clone(), reporter.wake.clone());
         let task = tokio::spawn(async move {
             // A failed heartbeat (database unreachable) does not lose the job: the lease stays
             // valid until it expires, and writes are fenced anyway. Retry sooner than usual so
@@ -38,7 +63,13 @@ impl Heartbeat {
             let mut backoff = Backoff::new(interval.min(Duration::from_millis(500)), interval);
             let mut delay = interval;
             loop {
-                tokio::time::sleep(delay).await;
+                // A progress report beats early, unless heartbeats are failing (then the
+                // backoff decides).
+                let healthy = backoff.failures() == 0;
+                let early = tokio::select! {
+                    _ = tokio::time::sleep(delay) => false,
+                    _ = wake.notified(), if healthy => true,
+                };
                 let snapshot = shared.lock().map(|p| p.clone()).unwrap_or(None);
                 match lease.heartbeat(snapshot.as_ref()).await {
                     Ok(signal) => {
@@ -48,6 +79,10 @@ impl Heartbeat {
                         backoff.reset();
                         delay = interval;
                         tx.send_replace(HeartbeatState::Held(signal));
+                        if early {
+                            // Reports arriving meanwhile are folded into the next beat.
+                            tokio::time::sleep(REPORT_GAP).await;
+                        }
                     }
                     Err(QueueError::LeaseLost { .. }) => {
                         tracing::warn!(job_id = %lease.job().id, attempt = lease.job().attempt, "lease lost");
@@ -62,7 +97,7 @@ impl Heartbeat {
                 }
             }
         });
-        Heartbeat { state, progress, task }
+        Heartbeat { state, reporter, task }
     }
 
     /// The latest known state.
@@ -79,11 +114,14 @@ impl Heartbeat {
         seen.unwrap_or(HeartbeatState::Lost)
     }
 
-    /// Progress to attach to the next heartbeat (shown by the API).
+    /// Stores `progress` on the job (shown by the API) with a heartbeat sent at once.
     pub fn set_progress(&self, progress: Value) {
-        if let Ok(mut slot) = self.progress.lock() {
-            *slot = Some(progress);
-        }
+        self.reporter.report(progress);
+    }
+
+    /// A handle that reports progress from anywhere (a blocking training thread).
+    pub fn reporter(&self) -> ProgressReporter {
+        self.reporter.clone()
     }
 }
 

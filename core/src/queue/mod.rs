@@ -22,7 +22,7 @@ pub use claim::{ClaimedJob, DeviceKind, WorkerInfo};
 pub use control::ControlOutcome;
 pub use enqueue::NewJob;
 pub use error::{is_transient_db_error, QueueError};
-pub use heartbeat::{Heartbeat, HeartbeatState};
+pub use heartbeat::{Heartbeat, HeartbeatState, ProgressReporter};
 pub use lease::{
     EventLevel, FailOutcome, Lease, ResultsFile, SampleIndexRow, TrainedModel, RESULTS_PURPOSE,
 };

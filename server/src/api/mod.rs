@@ -21,7 +21,6 @@ pub mod telemetry;
 
 use axum::routing::get;
 use axum::Router;
-use error::ApiError;
 use state::AppState;
 use tower_http::trace::TraceLayer;
 
@@ -48,7 +47,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(extra)
         .merge(crate::web::router())
         .route("/metrics", get(telemetry::prometheus))
-        .fallback(|| async { ApiError::not_found("route", "this path") })
+        .fallback(crate::web::page::fallback)
         .layer(axum::middleware::from_fn(auth::session::guard))
         .layer(axum::middleware::from_fn(extract::refuse_nul_in_uri))
         .layer(axum::middleware::from_fn_with_state(state.clone(), telemetry::track))

@@ -107,6 +107,6 @@ pub async fn create_key(pool: &sqlx::PgPool, email: &str, name: &str) -> anyhow:
         .ok_or_else(|| tenancy::TenancyError::NoSuchUser(email.to_string()))?;
     let key = keys::generate_key();
     let hash = keys::hash_secret(&key.key).map_err(|e| anyhow::anyhow!("hashing the key: {e}"))?;
-    tenancy::insert_api_key(pool, &user, name, &key.lookup, &hash).await?;
+    tenancy::insert_api_key(pool, &user, name, &key.lookup, &hash, Default::default()).await?;
     Ok(key.key)
 }

@@ -11,6 +11,7 @@ use axum::Router;
 /// Name, content type and bytes of every asset.
 const ASSETS: &[(&str, &str, &[u8])] = &[
     ("app.css", "text/css; charset=utf-8", include_bytes!("../../../web/static/app.css")),
+    ("favicon.svg", "image/svg+xml", include_bytes!("../../../web/static/favicon.svg")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/app.js")),
     ("job.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/static/job.js")),
     (
@@ -62,7 +63,9 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/static/{*name}", get(asset))
+    Router::new()
+        .route("/static/{*name}", get(asset))
+        .route("/favicon.ico", get(|| asset(Path("favicon.svg".to_string()))))
 }
 
 /// One asset, cached for a day (revalidated on version change by the `?v=` in page links).

@@ -1,17 +1,22 @@
-//! Jobs: the list (status, progress, ETA, reward sparkline), a job's page (live charts, warnings,
-//! events, cancel / pause / resume) and its checkpoints.
+//! Jobs: the list (search and filters, status, progress, ETA, reward sparkline, failure
+//! reason), a job's page (live charts, other runs overlaid, warnings, events, state-aware
+//! cancel / pause / resume with confirmation), its events as JSONL and its checkpoints.
 
 use super::page::{render, script_json, when, Nav, WebResult, WebUser};
+pub use super::progress::is_terminal;
+use super::progress::JobProgress;
 use super::warnings::warnings;
 use crate::api::error::ApiError;
 use crate::api::jobs::view::{checkpoint_model_name, EventObject};
 use crate::api::jobs::{control_job, find_job, Control};
 use crate::api::state::AppState;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Form, Router};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use verity_core::jobs::JobRecord;
@@ -19,7 +24,9 @@ use verity_core::jobs::JobRecord;
 /// Jobs shown on the list.
 const LIST_LIMIT: i64 = 50;
 /// Events shown on a job's page.
-const EVENT_LIMIT: i64 = 100;
+pub const EVENT_LIMIT: i64 = 100;
+/// Runs a job page draws at once: the job and up to three others (`?compare=a,b,c`).
+const MAX_COMPARED: usize = 4;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -27,47 +34,8 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs_page))
         .route("/jobs/{job_id}", get(job_page))
         .route("/jobs/{job_id}/control/{action}", post(control))
+        .route("/jobs/{job_id}/events.jsonl", get(events_jsonl))
         .route("/jobs/{job_id}/checkpoints", get(checkpoints_page))
-}
-
-/// Step, total steps and percent done from a job's progress report.
-pub fn progress(job: &JobRecord) -> (u64, u64, u64) {
-    let get = |key: &str| {
-        job.progress.as_ref().and_then(|p| p.get(key)).and_then(Value::as_u64).unwrap_or(0)
-    };
-    let (mut step, total) = (get("step"), get("total_steps"));
-    // The worker's last heartbeat may predate its final step.
-    if job.state == "succeeded" {
-        step = step.max(total);
-    }
-    let percent = if job.state == "succeeded" {
-        100
-    } else {
-        (step * 100).checked_div(total).map_or(0, |p| p.min(100))
-    };
-    (step, total, percent)
-}
-
-/// Seconds a step took on average (sampling + grading + training) times the steps left.
-fn eta(rows: &[Value], step: u64, total: u64, running: bool) -> String {
-    let spent: Vec<f64> = rows
-        .iter()
-        .map(|r| {
-            ["sampling_seconds", "grading_seconds", "training_seconds"]
-                .iter()
-                .filter_map(|k| r.get(*k).and_then(Value::as_f64))
-                .sum()
-        })
-        .collect();
-    if !running || spent.is_empty() || total <= step {
-        return String::new();
-    }
-    let seconds = spent.iter().sum::<f64>() / spent.len() as f64 * (total - step) as f64;
-    match seconds as u64 {
-        s if s < 90 => format!("~{s} s left"),
-        s if s < 5400 => format!("~{} min left", s / 60),
-        s => format!("~{:.1} h left", s as f64 / 3600.0),
-    }
 }
 
 /// An SVG polyline (`points`) of `values` in a 120×28 box.
@@ -105,16 +73,72 @@ pub async fn metric_values(state: &AppState, job_id: &str) -> Result<Vec<Value>,
 /// A job row of the list.
 struct JobRow {
     id: String,
+    name: String,
     status: String,
+    phase: String,
+    failure: String,
     model: String,
     created: String,
-    step: u64,
-    total: u64,
+    step_text: String,
     percent: u64,
     eta: String,
     spark: String,
     last_reward: String,
     created_by: String,
+}
+
+/// Jobs the list reads before filtering (newest first).
+const LIST_SCAN: i64 = 1000;
+
+/// The list's search and filters (`?q=&status=&model=&from=&to=`; dates `YYYY-MM-DD`, UTC).
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+}
+
+/// A `YYYY-MM-DD` filter date, or a 400 naming the parameter.
+fn filter_date(param: &str, text: &str) -> Result<Option<chrono::NaiveDate>, ApiError> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").map(Some).map_err(|_| {
+        ApiError::invalid(param, format!("expected a date like 2026-01-31, got {text:?}"))
+    })
+}
+
+impl ListQuery {
+    /// Whether `job` passes every filter.
+    fn keeps(
+        &self,
+        job: &JobRecord,
+        from: Option<chrono::NaiveDate>,
+        to: Option<chrono::NaiveDate>,
+    ) -> bool {
+        let q = self.q.trim().to_lowercase();
+        let text = format!(
+            "{} {} {} {}",
+            job.id,
+            job.suffix.as_deref().unwrap_or(""),
+            job.model,
+            job.metadata.as_ref().map(Value::to_string).unwrap_or_default()
+        )
+        .to_lowercase();
+        let day = job.created_at.date_naive();
+        (q.is_empty() || text.contains(&q))
+            && (self.status.is_empty() || job.state == self.status)
+            && (self.model.is_empty() || job.model == self.model)
+            && from.is_none_or(|d| day >= d)
+            && to.is_none_or(|d| day <= d)
+    }
 }
 
 /// The jobs list.
@@ -123,45 +147,112 @@ struct JobRow {
 struct JobsPage {
     nav: Nav,
     jobs: Vec<JobRow>,
+    /// Jobs in the org before filtering (0: none at all yet).
+    any: bool,
+    query: ListQuery,
+    statuses: Vec<&'static str>,
+    models: Vec<String>,
 }
 
-async fn jobs_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    let records =
-        verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_LIMIT).await?;
+/// The first line of a failure message, at most 160 characters.
+fn short_reason(message: &str) -> String {
+    let line = message.lines().next().unwrap_or("");
+    let mut short: String = line.chars().take(160).collect();
+    if short.len() < line.len() {
+        short.push('…');
+    }
+    short
+}
+
+async fn jobs_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Query(query): Query<ListQuery>,
+) -> WebResult<Response> {
+    let (from, to) = (filter_date("from", &query.from)?, filter_date("to", &query.to)?);
+    let all = verity_core::jobs::list_jobs(&state.pool, user.0.org_id, None, LIST_SCAN).await?;
+    let mut models: Vec<String> = all.iter().map(|j| j.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    let any = !all.is_empty();
+    let records: Vec<JobRecord> =
+        all.into_iter().filter(|j| query.keeps(j, from, to)).take(LIST_LIMIT as usize).collect();
     let ids: Vec<String> = records.iter().map(|j| j.id.clone()).collect();
     let mut created_by: HashMap<String, String> =
         verity_core::jobs::job_creators(&state.pool, user.0.org_id, &ids)
             .await?
             .into_iter()
             .collect();
+    let now = chrono::Utc::now().timestamp();
     let mut jobs = Vec::with_capacity(records.len());
     for job in records {
         let rows = metric_values(&state, &job.id).await?;
-        let rewards: Vec<f64> =
-            rows.iter().filter_map(|r| r.get("reward_mean").and_then(Value::as_f64)).collect();
-        let (step, total, percent) = progress(&job);
+        let rewards: Vec<f64> = rows
+            .iter()
+            .filter(|r| !skipped(r))
+            .filter_map(|r| r.get("reward_mean").and_then(Value::as_f64))
+            .collect();
+        let progress = JobProgress::of(&job, last_step(&rows), now);
         jobs.push(JobRow {
-            eta: eta(&rows, step, total, job.state == "running"),
+            eta: progress.eta.clone(),
+            step_text: progress.step_text(),
+            percent: progress.percent,
+            phase: if job.state == "running" { progress.phase.clone() } else { String::new() },
+            failure: progress.error.as_deref().map(short_reason).unwrap_or_default(),
             spark: sparkline(&rewards),
             last_reward: rewards.last().map(|r| format!("{r:.3}")).unwrap_or_default(),
             created: when(job.created_at),
             created_by: created_by.remove(&job.id).unwrap_or_default(),
+            name: job.suffix.clone().unwrap_or_default(),
             status: job.state,
             model: job.model,
             id: job.id,
-            step,
-            total,
-            percent,
         });
     }
-    Ok(render(&JobsPage { nav: Nav::new("Jobs", "jobs"), jobs }))
+    Ok(render(&JobsPage {
+        nav: Nav::new("Jobs", "jobs"),
+        jobs,
+        any,
+        query,
+        statuses: vec!["queued", "running", "paused", "succeeded", "failed", "cancelled"],
+        models,
+    }))
+}
+
+/// Whether a metrics row is of a step that trained on nothing (dynamic sampling kept no group):
+/// its reward fields describe no completion.
+pub fn skipped(row: &Value) -> bool {
+    row.get("groups_kept").and_then(Value::as_u64) == Some(0)
+}
+
+/// The last step of metrics rows in step order.
+pub fn last_step(rows: &[Value]) -> Option<i64> {
+    rows.last().and_then(|r| r.get("step")).and_then(Value::as_i64)
 }
 
 /// An event as shown.
-struct EventRow {
-    time: String,
-    level: String,
-    message: String,
+pub struct EventRow {
+    /// Event id (the number of `ftevent-N`).
+    pub id: i64,
+    /// `YYYY-MM-DD HH:MM` UTC.
+    pub time: String,
+    /// info | warn | error.
+    pub level: String,
+    /// Text.
+    pub message: String,
+}
+
+impl From<verity_core::jobs::EventRecord> for EventRow {
+    fn from(event: verity_core::jobs::EventRecord) -> EventRow {
+        let id = event.id;
+        let e = EventObject::from(event);
+        EventRow {
+            id,
+            time: chrono::DateTime::from_timestamp(e.created_at, 0).map(when).unwrap_or_default(),
+            level: e.level,
+            message: e.message,
+        }
+    }
 }
 
 /// A job's page.
@@ -170,15 +261,19 @@ struct EventRow {
 struct JobPage {
     nav: Nav,
     job: JobRecord,
-    step: u64,
-    total: u64,
-    percent: u64,
+    progress: JobProgress,
+    /// The progress as JSON, for the script (the same object the stream sends).
+    progress_json: String,
     terminal: bool,
-    error: Option<String>,
+    /// What the charts area says while there are no steps.
+    no_metrics: String,
     hyperparameters: String,
     method: String,
     grader: String,
     metrics_json: String,
+    /// Other runs drawn over this one: `[{id, label, rows}]`.
+    compare_json: String,
+    compare: Vec<String>,
     warnings: Vec<String>,
     events: Vec<EventRow>,
     /// The baseline before training (pass@k of the base at step 0), as text.
@@ -209,54 +304,79 @@ fn baseline_text(data: &Value) -> String {
     text.join(" · ")
 }
 
-/// Whether `state` is final.
-pub fn is_terminal(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "cancelled")
+/// `?compare=a,b`: other jobs of the org to overlay.
+#[derive(Debug, Default, Deserialize)]
+pub struct JobQuery {
+    compare: Option<String>,
+}
+
+/// The chart rows of job `id`: its metrics rows, and its baseline evaluation as step 0.
+async fn chart_rows(state: &AppState, id: &str) -> WebResult<(Vec<Value>, Option<Value>)> {
+    let rows = metric_values(state, id).await?;
+    let baseline = verity_core::sampling_runs::job_baseline(&state.pool, id).await?;
+    let mut chart = rows;
+    if let Some(data) = &baseline {
+        chart.insert(0, json!({"step": 0, "eval": data}));
+    }
+    Ok((chart, baseline))
 }
 
 async fn job_page(
     State(state): State<AppState>,
     user: WebUser,
     Path(id): Path<String>,
+    Query(query): Query<JobQuery>,
 ) -> WebResult<Response> {
     let job = find_job(&state, &user.0, &id).await?;
     let rows = metric_values(&state, &id).await?;
     let events = verity_core::jobs::list_events(&state.pool, &id, None, EVENT_LIMIT)
         .await?
         .into_iter()
-        .map(|e| {
-            let e = EventObject::from(e);
-            EventRow {
-                time: chrono::DateTime::from_timestamp(e.created_at, 0)
-                    .map(when)
-                    .unwrap_or_default(),
-                level: e.level,
-                message: e.message,
-            }
-        })
+        .map(EventRow::from)
         .collect();
     let method = job.spec.get("method").cloned().unwrap_or(Value::Null);
     let pretty = |v: Option<&Value>| {
         v.map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default()
     };
-    let (step, total, percent) = progress(&job);
-    let baseline = verity_core::sampling_runs::job_baseline(&state.pool, &id).await?;
-    // The baseline is the eval pass@k chart's point at step 0.
-    let mut chart_rows = rows.clone();
-    if let Some(data) = &baseline {
-        chart_rows.insert(0, json!({"step": 0, "eval": data}));
+    let progress = JobProgress::of(&job, last_step(&rows), chrono::Utc::now().timestamp());
+    let (chart, baseline) = chart_rows(&state, &id).await?;
+    let mut compare = Vec::new();
+    let mut compared = Vec::new();
+    for other in query.compare.as_deref().unwrap_or("").split(',').map(str::trim) {
+        if other.is_empty() || other == id || compare.iter().any(|c| c == other) {
+            continue;
+        }
+        if compare.len() + 1 >= MAX_COMPARED {
+            return Err(ApiError::invalid(
+                "compare",
+                format!("at most {} other jobs can be drawn with this one", MAX_COMPARED - 1),
+            )
+            .into());
+        }
+        let found = find_job(&state, &user.0, other)
+            .await
+            .map_err(|_| ApiError::invalid("compare", format!("no job {other} in your org")))?;
+        let (rows, _) = chart_rows(&state, other).await?;
+        let label = found.suffix.clone().unwrap_or_else(|| other.to_string());
+        compared.push(json!({"id": other, "label": label, "rows": rows}));
+        compare.push(other.to_string());
     }
     let evaluations =
         verity_core::sampling_runs::job_evaluations(&state.pool, user.0.org_id, &id).await?;
+    let terminal = is_terminal(&job.state);
+    let no_metrics = match job.state.as_str() {
+        "failed" => "The job failed before its first step.",
+        "cancelled" => "The job was cancelled before its first step.",
+        "succeeded" => "The job recorded no steps.",
+        "paused" => "Paused before the first step.",
+        _ => "Waiting for the first step…",
+    };
     let page = JobPage {
         nav: Nav::new(format!("Job {id}"), "jobs"),
-        step,
-        total,
-        percent,
-        terminal: is_terminal(&job.state),
-        error: job.error.as_ref().filter(|_| job.state == "failed").map(|e| {
-            e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
-        }),
+        progress_json: script_json(&serde_json::to_value(&progress).unwrap_or(Value::Null)),
+        progress,
+        terminal,
+        no_metrics: no_metrics.to_string(),
         hyperparameters: pretty(
             method
                 .get(method.get("type").and_then(Value::as_str).unwrap_or("reinforcement"))
@@ -264,7 +384,9 @@ async fn job_page(
         ),
         method: method.get("type").and_then(Value::as_str).unwrap_or("reinforcement").to_string(),
         grader: pretty(method.pointer("/reinforcement/grader")),
-        metrics_json: script_json(&Value::Array(chart_rows)),
+        metrics_json: script_json(&Value::Array(chart)),
+        compare_json: script_json(&Value::Array(compared)),
+        compare,
         baseline: baseline.as_ref().map(baseline_text),
         evaluations,
         warnings: warnings(&rows),
@@ -274,15 +396,90 @@ async fn job_page(
     Ok(render(&page))
 }
 
+/// A control's form: `confirm=yes` once the user confirmed a destructive one.
+#[derive(Debug, Default, Deserialize)]
+pub struct ConfirmForm {
+    confirm: Option<String>,
+}
+
+impl ConfirmForm {
+    /// Whether the user confirmed.
+    pub fn confirmed(&self) -> bool {
+        self.confirm.as_deref() == Some("yes")
+    }
+}
+
+/// The page that asks before a destructive action (shown when the request came without
+/// `confirm=yes`, e.g. with scripts off).
+#[derive(Template)]
+#[template(path = "confirm.html")]
+pub struct ConfirmPage {
+    /// Layout.
+    pub nav: Nav,
+    /// What will happen.
+    pub question: String,
+    /// Where the confirmed form posts.
+    pub action: String,
+    /// The confirm button's label.
+    pub button: String,
+    /// Where "Keep" goes back to.
+    pub back: String,
+}
+
 async fn control(
     State(state): State<AppState>,
     user: WebUser,
     Path((id, action)): Path<(String, String)>,
+    Form(form): Form<ConfirmForm>,
 ) -> WebResult<Response> {
-    let action =
+    let control =
         Control::from_name(&action).ok_or_else(|| ApiError::not_found("action", &action))?;
-    control_job(&state, &user.0, &id, action).await?;
+    if matches!(control, Control::Cancel) && !form.confirmed() {
+        find_job(&state, &user.0, &id).await?;
+        return Ok(render(&ConfirmPage {
+            nav: Nav::new("Cancel job", "jobs"),
+            question: format!("Cancel job {id}? It stops for good; its checkpoints are kept."),
+            action: format!("/jobs/{id}/control/cancel"),
+            button: "Cancel job".into(),
+            back: format!("/jobs/{id}"),
+        }));
+    }
+    control_job(&state, &user.0, &id, control).await?;
     Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
+}
+
+/// Every event of a job, oldest first, one `fine_tuning.job.event` object a line.
+async fn events_jsonl(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+) -> WebResult<Response> {
+    find_job(&state, &user.0, &id).await?;
+    let mut events = Vec::new();
+    let mut before = None;
+    loop {
+        let page = verity_core::jobs::list_events(&state.pool, &id, before, 1000).await?;
+        let done = page.len() < 1000;
+        before = page.last().map(|e| e.id);
+        events.extend(page);
+        if done {
+            break;
+        }
+    }
+    let mut body = String::new();
+    for event in events.into_iter().rev() {
+        body.push_str(&serde_json::to_string(&EventObject::from(event)).unwrap_or_default());
+        body.push('\n');
+    }
+    let disposition = format!("attachment; filename=\"{id}-events.jsonl\"");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 /// A checkpoint row.

@@ -1,7 +1,9 @@
-//! The API keys page: list the org's keys, create one (its secret shown once), revoke one.
+//! The API keys page: list the org's keys, create one with a role and an expiry (its secret
+//! shown once), revoke one (after a confirmation that says when it is this browser's own key).
 
+use super::jobs::{ConfirmForm, ConfirmPage};
 use super::page::{render, Nav, WebResult, WebUser};
-use crate::api::auth::api_keys::{new_key, org_keys, revoke, ApiKeyObject};
+use crate::api::auth::api_keys::{new_key, org_keys, revoke, ApiKeyObject, CreateKeyRequest};
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
 use askama::Template;
@@ -23,6 +25,9 @@ struct KeyRow {
     key: ApiKeyObject,
     created: String,
     last_used: String,
+    expires: String,
+    /// The key this browser's session was signed in with.
+    own: bool,
 }
 
 /// The keys page.
@@ -55,6 +60,8 @@ async fn page(
         .map(|key| KeyRow {
             created: time(Some(key.created_at)),
             last_used: time(key.last_used_at),
+            expires: time(key.expires_at),
+            own: user.0.key_id == Some(key.id),
             key,
         })
         .collect();
@@ -75,6 +82,33 @@ async fn keys_page(State(state): State<AppState>, user: WebUser) -> WebResult<Re
 #[derive(Debug, Deserialize)]
 pub struct CreateForm {
     name: Option<String>,
+    /// `admin` or `member`.
+    role: Option<String>,
+    /// Days until the key expires (empty: never).
+    expires_days: Option<String>,
+}
+
+/// The longest expiry the form offers, in days.
+const MAX_DAYS: i64 = 3650;
+
+impl CreateForm {
+    /// The API request this form stands for, or a 400 naming the field.
+    fn request(&self) -> Result<CreateKeyRequest, ApiError> {
+        let expires_at = match self.expires_days.as_deref().map(str::trim) {
+            None | Some("") | Some("never") => None,
+            Some(days) => {
+                let days: i64 =
+                    days.parse().ok().filter(|d| (1..=MAX_DAYS).contains(d)).ok_or_else(|| {
+                        ApiError::invalid(
+                            "expires_days",
+                            format!("a whole number of days, 1 to {MAX_DAYS}"),
+                        )
+                    })?;
+                Some(chrono::Utc::now().timestamp() + days * 86_400)
+            }
+        };
+        Ok(CreateKeyRequest { name: self.name.clone(), role: self.role.clone(), expires_at })
+    }
 }
 
 async fn create(
@@ -82,7 +116,13 @@ async fn create(
     user: WebUser,
     Form(form): Form<CreateForm>,
 ) -> WebResult<Response> {
-    match new_key(&state, &user.0, form.name.as_deref().unwrap_or("")).await {
+    let created = match form.request().and_then(|r| r.grant().map(|g| (r, g))) {
+        Ok((request, grant)) => {
+            new_key(&state, &user.0, request.name.as_deref().unwrap_or(""), grant).await
+        }
+        Err(error) => Err(error),
+    };
+    match created {
         Ok(created) => page(&state, &user, Some(created.secret), None).await,
         Err(error) if error.status.is_client_error() => {
             let status = error.status;
@@ -98,8 +138,25 @@ async fn revoke_key(
     State(state): State<AppState>,
     user: WebUser,
     Path(id): Path<String>,
+    Form(form): Form<ConfirmForm>,
 ) -> WebResult<Response> {
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::not_found("api key", &id))?;
+    if !form.confirmed() {
+        let own = if user.0.key_id == Some(id) {
+            " This is the key this browser is signed in with: you will be signed out."
+        } else {
+            ""
+        };
+        return Ok(render(&ConfirmPage {
+            nav: Nav::new("Revoke key", "keys"),
+            question: format!(
+                "Revoke this API key? Everything using it stops working at once.{own}"
+            ),
+            action: format!("/keys/{id}/revoke"),
+            button: "Revoke key".into(),
+            back: "/keys".into(),
+        }));
+    }
     revoke(&state, &user.0, id).await?;
     Ok(Redirect::to("/keys").into_response())
 }

@@ -1,9 +1,12 @@
 //! `GET /jobs/{id}/stream`: server-sent events of a job as it runs. `metrics` carries the new
-//! metrics rows (steps after `?after=`), `status` the state, progress and warnings; the stream
-//! ends with `end` once the job is final.
+//! metrics rows (steps after `?after=`), `events` the new job events (ids after
+//! `?events_after=`, oldest first), `status` the [`JobProgress`] (computed from the same rows,
+//! so its step never lags the charts) and warnings; the stream ends with `end` once the job is
+//! final.
 
-use super::jobs::{is_terminal, metric_values, progress};
+use super::jobs::{is_terminal, last_step, metric_values, EventRow};
 use super::page::{WebResult, WebUser};
+use super::progress::JobProgress;
 use super::warnings::warnings;
 use crate::api::jobs::find_job;
 use crate::api::state::AppState;
@@ -31,7 +34,11 @@ pub fn router() -> Router<AppState> {
 #[derive(Debug, Deserialize)]
 pub struct StreamQuery {
     after: Option<i32>,
+    events_after: Option<i64>,
 }
+
+/// New events read per poll (a page that falls further behind catches up over a few polls).
+const EVENTS_PER_POLL: i64 = 50;
 
 /// Where the stream is.
 struct Cursor {
@@ -39,6 +46,7 @@ struct Cursor {
     org: uuid::Uuid,
     job_id: String,
     after: i32,
+    events_after: i64,
     first: bool,
     done: bool,
     /// The job's metrics rows as last read, and their fingerprint: rows are re-read only when
@@ -59,6 +67,7 @@ async fn stream_job(
         org: user.0.org_id,
         job_id: id,
         after: query.after.unwrap_or(0),
+        events_after: query.events_after.unwrap_or(0),
         first: true,
         done: false,
         rows: Vec::new(),
@@ -115,9 +124,26 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
                 .data(Value::from(new.into_iter().cloned().collect::<Vec<_>>()).to_string()),
         );
     }
-    let (step, total, percent) = progress(&job);
-    let status = json!({"status": job.state, "step": step, "total": total, "percent": percent,
-                        "pending_control": (job.control != "none").then_some(&job.control), "warnings": warnings(all)});
+    let mut fresh =
+        verity_core::jobs::list_events(&cursor.state.pool, &cursor.job_id, None, EVENTS_PER_POLL)
+            .await?;
+    fresh.retain(|e| e.id > cursor.events_after);
+    if let Some(last) = fresh.first().map(|e| e.id) {
+        cursor.events_after = last;
+        let rows: Vec<Value> = fresh
+            .into_iter()
+            .rev()
+            .map(EventRow::from)
+            .map(|e| json!({"id": e.id, "time": e.time, "level": e.level, "message": e.message}))
+            .collect();
+        out.push(Event::default().event("events").data(Value::from(rows).to_string()));
+    }
+    let progress = JobProgress::of(&job, last_step(all), chrono::Utc::now().timestamp());
+    let mut status = serde_json::to_value(&progress).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut status {
+        map.insert("step_text".into(), json!(progress.step_text()));
+        map.insert("warnings".into(), json!(warnings(all)));
+    }
     out.push(Event::default().event("status").data(status.to_string()));
     if is_terminal(&job.state) {
         cursor.done = true;

@@ -14,6 +14,7 @@ pub mod new_job;
 pub mod page;
 pub mod playground;
 pub mod rejection_sampling;
+pub mod progress;
 pub mod warnings;
 
 use crate::api::state::AppState;

@@ -140,3 +140,18 @@ pub fn script_json(value: &serde_json::Value) -> String {
 pub fn when(time: chrono::DateTime<chrono::Utc>) -> String {
     time.format("%Y-%m-%d %H:%M").to_string()
 }
+
+/// What answers a path no route has: the HTML 404 page for a browser outside `/v1/`, the JSON
+/// error otherwise.
+pub async fn fallback(headers: axum::http::HeaderMap, uri: axum::http::Uri) -> Response {
+    let error = ApiError::not_found("route", "this path");
+    let html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"));
+    if html && !uri.path().starts_with("/v1/") {
+        WebError(error).into_response()
+    } else {
+        error.into_response()
+    }
+}

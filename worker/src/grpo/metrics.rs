@@ -165,6 +165,9 @@ pub struct StepMetrics {
     pub zero_advantage_group_fraction: f64,
     /// Groups sampled to fill the batch (equals the batch size without dynamic sampling).
     pub groups_drawn: u64,
+    /// Groups the step trained on: 0 when dynamic sampling kept no group with reward contrast
+    /// (the step learnt nothing and its reward fields describe no completion).
+    pub groups_kept: u64,
     /// Gradient norm before clipping.
     pub grad_norm: f64,
     /// Learning rate used for the step.

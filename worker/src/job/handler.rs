@@ -2,11 +2,12 @@
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
 use super::watch::Watch;
+use super::progress::{JobPhase, LiveProgress};
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
 use crate::trainer::{
-    Dataset, Evaluation, SampleRecord, StepOutput, Trainer, TrainerError, TrainerOptions,
+    Dataset, Evaluation, Phase, SampleRecord, StepOutput, Trainer, TrainerError, TrainerOptions,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -464,8 +465,14 @@ impl TrainingHandler {
         Ok(row)
     }
 
-    /// Evaluates in a blocking task; hands the trainer back.
-    async fn evaluate(&self, trainer: Trainer) -> Result<(Trainer, Option<Evaluation>), Stop> {
+    /// Evaluates in a blocking task (its phase reported, counted by the trainer where it
+    /// samples); hands the trainer back.
+    async fn evaluate(
+        &self,
+        trainer: Trainer,
+        progress: &LiveProgress,
+    ) -> Result<(Trainer, Option<Evaluation>), Stop> {
+        progress.phase(JobPhase::Trainer(Phase::Evaluating { done: 0, total: 0 }));
         let (trainer, eval) = tokio::task::spawn_blocking(move || {
             let eval = trainer.evaluation();
             (trainer, eval)
@@ -551,13 +558,20 @@ impl TrainingHandler {
 
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
         let (mut trainer, resumed) = self.build(lease, heartbeat).await?;
-        let mut trained_tokens: u64 = match resumed {
+        let trained_tokens: u64 = match resumed {
             Some(_) => {
                 self.metrics_rows(lease, heartbeat).await?.iter().map(|(_, r)| step_tokens(r)).sum()
             }
             None => 0,
         };
-        let mut pace = Pace::default();
+        let progress = LiveProgress::new(
+            heartbeat.reporter(),
+            trainer.step(),
+            trainer.total_steps(),
+            trained_tokens,
+        );
+        progress.publish();
+        trainer.observe_phases(progress.observer());
         match resumed {
             Some(step) => {
                 let message = format!("resumed from the checkpoint of step {step}");
@@ -575,7 +589,7 @@ impl TrainingHandler {
         let hp = trainer.hyperparameters().clone();
         let mut watch = Watch::new(self.monitor_rows(lease, heartbeat).await?, &hp.auto_pause_on);
         if hp.eval_on_start && resumed.is_none() {
-            let (returned, baseline) = self.evaluate(trainer).await?;
+            let (returned, baseline) = self.evaluate(trainer, &progress).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
                 eval_event(lease, heartbeat, &baseline).await?;
@@ -584,17 +598,19 @@ impl TrainingHandler {
             }
         }
         let mut last_eval = None;
+        // Each step is timed from the end of the one before, its checkpoint included.
+        let mut lap = std::time::Instant::now();
         while !trainer.finished() {
             match heartbeat.state() {
                 HeartbeatState::Lost => return Ok(JobOutcome::LeaseLost),
                 HeartbeatState::Held(ControlSignal::Cancel) => return Ok(JobOutcome::Cancelled),
                 HeartbeatState::Held(ControlSignal::Pause) => {
+                    progress.phase(JobPhase::Checkpointing);
                     self.checkpoint(lease, heartbeat, trainer, None).await?;
                     return Ok(JobOutcome::Paused);
                 }
                 HeartbeatState::Held(ControlSignal::Continue) => {}
             }
-            let started = std::time::Instant::now();
             let (returned, out) = tokio::task::spawn_blocking(move || {
                 let out = trainer.train_step();
                 (trainer, out)
@@ -612,6 +628,7 @@ impl TrainingHandler {
                     tracing::warn!(%message, "pausing the job");
                     event(lease, heartbeat, EventLevel::Warn, "judge_unavailable", &message, None)
                         .await?;
+                    progress.phase(JobPhase::Checkpointing);
                     self.checkpoint(lease, heartbeat, trainer, None).await?;
                     return Ok(JobOutcome::Paused);
                 }
@@ -622,33 +639,38 @@ impl TrainingHandler {
             }
             let step = trainer.step();
             let eval = if trainer.eval_due() {
-                let (returned, eval) = self.evaluate(trainer).await?;
+                let (returned, eval) = self.evaluate(trainer, &progress).await?;
                 trainer = returned;
                 eval
             } else {
                 None
             };
             let row = self.record_step(lease, heartbeat, &out, eval.as_ref()).await?;
+            // The step is reported the moment its metrics row exists, so the step shown never
+            // lags the charts.
+            progress.step_done(step, lap.elapsed().as_secs_f64(), out.metrics.trained_tokens);
+            lap = std::time::Instant::now();
+            if let Some(report) = progress.snapshot() {
+                // Stored before the next step begins, however fast steps are.
+                let store = || lease.heartbeat(Some(&report));
+                persist("reporting progress", heartbeat, QueueError::is_transient, store)
+                    .await
+                    .map_err(|e| lease_error("reporting progress", e))?;
+            }
             if eval.is_some() {
                 last_eval = eval;
             }
             let pause = self.watch_row(lease, heartbeat, &mut watch, row.clone()).await?;
             if pause && !trainer.finished() {
+                progress.phase(JobPhase::Checkpointing);
                 self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
                 return Ok(JobOutcome::Paused);
             }
             if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
+                progress.phase(JobPhase::Checkpointing);
                 trainer = self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
+                progress.phase_over();
             }
-            trained_tokens += out.metrics.trained_tokens;
-            pace.record(started.elapsed().as_secs_f64());
-            let remaining = trainer.total_steps().saturating_sub(step);
-            heartbeat.set_progress(json!({
-                "step": step,
-                "total_steps": trainer.total_steps(),
-                "trained_tokens": trained_tokens,
-                "estimated_finish": pace.finish_after(remaining),
-            }));
         }
         let step = trainer.step();
         let checkpoint = format!("jobs/{}/checkpoints/step-{step}", lease.job().id);
@@ -673,34 +695,6 @@ impl TrainingHandler {
 /// The `trained_tokens` of a stored metrics row (0 for rows written before it was measured).
 fn step_tokens(row: &Value) -> u64 {
     row.get("trained_tokens").and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// Measured wall time per step of this attempt (training, evaluation, writes and checkpoints),
-/// from which the job's finish is estimated.
-#[derive(Debug, Default)]
-struct Pace {
-    steps: u64,
-    seconds: f64,
-}
-
-impl Pace {
-    /// Adds one step that took `seconds`.
-    fn record(&mut self, seconds: f64) {
-        self.steps += 1;
-        self.seconds += seconds;
-    }
-
-    /// When `remaining` more steps at the mean measured pace end (Unix seconds), if measured.
-    fn finish_after(&self, remaining: u64) -> Option<i64> {
-        if self.steps == 0 {
-            return None;
-        }
-        let mean = self.seconds / self.steps as f64;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        Some(now + (mean * remaining as f64).ceil() as i64)
-    }
 }
 
 /// An `eval` event carrying the validation results (step 0 is the baseline before training).

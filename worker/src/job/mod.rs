@@ -8,6 +8,7 @@
 
 pub(crate) mod artifacts;
 mod handler;
+mod progress;
 mod runs;
 mod watch;
 mod worker;

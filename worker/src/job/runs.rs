@@ -173,8 +173,13 @@ impl TrainingHandler {
                 params.clone(),
             );
             let out = tokio::task::spawn_blocking(move || {
-                let rollout =
-                    Rollout { model: &m.model, tokenizer: &m.tokenizer, grader: &g, pool: &pool };
+                let rollout = Rollout {
+                    model: &m.model,
+                    tokenizer: &m.tokenizer,
+                    grader: &g,
+                    pool: &pool,
+                    phases: None,
+                };
                 sample_and_grade(&rollout, &d, &chunk, &p)
             })
             .await

@@ -2,6 +2,7 @@
 
 use super::error::Result;
 use super::mix_seed;
+use super::phase::Phase;
 use super::rollout::Group;
 use super::step::{Trainer, SUCCESS_THRESHOLD};
 use crate::grpo::metrics::mean_pass_at_k;
@@ -54,10 +55,15 @@ impl Trainer {
         // As many sequences per rollout call as a training step samples (B × G), so evaluation
         // decodes in batches as wide as training does.
         let prompts_per_call = (self.hp.batch_size() * self.hp.group_size() / n.max(1)).max(1);
+        let total = examples.len();
         for chunk in examples.chunks(prompts_per_call) {
-            let (g, _) = self.rollout()?.run(&validation.examples, chunk, &params)?;
+            self.phase(Phase::Evaluating { done: groups.len(), total });
+            let mut rollout = self.rollout()?;
+            rollout.phases = None; // the evaluation counts prompts, not sampling and grading
+            let (g, _) = rollout.run(&validation.examples, chunk, &params)?;
             groups.extend(g);
         }
+        self.phase(Phase::Evaluating { done: total, total });
         let summary = summarize_groups(&groups, n)?;
         Ok(Some(EvalMetrics {
             step: self.step,

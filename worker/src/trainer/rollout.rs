@@ -2,6 +2,7 @@
 
 use super::dataset::Example;
 use super::error::{Result, TrainerError};
+use super::phase::{tell, Phase, PhaseObserver};
 use crate::model::Transformer;
 use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
@@ -72,6 +73,8 @@ pub struct Rollout<'a> {
     pub grader: &'a Grader,
     /// Parallel grading.
     pub pool: &'a GraderPool,
+    /// Told when sampling and then grading begin.
+    pub phases: Option<&'a PhaseObserver>,
 }
 
 impl Rollout<'_> {
@@ -83,6 +86,7 @@ impl Rollout<'_> {
         examples: &[usize],
         params: &SamplingParams,
     ) -> Result<(Vec<Group>, RolloutTimes)> {
+        tell(self.phases, Phase::Sampling);
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
         let mut completions = sample(
@@ -100,6 +104,7 @@ impl Rollout<'_> {
             .iter()
             .map(|c| self.tokenizer.decode(&c.token_ids, true))
             .collect::<crate::error::Result<Vec<String>>>()?;
+        tell(self.phases, Phase::Grading);
         let started = Instant::now();
         let batch: Vec<(serde_json::Value, Sample)> = completions
             .iter()

@@ -3,6 +3,7 @@
 use super::dataset::{DataCursor, DataOrder, Dataset};
 use super::error::{Result, TrainerError};
 use super::mix_seed;
+use super::phase::{tell, Phase, PhaseObserver};
 use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
 use super::tuning::{Objective, TuningMetrics};
 use crate::error::WorkerError;
@@ -122,6 +123,8 @@ pub struct Trainer {
     pub(super) seed: u64,
     pub(super) total_steps: u64,
     pub(super) options: TrainerOptions,
+    /// Told each phase of a step or evaluation as it begins.
+    pub(super) phases: Option<PhaseObserver>,
 }
 
 /// A frozen copy of the model's current (base) weights, for the KL reference.
@@ -309,7 +312,18 @@ impl Trainer {
             seed,
             total_steps,
             options,
+            phases: None,
         })
+    }
+
+    /// Tells `observer` each phase (sampling, grading, training, evaluating) as it begins.
+    pub fn observe_phases(&mut self, observer: PhaseObserver) {
+        self.phases = Some(observer);
+    }
+
+    /// Tells the observer, if any, that `phase` began.
+    pub(super) fn phase(&self, phase: Phase) {
+        tell(self.phases.as_ref(), phase);
     }
 
     /// Steps completed so far.
@@ -359,7 +373,13 @@ impl Trainer {
         let Objective::Reinforcement { grader, .. } = &self.objective else {
             return Err(TrainerError::Config("only reinforcement jobs sample rollouts".into()));
         };
-        Ok(Rollout { model: &self.model, tokenizer: &self.tokenizer, grader, pool: &self.pool })
+        Ok(Rollout {
+            model: &self.model,
+            tokenizer: &self.tokenizer,
+            grader,
+            pool: &self.pool,
+            phases: self.phases.as_ref(),
+        })
     }
 
     /// The grader's name in per-grader metrics.
@@ -429,8 +449,12 @@ impl Trainer {
         let step = self.step + 1;
         let (groups, groups_drawn, times) = self.draw_groups(step)?;
         let group_size = self.hp.group_size();
-        let mut metrics =
-            StepMetrics { step, groups_drawn: groups_drawn as u64, ..StepMetrics::default() };
+        let mut metrics = StepMetrics {
+            step,
+            groups_drawn: groups_drawn as u64,
+            groups_kept: groups.len() as u64,
+            ..StepMetrics::default()
+        };
         metrics.sampling_seconds = times.sampling;
         metrics.grading_seconds = times.grading;
         metrics.tokens_per_second =
@@ -497,6 +521,7 @@ impl Trainer {
         let samples = self.sample_records(step, &groups, &rewards, &advantages);
 
         // Optimisation.
+        self.phase(Phase::Training);
         let started = Instant::now();
         if !completions.is_empty() {
             let batch = Batch {

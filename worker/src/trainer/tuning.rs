@@ -320,6 +320,7 @@ impl Trainer {
     /// step is an evaluation step.
     pub(super) fn tuning_step(&mut self) -> Result<StepOutput> {
         let step = self.step + 1;
+        self.phase(super::phase::Phase::Training);
         self.ensure_reference()?;
         let started = Instant::now();
         let rows: Vec<usize> = (0..self.hp.batch_size()).map(|_| self.order.next_index()).collect();

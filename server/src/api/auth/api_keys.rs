@@ -37,7 +37,7 @@ pub struct ApiKeyObject {
     pub name: String,
     /// First characters of the key, to recognise it.
     pub prefix: String,
-    /// The owner's role: what the key may do.
+    /// What the key may do: the role chosen at creation, never above its owner's.
     pub role: String,
     /// Owning user.
     #[schema(value_type = String)]
@@ -50,6 +50,10 @@ pub struct ApiKeyObject {
     pub revoked_at: Option<i64>,
     /// True once revoked.
     pub revoked: bool,
+    /// When the key stops working (Unix seconds; null: never).
+    pub expires_at: Option<i64>,
+    /// True once past `expires_at`: the API refuses it.
+    pub expired: bool,
 }
 
 impl From<ApiKeyInfo> for ApiKeyObject {
@@ -65,6 +69,8 @@ impl From<ApiKeyInfo> for ApiKeyObject {
             last_used_at: key.last_used_at.map(|t| t.timestamp()),
             revoked: key.revoked_at.is_some(),
             revoked_at: key.revoked_at.map(|t| t.timestamp()),
+            expires_at: key.expires_at.map(|t| t.timestamp()),
+            expired: key.expires_at.is_some_and(|t| t <= chrono::Utc::now()),
         }
     }
 }
@@ -75,6 +81,34 @@ impl From<ApiKeyInfo> for ApiKeyObject {
 pub struct CreateKeyRequest {
     /// A label (at most 100 characters).
     pub name: Option<String>,
+    /// `admin` or `member` (default: the creator's role, which is admin).
+    pub role: Option<String>,
+    /// When the key stops working (Unix seconds, in the future; default: never).
+    pub expires_at: Option<i64>,
+}
+
+impl CreateKeyRequest {
+    /// The grant asked for, or a 400 naming the field.
+    pub fn grant(&self) -> ApiResult<tenancy::KeyGrant> {
+        let role = match self.role.as_deref() {
+            None | Some("") => None,
+            Some(name) => {
+                Some(name.parse::<Role>().map_err(|e| ApiError::invalid("role", e.to_string()))?)
+            }
+        };
+        let expires_at = match self.expires_at {
+            None => None,
+            Some(at) => {
+                let at = chrono::DateTime::from_timestamp(at, 0)
+                    .ok_or_else(|| ApiError::invalid("expires_at", "not a valid Unix time"))?;
+                if at <= chrono::Utc::now() {
+                    return Err(ApiError::invalid("expires_at", "must be in the future"));
+                }
+                Some(at)
+            }
+        };
+        Ok(tenancy::KeyGrant { role, expires_at })
+    }
 }
 
 /// A new key: the listing plus the secret, shown this once.
@@ -105,8 +139,14 @@ pub async fn org_keys(state: &AppState, principal: &Principal) -> ApiResult<Vec<
     Ok(keys.into_iter().map(ApiKeyObject::from).collect())
 }
 
-/// Creates a key for the calling user (admins only, signed in with a key or a fresh password).
-pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> ApiResult<CreatedKey> {
+/// Creates a key for the calling user with `grant` (admins only, signed in with a key or a
+/// fresh password).
+pub async fn new_key(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    grant: tenancy::KeyGrant,
+) -> ApiResult<CreatedKey> {
     principal.require_admin()?;
     principal.require_key_minting()?;
     reject_nul("name", name)?;
@@ -124,7 +164,7 @@ pub async fn new_key(state: &AppState, principal: &Principal, name: &str) -> Api
         .await
         .map_err(|e| ApiError::internal("hashing the key", e))?
         .map_err(|e| ApiError::internal("hashing the key", e))?;
-    let id = tenancy::insert_api_key(&state.pool, &user, name, &key.lookup, &hash)
+    let id = tenancy::insert_api_key(&state.pool, &user, name, &key.lookup, &hash, grant)
         .await
         .map_err(|e| ApiError::tenancy("storing the key", e))?;
     tracing::info!(key_id = %id, org_id = %principal.org_id, "api key created");
@@ -170,7 +210,8 @@ pub async fn create_key(
     principal: Principal,
     ApiJson(request): ApiJson<CreateKeyRequest>,
 ) -> ApiResult<Json<CreatedKey>> {
-    Ok(Json(new_key(&state, &principal, request.name.as_deref().unwrap_or("")).await?))
+    let grant = request.grant()?;
+    Ok(Json(new_key(&state, &principal, request.name.as_deref().unwrap_or(""), grant).await?))
 }
 
 /// Revokes an API key; it stops working at once.

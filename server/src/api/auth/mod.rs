@@ -183,8 +183,20 @@ impl KeyCache {
     }
 }
 
-/// Fails with 401 unless API key `key_id` exists and is not revoked (a cached verdict while the
-/// revocation listener runs, else the key's row).
+/// Whether a key that expires at `expires_at` may be cached: only while it stays valid for a
+/// whole [`KEY_CACHE_TTL`], so that no cached verdict outlives the expiry.
+fn cacheable_until(expires_at: Option<chrono::DateTime<chrono::Utc>>) -> bool {
+    let ttl = chrono::Duration::from_std(KEY_CACHE_TTL).unwrap_or_default();
+    expires_at.is_none_or(|at| at > chrono::Utc::now() + ttl)
+}
+
+/// The 401 of a key that expired at `at`.
+fn expired(at: chrono::DateTime<chrono::Utc>) -> ApiError {
+    ApiError::unauthorized(format!("this API key expired at {}", at.format("%Y-%m-%d %H:%M UTC")))
+}
+
+/// Fails with 401 unless API key `key_id` exists, is not revoked and has not expired (a cached
+/// verdict while the revocation listener runs, else the key's row).
 pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiError> {
     if state.key_cache.known_live(key_id) {
         return Ok(());
@@ -194,11 +206,16 @@ pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiE
         .await
         .map_err(|e| ApiError::tenancy("api key lookup", e))?;
     match live {
-        Some(true) => {
-            state.key_cache.put_live(key_id, generation);
+        Some(key) if key.revoked => Err(ApiError::unauthorized("this API key was revoked")),
+        Some(key) if !key.usable_at(chrono::Utc::now()) => {
+            Err(expired(key.expires_at.unwrap_or_default()))
+        }
+        Some(key) => {
+            if cacheable_until(key.expires_at) {
+                state.key_cache.put_live(key_id, generation);
+            }
             Ok(())
         }
-        Some(false) => Err(ApiError::unauthorized("this API key was revoked")),
         None => Err(ApiError::unauthorized("this API key no longer exists")),
     }
 }
@@ -223,6 +240,9 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     if record.revoked_at.is_some() {
         return Err(ApiError::unauthorized("this API key was revoked"));
     }
+    if let Some(at) = record.expires_at.filter(|at| *at <= chrono::Utc::now()) {
+        return Err(expired(at));
+    }
     let (secret, hash) = (key.to_string(), record.key_hash.clone());
     let matches = tokio::task::spawn_blocking(move || keys::verify_secret(&secret, &hash))
         .await
@@ -241,7 +261,9 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
     if let Err(error) = verity_core::tenancy::touch_api_key(&state.pool, record.id).await {
         tracing::warn!(%error, "could not record the API key's last use");
     }
-    state.key_cache.put(digest, principal.clone(), generation);
+    if cacheable_until(record.expires_at) {
+        state.key_cache.put(digest, principal.clone(), generation);
+    }
     Ok(principal)
 }
 

@@ -1,0 +1,199 @@
+//! A job's progress as the dashboard shows it, computed in one place for the jobs list, the job
+//! page and its live stream: the step (never behind the metrics rows the charts draw), the
+//! phase under way with its count, the time left from the worker's measured `estimated_finish`,
+//! and which controls are valid in the job's state.
+
+use serde::Serialize;
+use serde_json::Value;
+use verity_core::jobs::JobRecord;
+
+/// What the page shows of a job's progress.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct JobProgress {
+    /// The job's state.
+    pub status: String,
+    /// Steps done: the worker's report or the last metrics row, whichever is further.
+    pub step: u64,
+    /// Steps in all (0 until the worker reports).
+    pub total: u64,
+    /// Percent done.
+    pub percent: u64,
+    /// What the job is doing, e.g. `evaluating 37/200`, `pausing…`, `queued`.
+    pub phase: String,
+    /// Time left, e.g. `~3 min left` (empty when unknown or not running).
+    pub eta: String,
+    /// When the job should finish (Unix seconds), while running.
+    pub estimated_finish: Option<i64>,
+    /// A cancel or pause the worker has not acted on yet.
+    pub pending_control: Option<String>,
+    /// Which controls are valid now.
+    pub controls: Controls,
+    /// Why the job failed.
+    pub error: Option<String>,
+}
+
+/// Which of a job's controls are valid in its state.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Controls {
+    /// Pause: queued, or running with no request pending.
+    pub pause: bool,
+    /// Resume: paused, or running with a pause not yet acted on (withdraws it).
+    pub resume: bool,
+    /// Cancel: not final and no cancel pending.
+    pub cancel: bool,
+}
+
+/// Whether `state` is final.
+pub fn is_terminal(state: &str) -> bool {
+    matches!(state, "succeeded" | "failed" | "cancelled")
+}
+
+/// Seconds as `~42 s`, `~3 min`, `~1.5 h`.
+pub fn duration_text(seconds: i64) -> String {
+    match seconds.max(0) {
+        s if s < 90 => format!("~{s} s"),
+        s if s < 5400 => format!("~{} min", (s + 30) / 60),
+        s => format!("~{:.1} h", s as f64 / 3600.0),
+    }
+}
+
+impl JobProgress {
+    /// The progress of `job` whose last metrics row is `last_metric_step`, at `now` (Unix
+    /// seconds).
+    pub fn of(job: &JobRecord, last_metric_step: Option<i64>, now: i64) -> JobProgress {
+        let report = job.progress.as_ref();
+        let number = |key: &str| report.and_then(|p| p.get(key)).and_then(Value::as_u64);
+        let reported = number("step").unwrap_or(0);
+        let total = number("total_steps").unwrap_or(0);
+        let mut step =
+            reported.max(last_metric_step.and_then(|s| u64::try_from(s).ok()).unwrap_or(0));
+        if job.state == "succeeded" {
+            step = step.max(total);
+        }
+        let percent = if job.state == "succeeded" {
+            100
+        } else {
+            (step * 100).checked_div(total).map_or(0, |p| p.min(100))
+        };
+        let running = job.state == "running";
+        let pending = (job.control != "none").then(|| job.control.clone());
+        let estimated_finish = running
+            .then(|| report.and_then(|p| p.get("estimated_finish")).and_then(Value::as_i64))
+            .flatten();
+        let phase = match (job.state.as_str(), pending.as_deref()) {
+            ("running", Some("pause")) => "pausing…".to_string(),
+            ("running", Some("cancel")) => "cancelling…".to_string(),
+            ("running", _) => running_phase(report, step, total),
+            (state, _) => state.to_string(),
+        };
+        let eta = match estimated_finish {
+            Some(at) if at > now => format!("{} left", duration_text(at - now)),
+            Some(_) => "finishing".to_string(),
+            None => String::new(),
+        };
+        let state = job.state.as_str();
+        let controls = Controls {
+            pause: state == "queued" || (running && pending.is_none()),
+            resume: state == "paused" || (running && pending.as_deref() == Some("pause")),
+            cancel: !is_terminal(state) && pending.as_deref() != Some("cancel"),
+        };
+        let error = job.error.as_ref().filter(|_| state == "failed").map(|e| {
+            e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
+        });
+        JobProgress {
+            status: job.state.clone(),
+            step,
+            total,
+            percent,
+            phase,
+            eta,
+            estimated_finish,
+            pending_control: pending,
+            controls,
+            error,
+        }
+    }
+
+    /// The step label, e.g. `step 3 / 20` (empty before the total is known).
+    pub fn step_text(&self) -> String {
+        if self.total > 0 {
+            format!("step {} / {}", self.step, self.total)
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// A running job's phase from the worker's report: `evaluating 37/200`, `sampling`, …
+fn running_phase(report: Option<&Value>, step: u64, total: u64) -> String {
+    let field = |key: &str| report.and_then(|p| p.get(key));
+    let name = field("phase").and_then(Value::as_str);
+    let count = field("phase_done")
+        .and_then(Value::as_u64)
+        .zip(field("phase_total").and_then(Value::as_u64));
+    match (name, count) {
+        (Some(name), Some((done, total))) => format!("{name} {done}/{total}"),
+        (Some(name), None) => name.to_string(),
+        (None, _) if report.is_none() => "starting".to_string(),
+        (None, _) if total > 0 && step >= total => "finishing".to_string(),
+        (None, _) => "running".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(state: &str, control: &str, progress: Option<Value>) -> JobRecord {
+        JobRecord {
+            id: "ftjob-x".into(),
+            org_id: uuid::Uuid::nil(),
+            org_name: "acme".into(),
+            model: "m".into(),
+            training_file: None,
+            validation_file: None,
+            suffix: None,
+            seed: 0,
+            spec: json!({}),
+            metadata: None,
+            state: state.into(),
+            control: control.into(),
+            error: None,
+            progress,
+            result: None,
+            fine_tuned_model: None,
+            created_at: chrono::Utc::now(),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn the_step_is_never_behind_the_metrics_rows() {
+        let lagging = job("running", "none", Some(json!({"step": 1, "total_steps": 4})));
+        let p = JobProgress::of(&lagging, Some(3), 0);
+        assert_eq!((p.step, p.total, p.percent), (3, 4, 75));
+        assert_eq!(p.step_text(), "step 3 / 4");
+    }
+
+    #[test]
+    fn the_phase_names_its_count_and_pending_controls() {
+        let evaluating = json!({"step": 4, "total_steps": 4, "phase": "evaluating", "phase_done": 37,
+                                "phase_total": 200, "estimated_finish": 980});
+        let p = JobProgress::of(&job("running", "none", Some(evaluating)), Some(4), 900);
+        assert_eq!(p.phase, "evaluating 37/200");
+        assert_eq!(p.eta, "~80 s left");
+        assert_eq!(p.estimated_finish, Some(980));
+        assert_eq!(p.controls, Controls { pause: true, resume: false, cancel: true });
+        let pausing = JobProgress::of(&job("running", "pause", None), None, 0);
+        assert_eq!(pausing.phase, "pausing…");
+        assert_eq!(pausing.controls, Controls { pause: false, resume: true, cancel: true });
+        let cancelling = JobProgress::of(&job("running", "cancel", None), None, 0);
+        assert_eq!(cancelling.phase, "cancelling…");
+        assert!(!cancelling.controls.cancel && !cancelling.controls.pause);
+        let paused = JobProgress::of(&job("paused", "none", None), None, 0);
+        assert_eq!(paused.controls, Controls { pause: false, resume: true, cancel: true });
+        let failed = JobProgress::of(&job("failed", "none", None), None, 0);
+        assert_eq!(failed.controls, Controls { pause: false, resume: false, cancel: false });
+    }
+}
