@@ -13,8 +13,8 @@ pub mod login;
 pub mod new_job;
 pub mod page;
 pub mod playground;
-pub mod rejection_sampling;
 pub mod progress;
+pub mod rejection_sampling;
 pub mod warnings;
 
 use crate::api::state::AppState;

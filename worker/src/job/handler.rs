@@ -1,8 +1,8 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
-use super::watch::Watch;
 use super::progress::{JobPhase, LiveProgress};
+use super::watch::Watch;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::stack::{fetch_stack, FetchedStack};
