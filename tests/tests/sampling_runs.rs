@@ -14,28 +14,11 @@ use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-use training_support::{cpu_training_handler, prepare_store, MODEL};
+use training_support::{
+    contains_grader, cpu_training_handler, prepare_store, prompts_jsonl, MODEL,
+};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::ObjectStore;
-
-/// Passes when the completion contains the row's `answer` (about half of the tiny model's
-/// four-token completions contain `t1`, `t2` or `t3` somewhere), so pass@k has contrast.
-fn contains_grader() -> Value {
-    json!({"type": "string_check", "name": "contains", "input": "{{sample.output_text}}",
-           "reference": "{{item.answer}}", "operation": "like"})
-}
-
-/// Four prompts whose answers are substrings of many tokens of the tiny vocabulary.
-fn prompts_jsonl() -> String {
-    ["t1", "t2", "t3", "t1"]
-        .iter()
-        .enumerate()
-        .map(|(i, answer)| {
-            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer}).to_string()
-                + "\n"
-        })
-        .collect()
-}
 
 struct Setup {
     router: axum::Router,

@@ -18,7 +18,7 @@ use verity_core::storage::publish_folder;
 use verity_worker::trainer::testing::{
     first_token_grader, target_token_jsonl, write_tiny_model_dir,
 };
-use webdriver::{click, fill, serve, until, Driver};
+use webdriver::{click, serve, sign_in, until, Driver};
 
 /// A ChatML chat template (as Qwen and SmolLM2 use).
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -87,12 +87,8 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     let base = serve(state).await;
     let driver = Driver::start().await;
     let c = driver.browser().await;
-    c.goto(&format!("{base}/jobs/{job_id}/completions")).await;
-    until(&c, "location.pathname === '/login'").await;
-    fill(&c, "#email", "ada@example.com").await;
-    fill(&c, "#password", "password123").await;
-    click(&c, "#sign-in").await;
-    until(&c, "location.pathname !== '/login' && document.querySelector('#completions')").await;
+    sign_in(&c, &base, &format!("/jobs/{job_id}/completions")).await;
+    until(&c, "document.querySelector('#completions')").await;
 
     // Every dataset row across all steps: one prompt per row, whatever the step.
     let groups_of = "Array.from(document.querySelectorAll('.prompt-group')).map(g => [g.dataset.row, g.dataset.step, g.querySelector('.prompt').textContent.replace(/\\s+/g, ' ').trim()])";

@@ -13,7 +13,7 @@ use api_support::{base_model, file_and_job, get};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use verity_core::queue::{DeviceKind, EventLevel, Lease, WorkerInfo};
-use webdriver::{click, fill, serve, shot, until, Driver};
+use webdriver::{click, serve, shot, sign_in, until, Driver};
 
 /// A reinforcement metrics row of `step` with reward `reward`; `kept` groups trained on.
 fn row(step: i32, reward: f64, kept: u64) -> Value {
@@ -27,16 +27,6 @@ async fn claim(app: &api_support::TestApp) -> Lease {
     let worker = WorkerInfo::new(DeviceKind::Cpu, 1000);
     app.state.queue.register_worker(&worker).await.unwrap();
     app.state.queue.claim(&worker).await.unwrap().unwrap()
-}
-
-/// Signs in the browser as ada.
-async fn sign_in(c: &webdriver::Browser, base: &str, path: &str) {
-    c.goto(&format!("{base}{path}")).await;
-    until(c, "location.pathname === '/login'").await;
-    fill(c, "#email", "ada@example.com").await;
-    fill(c, "#password", "password123").await;
-    click(c, "#sign-in").await;
-    until(c, &format!("location.pathname === '{}'", path.split('?').next().unwrap())).await;
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

@@ -12,28 +12,9 @@ mod webdriver;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use training_support::{prepare_store, run_one_job, MODEL};
+use training_support::{contains_grader, prepare_store, prompts_jsonl, run_one_job, MODEL};
 use verity_core::queue::{Queue, QueueSettings};
-use webdriver::{click, fill, serve, shot, until, Browser, Driver};
-
-/// Passes when the completion contains the row's `answer` (many of the tiny model's completions
-/// do, so some prompts pass and others do not).
-fn contains_grader() -> Value {
-    json!({"type": "string_check", "name": "contains", "input": "{{sample.output_text}}",
-           "reference": "{{item.answer}}", "operation": "like"})
-}
-
-/// Four prompts whose answers are substrings of many tokens of the tiny vocabulary.
-fn prompts_jsonl() -> String {
-    ["t1", "t2", "t3", "t1"]
-        .iter()
-        .enumerate()
-        .map(|(i, answer)| {
-            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer}).to_string()
-                + "\n"
-        })
-        .collect()
-}
+use webdriver::{click, fill, serve, shot, sign_in, until, Browser, Driver};
 
 /// Reads a page value as a string once it is truthy.
 async fn text(c: &Browser, expression: &str) -> String {
@@ -79,11 +60,7 @@ async fn rejection_sampling_runs_from_the_dashboard_in_a_real_browser(pool: PgPo
     // Sign in; the nav's Sampling page is empty; the job's page offers "Rejection-sample".
     let driver = Driver::start().await;
     let c = driver.browser().await;
-    c.goto(&format!("{base}/login")).await;
-    fill(&c, "#email", "ada@example.com").await;
-    fill(&c, "#password", "password123").await;
-    click(&c, "#sign-in").await;
-    until(&c, "location.pathname === '/jobs'").await;
+    sign_in(&c, &base, "/jobs").await;
     click(&c, "a[href='/rejection-sampling']").await;
     until(&c, "location.pathname === '/rejection-sampling' && document.querySelector('#new-rejection-sampling')").await;
     assert!(until(&c, "document.body.textContent.includes('No runs yet')")

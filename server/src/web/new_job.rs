@@ -248,21 +248,32 @@ struct NewJobPage {
     default_loss: &'static str,
 }
 
-async fn new_job_page(
-    State(state): State<AppState>,
-    user: WebUser,
-    Query(query): Query<ContinueQuery>,
-) -> WebResult<Response> {
-    let prefill = prefill(&state, &user, query).await?;
+/// The language models (not embedding models) the org may name, with `extra` (a prefilled
+/// checkpoint or fine-tuned model, when not empty) first if the registry list lacks it.
+pub(super) async fn language_models(
+    state: &AppState,
+    user: &WebUser,
+    extra: &str,
+) -> Result<Vec<String>, sqlx::Error> {
     let mut models: Vec<String> = verity_core::models::list_models(&state.pool, user.0.org_id)
         .await?
         .into_iter()
         .filter(|m| m.kind != "embedding")
         .map(|m| m.id)
         .collect();
-    if !prefill.model.is_empty() && !models.contains(&prefill.model) {
-        models.insert(0, prefill.model.clone());
+    if !extra.is_empty() && !models.iter().any(|m| m == extra) {
+        models.insert(0, extra.to_string());
     }
+    Ok(models)
+}
+
+async fn new_job_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Query(query): Query<ContinueQuery>,
+) -> WebResult<Response> {
+    let prefill = prefill(&state, &user, query).await?;
+    let models = language_models(&state, &user, &prefill.model).await?;
     let files = org_files(&state, &user)
         .await?
         .into_iter()

@@ -6,7 +6,7 @@
 
 use super::files::{org_files, FileRow};
 use super::jobs::is_terminal;
-use super::new_job::{prefill, ContinueQuery};
+use super::new_job::{language_models, prefill, ContinueQuery};
 use super::page::{render, when, Nav, WebResult, WebUser};
 use crate::api::sampling_runs::find_run;
 use crate::api::sampling_runs::rejection_sampling::{RejectionSamplingObject, DEFAULT_K};
@@ -116,15 +116,7 @@ async fn new_page(
 ) -> WebResult<Response> {
     let continued = ContinueQuery { from_job: query.from_job, ..ContinueQuery::default() };
     let prefill = prefill(&state, &user, continued).await?;
-    let mut models: Vec<String> = verity_core::models::list_models(&state.pool, user.0.org_id)
-        .await?
-        .into_iter()
-        .filter(|m| m.kind != "embedding")
-        .map(|m| m.id)
-        .collect();
-    if !prefill.model.is_empty() && !models.contains(&prefill.model) {
-        models.insert(0, prefill.model.clone());
-    }
+    let models = language_models(&state, &user, &prefill.model).await?;
     let files = org_files(&state, &user)
         .await?
         .into_iter()

@@ -144,3 +144,22 @@ pub async fn run_one_job(queue: &Queue, store: Arc<dyn ObjectStore>, cache: &Pat
     let done = run_worker(queue.clone(), worker, Arc::new(handler), options, token).await;
     assert_eq!(done, 1);
 }
+
+/// Passes when the completion contains the row's `answer` (about half of the tiny model's
+/// four-token completions contain `t1`, `t2` or `t3` somewhere), so pass@k has contrast.
+pub fn contains_grader() -> Value {
+    json!({"type": "string_check", "name": "contains", "input": "{{sample.output_text}}",
+           "reference": "{{item.answer}}", "operation": "like"})
+}
+
+/// Four prompts whose answers are substrings of many tokens of the tiny vocabulary.
+pub fn prompts_jsonl() -> String {
+    ["t1", "t2", "t3", "t1"]
+        .iter()
+        .enumerate()
+        .map(|(i, answer)| {
+            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer}).to_string()
+                + "\n"
+        })
+        .collect()
+}

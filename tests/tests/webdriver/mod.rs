@@ -261,6 +261,17 @@ pub async fn click(c: &Browser, css: &str) {
     c.find(css).await.click().await;
 }
 
+/// Opens `path` signed out, signs in on the login page it redirects to (as ada@example.com with
+/// the test password) and waits until the browser is back on `path`.
+pub async fn sign_in(c: &Browser, base: &str, path: &str) {
+    c.goto(&format!("{base}{path}")).await;
+    until(c, "location.pathname === '/login'").await;
+    fill(c, "#email", "ada@example.com").await;
+    fill(c, "#password", "password123").await;
+    click(c, "#sign-in").await;
+    until(c, &format!("location.pathname === '{}'", path.split('?').next().unwrap_or(path))).await;
+}
+
 /// Serves the app on a free loopback port; its base URL.
 pub async fn serve(state: verity_server::api::state::AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
