@@ -253,26 +253,39 @@ pub async fn validate_grader_endpoint(
     State(state): State<AppState>,
     ApiJson(request): ApiJson<ValidateGraderRequest>,
 ) -> ApiResult<Json<Value>> {
-    let grader = ready_grader(&state, &principal, "grader", &request.grader).await?;
+    // Validation is the grader's own checks; the probes below then need it ready to grade here
+    // (a model grader's judge loaded), which only a probe run pays for.
+    let parsed = parse_grader("grader", &request.grader)?;
+    validate_judges(&state, &principal, "grader", &parsed).await?;
+    validate_embedding_models(&state, &principal, "grader", &parsed).await?;
     let item = match request.item {
         Some(item) if !item.is_object() => {
             return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"))
         }
         Some(item) => Some(item),
-        None if grader.item_fields().is_empty() => Some(json!({})),
+        None if parsed.item_fields().is_empty() => Some(json!({})),
         None => None,
+    };
+    let skipped = |why: String| {
+        Json(
+            json!({ "grader": request.grader, "verity_probes": null, "verity_probes_skipped": why }),
+        )
     };
     let Some(item) = item else {
         let fields: Vec<String> =
-            grader.item_fields().iter().map(|p| format!("item.{}", p.join("."))).collect();
-        return Ok(Json(json!({
-            "grader": request.grader,
-            "verity_probes": null,
-            "verity_probes_skipped": format!(
-                "pass `item` (a dataset row) to try the exploit probes: the grader reads {}",
-                fields.join(", ")
-            ),
-        })));
+            parsed.item_fields().iter().map(|p| format!("item.{}", p.join("."))).collect();
+        return Ok(skipped(format!(
+            "pass `item` (a dataset row) to try the exploit probes: the grader reads {}",
+            fields.join(", ")
+        )));
+    };
+    let grader = match ready_grader(&state, &principal, "grader", &request.grader).await {
+        Ok(grader) => grader,
+        // The grader is valid; only its models could not be made ready in this process.
+        Err(e) if e.status.is_server_error() => {
+            return Ok(skipped(format!("the probes need the grader's models here: {}", e.message)))
+        }
+        Err(e) => return Err(e),
     };
     let probes = with_grader_slot(&state, move || probes::run_probes(&grader, &item)).await?;
     Ok(Json(json!({ "grader": request.grader, "verity_probes": probes })))
