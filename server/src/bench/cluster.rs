@@ -12,7 +12,6 @@ use sqlx::{ConnectOptions, PgPool};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 use verity_core::queue::{NewJob, Queue, QueueSettings};
 use verity_core::storage::{LocalStore, ObjectStore};
@@ -51,22 +50,14 @@ impl Drop for Processes {
 
 /// Runs the benchmark and prints one JSON line per measurement.
 pub async fn run(args: &ClusterBenchArgs) -> anyhow::Result<()> {
-    let admin_options =
-        PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
-    let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
-    verity_core::db::create_database_if_missing(&mut admin, &scratch)
-        .await
-        .context("creating the scratch database")?;
-    let options = admin_options.clone().database(&scratch);
-    let url = options.to_url_lossy().to_string();
-    let dir = tempfile_dir()?;
-    let result = measure_all(args, options, &url, &dir).await;
-    let _ = std::fs::remove_dir_all(&dir);
-    verity_core::db::drop_database(&mut admin, &scratch)
-        .await
-        .context("dropping the scratch database")?;
-    result
+    super::queue::with_scratch_database(&args.database_url, |options| async move {
+        let url = options.to_url_lossy().to_string();
+        let dir = tempfile_dir()?;
+        let result = measure_all(args, options, &url, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    })
+    .await
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {

@@ -24,18 +24,7 @@ pub struct QueueBenchArgs {
 
 /// Runs the benchmark and prints one JSON line per worker count.
 pub async fn run(args: &QueueBenchArgs) -> anyhow::Result<()> {
-    let admin_options =
-        PgConnectOptions::from_str(&args.database_url).context("parsing DATABASE_URL")?;
-    let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
-    verity_core::db::create_database_if_missing(&mut admin, &scratch)
-        .await
-        .context("creating the scratch database")?;
-    let result = measure_all(args, admin_options.clone().database(&scratch)).await;
-    verity_core::db::drop_database(&mut admin, &scratch)
-        .await
-        .context("dropping the scratch database")?;
-    result
+    with_scratch_database(&args.database_url, |options| measure_all(args, options)).await
 }
 
 async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow::Result<()> {
@@ -100,4 +89,24 @@ async fn drain(queue: Queue) -> anyhow::Result<Vec<f64>> {
         lease.complete(&serde_json::json!({}), None).await?;
     }
     Ok(latencies)
+}
+
+/// Runs `work` against a fresh scratch database on the Postgres server of `database_url`, and
+/// drops that database afterwards whatever `work` returned.
+pub async fn with_scratch_database<T, F, Fut>(database_url: &str, work: F) -> anyhow::Result<T>
+where
+    F: FnOnce(PgConnectOptions) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let admin_options = PgConnectOptions::from_str(database_url).context("parsing DATABASE_URL")?;
+    let scratch = format!("verity_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = admin_options.connect().await.context("connecting to Postgres")?;
+    verity_core::db::create_database_if_missing(&mut admin, &scratch)
+        .await
+        .context("creating the scratch database")?;
+    let result = work(admin_options.clone().database(&scratch)).await;
+    verity_core::db::drop_database(&mut admin, &scratch)
+        .await
+        .context("dropping the scratch database")?;
+    result
 }
