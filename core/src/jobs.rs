@@ -404,6 +404,9 @@ pub struct SampleFilter {
     pub max_score: Option<f64>,
     /// Start after this (step, idx).
     pub after: Option<(i32, i32)>,
+    /// Only a training job's validation samples (`true`: those without an advantage, kept by
+    /// its evaluations during training) or only its training samples (`false`).
+    pub validation: Option<bool>,
 }
 
 /// A job's samples by (step, idx), filtered; at most `limit`.
@@ -422,6 +425,7 @@ pub async fn list_samples(
              AND ($3::float8 IS NULL OR score >= $3)
              AND ($4::float8 IS NULL OR score <= $4)
              AND ($5::int4 IS NULL OR (step, idx) > ($5, $6::int4))
+             AND ($8::bool IS NULL OR (advantage IS NULL) = $8)
            ORDER BY step, idx LIMIT $7"#,
         job_id,
         filter.step,
@@ -429,7 +433,8 @@ pub async fn list_samples(
         filter.max_score,
         after_step,
         after_idx,
-        limit
+        limit,
+        filter.validation
     )
     .fetch_all(pool)
     .await

@@ -3,7 +3,8 @@
 //! the dataset's, not positions in a step's batch), text search finds a row, each prompt is
 //! shown once per group, ChatML prompts (a tiny model whose chat template is ChatML) render as
 //! role turns with no raw `<|im_start|>`, pages of groups keep the filters and every completion
-//! shows its dataset row, and an evaluation report of the job shows validation
+//! shows its dataset row, the validation completions the evaluation during training kept are
+//! shown apart ("validation, step 6"), and an evaluation report of the job shows validation
 //! completions of the base and the checkpoint side by side per row.
 
 mod api_support;
@@ -171,6 +172,25 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     click(&c, "#page-prev").await;
     until(&c, "document.querySelector('#page-number').textContent === 'page 1 of 3'").await;
     assert_eq!(c.execute(&format!("return {keys}"), vec![]).await, first);
+
+    // The evaluation after the last step kept its validation completions: 2 rows × 2 samples,
+    // tagged "validation, step 6", apart from the training samples.
+    c.goto(&format!("{base}/jobs/{job_id}/completions?source=validation")).await;
+    let validation = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group')).map(g => [g.dataset.row, g.dataset.step, g.querySelector('header').textContent.trim(), g.querySelectorAll('.completion').length])").await;
+    let validation = validation.as_array().unwrap();
+    let rows: Vec<&str> = validation.iter().map(|g| g[0].as_str().unwrap()).collect();
+    assert_eq!(rows, ["0", "1"], "{validation:?}");
+    for group in validation {
+        assert_eq!(group[1], "6", "{group:?}");
+        assert!(group[2].as_str().unwrap().starts_with("validation, step 6"), "{group:?}");
+        assert_eq!(group[3], 2, "{group:?}");
+    }
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
+    let training = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group header')).map(h => h.textContent.trim())").await;
+    assert!(
+        training.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("step 6")),
+        "training samples only: {training}"
+    );
 
     // An evaluation report of the job: validation rows with the base and the checkpoint side by side.
     c.goto(&format!("{base}/jobs/{job_id}")).await;

@@ -2,7 +2,9 @@
 //! sample records, the same at every step), filtered by step, score, finish reason, row and
 //! text; each prompt shown once per group with its chat turns as roles, its dataset row on
 //! every completion; paged server-side ([`GROUPS_PER_PAGE`] prompts a page, next / previous
-//! keeping the filters). An evaluation report made for the job is a source too: its
+//! keeping the filters). The validation samples its evaluations during training kept (see
+//! `VALIDATION_SAMPLES_KEPT` in the worker) are a source (`validation, step N`; step 0 is the
+//! base before training), and so is an evaluation report made for the job: its
 //! validation-set completions per row, one column per model (the base and each checkpoint side
 //! by side).
 
@@ -26,6 +28,8 @@ use verity_core::sampling_runs::{RunKind, RunSpec};
 
 /// Prompt groups shown per page unless `per_page` says otherwise.
 pub const GROUPS_PER_PAGE: usize = 20;
+/// The `source` of the validation samples kept by evaluations during training.
+pub const VALIDATION: &str = "validation";
 /// Most prompt groups a page may show.
 const MAX_PER_PAGE: usize = 100;
 /// Samples read per request (filtered and paged after reading; narrow by step beyond this).
@@ -172,8 +176,9 @@ fn keep(
         && (q.is_empty() || has("prompt") || has("completion"))
 }
 
-/// Training samples grouped by (step, row) in sample order.
-fn training_groups(samples: &[&SampleObject]) -> Vec<Group> {
+/// Training samples (or, with `validation`, the validation samples of evaluations during
+/// training) grouped by (step, row) in sample order.
+fn training_groups(samples: &[&SampleObject], validation: bool) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut last_key = None;
     for s in samples {
@@ -183,15 +188,17 @@ fn training_groups(samples: &[&SampleObject]) -> Vec<Group> {
         if last_key != Some(key) {
             last_key = Some(key);
             let prompt = s.sample.as_ref().map(|b| text(b, "prompt")).unwrap_or_default();
+            let title = if validation {
+                format!("validation, step {}", s.step)
+            } else {
+                format!("step {}", s.step)
+            };
             groups.push(Group {
-                title: format!("step {}", s.step),
+                title: title.clone(),
                 step: s.step,
                 row,
                 prompt: turns(&prompt),
-                columns: vec![Column {
-                    label: format!("step {}", s.step),
-                    completions: Vec::new(),
-                }],
+                columns: vec![Column { label: title, completions: Vec::new() }],
             });
         }
         if let Some(g) = groups.last_mut() {
@@ -266,20 +273,23 @@ async fn completions_page(
         return Err(ApiError::invalid("per_page", format!("from 1 to {MAX_PER_PAGE}")).into());
     }
     let wide = row.is_some() || !q.is_empty();
-    let (groups, step, capped) = if source.is_empty() {
-        // Default to the latest step, unless following a row or searching across steps.
+    let validation = source == VALIDATION;
+    let (groups, step, capped) = if source.is_empty() || validation {
+        // Training samples default to the latest step, unless following a row or searching
+        // across steps; validation samples to every evaluation.
         let step: Option<i32> = match parse("step", &filters.step)? {
             Some(s) => Some(s),
-            None if !wide && filters.step.is_none() => steps.last().copied(),
+            None if !wide && !validation && filters.step.is_none() => steps.last().copied(),
             None => None,
         };
-        let filter = SampleFilter { step, min_score, max_score, after: None };
+        let filter =
+            SampleFilter { step, min_score, max_score, after: None, validation: Some(validation) };
         let samples = load_samples(&state, &id, &filter, WIDE).await?;
         let kept: Vec<&SampleObject> = samples
             .iter()
             .filter(|s| s.sample.is_some() && keep(s, false, finish.as_deref(), row, &q))
             .collect();
-        (training_groups(&kept), step, samples.len() > WIDE as usize)
+        (training_groups(&kept, validation), step, samples.len() > WIDE as usize)
     } else {
         if !sources.iter().any(|(run, _)| *run == source) {
             return Err(ApiError::not_found("evaluation of this job", &source).into());
@@ -289,7 +299,7 @@ async fn completions_page(
             Some(Ok(spec)) => spec.models().into_iter().map(|m| m.name.clone()).collect(),
             _ => Vec::new(),
         };
-        let filter = SampleFilter { step: None, min_score, max_score, after: None };
+        let filter = SampleFilter { step: None, min_score, max_score, ..SampleFilter::default() };
         let samples = load_samples(&state, &source, &filter, WIDE).await?;
         let kept: Vec<&SampleObject> = samples
             .iter()

@@ -395,6 +395,41 @@ impl TrainingHandler {
         training: bool,
     ) -> Result<(), Stop> {
         let key = format!("jobs/{}/samples/step-{step}.jsonl", lease.job().id);
+        self.store_samples(lease, heartbeat, step, &key, records, 0, training).await
+    }
+
+    /// Writes the validation samples an evaluation after `step` kept
+    /// (`samples/step-{step}-validation.jsonl`), indexed after the step's `first` training
+    /// samples and without an advantage, which tells them apart.
+    async fn record_validation_samples(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        step: u64,
+        eval: &Evaluation,
+        first: usize,
+    ) -> Result<(), Stop> {
+        let Evaluation::Reinforcement(eval) = eval else { return Ok(()) };
+        if eval.samples.is_empty() {
+            return Ok(());
+        }
+        let key = format!("jobs/{}/samples/step-{step}-validation.jsonl", lease.job().id);
+        self.store_samples(lease, heartbeat, step as i32, &key, &eval.samples, first, false).await
+    }
+
+    /// Writes `records` to `key` and indexes them under `step` from index `first` on.
+    #[allow(clippy::too_many_arguments)]
+    async fn store_samples(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        step: i32,
+        key: &str,
+        records: &[SampleRecord],
+        first: usize,
+        training: bool,
+    ) -> Result<(), Stop> {
+        let key = key.to_string();
         let mut body = String::new();
         for record in records {
             body.push_str(
@@ -411,7 +446,7 @@ impl TrainingHandler {
             .iter()
             .enumerate()
             .map(|(line, s)| SampleIndexRow {
-                idx: s.idx as i32,
+                idx: (first + s.idx) as i32,
                 prompt_idx: s.prompt_idx as i32,
                 score: (training || s.grader_error.is_none()).then_some(s.score),
                 advantage: training.then_some(s.advantage),
@@ -650,6 +685,7 @@ impl TrainingHandler {
             let (returned, baseline) = self.evaluate(trainer, &progress).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
+                self.record_validation_samples(lease, heartbeat, 0, &baseline, 0).await?;
                 eval_event(lease, heartbeat, &baseline).await?;
                 let row = json!({"step": 0, "eval": baseline});
                 self.watch_row(lease, heartbeat, &mut watch, row).await?;
@@ -703,6 +739,10 @@ impl TrainingHandler {
                 None
             };
             let row = self.record_step(lease, heartbeat, &out, eval.as_ref()).await?;
+            if let Some(eval) = &eval {
+                let first = out.samples.len();
+                self.record_validation_samples(lease, heartbeat, step, eval, first).await?;
+            }
             meter.step_done(out.metrics.generated_tokens);
             let usage = meter.usage();
             let caps = store_usage(lease, heartbeat, usage).await?;
