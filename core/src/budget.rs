@@ -151,7 +151,8 @@ impl Caps {
     /// whole number from 1 to its limit sets it. Fields are named under `path` (`budget`, or
     /// empty for a body of its own).
     pub fn apply(&self, body: &Value, path: &str) -> Result<Caps, BudgetError> {
-        let named = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+        let named =
+            |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
         let Some(fields) = body.as_object() else {
             let field = if path.is_empty() { "body".to_string() } else { path.to_string() };
             return Err(BudgetError {

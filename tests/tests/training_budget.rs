@@ -79,14 +79,18 @@ async fn a_job_pauses_at_its_budget_and_resumes_once_it_is_raised(pool: PgPool) 
     let paused = get(&router, &format!("/v1/fine_tuning/jobs/{job}"), &key).await.json();
     let used = &paused["budget"];
     assert_eq!(used["used_tokens"].as_i64(), Some(generated(&pool, &job).await), "{used}");
-    assert!(used["used_tokens"].as_i64().unwrap() >= 4 && used["used_wall_seconds"].as_f64().unwrap() > 0.0);
+    assert!(
+        used["used_tokens"].as_i64().unwrap() >= 4
+            && used["used_wall_seconds"].as_f64().unwrap() > 0.0
+    );
     let reason = paused["progress"]["paused_reason"].as_str().unwrap();
     assert!(reason.starts_with("budget of 4 generated tokens reached at step 1 ("), "{reason}");
     assert!(reason.contains("raise max_tokens"), "{reason}");
     assert!(paused["estimated_finish"].is_null());
 
     // Resuming at the cap would pause again at once: refused, naming what to raise.
-    let refused = post(&router, &format!("/v1/fine_tuning/jobs/{job}/resume"), &key, json!({})).await;
+    let refused =
+        post(&router, &format!("/v1/fine_tuning/jobs/{job}/resume"), &key, json!({})).await;
     assert_eq!(refused.status, StatusCode::CONFLICT, "{:?}", refused.json());
     assert_eq!(refused.json()["error"]["code"], "budget_reached");
     assert!(refused.json()["error"]["message"].as_str().unwrap().contains("max_tokens"));
@@ -99,7 +103,8 @@ async fn a_job_pauses_at_its_budget_and_resumes_once_it_is_raised(pool: PgPool) 
     assert_eq!(raised.status, StatusCode::OK, "{:?}", raised.json());
     assert_eq!(raised.json()["budget"]["max_tokens"], 1000);
     assert_eq!(raised.json()["budget"]["max_wall_seconds"], 3600, "an absent field keeps its cap");
-    let resumed = post(&router, &format!("/v1/fine_tuning/jobs/{job}/resume"), &key, json!({})).await;
+    let resumed =
+        post(&router, &format!("/v1/fine_tuning/jobs/{job}/resume"), &key, json!({})).await;
     assert_eq!(resumed.status, StatusCode::OK, "{:?}", resumed.json());
     run_one_job(&queue, store.clone(), &root.path().join("cache")).await;
 

@@ -58,7 +58,10 @@ async fn the_job_page_shows_its_budget_and_structured_warnings(pool: PgPool) {
         lease.metric(step, &row(step)).await.unwrap();
     }
     let pause = json!({"kind": "entropy_collapse", "metric": "entropy", "step": 6});
-    lease.event(EventLevel::Warn, "auto_pause", "paused by auto_pause_on", Some(&pause)).await.unwrap();
+    lease
+        .event(EventLevel::Warn, "auto_pause", "paused by auto_pause_on", Some(&pause))
+        .await
+        .unwrap();
     used(&pool, &job_id, 540.0).await;
     let at = chrono::Utc::now().timestamp() + 60;
     let progress = json!({"step": 8, "total_steps": 20, "estimated_finish": null,
@@ -95,7 +98,8 @@ async fn the_job_page_shows_its_budget_and_structured_warnings(pool: PgPool) {
 
     // The worker pauses the job at its budget: the reason arrives live.
     used(&pool, &job_id, 612.0).await;
-    let reason = "budget of 600 s reached at step 8 (612 s used); raise max_wall_seconds and resume";
+    let reason =
+        "budget of 600 s reached at step 8 (612 s used); raise max_wall_seconds and resume";
     let paused = json!({"step": 8, "total_steps": 20, "paused_reason": reason});
     lease.heartbeat(Some(&paused)).await.unwrap();
     lease.ack_pause().await.unwrap();

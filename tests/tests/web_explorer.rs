@@ -150,7 +150,10 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     let keys = "Array.from(document.querySelectorAll('.prompt-group')).map(g => g.dataset.step + '/' + g.dataset.row)";
     let first = until(&c, &format!("document.querySelector('#page-number') && {keys}")).await;
     assert_eq!(first.as_array().unwrap().len(), 5, "{first}");
-    assert_eq!(until(&c, "document.querySelector('#page-number').textContent").await, "page 1 of 3");
+    assert_eq!(
+        until(&c, "document.querySelector('#page-number').textContent").await,
+        "page 1 of 3"
+    );
     assert_eq!(c.execute("return !document.querySelector('#page-prev')", vec![]).await, true);
     // Every completion shows its dataset row.
     let rows_shown = "Array.from(document.querySelectorAll('.prompt-group')).every(g => Array.from(g.querySelectorAll('.completion .c-row')).every(r => r.textContent === 'row ' + g.dataset.row))";

@@ -7,8 +7,8 @@ pub use super::progress::is_terminal;
 use super::progress::JobProgress;
 use super::warnings::{job_items, WarningItem};
 use crate::api::error::ApiError;
-use crate::api::jobs::view::{checkpoint_model_name, EventObject};
 use crate::api::jobs::budget::update_budget;
+use crate::api::jobs::view::{checkpoint_model_name, EventObject};
 use crate::api::jobs::{control_job, find_job, Control};
 use crate::api::state::AppState;
 use askama::Template;
@@ -463,7 +463,8 @@ impl BudgetForm {
     /// The form as a budget body: an empty field is `null`, a number a number, anything else
     /// left as text for the budget check to name.
     fn body(&self) -> Value {
-        let fields = [("max_wall_seconds", &self.max_wall_seconds), ("max_tokens", &self.max_tokens)];
+        let fields =
+            [("max_wall_seconds", &self.max_wall_seconds), ("max_tokens", &self.max_tokens)];
         let map = fields
             .into_iter()
             .filter_map(|(key, value)| {
@@ -603,7 +604,8 @@ mod tests {
 
     #[test]
     fn the_budget_form_sends_numbers_nulls_and_text_to_check() {
-        let form = BudgetForm { max_wall_seconds: Some(" 1200 ".into()), max_tokens: Some("".into()) };
+        let form =
+            BudgetForm { max_wall_seconds: Some(" 1200 ".into()), max_tokens: Some("".into()) };
         assert_eq!(form.body(), json!({"max_wall_seconds": 1200, "max_tokens": null}));
         let partial = BudgetForm { max_wall_seconds: Some("ten".into()), max_tokens: None };
         assert_eq!(partial.body(), json!({"max_wall_seconds": "ten"}));

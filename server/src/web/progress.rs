@@ -230,7 +230,8 @@ mod tests {
         assert!(!cancelling.controls.cancel && !cancelling.controls.pause);
         let paused = JobProgress::of(&job("paused", "none", None), None, 0);
         assert_eq!(paused.controls, Controls { pause: false, resume: true, cancel: true });
-        let budget = json!({"step": 2, "estimated_finish": null, "budget_pause": {"step": 7, "at": 960}});
+        let budget =
+            json!({"step": 2, "estimated_finish": null, "budget_pause": {"step": 7, "at": 960}});
         let p = JobProgress::of(&job("running", "none", Some(budget)), Some(2), 900);
         assert_eq!(p.eta, "budget pauses it at step 7 (~60 s)");
         let reason = "budget of 600 s reached at step 7 (612 s used); raise max_wall_seconds";

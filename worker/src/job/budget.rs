@@ -91,7 +91,9 @@ mod tests {
         assert_eq!(meter.tokens_per_step(), 50.0);
         // A job at its cap after this attempt's steps.
         let caps = Caps { max_wall_seconds: None, max_tokens: Some(600) };
-        assert_eq!(caps.reached(now).map(|r| r.describe(2)).as_deref(),
-            Some("budget of 600 generated tokens reached at step 2 (600 generated tokens used)"));
+        assert_eq!(
+            caps.reached(now).map(|r| r.describe(2)).as_deref(),
+            Some("budget of 600 generated tokens reached at step 2 (600 generated tokens used)")
+        );
     }
 }

@@ -614,7 +614,8 @@ impl TrainingHandler {
             reached.describe(step),
             lease.job().id
         );
-        let data = json!({"cap": field, "limit": reached.limit, "used": reached.used, "step": step});
+        let data =
+            json!({"cap": field, "limit": reached.limit, "used": reached.used, "step": step});
         tracing::info!(job_id = %lease.job().id, cap = field, step, "budget reached; pausing the job");
         event(lease, heartbeat, EventLevel::Warn, "budget_pause", &reason, Some(&data)).await?;
         Ok(reason)
@@ -723,7 +724,9 @@ impl TrainingHandler {
                     event(lease, heartbeat, EventLevel::Warn, "judge_unavailable", &message, None)
                         .await?;
                     let trainer = Some(trainer);
-                    return self.pause_for(lease, heartbeat, &progress, trainer, None, &message).await;
+                    return self
+                        .pause_for(lease, heartbeat, &progress, trainer, None, &message)
+                        .await;
                 }
                 out => out.map_err(trainer_error)?,
             };

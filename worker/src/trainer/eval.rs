@@ -76,7 +76,8 @@ impl Trainer {
         self.phase(Phase::Evaluating { done: total, total });
         let summary = summarize_groups(&groups, n)?;
         let rows_kept = (VALIDATION_SAMPLES_KEPT / n.max(1)).max(1);
-        let samples = self.validation_records(&validation.examples, &groups[..rows_kept.min(groups.len())]);
+        let samples =
+            self.validation_records(&validation.examples, &groups[..rows_kept.min(groups.len())]);
         Ok(Some(EvalMetrics {
             samples,
             step: self.step,

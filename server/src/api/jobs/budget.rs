@@ -44,7 +44,8 @@ pub fn checked_caps(
 ) -> ApiResult<Caps> {
     let caps = current.apply(body, path).map_err(|e| ApiError::invalid(e.field, e.message))?;
     if caps.max_tokens.is_some() && !reinforcement {
-        let field = if path.is_empty() { "max_tokens".into() } else { format!("{path}.max_tokens") };
+        let field =
+            if path.is_empty() { "max_tokens".into() } else { format!("{path}.max_tokens") };
         return Err(ApiError::invalid(
             field,
             "only reinforcement jobs generate tokens; cap a supervised or DPO job with \

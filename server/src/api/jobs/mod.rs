@@ -153,7 +153,9 @@ pub async fn check_request(
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
     let budget = match request.budget.as_ref().filter(|b| !b.is_null()) {
-        Some(body) => budget::checked_caps(Caps::default(), body, "budget", method.grader.is_some())?,
+        Some(body) => {
+            budget::checked_caps(Caps::default(), body, "budget", method.grader.is_some())?
+        }
         None => Caps::default(),
     };
     validate::validate_model(state, principal, &model).await?;
