@@ -129,6 +129,7 @@ impl From<JobRecord> for JobObject {
         let estimated_finish = (job.state == "running")
             .then(|| count_field(job.progress.as_ref(), "estimated_finish"))
             .flatten();
+        let budget = budget_object(&job);
         let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
             code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
             message: e
@@ -162,7 +163,7 @@ impl From<JobRecord> for JobObject {
             integrations: None,
             pending_control: (job.control != "none").then_some(job.control),
             progress: job.progress,
-            budget: budget_object(&job),
+            budget,
             id: job.id,
         }
     }
