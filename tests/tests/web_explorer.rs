@@ -189,7 +189,7 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
         assert_eq!(group[3], 2, "{group:?}");
     }
     c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
-    let training = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group header')).map(h => h.textContent.trim())").await;
+    let training = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group > header')).map(h => h.textContent.trim())").await;
     assert!(
         training.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("step 6")),
         "training samples only: {training}"
