@@ -45,6 +45,14 @@ pub struct JobRecord {
     pub created_at: DateTime<Utc>,
     /// End time, for terminal states.
     pub finished_at: Option<DateTime<Utc>>,
+    /// Budget cap on wall seconds ([`crate::budget`]).
+    pub max_wall_seconds: Option<i64>,
+    /// Budget cap on generated tokens ([`crate::budget`]).
+    pub max_tokens: Option<i64>,
+    /// Wall seconds used so far ([`crate::budget::Usage`]).
+    pub used_wall_seconds: f64,
+    /// Generated tokens used so far ([`crate::budget::Usage`]).
+    pub used_tokens: i64,
 }
 
 /// The org's fine-tuning job `id` (sampling runs are read by [`crate::sampling_runs`]).
@@ -67,7 +75,8 @@ pub async fn get_job_of_kind(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
-                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
+                  j.fine_tuned_model, j.result, j.created_at, j.finished_at,
+                  j.max_wall_seconds, j.max_tokens, j.used_wall_seconds, j.used_tokens
            FROM jobs j JOIN orgs o ON o.id = j.org_id
            WHERE j.org_id = $1 AND j.kind = $2 AND j.id = $3"#,
         org_id,
@@ -100,7 +109,8 @@ pub async fn list_jobs_of_kind(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
                   j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
-                  j.fine_tuned_model, j.result, j.created_at, j.finished_at
+                  j.fine_tuned_model, j.result, j.created_at, j.finished_at,
+                  j.max_wall_seconds, j.max_tokens, j.used_wall_seconds, j.used_tokens
            FROM jobs j JOIN orgs o ON o.id = j.org_id
            WHERE j.org_id = $1 AND j.kind = $2
              AND ($3::text IS NULL OR (j.created_at, j.id) <
@@ -394,6 +404,9 @@ pub struct SampleFilter {
     pub max_score: Option<f64>,
     /// Start after this (step, idx).
     pub after: Option<(i32, i32)>,
+    /// Only a training job's validation samples (`true`: those without an advantage, kept by
+    /// its evaluations during training) or only its training samples (`false`).
+    pub validation: Option<bool>,
 }
 
 /// A job's samples by (step, idx), filtered; at most `limit`.
@@ -412,6 +425,7 @@ pub async fn list_samples(
              AND ($3::float8 IS NULL OR score >= $3)
              AND ($4::float8 IS NULL OR score <= $4)
              AND ($5::int4 IS NULL OR (step, idx) > ($5, $6::int4))
+             AND ($8::bool IS NULL OR (advantage IS NULL) = $8)
            ORDER BY step, idx LIMIT $7"#,
         job_id,
         filter.step,
@@ -419,7 +433,8 @@ pub async fn list_samples(
         filter.max_score,
         after_step,
         after_idx,
-        limit
+        limit,
+        filter.validation
     )
     .fetch_all(pool)
     .await

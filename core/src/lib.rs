@@ -1,5 +1,6 @@
 //! Verity core: domain types, the Postgres job queue, object storage and configuration.
 
+pub mod budget;
 pub mod change_feed;
 pub mod config;
 pub mod db;

@@ -158,6 +158,28 @@ pub async fn job_warnings(pool: &sqlx::PgPool, job_id: &str) -> Result<Vec<Warni
     Ok(detect(&job_rows(pool, job_id).await?))
 }
 
+/// The warning kinds that paused job `job_id` (its `auto_pause` events), each with the step it
+/// paused at, oldest first.
+pub async fn auto_pauses(
+    pool: &sqlx::PgPool,
+    job_id: &str,
+) -> Result<Vec<(WarningKind, i64)>, sqlx::Error> {
+    let rows = sqlx::query_scalar!(
+        "SELECT data FROM job_events WHERE job_id = $1 AND kind = 'auto_pause' ORDER BY id",
+        job_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .flatten()
+        .filter_map(|data| {
+            let kind = WarningKind::from_name(data.get("kind")?.as_str()?)?;
+            Some((kind, data.get("step")?.as_i64()?))
+        })
+        .collect())
+}
+
 type Found = Option<(WarningKind, String, f64, f64, String)>;
 
 fn length_drift(rows: &[Value]) -> Found {

@@ -76,12 +76,23 @@ async fn a_training_job_runs_end_to_end(pool: PgPool) {
     assert!(
         row["grad_norm"].as_f64().unwrap() >= 0.0 && row["learning_rate"].as_f64().unwrap() > 0.0
     );
-    let samples: i64 = sqlx::query_scalar("SELECT count(*) FROM samples WHERE job_id = $1")
-        .bind(&job)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let samples: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM samples WHERE job_id = $1 AND advantage IS NOT NULL",
+    )
+    .bind(&job)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(samples, 3 * 2 * 4);
+    // Each evaluation kept validation samples (no advantage), the baseline's at step 0.
+    let validation: Vec<i32> = sqlx::query_scalar(
+        "SELECT DISTINCT step FROM samples WHERE job_id = $1 AND advantage IS NULL ORDER BY step",
+    )
+    .bind(&job)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(validation, vec![0, 2, 3]);
     let first_sample = String::from_utf8(
         store.get_bytes(&format!("jobs/{job}/samples/step-1.jsonl")).await.unwrap().to_vec(),
     )

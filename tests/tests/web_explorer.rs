@@ -2,7 +2,9 @@
 //! random models: one dataset row followed across steps always shows the same prompt (rows are
 //! the dataset's, not positions in a step's batch), text search finds a row, each prompt is
 //! shown once per group, ChatML prompts (a tiny model whose chat template is ChatML) render as
-//! role turns with no raw `<|im_start|>`, and an evaluation report of the job shows validation
+//! role turns with no raw `<|im_start|>`, pages of groups keep the filters and every completion
+//! shows its dataset row, the validation completions the evaluation during training kept are
+//! shown apart ("validation, step 6"), and an evaluation report of the job shows validation
 //! completions of the base and the checkpoint side by side per row.
 
 mod api_support;
@@ -142,6 +144,56 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     let found = found.as_array().unwrap();
     assert!(found.iter().all(|g| g[1] == true), "every match contains the text: {found:?}");
     assert!(found.iter().any(|g| g[0] == "1"), "row 1's prompt is t4 t12: {found:?}");
+
+    // Paged on the server: 12 groups (6 steps × 2) at 5 a page; next and previous keep filters.
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=&max_score=1&per_page=5")).await;
+    let keys = "Array.from(document.querySelectorAll('.prompt-group')).map(g => g.dataset.step + '/' + g.dataset.row)";
+    let first = until(&c, &format!("document.querySelector('#page-number') && {keys}")).await;
+    assert_eq!(first.as_array().unwrap().len(), 5, "{first}");
+    assert_eq!(
+        until(&c, "document.querySelector('#page-number').textContent").await,
+        "page 1 of 3"
+    );
+    assert_eq!(c.execute("return !document.querySelector('#page-prev')", vec![]).await, true);
+    // Every completion shows its dataset row.
+    let rows_shown = "Array.from(document.querySelectorAll('.prompt-group')).every(g => Array.from(g.querySelectorAll('.completion .c-row')).every(r => r.textContent === 'row ' + g.dataset.row))";
+    assert_eq!(c.execute(&format!("return {rows_shown}"), vec![]).await, true);
+    click(&c, "#page-next").await;
+    until(&c, "document.querySelector('#page-number').textContent === 'page 2 of 3'").await;
+    let url = c.current_url().await;
+    for kept in ["step=&", "max_score=1", "per_page=5", "page=2"] {
+        assert!(url.contains(kept), "{kept} kept in {url}");
+    }
+    let second = c.execute(&format!("return {keys}"), vec![]).await;
+    assert_eq!(second.as_array().unwrap().len(), 5);
+    assert_ne!(first, second, "another page of groups");
+    click(&c, "#page-next").await;
+    until(&c, "document.querySelector('#page-number').textContent === 'page 3 of 3'").await;
+    assert_eq!(c.execute(&format!("return {keys}.length"), vec![]).await, 2);
+    assert_eq!(c.execute("return !document.querySelector('#page-next')", vec![]).await, true);
+    click(&c, "#page-prev").await;
+    click(&c, "#page-prev").await;
+    until(&c, "document.querySelector('#page-number').textContent === 'page 1 of 3'").await;
+    assert_eq!(c.execute(&format!("return {keys}"), vec![]).await, first);
+
+    // The evaluation after the last step kept its validation completions: 2 rows × 2 samples,
+    // tagged "validation, step 6", apart from the training samples.
+    c.goto(&format!("{base}/jobs/{job_id}/completions?source=validation")).await;
+    let validation = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group')).map(g => [g.dataset.row, g.dataset.step, g.querySelector('header').textContent.trim(), g.querySelectorAll('.completion').length])").await;
+    let validation = validation.as_array().unwrap();
+    let rows: Vec<&str> = validation.iter().map(|g| g[0].as_str().unwrap()).collect();
+    assert_eq!(rows, ["0", "1"], "{validation:?}");
+    for group in validation {
+        assert_eq!(group[1], "6", "{group:?}");
+        assert!(group[2].as_str().unwrap().starts_with("validation, step 6"), "{group:?}");
+        assert_eq!(group[3], 2, "{group:?}");
+    }
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
+    let training = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group > header')).map(h => h.textContent.trim())").await;
+    assert!(
+        training.as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("step 6")),
+        "training samples only: {training}"
+    );
 
     // An evaluation report of the job: validation rows with the base and the checkpoint side by side.
     c.goto(&format!("{base}/jobs/{job_id}")).await;

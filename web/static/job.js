@@ -278,12 +278,39 @@
       if (!button || button.dataset.busy) return;
       button.disabled = terminal || !controls[c[0]];
     });
+    var paused = document.getElementById("job-paused");
+    if (paused) {
+      paused.hidden = !s.paused_reason;
+      document.getElementById("job-paused-text").textContent = s.paused_reason || "";
+    }
+    var budget = document.getElementById("job-budget");
+    if (budget) {
+      budget.hidden = !s.budget;
+      document.getElementById("job-budget-text").textContent = s.budget || "";
+    }
     var box = document.getElementById("warnings"), list = document.getElementById("warning-list");
     if (box && list && s.warnings) {
       list.innerHTML = "";
-      s.warnings.forEach(function (w) { var li = document.createElement("li"); li.textContent = w; list.appendChild(li); });
+      s.warnings.forEach(function (w) { list.appendChild(warningItem(w)); });
       box.hidden = !s.warnings.length;
     }
+  }
+  // A monitor warning as the page renders it: kind, metric = value vs threshold, step, pause.
+  function warningItem(w) {
+    var li = document.createElement("li");
+    li.className = "warning-item";
+    li.dataset.kind = w.kind;
+    li.dataset.autoPaused = String(w.paused_at !== null && w.paused_at !== undefined);
+    function span(cls, text) { var e = document.createElement("span"); e.className = cls; e.textContent = text; return e; }
+    var message = document.createElement("p");
+    message.className = "w-message";
+    message.textContent = w.message;
+    [span("badge w-kind", w.kind), " ", span("mono w-metric", w.metric), " = ", span("w-value", w.value),
+     " vs threshold ", span("w-threshold", w.threshold), " · step ", span("w-step", String(w.step)), " · ",
+     span("w-pause", w.pause_text), message].forEach(function (part) {
+      li.appendChild(typeof part === "string" ? document.createTextNode(part) : part);
+    });
+    return li;
   }
   // A control submitted: its button says what is under way until the page reloads.
   document.querySelectorAll("form.control").forEach(function (form) {

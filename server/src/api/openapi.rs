@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::cancel_job, jobs::pause_job, jobs::resume_job, jobs::list_events,
         jobs::checkpoints::list_checkpoints, jobs::checkpoints::get_checkpoint, jobs::checkpoints::delete_checkpoint,
         jobs::checkpoints::checkpoint_content, jobs::metrics::job_metrics, jobs::samples::list_samples, jobs::warnings::job_warnings,
+        jobs::budget::set_budget,
         models::list_models, models::register_model, objects::get_object, prometheus_doc,
         graders::run_grader, graders::validate_grader_endpoint, loss_presets::list_loss_presets,
         preflight::preflight,

@@ -1,8 +1,12 @@
 //! The completions explorer: a job's sampled completions keyed by dataset row (the `row` a
 //! sample records, the same at every step), filtered by step, score, finish reason, row and
-//! text; each prompt shown once per group with its chat turns as roles. An evaluation report
-//! made for the job is a source too: its validation-set completions per row, one column per
-//! model (the base and each checkpoint side by side).
+//! text; each prompt shown once per group with its chat turns as roles, its dataset row on
+//! every completion; paged server-side ([`GROUPS_PER_PAGE`] prompts a page, next / previous
+//! keeping the filters). The validation samples its evaluations during training kept (see
+//! `VALIDATION_SAMPLES_KEPT` in the worker) are a source (`validation, step N`; step 0 is the
+//! base before training), and so is an evaluation report made for the job: its
+//! validation-set completions per row, one column per model (the base and each checkpoint side
+//! by side).
 
 use super::chat_text::{turns, Turn};
 use super::page::{render, Nav, WebResult, WebUser};
@@ -22,9 +26,13 @@ use std::collections::BTreeMap;
 use verity_core::jobs::SampleFilter;
 use verity_core::sampling_runs::{RunKind, RunSpec};
 
-/// Completions shown per page.
-const PAGE: usize = 100;
-/// Samples read when filtering by row or text across steps (filtered after reading).
+/// Prompt groups shown per page unless `per_page` says otherwise.
+pub const GROUPS_PER_PAGE: usize = 20;
+/// The `source` of the validation samples kept by evaluations during training.
+pub const VALIDATION: &str = "validation";
+/// Most prompt groups a page may show.
+const MAX_PER_PAGE: usize = 100;
+/// Samples read per request (filtered and paged after reading; narrow by step beyond this).
 const WIDE: i64 = 2000;
 
 /// Routes of this module.
@@ -45,6 +53,10 @@ pub struct Filters {
     q: Option<String>,
     /// Empty: the job's training samples; else one of its evaluation reports.
     source: Option<String>,
+    /// Page number (1-based).
+    page: Option<String>,
+    /// Prompt groups a page (1 to 100, default 20).
+    per_page: Option<String>,
 }
 
 fn parse<T: std::str::FromStr>(param: &str, value: &Option<String>) -> Result<Option<T>, ApiError> {
@@ -103,6 +115,13 @@ struct CompletionsPage {
     sources: Vec<(String, String)>,
     groups: Vec<Group>,
     shown: usize,
+    /// This page (1-based), the number of pages, and whether more samples matched than were
+    /// read (then the last page is not the end).
+    page: usize,
+    pages: usize,
+    /// `per_page` as asked (empty: the default).
+    per_page: String,
+    capped: bool,
 }
 
 fn number(value: Option<f64>) -> String {
@@ -157,8 +176,9 @@ fn keep(
         && (q.is_empty() || has("prompt") || has("completion"))
 }
 
-/// Training samples grouped by (step, row) in sample order.
-fn training_groups(samples: &[&SampleObject]) -> Vec<Group> {
+/// Training samples (or, with `validation`, the validation samples of evaluations during
+/// training) grouped by (step, row) in sample order.
+fn training_groups(samples: &[&SampleObject], validation: bool) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut last_key = None;
     for s in samples {
@@ -168,15 +188,17 @@ fn training_groups(samples: &[&SampleObject]) -> Vec<Group> {
         if last_key != Some(key) {
             last_key = Some(key);
             let prompt = s.sample.as_ref().map(|b| text(b, "prompt")).unwrap_or_default();
+            let title = if validation {
+                format!("validation, step {}", s.step)
+            } else {
+                format!("step {}", s.step)
+            };
             groups.push(Group {
-                title: format!("step {}", s.step),
+                title: title.clone(),
                 step: s.step,
                 row,
                 prompt: turns(&prompt),
-                columns: vec![Column {
-                    label: format!("step {}", s.step),
-                    completions: Vec::new(),
-                }],
+                columns: vec![Column { label: title, completions: Vec::new() }],
             });
         }
         if let Some(g) = groups.last_mut() {
@@ -242,23 +264,32 @@ async fn completions_page(
         .into_iter()
         .map(|(s, _)| s)
         .collect();
+    let page: usize = parse::<usize>("page", &filters.page)?.unwrap_or(1);
+    if page == 0 {
+        return Err(ApiError::invalid("page", "pages start at 1").into());
+    }
+    let per_page: usize = parse::<usize>("per_page", &filters.per_page)?.unwrap_or(GROUPS_PER_PAGE);
+    if !(1..=MAX_PER_PAGE).contains(&per_page) {
+        return Err(ApiError::invalid("per_page", format!("from 1 to {MAX_PER_PAGE}")).into());
+    }
     let wide = row.is_some() || !q.is_empty();
-    let (groups, step) = if source.is_empty() {
-        // Default to the latest step, unless following a row or searching across steps.
+    let validation = source == VALIDATION;
+    let (groups, step, capped) = if source.is_empty() || validation {
+        // Training samples default to the latest step, unless following a row or searching
+        // across steps; validation samples to every evaluation.
         let step: Option<i32> = match parse("step", &filters.step)? {
             Some(s) => Some(s),
-            None if !wide && filters.step.is_none() => steps.last().copied(),
+            None if !wide && !validation && filters.step.is_none() => steps.last().copied(),
             None => None,
         };
-        let filter = SampleFilter { step, min_score, max_score, after: None };
-        let samples =
-            load_samples(&state, &id, &filter, if wide { WIDE } else { PAGE as i64 }).await?;
+        let filter =
+            SampleFilter { step, min_score, max_score, after: None, validation: Some(validation) };
+        let samples = load_samples(&state, &id, &filter, WIDE).await?;
         let kept: Vec<&SampleObject> = samples
             .iter()
             .filter(|s| s.sample.is_some() && keep(s, false, finish.as_deref(), row, &q))
-            .take(PAGE)
             .collect();
-        (training_groups(&kept), step)
+        (training_groups(&kept, validation), step, samples.len() > WIDE as usize)
     } else {
         if !sources.iter().any(|(run, _)| *run == source) {
             return Err(ApiError::not_found("evaluation of this job", &source).into());
@@ -268,14 +299,17 @@ async fn completions_page(
             Some(Ok(spec)) => spec.models().into_iter().map(|m| m.name.clone()).collect(),
             _ => Vec::new(),
         };
-        let filter = SampleFilter { step: None, min_score, max_score, after: None };
+        let filter = SampleFilter { step: None, min_score, max_score, ..SampleFilter::default() };
         let samples = load_samples(&state, &source, &filter, WIDE).await?;
         let kept: Vec<&SampleObject> = samples
             .iter()
             .filter(|s| s.sample.is_some() && keep(s, true, finish.as_deref(), row, &q))
             .collect();
-        (evaluation_groups(&kept, &models), None)
+        (evaluation_groups(&kept, &models), None, samples.len() > WIDE as usize)
     };
+    let pages = groups.len().div_ceil(per_page).max(1);
+    let groups: Vec<Group> =
+        groups.into_iter().skip((page - 1) * per_page).take(per_page).collect();
     let shown = groups.iter().flat_map(|g| &g.columns).map(|c| c.completions.len()).sum();
     let show = |v: Option<String>| v.unwrap_or_default();
     Ok(render(&CompletionsPage {
@@ -292,5 +326,9 @@ async fn completions_page(
         sources,
         groups,
         shown,
+        page,
+        pages,
+        per_page: show(filters.per_page),
+        capped,
     }))
 }

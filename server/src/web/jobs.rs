@@ -5,8 +5,9 @@
 use super::page::{render, script_json, when, Nav, WebResult, WebUser};
 pub use super::progress::is_terminal;
 use super::progress::JobProgress;
-use super::warnings::warnings;
+use super::warnings::{job_items, WarningItem};
 use crate::api::error::ApiError;
+use crate::api::jobs::budget::update_budget;
 use crate::api::jobs::view::{checkpoint_model_name, EventObject};
 use crate::api::jobs::{control_job, find_job, Control};
 use crate::api::state::AppState;
@@ -34,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs_page))
         .route("/jobs/{job_id}", get(job_page))
         .route("/jobs/{job_id}/control/{action}", post(control))
+        .route("/jobs/{job_id}/budget", post(budget_form))
         .route("/jobs/{job_id}/events.jsonl", get(events_jsonl))
         .route("/jobs/{job_id}/checkpoints", get(checkpoints_page))
 }
@@ -274,7 +276,7 @@ struct JobPage {
     /// Other runs drawn over this one: `[{id, label, rows}]`.
     compare_json: String,
     compare: Vec<String>,
-    warnings: Vec<String>,
+    warnings: Vec<WarningItem>,
     events: Vec<EventRow>,
     /// The baseline before training (pass@k of the base at step 0), as text.
     baseline: Option<String>,
@@ -363,6 +365,7 @@ async fn job_page(
     }
     let evaluations =
         verity_core::sampling_runs::job_evaluations(&state.pool, user.0.org_id, &id).await?;
+    let warnings = job_items(&state.pool, &job, &rows).await?;
     let terminal = is_terminal(&job.state);
     let no_metrics = match job.state.as_str() {
         "failed" => "The job failed before its first step.",
@@ -389,7 +392,7 @@ async fn job_page(
         compare,
         baseline: baseline.as_ref().map(baseline_text),
         evaluations,
-        warnings: warnings(&rows),
+        warnings,
         events,
         job,
     };
@@ -445,6 +448,46 @@ async fn control(
         }));
     }
     control_job(&state, &user.0, &id, control).await?;
+    Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
+}
+
+/// The job page's budget form: each cap a whole number, or empty for no cap (a field the form
+/// did not send keeps its cap).
+#[derive(Debug, Default, Deserialize)]
+pub struct BudgetForm {
+    max_wall_seconds: Option<String>,
+    max_tokens: Option<String>,
+}
+
+impl BudgetForm {
+    /// The form as a budget body: an empty field is `null`, a number a number, anything else
+    /// left as text for the budget check to name.
+    fn body(&self) -> Value {
+        let fields =
+            [("max_wall_seconds", &self.max_wall_seconds), ("max_tokens", &self.max_tokens)];
+        let map = fields
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let text = value.as_deref()?.trim();
+                let value = match text.parse::<i64>() {
+                    _ if text.is_empty() => Value::Null,
+                    Ok(n) => json!(n),
+                    Err(_) => json!(text),
+                };
+                Some((key.to_string(), value))
+            })
+            .collect();
+        Value::Object(map)
+    }
+}
+
+async fn budget_form(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(id): Path<String>,
+    Form(form): Form<BudgetForm>,
+) -> WebResult<Response> {
+    update_budget(&state, &user.0, &id, &form.body()).await?;
     Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
 }
 
@@ -557,5 +600,14 @@ mod tests {
         assert_eq!(sparkline(&[]), "");
         assert_eq!(sparkline(&[0.0, 1.0]), "1.0,27.0 119.0,1.0");
         assert_eq!(size(2048), "2.0 KiB");
+    }
+
+    #[test]
+    fn the_budget_form_sends_numbers_nulls_and_text_to_check() {
+        let form =
+            BudgetForm { max_wall_seconds: Some(" 1200 ".into()), max_tokens: Some("".into()) };
+        assert_eq!(form.body(), json!({"max_wall_seconds": 1200, "max_tokens": null}));
+        let partial = BudgetForm { max_wall_seconds: Some("ten".into()), max_tokens: None };
+        assert_eq!(partial.body(), json!({"max_wall_seconds": "ten"}));
     }
 }

@@ -7,7 +7,7 @@
 use super::jobs::{is_terminal, last_step, metric_values, EventRow};
 use super::page::{WebResult, WebUser};
 use super::progress::JobProgress;
-use super::warnings::warnings;
+use super::warnings::job_items;
 use crate::api::jobs::find_job;
 use crate::api::state::AppState;
 use axum::extract::{Path, Query, State};
@@ -142,7 +142,8 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
     let mut status = serde_json::to_value(&progress).unwrap_or(Value::Null);
     if let Value::Object(map) = &mut status {
         map.insert("step_text".into(), json!(progress.step_text()));
-        map.insert("warnings".into(), json!(warnings(all)));
+        let warnings = job_items(&cursor.state.pool, &job, all).await?;
+        map.insert("warnings".into(), json!(warnings));
     }
     out.push(Event::default().event("status").data(status.to_string()));
     if is_terminal(&job.state) {

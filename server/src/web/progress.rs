@@ -1,7 +1,8 @@
 //! A job's progress as the dashboard shows it, computed in one place for the jobs list, the job
 //! page and its live stream: the step (never behind the metrics rows the charts draw), the
-//! phase under way with its count, the time left from the worker's measured `estimated_finish`,
-//! and which controls are valid in the job's state.
+//! phase under way with its count, the time left from the worker's measured `estimated_finish`
+//! (or when its budget will pause it), why it paused itself, its budget, and which controls
+//! are valid in the job's state.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -30,6 +31,11 @@ pub struct JobProgress {
     pub controls: Controls,
     /// Why the job failed.
     pub error: Option<String>,
+    /// Why a paused job paused itself (its budget, `auto_pause_on`, an unavailable judge).
+    pub paused_reason: Option<String>,
+    /// The budget's caps and use, e.g. `612 s of 600 s · 4000 of 10000 generated tokens`
+    /// (empty without caps).
+    pub budget: String,
 }
 
 /// Which of a job's controls are valid in its state.
@@ -86,10 +92,18 @@ impl JobProgress {
             ("running", _) => running_phase(report, step, total),
             (state, _) => state.to_string(),
         };
-        let eta = match estimated_finish {
-            Some(at) if at > now => format!("{} left", duration_text(at - now)),
-            Some(_) => "finishing".to_string(),
-            None => String::new(),
+        let budget_pause = running
+            .then(|| report.and_then(|p| p.get("budget_pause")).filter(|b| !b.is_null()))
+            .flatten();
+        let eta = match (estimated_finish, budget_pause) {
+            (Some(at), _) if at > now => format!("{} left", duration_text(at - now)),
+            (Some(_), _) => "finishing".to_string(),
+            (None, Some(pause)) => {
+                let step = pause.get("step").and_then(Value::as_u64).unwrap_or(0);
+                let at = pause.get("at").and_then(Value::as_i64).unwrap_or(now);
+                format!("budget pauses it at step {step} ({})", duration_text(at - now))
+            }
+            (None, None) => String::new(),
         };
         let state = job.state.as_str();
         let controls = Controls {
@@ -100,7 +114,13 @@ impl JobProgress {
         let error = job.error.as_ref().filter(|_| state == "failed").map(|e| {
             e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
         });
+        let paused_reason = (state == "paused")
+            .then(|| report.and_then(|p| p.get("paused_reason")).and_then(Value::as_str))
+            .flatten()
+            .map(str::to_string);
         JobProgress {
+            paused_reason,
+            budget: budget_text(job),
             status: job.state.clone(),
             step,
             total,
@@ -122,6 +142,19 @@ impl JobProgress {
             String::new()
         }
     }
+}
+
+/// A job's budget as `612 s of 600 s · 4000 of 10000 generated tokens` (empty without caps).
+fn budget_text(job: &JobRecord) -> String {
+    let (caps, usage) = (job.caps(), job.usage());
+    let mut parts = Vec::new();
+    if let Some(cap) = caps.max_wall_seconds {
+        parts.push(format!("{:.0} s of {cap} s", usage.wall_seconds));
+    }
+    if let Some(cap) = caps.max_tokens {
+        parts.push(format!("{} of {cap} generated tokens", usage.tokens));
+    }
+    parts.join(" · ")
 }
 
 /// A running job's phase from the worker's report: `evaluating 37/200`, `sampling`, …
@@ -165,6 +198,10 @@ mod tests {
             fine_tuned_model: None,
             created_at: chrono::Utc::now(),
             finished_at: None,
+            max_wall_seconds: None,
+            max_tokens: None,
+            used_wall_seconds: 0.0,
+            used_tokens: 0,
         }
     }
 
@@ -193,6 +230,17 @@ mod tests {
         assert!(!cancelling.controls.cancel && !cancelling.controls.pause);
         let paused = JobProgress::of(&job("paused", "none", None), None, 0);
         assert_eq!(paused.controls, Controls { pause: false, resume: true, cancel: true });
+        let budget =
+            json!({"step": 2, "estimated_finish": null, "budget_pause": {"step": 7, "at": 960}});
+        let p = JobProgress::of(&job("running", "none", Some(budget)), Some(2), 900);
+        assert_eq!(p.eta, "budget pauses it at step 7 (~60 s)");
+        let reason = "budget of 600 s reached at step 7 (612 s used); raise max_wall_seconds";
+        let mut paused = job("paused", "none", Some(json!({"step": 7, "paused_reason": reason})));
+        (paused.max_wall_seconds, paused.used_wall_seconds) = (Some(600), 612.4);
+        let p = JobProgress::of(&paused, Some(7), 0);
+        assert_eq!(p.paused_reason.as_deref(), Some(reason));
+        assert_eq!(p.budget, "612 s of 600 s");
+        assert!(JobProgress::of(&job("running", "none", None), None, 0).paused_reason.is_none());
         let failed = JobProgress::of(&job("failed", "none", None), None, 0);
         assert_eq!(failed.controls, Controls { pause: false, resume: false, cancel: false });
     }

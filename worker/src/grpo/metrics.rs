@@ -184,6 +184,10 @@ pub struct StepMetrics {
     /// job's `trained_tokens` is their sum).
     #[serde(default)]
     pub trained_tokens: u64,
+    /// Completion tokens the policy generated this step: every completion sampled, those of
+    /// groups dynamic sampling discarded included (what a job's `max_tokens` budget counts).
+    #[serde(default)]
+    pub generated_tokens: u64,
 }
 
 impl StepMetrics {
@@ -356,6 +360,7 @@ mod tests {
             "grading_seconds",
             "training_seconds",
             "trained_tokens",
+            "generated_tokens",
         ] {
             assert!(json.get(field).is_some(), "missing {field}");
         }

@@ -1,6 +1,7 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
 use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
+use super::budget::{store_usage, usage_before, Meter};
 use super::progress::{JobPhase, LiveProgress};
 use super::watch::Watch;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
@@ -394,6 +395,41 @@ impl TrainingHandler {
         training: bool,
     ) -> Result<(), Stop> {
         let key = format!("jobs/{}/samples/step-{step}.jsonl", lease.job().id);
+        self.store_samples(lease, heartbeat, step, &key, records, 0, training).await
+    }
+
+    /// Writes the validation samples an evaluation after `step` kept
+    /// (`samples/step-{step}-validation.jsonl`), indexed after the step's `first` training
+    /// samples and without an advantage, which tells them apart.
+    async fn record_validation_samples(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        step: u64,
+        eval: &Evaluation,
+        first: usize,
+    ) -> Result<(), Stop> {
+        let Evaluation::Reinforcement(eval) = eval else { return Ok(()) };
+        if eval.samples.is_empty() {
+            return Ok(());
+        }
+        let key = format!("jobs/{}/samples/step-{step}-validation.jsonl", lease.job().id);
+        self.store_samples(lease, heartbeat, step as i32, &key, &eval.samples, first, false).await
+    }
+
+    /// Writes `records` to `key` and indexes them under `step` from index `first` on.
+    #[allow(clippy::too_many_arguments)]
+    async fn store_samples(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        step: i32,
+        key: &str,
+        records: &[SampleRecord],
+        first: usize,
+        training: bool,
+    ) -> Result<(), Stop> {
+        let key = key.to_string();
         let mut body = String::new();
         for record in records {
             body.push_str(
@@ -410,7 +446,7 @@ impl TrainingHandler {
             .iter()
             .enumerate()
             .map(|(line, s)| SampleIndexRow {
-                idx: s.idx as i32,
+                idx: (first + s.idx) as i32,
                 prompt_idx: s.prompt_idx as i32,
                 score: (training || s.grader_error.is_none()).then_some(s.score),
                 advantage: training.then_some(s.advantage),
@@ -505,15 +541,16 @@ impl TrainingHandler {
     }
 
     /// Reports the warnings a new row set off (a `warning` event each, the first time a kind
-    /// fires); true when one of them is listed in `auto_pause_on` (after an `auto_pause` event).
+    /// fires); the reason to pause when one of them is listed in `auto_pause_on` (after an
+    /// `auto_pause` event).
     async fn watch_row(
         &self,
         lease: &Lease,
         heartbeat: &Heartbeat,
         watch: &mut Watch,
         row: Value,
-    ) -> Result<bool, Stop> {
-        let mut pause = false;
+    ) -> Result<Option<String>, Stop> {
+        let mut pause = None;
         for warning in watch.observe(row) {
             let data = serde_json::to_value(&warning).unwrap_or(Value::Null);
             event(lease, heartbeat, EventLevel::Warn, "warning", &warning.message, Some(&data))
@@ -530,10 +567,58 @@ impl TrainingHandler {
                 );
                 event(lease, heartbeat, EventLevel::Warn, "auto_pause", &message, Some(&data))
                     .await?;
-                pause = true;
+                pause = Some(message);
             }
         }
         Ok(pause)
+    }
+
+    /// Pauses the job itself for `reason`: checkpoints the trainer (unless `trainer` is `None`:
+    /// nothing was trained since the checkpoint it resumed from), stores the reason with the
+    /// progress, and ends the attempt as paused, as a user's pause does.
+    async fn pause_for(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        progress: &LiveProgress,
+        trainer: Option<Trainer>,
+        metrics: Option<&Value>,
+        reason: &str,
+    ) -> Result<JobOutcome, Stop> {
+        if let Some(trainer) = trainer {
+            progress.phase(JobPhase::Checkpointing);
+            self.checkpoint(lease, heartbeat, trainer, metrics).await?;
+        }
+        progress.paused(reason);
+        if let Some(report) = progress.snapshot() {
+            let store = || lease.heartbeat(Some(&report));
+            persist("reporting progress", heartbeat, QueueError::is_transient, store)
+                .await
+                .map_err(|e| lease_error("reporting progress", e))?;
+        }
+        Ok(JobOutcome::Paused)
+    }
+
+    /// Reports a cap of the job's budget reached after `step` (a `budget_pause` event); the
+    /// reason to pause.
+    async fn budget_reached(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        reached: verity_core::budget::Reached,
+        step: u64,
+    ) -> Result<String, Stop> {
+        let field = reached.cap.field();
+        let reason = format!(
+            "{}; raise {field} (POST /v1/verity/jobs/{}/budget) and resume the job to continue",
+            reached.describe(step),
+            lease.job().id
+        );
+        let data =
+            json!({"cap": field, "limit": reached.limit, "used": reached.used, "step": step});
+        tracing::info!(job_id = %lease.job().id, cap = field, step, "budget reached; pausing the job");
+        event(lease, heartbeat, EventLevel::Warn, "budget_pause", &reason, Some(&data)).await?;
+        Ok(reason)
     }
 
     /// Writes the results file and describes the model the job produced (its final checkpoint).
@@ -557,6 +642,8 @@ impl TrainingHandler {
     }
 
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
+        // The attempt's wall time counts from here: set-up (model download and load) included.
+        let started = std::time::Instant::now();
         let (mut trainer, resumed) = self.build(lease, heartbeat).await?;
         let trained_tokens: u64 = match resumed {
             Some(_) => {
@@ -586,12 +673,20 @@ impl TrainingHandler {
                 event(lease, heartbeat, EventLevel::Info, "started", message, Some(&data)).await?
             }
         }
+        let mut meter = Meter::new(usage_before(lease, heartbeat).await?, started);
+        let caps = store_usage(lease, heartbeat, meter.usage()).await?;
+        if let Some(reached) = caps.reached(meter.usage()) {
+            // Already at a cap (lowered while queued): pause before training anything.
+            let reason = self.budget_reached(lease, heartbeat, reached, trainer.step()).await?;
+            return self.pause_for(lease, heartbeat, &progress, None, None, &reason).await;
+        }
         let hp = trainer.hyperparameters().clone();
         let mut watch = Watch::new(self.monitor_rows(lease, heartbeat).await?, &hp.auto_pause_on);
         if hp.eval_on_start && resumed.is_none() {
             let (returned, baseline) = self.evaluate(trainer, &progress).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
+                self.record_validation_samples(lease, heartbeat, 0, &baseline, 0).await?;
                 eval_event(lease, heartbeat, &baseline).await?;
                 let row = json!({"step": 0, "eval": baseline});
                 self.watch_row(lease, heartbeat, &mut watch, row).await?;
@@ -628,9 +723,10 @@ impl TrainingHandler {
                     tracing::warn!(%message, "pausing the job");
                     event(lease, heartbeat, EventLevel::Warn, "judge_unavailable", &message, None)
                         .await?;
-                    progress.phase(JobPhase::Checkpointing);
-                    self.checkpoint(lease, heartbeat, trainer, None).await?;
-                    return Ok(JobOutcome::Paused);
+                    let trainer = Some(trainer);
+                    return self
+                        .pause_for(lease, heartbeat, &progress, trainer, None, &message)
+                        .await;
                 }
                 out => out.map_err(trainer_error)?,
             };
@@ -646,6 +742,14 @@ impl TrainingHandler {
                 None
             };
             let row = self.record_step(lease, heartbeat, &out, eval.as_ref()).await?;
+            if let Some(eval) = &eval {
+                let first = out.samples.len();
+                self.record_validation_samples(lease, heartbeat, step, eval, first).await?;
+            }
+            meter.step_done(out.metrics.generated_tokens);
+            let usage = meter.usage();
+            let caps = store_usage(lease, heartbeat, usage).await?;
+            progress.budget(caps, usage, meter.tokens_per_step());
             // The step is reported the moment its metrics row exists, so the step shown never
             // lags the charts.
             progress.step_done(step, lap.elapsed().as_secs_f64(), out.metrics.trained_tokens);
@@ -660,11 +764,19 @@ impl TrainingHandler {
             if eval.is_some() {
                 last_eval = eval;
             }
-            let pause = self.watch_row(lease, heartbeat, &mut watch, row.clone()).await?;
-            if pause && !trainer.finished() {
-                progress.phase(JobPhase::Checkpointing);
-                self.checkpoint(lease, heartbeat, trainer, Some(&row)).await?;
-                return Ok(JobOutcome::Paused);
+            let mut pause = self.watch_row(lease, heartbeat, &mut watch, row.clone()).await?;
+            if let Some(reached) = caps.reached(usage).filter(|_| !trainer.finished()) {
+                let reason = self.budget_reached(lease, heartbeat, reached, step).await?;
+                pause = Some(match pause {
+                    Some(warning) => format!("{reason}; {warning}"),
+                    None => reason,
+                });
+            }
+            if let Some(reason) = pause.filter(|_| !trainer.finished()) {
+                let trainer = Some(trainer);
+                return self
+                    .pause_for(lease, heartbeat, &progress, trainer, Some(&row), &reason)
+                    .await;
             }
             if trainer.finished() || step % hp.checkpoint_interval as u64 == 0 {
                 progress.phase(JobPhase::Checkpointing);

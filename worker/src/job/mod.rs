@@ -7,6 +7,7 @@
 //! `jobs/{id}/metrics.jsonl`, its samples and an event; checkpoints are published atomically.
 
 pub(crate) mod artifacts;
+mod budget;
 mod handler;
 mod progress;
 mod runs;

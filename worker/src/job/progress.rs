@@ -1,12 +1,15 @@
 //! A training job's live progress, the one source the API and the dashboard read: the step,
 //! the phase (sampling, grading, training, evaluating, checkpointing) with the phase's own
 //! count (`evaluating 37/200`), trained tokens and the estimated finish from measured step
-//! times. Every change is stored on the job at once by an early heartbeat.
+//! times (`null` when the job's budget will pause it first: `budget_pause` then says at which
+//! step and when), and why the job paused when it paused itself. Every change is stored on the
+//! job at once by an early heartbeat.
 
 use crate::trainer::{Phase, PhaseObserver};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use verity_core::budget::{Caps, Usage};
 use verity_core::queue::ProgressReporter;
 
 /// The phase the handler itself is in (a trainer's phases come through [`LiveProgress::observer`]).
@@ -39,6 +42,10 @@ struct State {
     /// checkpoints).
     steps: u64,
     seconds: f64,
+    /// The job's caps, its usage and mean generated tokens per step, as of the last step.
+    budget: Option<(Caps, Usage, f64)>,
+    /// Why the job paused itself (its budget, `auto_pause_on`, an unavailable judge).
+    paused_reason: Option<String>,
 }
 
 /// Unix seconds now.
@@ -58,10 +65,20 @@ impl State {
         }
     }
 
+    /// Steps after the current one at which the budget pauses the job, when that is before
+    /// its last step.
+    fn budget_pause_steps(&self) -> Option<u64> {
+        let (caps, usage, tokens_per_step) = self.budget?;
+        let seconds_per_step = if self.steps > 0 { self.seconds / self.steps as f64 } else { 0.0 };
+        caps.steps_left(usage, seconds_per_step, tokens_per_step)
+            .filter(|&k| self.step + k < self.total_steps)
+    }
+
     /// When the job should end (Unix seconds): the steps left at the mean measured pace, plus
-    /// the rest of a running evaluation; never before now. `None` before a step is measured.
+    /// the rest of a running evaluation; never before now. `None` before a step is measured,
+    /// and when its budget will pause it first.
     fn estimated_finish(&self) -> Option<i64> {
-        if self.steps == 0 {
+        if self.steps == 0 || self.budget_pause_steps().is_some() {
             return None;
         }
         let mean = self.seconds / self.steps as f64;
@@ -76,6 +93,10 @@ impl State {
             }
             _ => (None, None),
         };
+        let budget_pause = self.budget_pause_steps().map(|k| {
+            let mean = if self.steps > 0 { self.seconds / self.steps as f64 } else { 0.0 };
+            json!({"step": self.step + k, "at": now() + (mean * k as f64).ceil() as i64})
+        });
         json!({
             "step": self.step,
             "total_steps": self.total_steps,
@@ -85,6 +106,8 @@ impl State {
             "phase": self.phase.map(JobPhase::name),
             "phase_done": done,
             "phase_total": total,
+            "budget_pause": budget_pause,
+            "paused_reason": self.paused_reason,
         })
     }
 }
@@ -112,6 +135,8 @@ impl LiveProgress {
             phase_started: Instant::now(),
             steps: 0,
             seconds: 0.0,
+            budget: None,
+            paused_reason: None,
         };
         LiveProgress { state: Arc::new(Mutex::new(state)), reporter }
     }
@@ -146,6 +171,19 @@ impl LiveProgress {
             state.seconds += seconds;
             state.trained_tokens += tokens;
             state.phase = None;
+        });
+    }
+
+    /// The job's caps and usage after a step, with its mean generated tokens per step.
+    pub(super) fn budget(&self, caps: Caps, usage: Usage, tokens_per_step: f64) {
+        self.update(|state| state.budget = Some((caps, usage, tokens_per_step)));
+    }
+
+    /// The job pauses itself for `reason`; the phase under way is over.
+    pub(super) fn paused(&self, reason: &str) {
+        self.update(|state| {
+            state.phase = None;
+            state.paused_reason = Some(reason.to_string());
         });
     }
 
@@ -184,7 +222,26 @@ mod tests {
             phase_started: Instant::now(),
             steps,
             seconds,
+            budget: None,
+            paused_reason: None,
         }
+    }
+
+    #[test]
+    fn a_budget_that_pauses_first_replaces_the_finish() {
+        // 10 s a step, 40 s used of a 100 s cap: steps 3..8 run, the 6th from now crosses it.
+        let mut s = state(2, 20, 2, 20.0);
+        let caps = Caps { max_wall_seconds: Some(100), max_tokens: None };
+        s.budget = Some((caps, Usage { wall_seconds: 40.0, tokens: 0 }, 0.0));
+        let report = s.report();
+        assert!(report["estimated_finish"].is_null(), "{report}");
+        assert_eq!(report["budget_pause"]["step"], 8);
+        let at = report["budget_pause"]["at"].as_i64().unwrap();
+        assert!((at - now() - 60).abs() <= 1, "{at}");
+        // A cap the job ends before: the finish as usual, no budget pause.
+        s.total_steps = 5;
+        assert!(s.report()["budget_pause"].is_null());
+        assert!(s.report()["estimated_finish"].is_i64());
     }
 
     #[test]

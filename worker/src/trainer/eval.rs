@@ -1,10 +1,12 @@
-//! Evaluation on the validation set: mean reward, pass@1 and pass@k (unbiased estimator).
+//! Evaluation on the validation set: mean reward, pass@1 and pass@k (unbiased estimator), and
+//! the first [`VALIDATION_SAMPLES_KEPT`] completions for the completions explorer.
 
 use super::error::Result;
 use super::mix_seed;
 use super::phase::Phase;
-use super::rollout::Group;
-use super::step::{Trainer, SUCCESS_THRESHOLD};
+use super::rollout::{finish_reason_name, per_grader_scores, Group};
+use super::step::{SampleRecord, Trainer, SUCCESS_THRESHOLD};
+use super::tuning::Objective;
 use crate::grpo::metrics::mean_pass_at_k;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,7 +26,15 @@ pub struct EvalMetrics {
     pub pass_at_k: BTreeMap<String, f64>,
     /// Failed gradings (excluded from the means).
     pub grader_errors: usize,
+    /// The completions of the first validation rows, at most [`VALIDATION_SAMPLES_KEPT`]
+    /// (stored as the step's validation samples, not in the metrics row).
+    #[serde(skip)]
+    pub samples: Vec<SampleRecord>,
 }
+
+/// Validation completions an evaluation keeps for the explorer: those of the first rows, every
+/// completion of a row, whole rows only (at least one row).
+pub const VALIDATION_SAMPLES_KEPT: usize = 32;
 
 impl EvalMetrics {
     /// pass@1.
@@ -65,7 +75,11 @@ impl Trainer {
         }
         self.phase(Phase::Evaluating { done: total, total });
         let summary = summarize_groups(&groups, n)?;
+        let rows_kept = (VALIDATION_SAMPLES_KEPT / n.max(1)).max(1);
+        let samples =
+            self.validation_records(&validation.examples, &groups[..rows_kept.min(groups.len())]);
         Ok(Some(EvalMetrics {
+            samples,
             step: self.step,
             prompts: validation.len(),
             samples_per_prompt: n,
@@ -73,6 +87,43 @@ impl Trainer {
             pass_at_k: summary.pass_at_k,
             grader_errors: summary.grader_errors,
         }))
+    }
+}
+
+impl Trainer {
+    /// Sample records of validation `groups` (advantage 0: nothing trains on them).
+    fn validation_records(
+        &self,
+        examples: &[super::dataset::Example],
+        groups: &[Group],
+    ) -> Vec<SampleRecord> {
+        let name = match &self.objective {
+            Objective::Reinforcement { name, .. } => name.as_str(),
+            _ => "",
+        };
+        let mut out = Vec::new();
+        for (prompt_idx, g) in groups.iter().enumerate() {
+            for ((c, text), grade) in g.completions.iter().zip(&g.texts).zip(&g.grades) {
+                out.push(SampleRecord {
+                    step: self.step,
+                    idx: out.len(),
+                    prompt_idx,
+                    row: Some(g.example),
+                    prompt: examples[g.example].prompt_text.clone(),
+                    completion: text.clone(),
+                    score: grade.score,
+                    per_grader: per_grader_scores(grade, name),
+                    reason: grade.reason.clone(),
+                    grader_error: grade.error.as_ref().map(|e| e.message.clone()),
+                    reward: grade.score,
+                    advantage: 0.0,
+                    finish_reason: finish_reason_name(c.finish_reason).to_string(),
+                    tokens: c.token_ids.len(),
+                    reference: None,
+                });
+            }
+        }
+        out
     }
 }
 

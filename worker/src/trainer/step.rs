@@ -459,6 +459,7 @@ impl Trainer {
         metrics.grading_seconds = times.grading;
         metrics.tokens_per_second =
             if times.sampling > 0.0 { times.tokens as f64 / times.sampling } else { 0.0 };
+        metrics.generated_tokens = times.tokens as u64;
 
         // Rewards, grader failures, overlong shaping, advantages.
         let scores: Vec<f64> = groups.iter().flat_map(Group::scores).collect();

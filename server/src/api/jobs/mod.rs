@@ -1,6 +1,7 @@
 //! `/v1/fine_tuning/jobs`: create (validated, then enqueued), list, read, cancel / pause /
 //! resume, and what a job writes: events, checkpoints, metrics, samples.
 
+pub mod budget;
 pub mod cache;
 pub mod checkpoints;
 pub mod metrics;
@@ -22,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 pub use validate::validate_grader;
+use verity_core::budget::Caps;
 use verity_core::files::FileRecord;
 use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
@@ -36,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/fine_tuning/jobs/{job_id}/pause", post(pause_job))
         .route("/v1/fine_tuning/jobs/{job_id}/resume", post(resume_job))
         .route("/v1/fine_tuning/jobs/{job_id}/events", get(list_events))
+        .merge(budget::router())
         .merge(checkpoints::router())
         .merge(metrics::router())
         .merge(samples::router())
@@ -68,6 +71,10 @@ pub struct CreateJobRequest {
     /// Deprecated by OpenAI; refused unless null (use `method.{type}.hyperparameters`).
     #[schema(value_type = Option<Object>)]
     pub hyperparameters: Option<Value>,
+    /// Verity extension: `{max_wall_seconds, max_tokens}`, caps at which the job pauses
+    /// itself (changeable later with `POST /v1/verity/jobs/{id}/budget`).
+    #[schema(value_type = Option<Object>)]
+    pub budget: Option<Value>,
 }
 
 /// The org's job `id`, or 404.
@@ -97,6 +104,8 @@ pub struct CheckedRequest {
     pub training: FileRecord,
     /// The validation file, when named.
     pub validation: Option<FileRecord>,
+    /// The budget's caps (none when not asked for).
+    pub budget: Caps,
 }
 
 impl CheckedRequest {
@@ -143,6 +152,12 @@ pub async fn check_request(
     let method = validate::validate_method(request.method.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
+    let budget = match request.budget.as_ref().filter(|b| !b.is_null()) {
+        Some(body) => {
+            budget::checked_caps(Caps::default(), body, "budget", method.grader.is_some())?
+        }
+        None => Caps::default(),
+    };
     validate::validate_model(state, principal, &model).await?;
     if let Some(grader) = &method.grader {
         validate::validate_judges(state, principal, "method.reinforcement.grader", grader).await?;
@@ -155,7 +170,7 @@ pub async fn check_request(
         Some(id) => Some(validate::validate_file(state, principal, "validation_file", id).await?),
         None => None,
     };
-    Ok(CheckedRequest { model, method, training, validation })
+    Ok(CheckedRequest { model, method, training, validation, budget })
 }
 
 /// Creates a job and queues it.
@@ -181,6 +196,10 @@ pub async fn create_job(
     job.seed = seed;
     job.metadata = request.metadata.filter(|m| !m.is_null());
     let id = state.queue.enqueue(&job).await?;
+    if checked.budget != Caps::default() {
+        // The worker reads the caps at every step boundary, so one set now holds from the start.
+        verity_core::budget::set_caps(&state.pool, principal.org_id, &id, checked.budget).await?;
+    }
     tracing::info!(job_id = %id, org_id = %principal.org_id, "job created");
     Ok(Json(find_job(&state, &principal, &id).await?.into()))
 }
@@ -246,7 +265,10 @@ pub async fn control_job(
     id: &str,
     action: Control,
 ) -> ApiResult<JobRecord> {
-    find_job(state, principal, id).await?;
+    let job = find_job(state, principal, id).await?;
+    if action == Control::Resume && job.state == "paused" {
+        budget::refuse_exhausted(&job)?;
+    }
     match action {
         Control::Cancel => state.queue.cancel(id).await?,
         Control::Pause => state.queue.pause(id).await?,

@@ -80,6 +80,7 @@ impl SampleQuery {
             min_score: self.min_score,
             max_score: self.max_score,
             after,
+            validation: None,
         };
         Ok((filter, limit))
     }

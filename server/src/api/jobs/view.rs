@@ -76,6 +76,10 @@ pub struct JobObject {
     /// Last progress report of the worker (Verity extension).
     #[schema(value_type = Option<Object>)]
     pub progress: Option<Value>,
+    /// The job's budget (Verity extension): `max_wall_seconds` and `max_tokens` (null: no
+    /// cap), `used_wall_seconds` and `used_tokens` (generated completion tokens) so far.
+    #[schema(value_type = Object)]
+    pub budget: Value,
 }
 
 /// The job's method with its hyperparameters resolved (jobs stored before resolution existed
@@ -91,6 +95,17 @@ fn resolved_method(spec: &Value) -> Value {
 /// A whole number field of the worker's progress or result.
 fn count_field(value: Option<&Value>, field: &str) -> Option<i64> {
     value.and_then(|v| v.get(field)).and_then(Value::as_i64)
+}
+
+/// The job's `budget` object: its caps and what it used.
+fn budget_object(job: &JobRecord) -> Value {
+    let (caps, usage) = (job.caps(), job.usage());
+    json!({
+        "max_wall_seconds": caps.max_wall_seconds,
+        "max_tokens": caps.max_tokens,
+        "used_wall_seconds": (usage.wall_seconds * 10.0).round() / 10.0,
+        "used_tokens": usage.tokens,
+    })
 }
 
 impl From<JobRecord> for JobObject {
@@ -114,6 +129,7 @@ impl From<JobRecord> for JobObject {
         let estimated_finish = (job.state == "running")
             .then(|| count_field(job.progress.as_ref(), "estimated_finish"))
             .flatten();
+        let budget = budget_object(&job);
         let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
             code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
             message: e
@@ -147,6 +163,7 @@ impl From<JobRecord> for JobObject {
             integrations: None,
             pending_control: (job.control != "none").then_some(job.control),
             progress: job.progress,
+            budget,
             id: job.id,
         }
     }

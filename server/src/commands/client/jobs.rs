@@ -46,6 +46,14 @@ pub enum JobsCommand {
         /// Job id.
         id: String,
     },
+    /// Change a job's budget caps (`POST /v1/verity/jobs/{id}/budget`); a cap not given is
+    /// kept. Raise the cap of a job its budget paused, then resume it.
+    Budget {
+        /// Job id.
+        id: String,
+        #[command(flatten)]
+        caps: BudgetArgs,
+    },
     /// Print a line per new event until the job ends; exits 0 only when it succeeded.
     Watch {
         /// Job id.
@@ -86,6 +94,29 @@ pub struct CreateArgs {
     /// scores; exits 1 when job creation would refuse the request.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+}
+
+/// A job's budget caps (Verity extension; the job pauses itself when one is reached).
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// Wall seconds the job's attempts may spend (time queued or paused not counted).
+    #[arg(long = "max-wall-seconds")]
+    pub max_wall_seconds: Option<i64>,
+    /// Completion tokens the policy may generate in training steps (reinforcement jobs).
+    #[arg(long = "max-tokens")]
+    pub max_tokens: Option<i64>,
+}
+
+impl BudgetArgs {
+    /// The caps given, as a budget object (`None` when none is).
+    fn body(&self) -> Option<Value> {
+        let caps = [("max_wall_seconds", self.max_wall_seconds), ("max_tokens", self.max_tokens)];
+        let map: serde_json::Map<String, Value> =
+            caps.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?.into()))).collect();
+        (!map.is_empty()).then_some(Value::Object(map))
+    }
 }
 
 /// The model name `--from-job JOB [--checkpoint STEP]` stands for: the checkpoint's
@@ -179,6 +210,13 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                 }
             }
             apply_method(object, create.method.as_deref(), create.hyperparameters.as_deref())?;
+            if let Some(Value::Object(caps)) = create.budget.body() {
+                let budget = object.entry("budget").or_insert_with(|| serde_json::json!({}));
+                let Some(budget) = budget.as_object_mut() else {
+                    anyhow::bail!("the body's `budget` must be an object")
+                };
+                budget.extend(caps);
+            }
             if create.dry_run {
                 let report = client.post_json("/v1/verity/preflight", &body).await?;
                 if json {
@@ -216,6 +254,11 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
         JobsCommand::Cancel { id } => show(&control(&client, id, "cancel").await?, json, false),
         JobsCommand::Pause { id } => show(&control(&client, id, "pause").await?, json, false),
         JobsCommand::Resume { id } => show(&control(&client, id, "resume").await?, json, false),
+        JobsCommand::Budget { id, caps } => {
+            let body = caps.body().context("give --max-wall-seconds or --max-tokens")?;
+            let job = client.post_json(&format!("/v1/verity/jobs/{id}/budget"), &body).await?;
+            show(&job, json, false)
+        }
         JobsCommand::Watch { id } => {
             let status = watch(&client, id, |line| println!("{line}")).await?;
             if status != "succeeded" {
