@@ -184,6 +184,9 @@ pub struct StepMetrics {
     /// job's `trained_tokens` is their sum).
     #[serde(default)]
     pub trained_tokens: u64,
+    /// Tool use of the step's episodes (jobs with an environment only).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub episodes: Option<crate::episodes::EpisodeMetrics>,
 }
 
 impl StepMetrics {
