@@ -224,12 +224,17 @@ mod tests {
                 json!({"tools": [{"type": "calculator"}], "episode_limits": {"max_tool_calls": 0}}),
                 "episode_limits.max_tool_calls",
             ),
-            (json!({"tools": [{"type": "calculator"}], "max_episode_tokens": 10}), "max_episode_tokens"),
+            (
+                json!({"tools": [{"type": "calculator"}], "max_episode_tokens": 10}),
+                "max_episode_tokens",
+            ),
         ] {
             let e = env(bad).validate("method.reinforcement.environment", 64).unwrap_err();
             assert_eq!(e.param, format!("method.reinforcement.environment.{field}"), "{e}");
         }
-        assert!(serde_json::from_value::<Environment>(json!({"tools": [{"type": "shell"}]})).is_err());
+        assert!(
+            serde_json::from_value::<Environment>(json!({"tools": [{"type": "shell"}]})).is_err()
+        );
         assert!(serde_json::from_value::<Environment>(json!({"tools": [], "turns": 3})).is_err());
     }
 }

@@ -882,8 +882,7 @@ impl Method {
                     grader: reinforcement.grader.clone(),
                     hyperparameters: reinforcement.hyperparameters.resolved(),
                     environment: reinforcement.environment.as_ref().map(|environment| {
-                        environment
-                            .resolved(reinforcement.hyperparameters.max_completion_tokens())
+                        environment.resolved(reinforcement.hyperparameters.max_completion_tokens())
                     }),
                 },
             },

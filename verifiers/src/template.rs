@@ -188,8 +188,8 @@ mod tests {
             json!([{"name": "calculator", "arguments": {"expression": "6*7"}, "output": "42"}]),
         );
         sample.extra.insert("messages".into(), json!([{"role": "tool", "content": "42"}]));
-        let t = Template::parse("{{sample.tool_calls.0.name}}={{sample.messages.0.content}}")
-            .unwrap();
+        let t =
+            Template::parse("{{sample.tool_calls.0.name}}={{sample.messages.0.content}}").unwrap();
         assert_eq!(t.render(&json!({}), &sample).unwrap(), "calculator=42");
         let all = Template::parse("{{sample.tool_calls}}").unwrap();
         assert!(all.render(&json!({}), &sample).unwrap().contains("\"name\":\"calculator\""));

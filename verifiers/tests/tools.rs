@@ -20,9 +20,14 @@ fn limits(timeout_ms: u64) -> ToolLimits {
     }
 }
 
-fn call(session: &mut PythonSession, code: &str, timeout_ms: u64) -> verity_verifiers::tools::ToolReply {
+fn call(
+    session: &mut PythonSession,
+    code: &str,
+    timeout_ms: u64,
+) -> verity_verifiers::tools::ToolReply {
     let started = Instant::now();
-    let reply = session.call(&SandboxConfig::default(), &json!({ "code": code }), &limits(timeout_ms));
+    let reply =
+        session.call(&SandboxConfig::default(), &json!({ "code": code }), &limits(timeout_ms));
     assert!(started.elapsed() < CONTAINED_WITHIN, "not contained: {reply:?}");
     reply
 }

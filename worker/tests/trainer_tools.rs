@@ -25,18 +25,18 @@ fn trainer() -> Trainer {
         group_size: Some(8),
         learning_rate: 0.03,
         max_steps: Some(30),
-        max_completion_tokens: Some(6),
+        max_completion_tokens: Some(8),
         micro_batch_size: 16,
         seed: Some(2),
         ..Hyperparameters::default()
     };
     let environment: Environment = serde_json::from_value(json!({
-        "max_turns": 3, "tools": [{"type": "calculator"}]}))
+        "max_turns": 3, "tools": [{"type": "calculator"}], "max_episode_tokens": 96}))
     .unwrap();
     let options =
         TrainerOptions { seed: 1, base_model: "tiny".into(), graders: GraderPool::new(2) };
     Trainer::new(
-        tiny_model(Family::Llama, 3).unwrap(),
+        tiny_model(Family::Llama, 1).unwrap(),
         tokenizer,
         used_a_tool_grader(),
         hp,
@@ -60,8 +60,13 @@ fn a_job_with_an_environment_trains_on_episodes_and_learns_to_call_the_tool() {
         assert!(tools.turns_per_episode >= 1.0 && tools.turns_per_episode <= 3.0);
         assert!(tools.tool_errors_per_episode <= tools.tool_calls_per_episode);
         let row = out.row().unwrap();
-        for field in ["turns_per_episode", "tool_calls_per_episode", "tool_errors_per_episode",
-            "tool_seconds", "truncated_episode_fraction"] {
+        for field in [
+            "turns_per_episode",
+            "tool_calls_per_episode",
+            "tool_errors_per_episode",
+            "tool_seconds",
+            "truncated_episode_fraction",
+        ] {
             assert!(row.get(field).is_some(), "metrics row has {field}: {row}");
         }
         assert_eq!(out.samples.len(), 32);

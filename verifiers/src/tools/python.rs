@@ -105,9 +105,7 @@ impl PythonSession {
         };
         let stdout = case["stdout"].as_str().unwrap_or("").to_string();
         if case["timed_out"] == true {
-            return ToolReply::fatal(format!(
-                "python ran past its time limit of {timeout_ms} ms"
-            ));
+            return ToolReply::fatal(format!("python ran past its time limit of {timeout_ms} ms"));
         }
         if case["truncated"] == true {
             return ToolReply::fatal(format!(
@@ -117,11 +115,9 @@ impl PythonSession {
         }
         match case["returncode"].as_i64() {
             Some(0) => ToolReply::ok(stdout),
-            Some(1) if !stdout.is_empty() => ToolReply {
-                content: stdout,
-                error: true,
-                fatal: None,
-            },
+            Some(1) if !stdout.is_empty() => {
+                ToolReply { content: stdout, error: true, fatal: None }
+            }
             code => ToolReply::error(format!(
                 "python exited with code {} (killed by a limit?){}",
                 code.map_or("none".to_string(), |c| c.to_string()),

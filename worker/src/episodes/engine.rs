@@ -154,20 +154,24 @@ impl EpisodeRunner<'_> {
 
     fn run_on_pool(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
         if params.n == 0 || params.max_new_tokens == 0 {
-            return Err(WorkerError::InvalidArgument("n and max_new_tokens must be at least 1".into()));
+            return Err(WorkerError::InvalidArgument(
+                "n and max_new_tokens must be at least 1".into(),
+            ));
         }
         let tokenizer = self.tokenizer;
         let format = ToolFormat::of(tokenizer);
         let budget = self.environment.max_episode_tokens(params.max_new_tokens);
         let eos = &tokenizer.eos_token_ids;
         let pad = tokenizer.pad_id();
-        let compact = if params.rollout_dtype == RolloutDtype::Bf16 && self.model.device().is_cpu() {
+        let compact = if params.rollout_dtype == RolloutDtype::Bf16 && self.model.device().is_cpu()
+        {
             Some(CompactWeights::of(self.model)?)
         } else {
             None
         };
         let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        let (mut batch, prompt_logits) = DecodeBatch::prefill(self.model, &refs, pad, budget, compact)?;
+        let (mut batch, prompt_logits) =
+            DecodeBatch::prefill(self.model, &refs, pad, budget, compact)?;
         let g = params.n;
         let mut live: Vec<Live> = (0..prompts.len() * g)
             .map(|r| Live {
@@ -194,35 +198,39 @@ impl EpisodeRunner<'_> {
         batch.select_rows(&expand)?;
         let mut rows: Vec<usize> = (0..live.len()).collect();
         let mut logits: Vec<Vec<f32>> = expand.iter().map(|&p| prompt_logits[p].clone()).collect();
-        let stop_len = params.stop_strings.iter().map(String::len).max().unwrap_or(0).max(CALL_CLOSE.len());
+        let stop_len =
+            params.stop_strings.iter().map(String::len).max().unwrap_or(0).max(CALL_CLOSE.len());
         loop {
             // 1. Sample for every episode whose last fed token was its newest one.
             let mut row_live = rows_of(&mut live, &rows);
-            row_live.par_iter_mut().zip(logits.par_iter()).try_for_each(|(seq, row_logits)| -> Result<()> {
-                if seq.done || seq.fed < seq.episode.token_ids.len() {
-                    return Ok(());
-                }
-                let (token, logprob) = pick_token(row_logits, params, &mut seq.rng);
-                seq.push(token, logprob, true);
-                let len = seq.episode.token_ids.len();
-                if eos.contains(&token) {
-                    seq.end_turn(None);
-                    seq.finish(EpisodeEnd::Answer);
-                    return Ok(());
-                }
-                let tail = &seq.episode.token_ids[seq.turn_start.max(len.saturating_sub(stop_len + 8))..];
-                let text = tokenizer.decode(tail, false)?;
-                if text.contains(CALL_CLOSE) {
-                    seq.calling = true;
-                } else if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
-                    seq.end_turn(None);
-                    seq.finish(EpisodeEnd::Stop);
-                } else if len - seq.turn_start >= params.max_new_tokens || len >= budget {
-                    seq.end_turn(None);
-                    seq.finish(EpisodeEnd::TokenBudget);
-                }
-                Ok(())
-            })?;
+            row_live.par_iter_mut().zip(logits.par_iter()).try_for_each(
+                |(seq, row_logits)| -> Result<()> {
+                    if seq.done || seq.fed < seq.episode.token_ids.len() {
+                        return Ok(());
+                    }
+                    let (token, logprob) = pick_token(row_logits, params, &mut seq.rng);
+                    seq.push(token, logprob, true);
+                    let len = seq.episode.token_ids.len();
+                    if eos.contains(&token) {
+                        seq.end_turn(None);
+                        seq.finish(EpisodeEnd::Answer);
+                        return Ok(());
+                    }
+                    let tail = &seq.episode.token_ids
+                        [seq.turn_start.max(len.saturating_sub(stop_len + 8))..];
+                    let text = tokenizer.decode(tail, false)?;
+                    if text.contains(CALL_CLOSE) {
+                        seq.calling = true;
+                    } else if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
+                        seq.end_turn(None);
+                        seq.finish(EpisodeEnd::Stop);
+                    } else if len - seq.turn_start >= params.max_new_tokens || len >= budget {
+                        seq.end_turn(None);
+                        seq.finish(EpisodeEnd::TokenBudget);
+                    }
+                    Ok(())
+                },
+            )?;
             drop(row_live);
             // 2. Run the tool calls that closed in this step, concurrently.
             self.run_calls(&mut live, format, budget)?;
@@ -298,7 +306,9 @@ impl EpisodeRunner<'_> {
                 })
                 .collect();
             for handle in handles {
-                handle.join().map_err(|_| WorkerError::InvalidArgument("a tool thread panicked".into()))??;
+                handle
+                    .join()
+                    .map_err(|_| WorkerError::InvalidArgument("a tool thread panicked".into()))??;
             }
             Ok(())
         })
@@ -351,15 +361,21 @@ mod tests {
     /// model's tokens after a tool turn are what the trainer recomputes from the whole history.
     #[test]
     fn episodes_feed_tool_results_and_keep_the_logprobs_of_a_full_forward() {
-        let model = crate::testing::tiny_model(Family::Llama, 4).unwrap();
+        // (a seed whose random model emits `</tool_call>` now and then)
+        let model = crate::testing::tiny_model(Family::Llama, 1).unwrap();
         let tokenizer = tiny_tool_tokenizer().unwrap();
-        let environment: Environment = serde_json::from_value(
-            json!({"max_turns": 3, "tools": [{"type": "calculator"}]}),
-        )
-        .unwrap();
+        let environment: Environment =
+            serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}]}))
+                .unwrap();
         let sandbox = SandboxConfig::not_needed();
-        let runner = EpisodeRunner { model: &model, tokenizer: &tokenizer, environment: &environment, sandbox: &sandbox };
-        let params = SamplingParams { n: 16, max_new_tokens: 24, seed: 3, ..SamplingParams::default() };
+        let runner = EpisodeRunner {
+            model: &model,
+            tokenizer: &tokenizer,
+            environment: &environment,
+            sandbox: &sandbox,
+        };
+        let params =
+            SamplingParams { n: 16, max_new_tokens: 24, seed: 3, ..SamplingParams::default() };
         let prompts = vec![vec![1u32, 10, 11], vec![1u32, 20]];
         let episodes = runner.run(&prompts, &params).unwrap();
         assert_eq!(episodes.len(), 32);
@@ -371,27 +387,46 @@ mod tests {
             assert!(e.turns.len() <= 3 && !e.turns.is_empty());
             assert!(e.token_ids.len() <= environment.max_episode_tokens(24));
             for (k, turn) in e.turns.iter().enumerate() {
-                assert!(e.model_mask[turn.start..turn.end].iter().all(|&m| m), "turns are the model's");
+                assert!(
+                    e.model_mask[turn.start..turn.end].iter().all(|&m| m),
+                    "turns are the model's"
+                );
                 if let (Some(call), Some(next)) = (turn.call, e.turns.get(k + 1)) {
                     calls += 1;
                     let record = &e.tool_calls[call];
                     assert!(record.error, "the tiny vocabulary makes no valid call: {record:?}");
                     let fed = tokenizer.encode(&format.tool_turn(&record.output)).unwrap();
                     assert_eq!(&e.token_ids[turn.end..next.start], fed.as_slice());
-                    assert!(e.model_mask[turn.end..next.start].iter().all(|&m| !m), "fed tokens are masked");
+                    assert!(
+                        e.model_mask[turn.end..next.start].iter().all(|&m| !m),
+                        "fed tokens are masked"
+                    );
                 }
             }
             let scored = model
-                .completion_logprobs(&[prompts[e.prompt_index].clone()], &[e.token_ids.clone()], 1.0, 0, false)
+                .completion_logprobs(
+                    &[prompts[e.prompt_index].clone()],
+                    &[e.token_ids.clone()],
+                    1.0,
+                    0,
+                    false,
+                )
                 .unwrap();
             let trainer: Vec<f32> = scored.logprobs.to_vec2().unwrap().remove(0);
             for (t, &sampled) in e.model_mask.iter().enumerate() {
                 if sampled {
-                    assert!((trainer[t] - e.logprobs[t]).abs() < 1e-3, "token {t}: {} vs {}", trainer[t], e.logprobs[t]);
+                    assert!(
+                        (trainer[t] - e.logprobs[t]).abs() < 1e-3,
+                        "token {t}: {} vs {}",
+                        trainer[t],
+                        e.logprobs[t]
+                    );
                 }
             }
         }
-        assert!(calls > 0, "some episode called a tool and went on");
+        let ends: Vec<_> =
+            episodes.iter().map(|e| (e.end, e.tool_calls.len(), e.token_ids.len())).collect();
+        assert!(calls > 0, "some episode called a tool and went on: {ends:?}");
         let metrics = crate::episodes::EpisodeMetrics::of(&episodes).unwrap();
         assert!(metrics.tool_calls_per_episode > 0.0 && metrics.tool_errors_per_episode > 0.0);
     }

@@ -117,7 +117,9 @@ pub fn render_prompt(
 ) -> Result<String> {
     let mut messages: Vec<Value> = match (item.get("messages"), item.get("prompt")) {
         (Some(Value::Array(messages)), _) => messages.clone(),
-        (_, Some(Value::String(prompt))) => vec![serde_json::json!({"role": "user", "content": prompt})],
+        (_, Some(Value::String(prompt))) => {
+            vec![serde_json::json!({"role": "user", "content": prompt})]
+        }
         _ => {
             return Err(crate::error::WorkerError::InvalidArgument(
                 "the row has neither `messages` nor `prompt`".into(),
@@ -176,6 +178,7 @@ mod tests {
             "<|im_end|>\n<|im_start|>tool\n<tool_response>\n6\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
         );
         assert!(ToolFormat::Plain.tool_turn("6").contains("<tool_response>\n6\n"));
-        assert!(tools_system_text(&[json!({"name": "calculator"})]).contains("<tools>\n{\"name\":\"calculator\"}\n</tools>"));
+        assert!(tools_system_text(&[json!({"name": "calculator"})])
+            .contains("<tools>\n{\"name\":\"calculator\"}\n</tools>"));
     }
 }

@@ -22,7 +22,10 @@ use format::text_before_call;
 
 /// An episode's turns as OpenAI chat messages (assistant messages with `tool_calls`, `tool`
 /// messages with the results), and its final answer (the last assistant turn's text).
-pub fn episode_messages(tokenizer: &ChatTokenizer, episode: &Episode) -> Result<(Vec<Value>, String)> {
+pub fn episode_messages(
+    tokenizer: &ChatTokenizer,
+    episode: &Episode,
+) -> Result<(Vec<Value>, String)> {
     let mut messages = Vec::new();
     let mut last = String::new();
     for turn in &episode.turns {
@@ -30,7 +33,11 @@ pub fn episode_messages(tokenizer: &ChatTokenizer, episode: &Episode) -> Result<
         match turn.call.and_then(|c| episode.tool_calls.get(c).map(|r| (c, r))) {
             Some((index, call)) => {
                 let id = format!("call_{index}");
-                let arguments = if call.arguments.is_null() { String::new() } else { call.arguments.to_string() };
+                let arguments = if call.arguments.is_null() {
+                    String::new()
+                } else {
+                    call.arguments.to_string()
+                };
                 last = text_before_call(&text).to_string();
                 messages.push(json!({"role": "assistant", "content": last, "tool_calls": [
                     {"id": id, "type": "function", "function": {"name": call.name, "arguments": arguments}}]}));
@@ -81,7 +88,8 @@ impl EpisodeMetrics {
             return None;
         }
         let n = episodes.len() as f64;
-        let mean = |f: &dyn Fn(&Episode) -> usize| episodes.iter().map(|e| f(e)).sum::<usize>() as f64 / n;
+        let mean =
+            |f: &dyn Fn(&Episode) -> usize| episodes.iter().map(|e| f(e)).sum::<usize>() as f64 / n;
         Some(EpisodeMetrics {
             turns_per_episode: mean(&|e| e.turns.len()),
             tool_calls_per_episode: mean(&|e| e.tool_calls.len()),

@@ -81,7 +81,10 @@ impl<'a> EpisodeTools<'a> {
         };
         let episode_time = Duration::from_millis(limits.tool_time_ms);
         let reply = if self.calls >= limits.max_tool_calls {
-            ToolReply::fatal(format!("more than {} tool calls in the episode", limits.max_tool_calls))
+            ToolReply::fatal(format!(
+                "more than {} tool calls in the episode",
+                limits.max_tool_calls
+            ))
         } else {
             self.calls += 1;
             match parsed {
@@ -96,7 +99,10 @@ impl<'a> EpisodeTools<'a> {
             if self.time > episode_time {
                 Some(format!("the episode's tools ran past {} ms", limits.tool_time_ms))
             } else if self.output_bytes > limits.tool_output_bytes {
-                Some(format!("the episode's tools printed more than {} bytes", limits.tool_output_bytes))
+                Some(format!(
+                    "the episode's tools printed more than {} bytes",
+                    limits.tool_output_bytes
+                ))
             } else {
                 None
             }
@@ -122,7 +128,9 @@ impl<'a> EpisodeTools<'a> {
         // A call may use what is left of the episode's tool time, never more than its own limit.
         let left = episode_time.saturating_sub(self.time);
         let limits = ToolLimits {
-            timeout: Duration::from_millis(spec.limits.timeout_ms).min(left).max(Duration::from_millis(1)),
+            timeout: Duration::from_millis(spec.limits.timeout_ms)
+                .min(left)
+                .max(Duration::from_millis(1)),
             memory_mb: spec.limits.memory_mb,
             max_output_bytes: spec.limits.max_output_bytes,
         };
@@ -131,7 +139,10 @@ impl<'a> EpisodeTools<'a> {
             ToolKind::Python => self.python.call(self.sandbox, arguments, &limits),
         };
         if reply.content.len() > limits.max_output_bytes && reply.fatal.is_none() {
-            reply = ToolReply::fatal(format!("the tool printed more than {} bytes", limits.max_output_bytes));
+            reply = ToolReply::fatal(format!(
+                "the tool printed more than {} bytes",
+                limits.max_output_bytes
+            ));
         }
         reply
     }
@@ -148,13 +159,20 @@ mod tests {
 
     #[test]
     fn malformed_and_unknown_calls_are_counted_errors_and_the_call_limit_ends_the_episode() {
-        let env = environment(json!({"tools": [{"type": "calculator"}], "episode_limits": {"max_tool_calls": 2}}));
+        let env = environment(
+            json!({"tools": [{"type": "calculator"}], "episode_limits": {"max_tool_calls": 2}}),
+        );
         let sandbox = SandboxConfig::not_needed();
         let mut tools = EpisodeTools::new(&env, &sandbox);
         let ok = tools.call("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>");
-        assert_eq!((ok.record.output.as_str(), ok.record.error, ok.fatal.is_none()), ("144", false, true));
+        assert_eq!(
+            (ok.record.output.as_str(), ok.record.error, ok.fatal.is_none()),
+            ("144", false, true)
+        );
         let bad = tools.call("<tool_call>{\"name\": \"python\", \"arguments\": {}}</tool_call>");
-        assert!(bad.record.error && bad.fatal.is_none() && bad.record.output.contains("unknown tool"));
+        assert!(
+            bad.record.error && bad.fatal.is_none() && bad.record.output.contains("unknown tool")
+        );
         let over = tools.call("<tool_call>{oops</tool_call>");
         assert!(over.fatal.is_some_and(|f| f.contains("more than 2 tool calls")));
         let mut fresh = EpisodeTools::new(&env, &sandbox);

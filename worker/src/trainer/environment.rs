@@ -24,8 +24,7 @@ impl Trainer {
             return Err(TrainerError::Config("only reinforcement jobs have environments".into()));
         };
         let budget = environment.max_episode_tokens(max_completion);
-        let max_prompt =
-            self.model.config.max_position_embeddings.saturating_sub(budget).max(1);
+        let max_prompt = self.model.config.max_position_embeddings.saturating_sub(budget).max(1);
         let tools = schemas(&environment);
         render_all(&mut self.train, &self.tokenizer, &tools, max_prompt, "training file")?;
         if let Some(validation) = &mut self.validation {
