@@ -624,7 +624,7 @@ pub struct Reinforcement {
     pub hyperparameters: Hyperparameters,
     /// Multi-turn episodes with tools (docs/tools.md); absent, one completion per rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment: Option<crate::environment::Environment>,
+    pub environment: Option<Box<crate::environment::Environment>>,
 }
 
 impl Reinforcement {
@@ -882,7 +882,10 @@ impl Method {
                     grader: reinforcement.grader.clone(),
                     hyperparameters: reinforcement.hyperparameters.resolved(),
                     environment: reinforcement.environment.as_ref().map(|environment| {
-                        environment.resolved(reinforcement.hyperparameters.max_completion_tokens())
+                        Box::new(
+                            environment
+                                .resolved(reinforcement.hyperparameters.max_completion_tokens()),
+                        )
                     }),
                 },
             },

@@ -405,8 +405,8 @@ mod tests {
             }
             let scored = model
                 .completion_logprobs(
-                    &[prompts[e.prompt_index].clone()],
-                    &[e.token_ids.clone()],
+                    std::slice::from_ref(&prompts[e.prompt_index]),
+                    std::slice::from_ref(&e.token_ids),
                     1.0,
                     0,
                     false,
