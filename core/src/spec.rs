@@ -612,7 +612,8 @@ impl Hyperparameters {
     }
 }
 
-/// The reinforcement method: a grader and hyperparameters.
+/// The reinforcement method: a grader, hyperparameters and (Verity extension) an optional
+/// tool environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reinforcement {
@@ -621,6 +622,26 @@ pub struct Reinforcement {
     /// Training hyperparameters.
     #[serde(default)]
     pub hyperparameters: Hyperparameters,
+    /// Multi-turn episodes with tools (docs/tools.md); absent, one completion per rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Box<crate::environment::Environment>>,
+}
+
+impl Reinforcement {
+    /// Validates the `environment` block, if any (errors name
+    /// `method.reinforcement.environment.{field}`); overlong shaping, which measures one
+    /// completion, is refused with it.
+    pub fn validate_environment(&self) -> Result<(), HyperparameterError> {
+        let Some(environment) = &self.environment else { return Ok(()) };
+        let hp = &self.hyperparameters;
+        if hp.overlong_buffer > 0 {
+            return Err(HyperparameterError {
+                param: "method.reinforcement.hyperparameters.overlong_buffer".into(),
+                message: "overlong shaping is not supported with an environment yet".into(),
+            });
+        }
+        environment.validate("method.reinforcement.environment", hp.max_completion_tokens())
+    }
 }
 
 /// Default learning rate of supervised jobs (TRL's `SFTConfig` default).
@@ -860,6 +881,12 @@ impl Method {
                 reinforcement: Reinforcement {
                     grader: reinforcement.grader.clone(),
                     hyperparameters: reinforcement.hyperparameters.resolved(),
+                    environment: reinforcement.environment.as_ref().map(|environment| {
+                        Box::new(
+                            environment
+                                .resolved(reinforcement.hyperparameters.max_completion_tokens()),
+                        )
+                    }),
                 },
             },
             Method::Supervised { supervised } => {
@@ -875,7 +902,8 @@ impl Method {
         let prefix = format!("method.{}.hyperparameters", self.kind().as_str());
         match self {
             Method::Reinforcement { reinforcement } => {
-                reinforcement.hyperparameters.validate(&prefix)
+                reinforcement.hyperparameters.validate(&prefix)?;
+                reinforcement.validate_environment()
             }
             Method::Supervised { supervised } => {
                 supervised.hyperparameters.validate(&prefix, SUPERVISED_LEARNING_RATE, false)
@@ -1022,6 +1050,27 @@ mod tests {
         assert!(e.param.ends_with("hyperparameters.stop"), "{e:?}");
         let e = method(json!({"stop": ["a", "b", "c", "d", "e"]})).unwrap().validate().unwrap_err();
         assert!(e.message.contains("at most 4"), "{e:?}");
+    }
+
+    #[test]
+    fn an_environment_block_is_optional_validated_and_echoed() {
+        let bare = serde_json::to_value(method(json!({})).unwrap().resolved()).unwrap();
+        assert!(bare["reinforcement"].get("environment").is_none(), "absent stays absent");
+        let with = |environment: Value, hp: Value| -> Method {
+            serde_json::from_value(json!({"type": "reinforcement", "reinforcement": {
+                "grader": {"type": "math"}, "hyperparameters": hp, "environment": environment}}))
+            .unwrap()
+        };
+        let tools = with(json!({"tools": [{"type": "calculator"}], "max_turns": 3}), json!({}));
+        tools.validate().unwrap();
+        let echoed = serde_json::to_value(tools.resolved()).unwrap();
+        assert_eq!(echoed["reinforcement"]["environment"]["max_episode_tokens"], json!(768));
+        let e = with(json!({"tools": []}), json!({})).validate().unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.environment.tools");
+        let e = with(json!({"tools": [{"type": "python"}]}), json!({"overlong_buffer": 8}))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.hyperparameters.overlong_buffer");
     }
 
     fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {

@@ -258,6 +258,20 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
             ),
             "method.reinforcement.hyperparameters.compute_multiplier",
         ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "environment": {"tools": []}}}),
+            ),
+            "method.reinforcement.environment.tools",
+        ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "environment": {"tools": [{"type": "python", "limits": {"timeout_ms": 0}}]}}}),
+            ),
+            "method.reinforcement.environment.tools[0].limits.timeout_ms",
+        ),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),
         (with("metadata", json!({"k": "v".repeat(513)})), "metadata.k"),

@@ -30,6 +30,7 @@ pub mod sample;
 pub mod sandbox;
 pub mod spec;
 pub mod template;
+pub mod tools;
 
 pub use embed::{EmbedError, Embedder, Embedding, SharedEmbedder};
 pub use grader::{Grader, InvalidGrader, SpecError};

@@ -181,6 +181,21 @@ mod tests {
     }
 
     #[test]
+    fn episode_fields_of_the_sample_are_reachable() {
+        let mut sample = Sample::from_text("42");
+        sample.extra.insert(
+            "tool_calls".into(),
+            json!([{"name": "calculator", "arguments": {"expression": "6*7"}, "output": "42"}]),
+        );
+        sample.extra.insert("messages".into(), json!([{"role": "tool", "content": "42"}]));
+        let t =
+            Template::parse("{{sample.tool_calls.0.name}}={{sample.messages.0.content}}").unwrap();
+        assert_eq!(t.render(&json!({}), &sample).unwrap(), "calculator=42");
+        let all = Template::parse("{{sample.tool_calls}}").unwrap();
+        assert!(all.render(&json!({}), &sample).unwrap().contains("\"name\":\"calculator\""));
+    }
+
+    #[test]
     fn missing_field_is_named() {
         let t = Template::parse("{{item.reference_answer}}").unwrap();
         let err = t.render(&json!({}), &Sample::from_text("x")).unwrap_err();

@@ -37,6 +37,7 @@ pub mod convert;
 pub mod device;
 pub mod embedding;
 pub mod embedding_models;
+pub mod episodes;
 pub mod error;
 pub mod gguf;
 pub mod grpo;

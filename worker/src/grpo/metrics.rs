@@ -188,6 +188,9 @@ pub struct StepMetrics {
     /// groups dynamic sampling discarded included (what a job's `max_tokens` budget counts).
     #[serde(default)]
     pub generated_tokens: u64,
+    /// Tool use of the step's episodes (jobs with an environment only).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub episodes: Option<crate::episodes::EpisodeMetrics>,
 }
 
 impl StepMetrics {

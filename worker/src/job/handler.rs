@@ -301,6 +301,10 @@ impl TrainingHandler {
                 options,
             )
             .map_err(trainer_error)?;
+            // Verity extension: multi-turn episodes with tools (docs/tools.md)
+            if let Some(environment) = method.reinforcement().and_then(|r| r.environment.clone()) {
+                trainer = trainer.with_environment(*environment).map_err(trainer_error)?;
+            }
             if let Some(dir) = checkpoint_dir {
                 trainer.restore(&dir).map_err(|e| retryable("restoring the checkpoint", e))?;
             }

@@ -130,6 +130,7 @@ mod tests {
             completions: Vec::new(),
             texts: graded.iter().map(|(t, _)| t.to_string()).collect(),
             grades: graded.iter().map(|&(_, s)| GradeResult::scored(s, "")).collect(),
+            episodes: Vec::new(),
         }
     }
 

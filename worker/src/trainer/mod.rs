@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod chat_rows;
 pub mod dataset;
+pub mod environment;
 pub mod error;
 pub mod eval;
 pub mod learning;

@@ -3,12 +3,14 @@
 use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
+use crate::episodes::{grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
 use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample};
+use verity_core::environment::Environment;
+use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample, SandboxConfig};
 
 /// One prompt's sampled and graded completions.
 #[derive(Debug, Clone)]
@@ -21,12 +23,22 @@ pub struct Group {
     pub texts: Vec<String>,
     /// Their gradings.
     pub grades: Vec<GradeResult>,
+    /// The episodes behind the completions, when the job has a tool environment (else empty).
+    pub episodes: Vec<Episode>,
 }
 
 impl Group {
     /// Grader scores (0 for failed gradings; see [`Group::grader_failed`]).
     pub fn scores(&self) -> Vec<f64> {
         self.grades.iter().map(|g| g.score).collect()
+    }
+
+    /// Per completion, which of its tokens the model sampled (`None` for plain completions,
+    /// whose every token is the model's).
+    pub fn model_masks(&self) -> Vec<Option<Vec<bool>>> {
+        (0..self.completions.len())
+            .map(|i| self.episodes.get(i).map(|e| e.model_mask.clone()))
+            .collect()
     }
 
     /// Which gradings failed for infrastructure reasons.
@@ -75,6 +87,8 @@ pub struct Rollout<'a> {
     pub pool: &'a GraderPool,
     /// Told when sampling and then grading begin.
     pub phases: Option<&'a PhaseObserver>,
+    /// The tool environment: rollouts are multi-turn episodes when set.
+    pub environment: Option<&'a Environment>,
 }
 
 impl Rollout<'_> {
@@ -89,15 +103,32 @@ impl Rollout<'_> {
         tell(self.phases, Phase::Sampling);
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
-        let mut completions = sample(
-            self.model,
-            &prompts,
-            params,
-            &self.tokenizer.eos_token_ids,
-            self.tokenizer.pad_id(),
-            Some(self.tokenizer),
-        )?;
-        completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
+        let (completions, episodes) = match self.environment {
+            None => {
+                let mut completions = sample(
+                    self.model,
+                    &prompts,
+                    params,
+                    &self.tokenizer.eos_token_ids,
+                    self.tokenizer.pad_id(),
+                    Some(self.tokenizer),
+                )?;
+                completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
+                (completions, Vec::new())
+            }
+            Some(environment) => {
+                let sandbox = SandboxConfig::default();
+                let runner = EpisodeRunner {
+                    model: self.model,
+                    tokenizer: self.tokenizer,
+                    environment,
+                    sandbox: &sandbox,
+                };
+                // prompt-major, as the groups below take them
+                let episodes = runner.run(&prompts, params)?;
+                (episodes.iter().map(Episode::completion).collect::<Vec<_>>(), episodes)
+            }
+        };
         let sampling = started.elapsed().as_secs_f64();
         let tokens = completions.iter().map(|c| c.token_ids.len()).sum();
         let texts = completions
@@ -109,10 +140,15 @@ impl Rollout<'_> {
         let batch: Vec<(serde_json::Value, Sample)> = completions
             .iter()
             .zip(&texts)
-            .map(|(c, text)| {
-                (rows[examples[c.prompt_index]].item.clone(), Sample::from_text(text.clone()))
+            .enumerate()
+            .map(|(i, (c, text))| {
+                let sample = match episodes.get(i) {
+                    Some(episode) => grader_sample(self.tokenizer, episode)?,
+                    None => Sample::from_text(text.clone()),
+                };
+                Ok((rows[examples[c.prompt_index]].item.clone(), sample))
             })
-            .collect();
+            .collect::<crate::error::Result<_>>()?;
         let grades = self.pool.grade_batch_blocking(self.grader, &batch);
         // a judge outage stops the step: its samples are not scored as wrong
         if let Some(outage) = grades
@@ -125,6 +161,7 @@ impl Rollout<'_> {
         let grading = started.elapsed().as_secs_f64();
         let mut texts = texts.into_iter();
         let mut completions = completions.into_iter();
+        let mut episodes = episodes.into_iter();
         let groups = examples
             .iter()
             .map(|&example| {
@@ -133,6 +170,7 @@ impl Rollout<'_> {
                     example,
                     texts: texts.by_ref().take(params.n).collect(),
                     grades: grades.by_ref().take(params.n).collect(),
+                    episodes: episodes.by_ref().take(params.n).collect(),
                     completions,
                 }
             })

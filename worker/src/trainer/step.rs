@@ -234,6 +234,8 @@ struct Batch {
     sampler_logprobs: Vec<Vec<f32>>,
     advantages: Vec<f32>,
     keep: Vec<bool>,
+    /// Per completion, which tokens the model sampled (`None`: all; episodes with tools).
+    model_masks: Vec<Option<Vec<bool>>>,
 }
 
 impl Trainer {
@@ -370,7 +372,7 @@ impl Trainer {
     }
 
     pub(super) fn rollout(&self) -> Result<Rollout<'_>> {
-        let Objective::Reinforcement { grader, .. } = &self.objective else {
+        let Objective::Reinforcement { grader, environment, .. } = &self.objective else {
             return Err(TrainerError::Config("only reinforcement jobs sample rollouts".into()));
         };
         Ok(Rollout {
@@ -379,6 +381,7 @@ impl Trainer {
             grader,
             pool: &self.pool,
             phases: self.phases.as_ref(),
+            environment: environment.as_deref(),
         })
     }
 
@@ -507,6 +510,8 @@ impl Trainer {
         }
         metrics.record_rewards(&ok_scores, &per_grader, SUCCESS_THRESHOLD);
         metrics.record_completions(&lengths, &truncated)?;
+        metrics.episodes =
+            crate::episodes::EpisodeMetrics::of(groups.iter().flat_map(|g| &g.episodes));
         let advantages = if rewards.is_empty() {
             Vec::new()
         } else {
@@ -539,6 +544,7 @@ impl Trainer {
                 sampler_logprobs: completions.iter().map(|c| c.logprobs.clone()).collect(),
                 advantages: advantages.iter().map(|&a| a as f32).collect(),
                 keep,
+                model_masks: groups.iter().flat_map(Group::model_masks).collect(),
             };
             metrics.trained_tokens = batch
                 .prompts
@@ -626,6 +632,9 @@ impl Trainer {
             let prompts = &batch.prompts[start..start + len];
             let comps = &batch.completions[start..start + len];
             let truncated: Vec<bool> = batch.keep[start..start + len].iter().map(|k| !k).collect();
+            // tool outputs and template tokens fed into episodes are not the model's: no loss
+            let model_masks: Vec<Option<&[bool]>> =
+                batch.model_masks[start..start + len].iter().map(Option::as_deref).collect();
             let logp_ref = match &self.reference {
                 Some(reference) => Some(
                     reference
@@ -638,11 +647,13 @@ impl Trainer {
                 Tensor::from_slice(&batch.advantages[start..start + len], len, &device)?;
             let micro = if reuse_current_as_old {
                 let mask = mask_truncated(&completion_mask(comps, &device)?, &truncated)?;
+                let mask = crate::episodes::mask_tool_tokens(&mask, &model_masks)?;
                 Micro { logp_old: None, logp_ref, mask, advantages, is_weights: None }
             } else {
                 let old =
                     self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
                 let mask = mask_truncated(&old.mask, &truncated)?;
+                let mask = crate::episodes::mask_tool_tokens(&mask, &model_masks)?;
                 let is_weights = old_stats.observe(
                     &old,
                     &mask,

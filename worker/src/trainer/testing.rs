@@ -14,18 +14,33 @@ pub const TINY_VOCAB: usize = 64;
 /// A word-level tokenizer over `<unk>`, `<s>`, `</s>` and `t3` … `t63` (ids = positions) with a
 /// chat template that concatenates message contents.
 pub fn tiny_tokenizer() -> Result<ChatTokenizer> {
+    word_tokenizer(&[])
+}
+
+/// [`tiny_tokenizer`] with `<tool_call>` and `</tool_call>` as tokens 3 and 4 (instead of `t3`
+/// and `t4`), so that the tiny model can call tools (and mostly make malformed calls).
+pub fn tiny_tool_tokenizer() -> Result<ChatTokenizer> {
+    word_tokenizer(&["<tool_call>", "</tool_call>"])
+}
+
+/// The word-level tokenizer of [`tiny_tokenizer`]; `words` replace `t3`, `t4`, … in order
+/// (as added, non-special tokens).
+fn word_tokenizer(words: &[&str]) -> Result<ChatTokenizer> {
     let mut vocab = serde_json::Map::new();
     let special = ["<unk>", "<s>", "</s>"];
     for (id, token) in special.iter().enumerate() {
         vocab.insert(token.to_string(), json!(id));
     }
     for id in special.len()..TINY_VOCAB {
-        vocab.insert(format!("t{id}"), json!(id));
+        let word = words.get(id - special.len()).map_or(format!("t{id}"), |w| w.to_string());
+        vocab.insert(word, json!(id));
     }
+    let entry = |id: usize, content: &str, special: bool| json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": special});
     let added: Vec<_> = special
         .iter()
         .enumerate()
-        .map(|(id, t)| json!({"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+        .map(|(id, t)| entry(id, t, true))
+        .chain(words.iter().enumerate().map(|(i, w)| entry(special.len() + i, w, false)))
         .collect();
     let spec = json!({
         "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,

@@ -56,6 +56,9 @@ pub enum Objective {
         grader: Box<Grader>,
         /// Its name.
         name: String,
+        /// Multi-turn episodes with tools, when the job has an environment (see
+        /// [`Trainer::with_environment`](super::Trainer::with_environment)).
+        environment: Option<Box<verity_core::environment::Environment>>,
     },
     /// Cross-entropy on the trained assistant tokens.
     Supervised(Box<SupervisedData>),
@@ -67,7 +70,7 @@ impl Objective {
     /// The reinforcement objective of `grader`.
     pub fn reinforcement(grader: Grader) -> Objective {
         let name = grader.spec().name().unwrap_or(grader.spec().kind()).to_string();
-        Objective::Reinforcement { grader: Box::new(grader), name }
+        Objective::Reinforcement { grader: Box::new(grader), name, environment: None }
     }
 }
 

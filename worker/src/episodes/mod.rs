@@ -1,0 +1,101 @@
+//! Multi-turn episodes with tools (Verity extension; docs/tools.md): the rollout engine
+//! ([`engine`]), the chat-template format of calls and results ([`format`]), each episode's
+//! tools and limits ([`tools`]), the loss mask of trajectories ([`mask`]), and what graders and
+//! metrics see of an episode (here).
+
+pub mod engine;
+pub mod format;
+pub mod mask;
+pub mod tools;
+
+pub use engine::{Episode, EpisodeEnd, EpisodeRunner, Turn};
+pub use mask::mask_tool_tokens;
+pub use tools::ToolCallRecord;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use verity_verifiers::Sample;
+
+use crate::error::Result;
+use crate::tokenizer::ChatTokenizer;
+use format::text_before_call;
+
+/// An episode's turns as OpenAI chat messages (assistant messages with `tool_calls`, `tool`
+/// messages with the results), and its final answer (the last assistant turn's text).
+pub fn episode_messages(
+    tokenizer: &ChatTokenizer,
+    episode: &Episode,
+) -> Result<(Vec<Value>, String)> {
+    let mut messages = Vec::new();
+    let mut last = String::new();
+    for turn in &episode.turns {
+        let text = tokenizer.decode(&episode.token_ids[turn.start..turn.end], true)?;
+        match turn.call.and_then(|c| episode.tool_calls.get(c).map(|r| (c, r))) {
+            Some((index, call)) => {
+                let id = format!("call_{index}");
+                let arguments = if call.arguments.is_null() {
+                    String::new()
+                } else {
+                    call.arguments.to_string()
+                };
+                last = text_before_call(&text).to_string();
+                messages.push(json!({"role": "assistant", "content": last, "tool_calls": [
+                    {"id": id, "type": "function", "function": {"name": call.name, "arguments": arguments}}]}));
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": call.output}));
+            }
+            None => {
+                last = text.clone();
+                messages.push(json!({"role": "assistant", "content": text}));
+            }
+        }
+    }
+    Ok((messages, last))
+}
+
+/// What a grader sees of an episode: `output_text` is the final answer, `messages` the turns
+/// after the prompt and `tool_calls` every call with its result.
+pub fn grader_sample(tokenizer: &ChatTokenizer, episode: &Episode) -> Result<Sample> {
+    let (messages, answer) = episode_messages(tokenizer, episode)?;
+    let mut sample = Sample::from_text(answer);
+    sample.extra.insert("messages".into(), Value::Array(messages));
+    sample.extra.insert(
+        "tool_calls".into(),
+        serde_json::to_value(&episode.tool_calls).unwrap_or(Value::Array(Vec::new())),
+    );
+    Ok(sample)
+}
+
+/// Tool-use metrics of a step's episodes (fields of its metrics row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeMetrics {
+    /// Mean assistant turns per episode.
+    pub turns_per_episode: f64,
+    /// Mean tool calls per episode.
+    pub tool_calls_per_episode: f64,
+    /// Mean failed tool calls (malformed, unknown tool, exception, limit) per episode.
+    pub tool_errors_per_episode: f64,
+    /// Seconds spent in tool calls (summed over episodes).
+    pub tool_seconds: f64,
+    /// Fraction of episodes cut off (turn limit, token budget, tool limit).
+    pub truncated_episode_fraction: f64,
+}
+
+impl EpisodeMetrics {
+    /// The metrics of `episodes` (`None` when there are none).
+    pub fn of<'a>(episodes: impl IntoIterator<Item = &'a Episode>) -> Option<EpisodeMetrics> {
+        let episodes: Vec<&Episode> = episodes.into_iter().collect();
+        if episodes.is_empty() {
+            return None;
+        }
+        let n = episodes.len() as f64;
+        let mean =
+            |f: &dyn Fn(&Episode) -> usize| episodes.iter().map(|e| f(e)).sum::<usize>() as f64 / n;
+        Some(EpisodeMetrics {
+            turns_per_episode: mean(&|e| e.turns.len()),
+            tool_calls_per_episode: mean(&|e| e.tool_calls.len()),
+            tool_errors_per_episode: mean(&|e| e.tool_calls.iter().filter(|c| c.error).count()),
+            tool_seconds: episodes.iter().flat_map(|e| &e.tool_calls).map(|c| c.seconds).sum(),
+            truncated_episode_fraction: mean(&|e| usize::from(e.end.truncated())),
+        })
+    }
+}

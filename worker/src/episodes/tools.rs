@@ -1,0 +1,183 @@
+//! One episode's tools: dispatches a parsed call to the built-in tool, keeps the episode's
+//! python session, and enforces the per-call and per-episode limits of the environment.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use verity_core::environment::{Environment, ToolKind};
+use verity_verifiers::tools::python::{self, PythonSession};
+use verity_verifiers::tools::{calculator, ToolLimits, ToolReply};
+use verity_verifiers::SandboxConfig;
+
+use super::format::parse_tool_call;
+
+/// One tool call of an episode, as graders and the explorer see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The function called (empty when the call could not be parsed).
+    pub name: String,
+    /// Its arguments (`null` when the call could not be parsed).
+    pub arguments: Value,
+    /// The result the model read.
+    pub output: String,
+    /// Whether the call failed (malformed, unknown tool, an exception, a limit).
+    pub error: bool,
+    /// Wall time of the call, in seconds.
+    pub seconds: f64,
+}
+
+/// What a call did to its episode.
+pub struct CallOutcome {
+    /// The call.
+    pub record: ToolCallRecord,
+    /// Why the episode ends after it, if it does.
+    pub fatal: Option<String>,
+}
+
+/// The function schemas (OpenAI `tools` format) of the environment's tools.
+pub fn schemas(environment: &Environment) -> Vec<Value> {
+    environment
+        .tools
+        .iter()
+        .map(|tool| match tool.kind {
+            ToolKind::Calculator => calculator::schema(),
+            ToolKind::Python => python::schema(),
+        })
+        .collect()
+}
+
+/// The tools of one episode.
+pub struct EpisodeTools<'a> {
+    environment: &'a Environment,
+    sandbox: &'a SandboxConfig,
+    python: PythonSession,
+    calls: usize,
+    time: Duration,
+    output_bytes: usize,
+}
+
+impl<'a> EpisodeTools<'a> {
+    /// Fresh tools (an empty python session) for one episode.
+    pub fn new(environment: &'a Environment, sandbox: &'a SandboxConfig) -> Self {
+        EpisodeTools {
+            environment,
+            sandbox,
+            python: PythonSession::new(),
+            calls: 0,
+            time: Duration::ZERO,
+            output_bytes: 0,
+        }
+    }
+
+    /// Parses and runs the tool call that ends `turn` (the assistant turn's text).
+    pub fn call(&mut self, turn: &str) -> CallOutcome {
+        let started = Instant::now();
+        let limits = self.environment.episode_limits;
+        let parsed = parse_tool_call(turn);
+        let (name, arguments) = match &parsed {
+            Ok(call) => (call.name.clone(), call.arguments.clone()),
+            Err(_) => (String::new(), Value::Null),
+        };
+        let episode_time = Duration::from_millis(limits.tool_time_ms);
+        let reply = if self.calls >= limits.max_tool_calls {
+            ToolReply::fatal(format!(
+                "more than {} tool calls in the episode",
+                limits.max_tool_calls
+            ))
+        } else {
+            self.calls += 1;
+            match parsed {
+                Err(message) => ToolReply::error(message),
+                Ok(call) => self.run(&call.name, &call.arguments, episode_time),
+            }
+        };
+        let elapsed = started.elapsed();
+        self.time += elapsed;
+        self.output_bytes += reply.content.len();
+        let fatal = reply.fatal.clone().or_else(|| {
+            if self.time > episode_time {
+                Some(format!("the episode's tools ran past {} ms", limits.tool_time_ms))
+            } else if self.output_bytes > limits.tool_output_bytes {
+                Some(format!(
+                    "the episode's tools printed more than {} bytes",
+                    limits.tool_output_bytes
+                ))
+            } else {
+                None
+            }
+        });
+        let record = ToolCallRecord {
+            name,
+            arguments,
+            output: reply.content,
+            error: reply.error || fatal.is_some(),
+            seconds: elapsed.as_secs_f64(),
+        };
+        CallOutcome { record, fatal }
+    }
+
+    fn run(&mut self, name: &str, arguments: &Value, episode_time: Duration) -> ToolReply {
+        let Some(spec) = self.environment.tool(name) else {
+            let offered: Vec<&str> = self.environment.tools.iter().map(|t| t.kind.name()).collect();
+            return ToolReply::error(format!(
+                "unknown tool {name:?}; the tools are {}",
+                offered.join(", ")
+            ));
+        };
+        // A call may use what is left of the episode's tool time, never more than its own limit.
+        let left = episode_time.saturating_sub(self.time);
+        let limits = ToolLimits {
+            timeout: Duration::from_millis(spec.limits.timeout_ms)
+                .min(left)
+                .max(Duration::from_millis(1)),
+            memory_mb: spec.limits.memory_mb,
+            max_output_bytes: spec.limits.max_output_bytes,
+        };
+        let mut reply = match spec.kind {
+            ToolKind::Calculator => calculator::call(arguments),
+            ToolKind::Python => self.python.call(self.sandbox, arguments, &limits),
+        };
+        if reply.content.len() > limits.max_output_bytes && reply.fatal.is_none() {
+            reply = ToolReply::fatal(format!(
+                "the tool printed more than {} bytes",
+                limits.max_output_bytes
+            ));
+        }
+        reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn environment(value: Value) -> Environment {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn malformed_and_unknown_calls_are_counted_errors_and_the_call_limit_ends_the_episode() {
+        let env = environment(
+            json!({"tools": [{"type": "calculator"}], "episode_limits": {"max_tool_calls": 2}}),
+        );
+        let sandbox = SandboxConfig::not_needed();
+        let mut tools = EpisodeTools::new(&env, &sandbox);
+        let ok = tools.call("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>");
+        assert_eq!(
+            (ok.record.output.as_str(), ok.record.error, ok.fatal.is_none()),
+            ("144", false, true)
+        );
+        let bad = tools.call("<tool_call>{\"name\": \"python\", \"arguments\": {}}</tool_call>");
+        assert!(
+            bad.record.error && bad.fatal.is_none() && bad.record.output.contains("unknown tool")
+        );
+        let over = tools.call("<tool_call>{oops</tool_call>");
+        assert!(over.fatal.is_some_and(|f| f.contains("more than 2 tool calls")));
+        let mut fresh = EpisodeTools::new(&env, &sandbox);
+        let malformed = fresh.call("<tool_call>{oops</tool_call>");
+        assert!(malformed.record.error && malformed.fatal.is_none(), "the model may retry");
+        assert!(malformed.record.output.starts_with("Error: the tool call is not valid JSON"));
+    }
+}
