@@ -3,6 +3,7 @@
 pub mod change_feed;
 pub mod config;
 pub mod db;
+pub mod difficulty;
 pub mod files;
 pub mod ids;
 pub mod job_state;

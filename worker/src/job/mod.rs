@@ -8,6 +8,7 @@
 
 pub(crate) mod artifacts;
 mod handler;
+mod profile;
 mod progress;
 mod runs;
 mod watch;
