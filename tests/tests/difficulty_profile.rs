@@ -158,7 +158,7 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     assert_eq!(filtered["file"]["filename"], "math.filtered.jsonl");
     assert_eq!(filtered["file"]["status"], "processed");
     let dropped: Vec<usize> =
-        passing.iter().filter(|(_, &c)| c == 0 || c == 6).map(|(&row, _)| row).collect();
+        passing.iter().filter(|(_, c)| **c == 0 || **c == 6).map(|(row, _)| *row).collect();
     assert_eq!(filtered["dropped_rows"], json!(dropped));
     let new_id = filtered["file"]["id"].as_str().unwrap().to_string();
     let content = get(&router, &format!("/v1/files/{new_id}/content"), &key).await;
@@ -173,7 +173,9 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     let again = post(&router, &url, &key, json!({})).await.json();
     assert_eq!(again["file"]["id"], new_id.as_str(), "asking twice returns the same file");
     let only_never = post(&router, &url, &key, json!({"drop_always_solved": false})).await.json();
-    assert_eq!(only_never["dropped_rows"], json!(passing.iter().filter(|(_, &c)| c == 0).map(|(&r, _)| r).collect::<Vec<_>>()));
+    let never_rows: Vec<usize> =
+        passing.iter().filter(|(_, c)| **c == 0).map(|(row, _)| *row).collect();
+    assert_eq!(only_never["dropped_rows"], json!(never_rows));
     let neither = post(&router, &url, &key,
         json!({"drop_always_solved": false, "drop_never_solved": false})).await;
     assert_eq!(neither.status, StatusCode::BAD_REQUEST);

@@ -4,7 +4,7 @@
 //! step of the job timed on those prompts; the report ([`verity_core::difficulty`]) is the
 //! run's result.
 
-use super::handler::{event, trainer_error, Stop, TrainingHandler};
+use super::handler::{event, retryable, Stop, TrainingHandler};
 use super::runs::{interrupted, parse_dataset, run_seed, RunContext};
 use crate::loader::LoadedModel;
 use crate::runs::sample_records;
@@ -121,7 +121,7 @@ impl TrainingHandler {
         let report =
             ProfileReport { difficulty, file_rows: lines.len(), throughput, measured_step, estimate };
         let result = serde_json::to_value(&report)
-            .map_err(|e| super::handler::retryable("encoding results", e))?;
+            .map_err(|e| retryable("encoding results", e))?;
         tracing::info!(run_id = %lease.job().id, zero_advantage = zero, "difficulty profile done");
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, None).await?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
@@ -163,7 +163,7 @@ impl TrainingHandler {
             })
         })
         .await
-        .map_err(|e| super::handler::retryable("measuring a training step", e))?;
+        .map_err(|e| retryable("measuring a training step", e))?;
         match step {
             Ok(step) => Ok(Some(step)),
             Err(error) => {

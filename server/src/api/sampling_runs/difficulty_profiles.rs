@@ -122,10 +122,7 @@ impl DifficultyProfileObject {
 
 /// Names `job.<param>` in an error about the nested job request.
 fn under_job(mut error: ApiError) -> ApiError {
-    error.param = Some(match error.param.take() {
-        Some(param) => format!("job.{param}"),
-        None => "job".to_string(),
-    });
+    error.param = error.param.take().map(|param| format!("job.{param}"));
     error
 }
 

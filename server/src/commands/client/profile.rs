@@ -118,10 +118,11 @@ pub fn report_text(r: &Value) -> String {
     let max = bins.iter().filter_map(|b| b["prompts"].as_u64()).max().unwrap_or(0).max(1);
     for bin in &bins {
         let n = bin["prompts"].as_u64().unwrap_or(0);
+        let passing = bin["passing"].as_u64().unwrap_or(0);
         let bar = "#".repeat((40 * n).div_ceil(max) as usize);
         out.push_str(&format!(
-            "  {:>3} / {} passing  {:>5}  {bar}\n",
-            bin["passing"], r["samples_per_prompt"], n
+            "  {passing:>3} / {} passing  {n:>5}  {bar}\n",
+            r["samples_per_prompt"]
         ));
     }
     out.push_str(&format!(
@@ -167,14 +168,14 @@ mod tests {
         let report = json!({"prompts": 4, "file_rows": 10, "samples_per_prompt": 2,
             "mean_pass_rate": 0.5, "group_size": 4, "always_solved": 1, "never_solved": 1,
             "histogram": [{"passing": 0, "prompts": 1}, {"passing": 1, "prompts": 2}, {"passing": 2, "prompts": 1}],
-            "predicted_zero_advantage_fraction": 0.5625, "predicted_zero_advantage_fraction_after_filter": 0.125,
+            "predicted_zero_advantage_fraction": 0.6, "predicted_zero_advantage_fraction_after_filter": 0.125,
             "estimate": {"steps": 5, "seconds_per_step": 2.0, "total_seconds": 10.0,
                 "sampling_seconds_per_step": 1.0, "grading_seconds_per_step": 0.5,
                 "training_seconds_per_step": null, "total_completion_tokens": 100.0,
                 "total_trained_tokens": 300.0, "caveats": ["no training step was measured"]}});
         let text = report_text(&report);
         assert!(text.contains("  1 / 2 passing      2  ########################################"), "{text}");
-        assert!(text.contains("group size 4: 56.2% (12.5% after filtering)"), "{text}");
+        assert!(text.contains("group size 4: 60.0% (12.5% after filtering)"), "{text}");
         assert!(text.contains("5 steps × 2.0 s ≈ 10.0 s"), "{text}");
         assert!(text.contains("training not measured"), "{text}");
         assert!(text.contains("caveat: no training step was measured"), "{text}");
