@@ -183,9 +183,13 @@ impl Difficulty {
             predicted_zero_advantage_fraction_after_filter: mean(
                 kept.map(|r| r.zero_advantage_probability),
             ),
-            measured_zero_advantage_fraction: mean(
-                rows.iter().map(|r| if r.all_equal { 1.0 } else { 0.0 }),
-            )
+            measured_zero_advantage_fraction: mean(rows.iter().map(|r| {
+                if r.all_equal {
+                    1.0
+                } else {
+                    0.0
+                }
+            }))
             .unwrap_or(0.0),
             rows,
         }
@@ -193,7 +197,11 @@ impl Difficulty {
 
     /// The rows a filtered file drops: those always solved (`drop_always_solved`) and those
     /// never solved (`drop_never_solved`). Rows not profiled are never dropped.
-    pub fn dropped_rows(&self, drop_always_solved: bool, drop_never_solved: bool) -> BTreeSet<usize> {
+    pub fn dropped_rows(
+        &self,
+        drop_always_solved: bool,
+        drop_never_solved: bool,
+    ) -> BTreeSet<usize> {
         self.rows
             .iter()
             .filter(|r| {
@@ -444,7 +452,9 @@ mod tests {
         assert_eq!(d.measured_zero_advantage_fraction, 0.5);
         assert!((d.mean_pass_rate - 0.4375).abs() < 1e-12);
         // At G = 2: 1, 1, 0.5, 0.625 → 0.78125.
-        assert!((Difficulty::of(&rows, 4, 2).predicted_zero_advantage_fraction - 0.78125).abs() < 1e-12);
+        assert!(
+            (Difficulty::of(&rows, 4, 2).predicted_zero_advantage_fraction - 0.78125).abs() < 1e-12
+        );
         assert_eq!(d.dropped_rows(true, true), BTreeSet::from([0, 1]));
         assert_eq!(d.dropped_rows(false, true), BTreeSet::from([0]));
         assert!(d.dropped_rows(false, false).is_empty());
@@ -516,7 +526,9 @@ mod tests {
         assert_eq!(CostEstimate::of(&dynamic, &throughput, None, 0.5).groups_per_step, 8.0);
         assert_eq!(CostEstimate::of(&dynamic, &throughput, None, 0.9).groups_per_step, 12.0);
         assert_eq!(CostEstimate::of(&dynamic, &throughput, None, 1.0).groups_per_step, 12.0);
-        assert!(CostEstimate::of(&shape, &throughput, None, 0.0).training_seconds_per_step.is_none());
+        assert!(CostEstimate::of(&shape, &throughput, None, 0.0)
+            .training_seconds_per_step
+            .is_none());
         assert_eq!(JobShape::steps(10, 4, 3, Some(7)), 7);
     }
 }

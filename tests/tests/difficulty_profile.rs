@@ -44,7 +44,11 @@ fn job(file: &str) -> Value {
            "method": {"type": "reinforcement", "reinforcement": {"grader": grader(), "hyperparameters": hp}}})
 }
 
-async fn run_one(queue: &Queue, store: Arc<dyn verity_core::storage::ObjectStore>, root: &std::path::Path) {
+async fn run_one(
+    queue: &Queue,
+    store: Arc<dyn verity_core::storage::ObjectStore>,
+    root: &std::path::Path,
+) {
     let handler = cpu_training_handler(store, &root.join("cache"));
     let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
     let info = WorkerInfo::new(DeviceKind::Cpu, 1024);
@@ -75,9 +79,13 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     assert_eq!(created["object"], "verity.difficulty_profile");
     assert_eq!((created["status"].as_str(), created["k"].as_u64()), (Some("queued"), Some(6)));
     assert_eq!(created["hyperparameters"]["group_size"], 4);
-    let early =
-        post(&router, &format!("/v1/verity/difficulty_profiles/{id}/filtered_file"), &key, json!({}))
-            .await;
+    let early = post(
+        &router,
+        &format!("/v1/verity/difficulty_profiles/{id}/filtered_file"),
+        &key,
+        json!({}),
+    )
+    .await;
     assert_eq!(early.status, StatusCode::CONFLICT, "{:?}", early.json());
     let jobs = get(&router, "/v1/fine_tuning/jobs", &key).await.json();
     assert!(jobs["data"].as_array().unwrap().is_empty(), "a profile is no fine-tuning job: {jobs}");
@@ -87,7 +95,10 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     assert_eq!(profile["status"], "succeeded", "{profile}");
     let report = &profile["report"];
     assert_eq!(report["prompts"], 5);
-    assert_eq!((report["samples_per_prompt"].as_u64(), report["group_size"].as_u64()), (Some(6), Some(4)));
+    assert_eq!(
+        (report["samples_per_prompt"].as_u64(), report["group_size"].as_u64()),
+        (Some(6), Some(4))
+    );
     assert_eq!(report["file_rows"], 5);
 
     // Independently from the stored samples: passes per row, histogram, p^G + (1 − p)^G.
@@ -129,8 +140,10 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     assert_eq!(report["binary_rewards"], true);
     let always = passing.values().filter(|&&c| c == 6).count();
     let never = passing.values().filter(|&&c| c == 0).count();
-    assert_eq!((report["always_solved"].as_u64(), report["never_solved"].as_u64()),
-               (Some(always as u64), Some(never as u64)));
+    assert_eq!(
+        (report["always_solved"].as_u64(), report["never_solved"].as_u64()),
+        (Some(always as u64), Some(never as u64))
+    );
 
     // The measured step and the estimate built on it.
     let step = &report["measured_step"];
@@ -176,8 +189,9 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     let never_rows: Vec<usize> =
         passing.iter().filter(|(_, c)| **c == 0).map(|(row, _)| *row).collect();
     assert_eq!(only_never["dropped_rows"], json!(never_rows));
-    let neither = post(&router, &url, &key,
-        json!({"drop_always_solved": false, "drop_never_solved": false})).await;
+    let neither =
+        post(&router, &url, &key, json!({"drop_always_solved": false, "drop_never_solved": false}))
+            .await;
     assert_eq!(neither.status, StatusCode::BAD_REQUEST);
     // The filtered file trains a job.
     let trained = post(&router, "/v1/fine_tuning/jobs", &key, job(&new_id)).await;
@@ -196,7 +210,8 @@ async fn bad_profiles_are_refused_naming_the_field(pool: PgPool) {
     let file = upload(&router, &key, "math.jsonl", rows_jsonl().as_bytes()).await.json();
     let file = file["id"].as_str().unwrap().to_string();
     let url = "/v1/verity/difficulty_profiles";
-    let supervised = json!({"model": MODEL, "training_file": file, "method": {"type": "supervised"}});
+    let supervised =
+        json!({"model": MODEL, "training_file": file, "method": {"type": "supervised"}});
     let mut no_model = job(&file);
     no_model["model"] = json!("no-such-model");
     let cases = [
@@ -212,6 +227,7 @@ async fn bad_profiles_are_refused_naming_the_field(pool: PgPool) {
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body}: {:?}", reply.json());
         assert_eq!(reply.json()["error"]["param"], param, "{body}: {:?}", reply.json());
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();
+    let count: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();
     assert_eq!(count, 0, "nothing was queued");
 }

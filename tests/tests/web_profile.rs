@@ -53,9 +53,12 @@ async fn the_profile_shows_the_histogram_and_predicted_fraction_in_a_real_browse
     let grader = json!({"type": "string_check", "name": "contains", "operation": "like",
         "input": "{{item.pad}}{{sample.output_text}}", "reference": "{{item.answer}}"});
     fill(&c, "#grader", &grader.to_string()).await;
-    for (field, value) in
-        [("batch_size", "2"), ("group_size", "4"), ("max_steps", "2"), ("max_completion_tokens", "4")]
-    {
+    for (field, value) in [
+        ("batch_size", "2"),
+        ("group_size", "4"),
+        ("max_steps", "2"),
+        ("max_completion_tokens", "4"),
+    ] {
         fill(&c, &format!("#hp-{field}"), value).await;
     }
     fill(&c, "#profile-k", "6").await;
@@ -68,14 +71,14 @@ async fn the_profile_shows_the_histogram_and_predicted_fraction_in_a_real_browse
     run_one_job(&queue, store.clone(), &root.path().join("cache")).await;
     let shown = until(&c, "document.querySelector('#profile-zero-advantage') && document.querySelector('#profile-zero-advantage').dataset.fraction").await;
     shot(&c, "difficulty-profile-report").await;
-    let profile =
-        api_support::get(&router, &format!("/v1/verity/difficulty_profiles/{id}"), &key).await.json();
+    let profile = api_support::get(&router, &format!("/v1/verity/difficulty_profiles/{id}"), &key)
+        .await
+        .json();
     assert_eq!(profile["status"], "succeeded", "{profile}");
     let report = &profile["report"];
     let fraction = report["predicted_zero_advantage_fraction"].as_f64().unwrap();
     assert_eq!(shown.as_str().unwrap().parse::<f64>().unwrap(), fraction);
-    let sentence =
-        until(&c, "document.querySelector('#profile-zero-advantage').textContent").await;
+    let sentence = until(&c, "document.querySelector('#profile-zero-advantage').textContent").await;
     let percent = format!("{:.1}%", 100.0 * fraction);
     assert!(sentence.as_str().unwrap().contains(&percent), "{sentence} shows {percent}");
     assert!(sentence.as_str().unwrap().contains("group size 4"), "{sentence}");
@@ -95,7 +98,8 @@ async fn the_profile_shows_the_histogram_and_predicted_fraction_in_a_real_browse
     assert_eq!(bars, expected, "one bar per passing count, as the API reports");
     assert_eq!(bars.len(), 7);
     assert_eq!(bars[6].1 as usize, report["always_solved"].as_u64().unwrap() as usize);
-    let estimate = until(&c, "document.querySelector('#profile-estimate').dataset.totalSeconds").await;
+    let estimate =
+        until(&c, "document.querySelector('#profile-estimate').dataset.totalSeconds").await;
     let total = report["estimate"]["total_seconds"].as_f64().unwrap();
     assert_eq!(estimate.as_str().unwrap().parse::<f64>().unwrap(), total);
 
@@ -103,10 +107,14 @@ async fn the_profile_shows_the_histogram_and_predicted_fraction_in_a_real_browse
     click(&c, "#profile-filter").await;
     let new_file = until(&c, "document.querySelector('#profile-filtered-file') && document.querySelector('#profile-filtered-file').dataset.file").await;
     let new_file = new_file.as_str().unwrap().to_string();
-    assert_eq!(until(&c, "document.querySelector('#training-file').value").await, new_file.as_str());
+    assert_eq!(
+        until(&c, "document.querySelector('#training-file').value").await,
+        new_file.as_str()
+    );
     let stored = api_support::get(&router, &format!("/v1/files/{new_file}"), &key).await.json();
     assert_eq!(stored["filename"], "math.filtered.jsonl", "{stored}");
-    let dropped = report["always_solved"].as_u64().unwrap() + report["never_solved"].as_u64().unwrap();
+    let dropped =
+        report["always_solved"].as_u64().unwrap() + report["never_solved"].as_u64().unwrap();
     assert_eq!(stored["records"].as_u64().unwrap(), 4 - dropped);
     shot(&c, "difficulty-profile-filtered").await;
     c.close().await;

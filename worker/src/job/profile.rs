@@ -45,7 +45,8 @@ impl TrainingHandler {
     ) -> Result<JobOutcome, Stop> {
         let (lease, heartbeat) = (ctx.lease, ctx.heartbeat);
         let hp = &profile.hyperparameters;
-        let data = json!({"kind": "difficulty_profile", "prompts": profile.prompts, "k": profile.k});
+        let data =
+            json!({"kind": "difficulty_profile", "prompts": profile.prompts, "k": profile.k});
         event(lease, heartbeat, EventLevel::Info, "started", "profiling started", Some(&data))
             .await?;
         let loaded = self.load_run_model(lease, heartbeat, &profile.model.name).await?;
@@ -62,9 +63,7 @@ impl TrainingHandler {
         let (loaded, dataset) =
             parse_dataset(lease, loaded, ctx.text, hp.max_completion_tokens()).await?;
         let rows = profiled_rows(dataset.len(), profile.prompts);
-        let progress = |done: usize, total: usize| {
-            json!({"phase": "sampling", "prompts_done": done, "prompts": total})
-        };
+        let progress = |done: usize, total: usize| json!({"phase": "sampling", "prompts_done": done, "prompts": total});
         let Some((groups, times)) =
             self.sample_rows(ctx, (&loaded, &dataset), &rows, &params, progress).await?
         else {
@@ -87,7 +86,8 @@ impl TrainingHandler {
         let measured_step = if profile.measure_step && interrupted(heartbeat).is_none() {
             heartbeat.set_progress(json!({"phase": "measuring a training step",
                 "prompts_done": rows.len(), "prompts": rows.len()}));
-            let train = Dataset { examples: rows.iter().map(|&r| dataset.examples[r].clone()).collect() };
+            let train =
+                Dataset { examples: rows.iter().map(|&r| dataset.examples[r].clone()).collect() };
             drop(dataset);
             self.measure_step(ctx, profile, loaded, train).await?
         } else {
@@ -118,10 +118,14 @@ impl TrainingHandler {
             estimate.total_seconds,
             estimate.steps
         );
-        let report =
-            ProfileReport { difficulty, file_rows: lines.len(), throughput, measured_step, estimate };
-        let result = serde_json::to_value(&report)
-            .map_err(|e| retryable("encoding results", e))?;
+        let report = ProfileReport {
+            difficulty,
+            file_rows: lines.len(),
+            throughput,
+            measured_step,
+            estimate,
+        };
+        let result = serde_json::to_value(&report).map_err(|e| retryable("encoding results", e))?;
         tracing::info!(run_id = %lease.job().id, zero_advantage = zero, "difficulty profile done");
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, None).await?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })

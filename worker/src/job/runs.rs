@@ -151,9 +151,7 @@ impl TrainingHandler {
         let (loaded, dataset) = parse_dataset(lease, loaded, ctx.text, settings.max_tokens).await?;
         let rows: Vec<usize> = (0..dataset.len()).collect();
         let models = spec.models().len();
-        let progress = |done: usize, total: usize| {
-            json!({"model_index": index, "models": models, "prompts_done": done, "prompts": total})
-        };
+        let progress = |done: usize, total: usize| json!({"model_index": index, "models": models, "prompts_done": done, "prompts": total});
         let Some((groups, _)) =
             self.sample_rows(ctx, (&loaded, &dataset), &rows, &params, progress).await?
         else {

@@ -1,7 +1,9 @@
 //! Sampling and grading every prompt of a dataset, chunk by chunk.
 
 use crate::sampler::SamplingParams;
-use crate::trainer::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
+use crate::trainer::rollout::{
+    finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes,
+};
 use crate::trainer::{Dataset, Result, SampleRecord};
 
 /// Sequences sampled per rollout call (prompts × completions), as wide as a default training

@@ -286,10 +286,8 @@ pub async fn filtered_file(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<FilterRequest>,
 ) -> ApiResult<Json<FilteredFileObject>> {
-    let (drop_always, drop_never) = (
-        request.drop_always_solved.unwrap_or(true),
-        request.drop_never_solved.unwrap_or(true),
-    );
+    let (drop_always, drop_never) =
+        (request.drop_always_solved.unwrap_or(true), request.drop_never_solved.unwrap_or(true));
     if !drop_always && !drop_never {
         return Err(ApiError::invalid(
             "drop_always_solved",
@@ -304,7 +302,8 @@ pub async fn filtered_file(
     let dropped = report.difficulty.dropped_rows(drop_always, drop_never);
     let source = find_file(&state, &principal, &profile.file).await?;
     let file_id = filtered_file_id(&id, drop_always, drop_never);
-    let record = match verity_core::files::get_file(&state.pool, principal.org_id, &file_id).await? {
+    let record = match verity_core::files::get_file(&state.pool, principal.org_id, &file_id).await?
+    {
         Some(existing) => existing,
         None => write_filtered(&state, &principal, &source, &file_id, &dropped).await?,
     };

@@ -112,7 +112,10 @@ fn seconds(value: &Value) -> String {
 pub fn report_text(r: &Value) -> String {
     let mut out = format!(
         "{} of {} prompts profiled, k = {}; mean pass rate {}\n",
-        r["prompts"], r["file_rows"], r["samples_per_prompt"], pct(&r["mean_pass_rate"])
+        r["prompts"],
+        r["file_rows"],
+        r["samples_per_prompt"],
+        pct(&r["mean_pass_rate"])
     );
     let bins = r["histogram"].as_array().cloned().unwrap_or_default();
     let max = bins.iter().filter_map(|b| b["prompts"].as_u64()).max().unwrap_or(0).max(1);
@@ -174,7 +177,10 @@ mod tests {
                 "training_seconds_per_step": null, "total_completion_tokens": 100.0,
                 "total_trained_tokens": 300.0, "caveats": ["no training step was measured"]}});
         let text = report_text(&report);
-        assert!(text.contains("  1 / 2 passing      2  ########################################"), "{text}");
+        assert!(
+            text.contains("  1 / 2 passing      2  ########################################"),
+            "{text}"
+        );
         assert!(text.contains("group size 4: 60.0% (12.5% after filtering)"), "{text}");
         assert!(text.contains("5 steps × 2.0 s ≈ 10.0 s"), "{text}");
         assert!(text.contains("training not measured"), "{text}");
