@@ -214,7 +214,7 @@ pub struct DifficultyProfileSpec {
     /// The job's sampling settings (temperature, top_p, max_completion_tokens, stop).
     pub sampling: SamplingSettings,
     /// The job's resolved reinforcement hyperparameters (group size, batch, steps, top_k…).
-    pub hyperparameters: crate::spec::Hyperparameters,
+    pub hyperparameters: Box<crate::spec::Hyperparameters>,
     /// Whether to run and time one training step of the job.
     pub measure_step: bool,
 }

@@ -151,7 +151,7 @@ impl TrainingHandler {
             base_model: profile.model.name.clone(),
             graders: self.graders.clone(),
         };
-        let (grader, hp) = (ctx.grader.clone(), profile.hyperparameters.clone());
+        let (grader, hp) = (ctx.grader.clone(), (*profile.hyperparameters).clone());
         let step = tokio::task::spawn_blocking(move || {
             let mut trainer =
                 Trainer::new(loaded.model, loaded.tokenizer, grader, hp, train, None, options)?;

@@ -174,7 +174,7 @@ pub async fn create_profile(
         k,
         prompts,
         sampling,
-        hyperparameters,
+        hyperparameters: Box::new(hyperparameters),
         measure_step: request.measure_step.unwrap_or(true),
     });
     let seed = request.seed.or(job.seed);
