@@ -4,6 +4,7 @@ pub mod budget;
 pub mod change_feed;
 pub mod config;
 pub mod db;
+pub mod difficulty;
 pub mod environment;
 pub mod files;
 pub mod ids;

@@ -21,6 +21,8 @@ pub enum RunKind {
     Evaluation,
     /// A rejection-sampling run.
     RejectionSampling,
+    /// A difficulty profile of a job's training file.
+    DifficultyProfile,
 }
 
 impl RunKind {
@@ -29,14 +31,16 @@ impl RunKind {
         match self {
             RunKind::Evaluation => "evaluation",
             RunKind::RejectionSampling => "rejection_sampling",
+            RunKind::DifficultyProfile => "difficulty_profile",
         }
     }
 
-    /// A fresh id of this kind (`evaljob-…` or `rsjob-…`).
+    /// A fresh id of this kind (`evaljob-…`, `rsjob-…` or `dpjob-…`).
     pub fn new_id(self) -> String {
         crate::ids::new_id(match self {
             RunKind::Evaluation => "evaljob",
             RunKind::RejectionSampling => "rsjob",
+            RunKind::DifficultyProfile => "dpjob",
         })
     }
 }
@@ -195,6 +199,26 @@ pub struct RejectionSamplingSpec {
     pub sampling: SamplingSettings,
 }
 
+/// What a difficulty profile runs: the job's model, grader and hyperparameters on a subset of
+/// its training file ([`crate::difficulty`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DifficultyProfileSpec {
+    /// The job's model.
+    pub model: RunModel,
+    /// The job's grader.
+    pub grader: Value,
+    /// Completions per prompt (default: the job's group size).
+    pub k: usize,
+    /// Prompts profiled (evenly spaced over the file; every row when the file is shorter).
+    pub prompts: usize,
+    /// The job's sampling settings (temperature, top_p, max_completion_tokens, stop).
+    pub sampling: SamplingSettings,
+    /// The job's resolved reinforcement hyperparameters (group size, batch, steps, top_k…).
+    pub hyperparameters: Box<crate::spec::Hyperparameters>,
+    /// Whether to run and time one training step of the job.
+    pub measure_step: bool,
+}
+
 /// A sampling run's spec as stored in `jobs.spec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -203,6 +227,8 @@ pub enum RunSpec {
     Evaluation(EvaluationSpec),
     /// A rejection-sampling run.
     RejectionSampling(RejectionSamplingSpec),
+    /// A difficulty profile.
+    DifficultyProfile(DifficultyProfileSpec),
 }
 
 impl RunSpec {
@@ -217,6 +243,7 @@ impl RunSpec {
         match self {
             RunSpec::Evaluation(_) => RunKind::Evaluation,
             RunSpec::RejectionSampling(_) => RunKind::RejectionSampling,
+            RunSpec::DifficultyProfile(_) => RunKind::DifficultyProfile,
         }
     }
 
@@ -225,6 +252,7 @@ impl RunSpec {
         match self {
             RunSpec::Evaluation(spec) => spec.models.iter().collect(),
             RunSpec::RejectionSampling(spec) => vec![&spec.model],
+            RunSpec::DifficultyProfile(spec) => vec![&spec.model],
         }
     }
 
@@ -233,6 +261,7 @@ impl RunSpec {
         match self {
             RunSpec::Evaluation(spec) => &spec.grader,
             RunSpec::RejectionSampling(spec) => &spec.grader,
+            RunSpec::DifficultyProfile(spec) => &spec.grader,
         }
     }
 
@@ -241,6 +270,7 @@ impl RunSpec {
         match self {
             RunSpec::Evaluation(spec) => spec.n,
             RunSpec::RejectionSampling(spec) => spec.k,
+            RunSpec::DifficultyProfile(spec) => spec.k,
         }
     }
 
@@ -249,6 +279,7 @@ impl RunSpec {
         match self {
             RunSpec::Evaluation(spec) => &spec.sampling,
             RunSpec::RejectionSampling(spec) => &spec.sampling,
+            RunSpec::DifficultyProfile(spec) => &spec.sampling,
         }
     }
 }

@@ -217,6 +217,8 @@
     if (suffix) body.suffix = suffix;
     return body;
   }
+  // The difficulty profile (profile.js) profiles the job this form describes.
+  window.VerityNewJob = { jobBody: jobBody, clearErrors: clearErrors };
   function postJson(url, body) {
     return fetch(url, { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })
       .then(function (r) { return r.json().then(function (b) { return { ok: r.ok, body: b }; }); });

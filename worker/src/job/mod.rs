@@ -9,6 +9,7 @@
 pub(crate) mod artifacts;
 mod budget;
 mod handler;
+mod profile;
 mod progress;
 mod runs;
 mod watch;

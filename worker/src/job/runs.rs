@@ -1,7 +1,8 @@
 //! Sampling runs under their lease: an evaluation samples and grades each model in turn (one
 //! metrics row, samples file and `eval` event per model, step = the model's index, so a retried
 //! attempt resumes after the last finished model); a rejection-sampling run samples its model,
-//! keeps what the policy selects, and registers the kept samples as a new supervised file.
+//! keeps what the policy selects, and registers the kept samples as a new supervised file; a
+//! difficulty profile runs in `super::profile` on the helpers here.
 
 use super::artifacts::file_key;
 use super::handler::{
@@ -11,7 +12,7 @@ use crate::loader::LoadedModel;
 use crate::runs::{prompt_chunks, sample_and_grade, sample_records, select, supervised_jsonl};
 use crate::sampler::SamplingParams;
 use crate::trainer::eval::summarize_groups;
-use crate::trainer::rollout::{Group, Rollout};
+use crate::trainer::rollout::{Group, Rollout, RolloutTimes};
 use crate::trainer::{mix_seed, Dataset};
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -38,7 +39,7 @@ struct Sampled {
 
 /// Stops with the outcome a heartbeat asks for, if any (a pause is not offered for runs and is
 /// treated as a cancel).
-fn interrupted(heartbeat: &Heartbeat) -> Option<JobOutcome> {
+pub(super) fn interrupted(heartbeat: &Heartbeat) -> Option<JobOutcome> {
     match heartbeat.state() {
         HeartbeatState::Lost => Some(JobOutcome::LeaseLost),
         HeartbeatState::Held(ControlSignal::Cancel | ControlSignal::Pause) => {
@@ -61,6 +62,10 @@ impl TrainingHandler {
         let file = job.training_file.clone().ok_or_else(|| user_error("the run has no file"))?;
         let text = Arc::new(self.read_file(&file, heartbeat).await?);
         let grader = self.prepare_grader(lease, spec.grader()).await?;
+        if let RunSpec::DifficultyProfile(profile) = &spec {
+            let ctx = RunContext { lease, heartbeat, spec: &spec, grader: &grader, text: &text };
+            return self.difficulty_profile(&ctx, profile).await;
+        }
         let pool = lease.queue().pool();
         let read = || verity_core::jobs::metrics_rows(pool, &job.id);
         let done = persist("reading the results", heartbeat, is_transient_db_error, read)
@@ -116,6 +121,7 @@ impl TrainingHandler {
                 let sampled = last.ok_or_else(|| user_error("nothing was sampled"))?;
                 self.keep_samples(lease, heartbeat, rs, &sampled).await
             }
+            RunSpec::DifficultyProfile(_) => Err(user_error("a difficulty profile runs apart")),
         }
     }
 
@@ -139,59 +145,18 @@ impl TrainingHandler {
             max_new_tokens: settings.max_tokens,
             stop_strings: settings.stop.clone(),
             // every model samples from the same streams, so their results are comparable
-            seed: mix_seed(lease.job().seed as u64, &[0xe7a1]),
+            seed: run_seed(lease),
             ..SamplingParams::default()
         };
-        let text = ctx.text.clone();
-        let file = lease.job().training_file.clone().unwrap_or_default();
-        let max_tokens = settings.max_tokens;
-        let parsed = tokio::task::spawn_blocking(move || {
-            let context = loaded.model.config.max_position_embeddings;
-            let dataset = Dataset::from_jsonl(
-                &text,
-                &format!("file {file}"),
-                &loaded.tokenizer,
-                context.saturating_sub(max_tokens),
-            );
-            (loaded, dataset)
-        })
-        .await
-        .map_err(|e| retryable("reading the file", e))?;
-        let (loaded, dataset) = (Arc::new(parsed.0), Arc::new(parsed.1.map_err(trainer_error)?));
-        let mut groups = Vec::with_capacity(dataset.len());
-        let chunks = prompt_chunks(dataset.len(), n);
+        let (loaded, dataset) = parse_dataset(lease, loaded, ctx.text, settings.max_tokens).await?;
+        let rows: Vec<usize> = (0..dataset.len()).collect();
         let models = spec.models().len();
-        for chunk in chunks {
-            if interrupted(heartbeat).is_some() {
-                return Ok(None);
-            }
-            let (m, d, g, pool, p) = (
-                loaded.clone(),
-                dataset.clone(),
-                ctx.grader.clone(),
-                self.graders.clone(),
-                params.clone(),
-            );
-            let out = tokio::task::spawn_blocking(move || {
-                let rollout = Rollout {
-                    model: &m.model,
-                    tokenizer: &m.tokenizer,
-                    grader: &g,
-                    pool: &pool,
-                    phases: None,
-                    environment: None,
-                };
-                sample_and_grade(&rollout, &d, &chunk, &p)
-            })
-            .await
-            .map_err(|e| retryable("sampling", e))?
-            .map_err(trainer_error)?;
-            groups.extend(out);
-            heartbeat.set_progress(json!({
-                "model_index": index, "models": models,
-                "prompts_done": groups.len(), "prompts": dataset.len(),
-            }));
-        }
+        let progress = |done: usize, total: usize| json!({"model_index": index, "models": models, "prompts_done": done, "prompts": total});
+        let Some((groups, _)) =
+            self.sample_rows(ctx, (&loaded, &dataset), &rows, &params, progress).await?
+        else {
+            return Ok(None);
+        };
         let summary = summarize_groups(&groups, n).map_err(trainer_error)?;
         let grader_name = ctx.grader.spec().name().unwrap_or(ctx.grader.spec().kind()).to_string();
         let records = sample_records(index as u64, &groups, &dataset, &grader_name);
@@ -224,7 +189,7 @@ impl TrainingHandler {
 
     /// Loads a run's model as a job starting from it would: a base, or a fine-tuned model or
     /// checkpoint with the folders below it merged in ([`crate::loader::load_stack`]).
-    async fn load_run_model(
+    pub(super) async fn load_run_model(
         &self,
         lease: &Lease,
         heartbeat: &Heartbeat,
@@ -237,6 +202,52 @@ impl TrainingHandler {
             .await
             .map_err(|e| retryable("loading the model", e))?
             .map_err(|e| user_error(format!("model {model_name:?} cannot be loaded: {e}")))
+    }
+
+    /// Samples and grades `rows` of `dataset` in rollout calls of bounded width, reporting
+    /// `progress(done, total)` and checking the lease between calls; the groups in row order
+    /// and the summed times, or `None` when the run was interrupted.
+    pub(super) async fn sample_rows(
+        &self,
+        ctx: &RunContext<'_>,
+        (loaded, dataset): (&Arc<LoadedModel>, &Arc<Dataset>),
+        rows: &[usize],
+        params: &SamplingParams,
+        progress: impl Fn(usize, usize) -> Value,
+    ) -> Result<Option<(Vec<Group>, RolloutTimes)>, Stop> {
+        let mut groups = Vec::with_capacity(rows.len());
+        let mut times = RolloutTimes::default();
+        for chunk in prompt_chunks(rows.len(), params.n) {
+            if interrupted(ctx.heartbeat).is_some() {
+                return Ok(None);
+            }
+            let chunk: Vec<usize> = chunk.into_iter().map(|i| rows[i]).collect();
+            let (m, d, g, pool, p) = (
+                loaded.clone(),
+                dataset.clone(),
+                ctx.grader.clone(),
+                self.graders.clone(),
+                params.clone(),
+            );
+            let (out, t) = tokio::task::spawn_blocking(move || {
+                let rollout = Rollout {
+                    model: &m.model,
+                    tokenizer: &m.tokenizer,
+                    grader: &g,
+                    pool: &pool,
+                    phases: None,
+                    environment: None,
+                };
+                sample_and_grade(&rollout, &d, &chunk, &p)
+            })
+            .await
+            .map_err(|e| retryable("sampling", e))?
+            .map_err(trainer_error)?;
+            groups.extend(out);
+            times.add(t);
+            ctx.heartbeat.set_progress(progress(groups.len(), rows.len()));
+        }
+        Ok(Some((groups, times)))
     }
 
     /// Selects the kept completions, writes them as a supervised file, registers it, and ends
@@ -301,10 +312,39 @@ impl TrainingHandler {
 }
 
 /// What every model of a run shares.
-struct RunContext<'a> {
-    lease: &'a Lease,
-    heartbeat: &'a Heartbeat,
-    spec: &'a RunSpec,
-    grader: &'a Grader,
-    text: &'a Arc<String>,
+pub(super) struct RunContext<'a> {
+    pub(super) lease: &'a Lease,
+    pub(super) heartbeat: &'a Heartbeat,
+    pub(super) spec: &'a RunSpec,
+    pub(super) grader: &'a Grader,
+    pub(super) text: &'a Arc<String>,
+}
+
+/// The seed a run samples with (the same for every model of a run, so results compare).
+pub(super) fn run_seed(lease: &Lease) -> u64 {
+    mix_seed(lease.job().seed as u64, &[0xe7a1])
+}
+
+/// Parses the run's file for `loaded` (prompts leaving room for `max_tokens` of completion).
+pub(super) async fn parse_dataset(
+    lease: &Lease,
+    loaded: LoadedModel,
+    text: &Arc<String>,
+    max_tokens: usize,
+) -> Result<(Arc<LoadedModel>, Arc<Dataset>), Stop> {
+    let text = text.clone();
+    let file = lease.job().training_file.clone().unwrap_or_default();
+    let parsed = tokio::task::spawn_blocking(move || {
+        let context = loaded.model.config.max_position_embeddings;
+        let dataset = Dataset::from_jsonl(
+            &text,
+            &format!("file {file}"),
+            &loaded.tokenizer,
+            context.saturating_sub(max_tokens),
+        );
+        (loaded, dataset)
+    })
+    .await
+    .map_err(|e| retryable("reading the file", e))?;
+    Ok((Arc::new(parsed.0), Arc::new(parsed.1.map_err(trainer_error)?)))
 }

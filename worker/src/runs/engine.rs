@@ -1,7 +1,9 @@
 //! Sampling and grading every prompt of a dataset, chunk by chunk.
 
 use crate::sampler::SamplingParams;
-use crate::trainer::rollout::{finish_reason_name, per_grader_scores, Group, Rollout};
+use crate::trainer::rollout::{
+    finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes,
+};
 use crate::trainer::{Dataset, Result, SampleRecord};
 
 /// Sequences sampled per rollout call (prompts × completions), as wide as a default training
@@ -17,14 +19,14 @@ pub fn prompt_chunks(prompts: usize, n: usize) -> Vec<Vec<usize>> {
 }
 
 /// Samples `params.n` completions for each of `prompts` (row indices of `dataset`) and grades
-/// them: one rollout call.
+/// them: one rollout call, with its sampling and grading times.
 pub fn sample_and_grade(
     rollout: &Rollout<'_>,
     dataset: &Dataset,
     prompts: &[usize],
     params: &SamplingParams,
-) -> Result<Vec<Group>> {
-    Ok(rollout.run(&dataset.examples, prompts, params)?.0)
+) -> Result<(Vec<Group>, RolloutTimes)> {
+    rollout.run(&dataset.examples, prompts, params)
 }
 
 /// The stored form of graded groups (one `samples/step-{step}.jsonl` line each, `idx` =

@@ -1,8 +1,10 @@
 //! Sampling runs (Verity extensions, under `/v1/verity/`): evaluation reports
-//! (`/v1/verity/evaluations`) and rejection sampling (`/v1/verity/rejection_sampling`). Both are
-//! queued as rows of the job queue of their own kind (`evaljob-…`, `rsjob-…`), run by the
+//! (`/v1/verity/evaluations`), rejection sampling (`/v1/verity/rejection_sampling`) and difficulty
+//! profiles (`/v1/verity/difficulty_profiles`). All are
+//! queued as rows of the job queue of their own kind (`evaljob-…`, `rsjob-…`, `dpjob-…`), run by the
 //! training workers' sample-and-grade engine, and never listed as fine-tuning jobs.
 
+pub mod difficulty_profiles;
 pub mod evaluations;
 pub mod rejection_sampling;
 
@@ -25,7 +27,10 @@ use verity_verifiers::Grader;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().merge(evaluations::router()).merge(rejection_sampling::router())
+    Router::new()
+        .merge(evaluations::router())
+        .merge(rejection_sampling::router())
+        .merge(difficulty_profiles::router())
 }
 
 /// Sampling parameters of a run's request (OpenAI's names; one set for every model).
@@ -117,6 +122,7 @@ fn kind_name(kind: RunKind) -> &'static str {
     match kind {
         RunKind::Evaluation => "evaluation",
         RunKind::RejectionSampling => "rejection-sampling run",
+        RunKind::DifficultyProfile => "difficulty profile",
     }
 }
 

@@ -22,7 +22,8 @@ pub struct JobsArgs {
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
     /// Create a job from a JSON request body (as `POST /v1/fine_tuning/jobs`); prints its id.
-    /// With `--dry-run`, only the pre-flight report (`POST /v1/verity/preflight`).
+    /// With `--dry-run`, only the pre-flight report (`POST /v1/verity/preflight`); with
+    /// `--dry-run --profile`, also a difficulty profile and the cost estimate.
     Create(CreateArgs),
     /// List jobs, newest first.
     List,
@@ -94,6 +95,21 @@ pub struct CreateArgs {
     /// scores; exits 1 when job creation would refuse the request.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
+    /// With `--dry-run`: also profile the job's difficulty (`POST /v1/verity/difficulty_profiles`)
+    /// and print the pass-rate histogram, the predicted zero-advantage fraction and the cost
+    /// and time estimate.
+    #[arg(long, requires = "dry_run")]
+    pub profile: bool,
+    /// With `--profile`: prompts profiled (default 32).
+    #[arg(long = "profile-prompts", requires = "profile")]
+    pub profile_prompts: Option<usize>,
+    /// With `--profile`: completions per prompt (default: the job's group size).
+    #[arg(long = "profile-k", requires = "profile")]
+    pub profile_k: Option<usize>,
+    /// With `--profile`: write the training file without the prompts always or never solved
+    /// (`<name>.filtered.jsonl`) and print its id.
+    #[arg(long, requires = "profile")]
+    pub filter: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
 }
@@ -226,6 +242,14 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                 }
                 if report["ok"] != Value::Bool(true) {
                     anyhow::bail!("pre-flight: job creation would refuse this request");
+                }
+                if create.profile {
+                    let options = super::profile::ProfileOptions {
+                        prompts: create.profile_prompts,
+                        k: create.profile_k,
+                        filter: create.filter,
+                    };
+                    super::profile::profile(&client, &body, &options, json).await?;
                 }
                 return Ok(());
             }

@@ -5,6 +5,7 @@ pub mod checkpoints;
 pub mod files;
 pub mod jobs;
 pub mod preflight;
+pub mod profile;
 pub mod runs;
 
 use anyhow::{anyhow, Context};
