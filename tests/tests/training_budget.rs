@@ -79,10 +79,14 @@ async fn a_job_pauses_at_its_budget_and_resumes_once_it_is_raised(pool: PgPool) 
     let paused = get(&router, &format!("/v1/fine_tuning/jobs/{job}"), &key).await.json();
     let used = &paused["budget"];
     assert_eq!(used["used_tokens"].as_i64(), Some(generated(&pool, &job).await), "{used}");
-    assert!(
-        used["used_tokens"].as_i64().unwrap() >= 4
-            && used["used_wall_seconds"].as_f64().unwrap() > 0.0
-    );
+    assert!(used["used_tokens"].as_i64().unwrap() >= 4, "{used}");
+    // The API rounds to 0.1 s, and a tiny model's step can take less: read the stored value.
+    let wall: f64 = sqlx::query_scalar("SELECT used_wall_seconds FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(wall > 0.0, "{wall}");
     let reason = paused["progress"]["paused_reason"].as_str().unwrap();
     assert!(reason.starts_with("budget of 4 generated tokens reached at step 1 ("), "{reason}");
     assert!(reason.contains("raise max_tokens"), "{reason}");
