@@ -9,7 +9,7 @@ fn bench_grpo_step_on_smollm2() {
     };
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let report =
-        verity_worker::trainer::bench_grpo_step(&dir, (1, 8, 64, steps), Default::default())
+        verity_worker::trainer::bench_grpo_step(&dir, (1, 8, 64, steps), Default::default(), 0)
             .unwrap();
     println!("{report}");
 }

@@ -179,6 +179,7 @@ impl TrainingHandler {
                     grader: &g,
                     pool: &pool,
                     phases: None,
+                    sampled: None,
                 };
                 sample_and_grade(&rollout, &d, &chunk, &p)
             })

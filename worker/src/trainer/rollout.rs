@@ -4,14 +4,15 @@ use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
 use crate::model::Transformer;
-use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
+use crate::sampler::{sample_with_progress, Completion, FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample};
 
 /// One prompt's sampled and graded completions.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     /// Row index of the prompt in its dataset.
     pub example: usize,
@@ -44,7 +45,7 @@ impl Group {
 }
 
 /// Time spent in one rollout.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RolloutTimes {
     /// Seconds sampling.
     pub sampling: f64,
@@ -75,6 +76,8 @@ pub struct Rollout<'a> {
     pub pool: &'a GraderPool,
     /// Told when sampling and then grading begin.
     pub phases: Option<&'a PhaseObserver>,
+    /// Told how many prompts are fully sampled each time that number grows.
+    pub sampled: Option<&'a (dyn Fn(usize) + Sync)>,
 }
 
 impl Rollout<'_> {
@@ -89,13 +92,13 @@ impl Rollout<'_> {
         tell(self.phases, Phase::Sampling);
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
-        let mut completions = sample(
+        let mut completions = sample_with_progress(
             self.model,
             &prompts,
             params,
-            &self.tokenizer.eos_token_ids,
-            self.tokenizer.pad_id(),
+            (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
             Some(self.tokenizer),
+            self.sampled.unwrap_or(&|_| {}),
         )?;
         completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
         let sampling = started.elapsed().as_secs_f64();
