@@ -157,7 +157,8 @@ fn continuous_batching_samples_the_tokens_of_unbatched_sampling() {
         vec![20, 21, 22, 23],
     ];
     let seeds: Vec<u64> = (0..prompts.len() as u64).map(|p| 100 + p).collect();
-    let greedy = SamplingParams { n: 2, temperature: 0.0, max_new_tokens: 10, ..Default::default() };
+    let greedy =
+        SamplingParams { n: 2, temperature: 0.0, max_new_tokens: 10, ..Default::default() };
     for params in [params(), greedy] {
         let alone = |eos: &[u32]| -> Vec<_> {
             prompts

@@ -11,8 +11,7 @@ use super::tuning::{Objective, TuningMetrics};
 use crate::error::WorkerError;
 use crate::grpo::{
     group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
-    LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics,
-    StepNormalizer,
+    LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics, StepNormalizer,
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
