@@ -238,7 +238,7 @@ const MAX_COMPUTE_MULTIPLIER: f64 = 128.0;
 
 /// Most stop strings a job may set (as OpenAI's `stop`).
 /// Largest `max_staleness`: the asynchronous pipeline samples one step ahead.
-pub const MAX_STALENESS: usize = 1;
+pub const MAX_STALENESS: u32 = 1;
 const MAX_STOP_STRINGS: usize = 4;
 /// Longest stop string, in bytes.
 const MAX_STOP_LEN: usize = 64;
@@ -323,12 +323,12 @@ pub struct Hyperparameters {
     pub tis_cap: Option<f64>,
     /// Most sequences the rollout sampler decodes at once (continuous batching: waiting
     /// prompts are prefilled and join as rows finish). Default `batch_size × group_size`.
-    pub max_batch_rows: Option<usize>,
+    pub max_batch_rows: Option<u32>,
     /// Asynchronous pipeline: how many optimizer steps older than the policy being trained its
     /// rollouts may be. 0 (default): on-policy, each step samples then trains. 1: the next
     /// step's rollouts are sampled from the current weights while this step trains (needs
     /// `tis_cap`, which corrects for the lag).
-    pub max_staleness: usize,
+    pub max_staleness: u32,
     /// Evaluate on the validation file every N steps (0 = only at the end).
     #[serde(deserialize_with = "auto_or")]
     pub eval_interval: Option<usize>,
@@ -467,7 +467,7 @@ impl Hyperparameters {
 
     /// Most sequences the rollout sampler decodes at once (default `batch_size × group_size`).
     pub fn max_batch_rows(&self) -> usize {
-        self.max_batch_rows.unwrap_or(self.batch_size() * self.group_size())
+        self.max_batch_rows.map_or(self.batch_size() * self.group_size(), |rows| rows as usize)
     }
 
     /// Evaluation interval in steps (0 = only at the end).
@@ -592,7 +592,7 @@ impl Hyperparameters {
                 return err("tis_cap", format!("must be at least 1, got {cap}"));
             }
         }
-        if let Some(rows) = self.max_batch_rows {
+        if let Some(rows) = self.max_batch_rows.map(|rows| rows as usize) {
             positive("max_batch_rows", rows, 1 << 20)?;
             if rows < self.group_size() {
                 return err(

@@ -165,7 +165,8 @@ fn continuous_batching_samples_the_tokens_of_unbatched_sampling() {
                 .iter()
                 .zip(&seeds)
                 .flat_map(|(p, &seed)| {
-                    sample_seeded(&model, &[p.clone()], &[seed], &params, eos, 0, None).unwrap()
+                    sample_seeded(&model, std::slice::from_ref(p), &[seed], &params, eos, 0, None)
+                        .unwrap()
                 })
                 .collect()
         };

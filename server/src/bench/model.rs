@@ -78,7 +78,7 @@ pub struct GrpoStepArgs {
     pub rollout_dtype: RolloutDtype,
     /// 1: sample the next step while this one trains (the asynchronous pipeline).
     #[arg(long = "max-staleness", default_value_t = 0)]
-    pub max_staleness: usize,
+    pub max_staleness: u32,
 }
 
 /// Options of `verity bench graders`.

@@ -48,7 +48,7 @@ pub fn bench_grpo_step(
     model_dir: &Path,
     (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
     rollout_dtype: verity_core::spec::RolloutDtype,
-    max_staleness: usize,
+    max_staleness: u32,
 ) -> Result<Value> {
     let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
     let train = Dataset::from_jsonl(

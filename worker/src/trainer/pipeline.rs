@@ -145,7 +145,7 @@ mod tests {
 
     const MODEL_SEED: u64 = 3;
 
-    fn trainer(max_staleness: usize) -> Trainer {
+    fn trainer(max_staleness: u32) -> Trainer {
         let hp = Hyperparameters {
             batch_size: Some(2),
             group_size: Some(4),
