@@ -237,6 +237,8 @@ const BASE_GROUP_SIZE: f64 = 8.0;
 const MAX_COMPUTE_MULTIPLIER: f64 = 128.0;
 
 /// Most stop strings a job may set (as OpenAI's `stop`).
+/// Largest `max_staleness`: the asynchronous pipeline samples one step ahead.
+pub const MAX_STALENESS: u32 = 1;
 const MAX_STOP_STRINGS: usize = 4;
 /// Longest stop string, in bytes.
 const MAX_STOP_LEN: usize = 64;
@@ -319,6 +321,14 @@ pub struct Hyperparameters {
     pub lora: Option<LoraSpec>,
     /// Cap for the truncated importance correction of sampler/trainer mismatch (off when null).
     pub tis_cap: Option<f64>,
+    /// Most sequences the rollout sampler decodes at once (continuous batching: waiting
+    /// prompts are prefilled and join as rows finish). Default `batch_size × group_size`.
+    pub max_batch_rows: Option<u32>,
+    /// Asynchronous pipeline: how many optimizer steps older than the policy being trained its
+    /// rollouts may be. 0 (default): on-policy, each step samples then trains. 1: the next
+    /// step's rollouts are sampled from the current weights while this step trains (needs
+    /// `tis_cap`, which corrects for the lag).
+    pub max_staleness: u32,
     /// Evaluate on the validation file every N steps (0 = only at the end).
     #[serde(deserialize_with = "auto_or")]
     pub eval_interval: Option<usize>,
@@ -372,6 +382,8 @@ impl Default for Hyperparameters {
             lr_schedule: LrDecay::Constant,
             lora: None,
             tis_cap: None,
+            max_batch_rows: None,
+            max_staleness: 0,
             eval_interval: None,
             eval_on_start: true,
             eval_samples: None,
@@ -451,6 +463,11 @@ impl Hyperparameters {
     /// Passes over the training data (default 1).
     pub fn n_epochs(&self) -> usize {
         self.n_epochs.unwrap_or(1)
+    }
+
+    /// Most sequences the rollout sampler decodes at once (default `batch_size × group_size`).
+    pub fn max_batch_rows(&self) -> usize {
+        self.max_batch_rows.map_or(self.batch_size() * self.group_size(), |rows| rows as usize)
     }
 
     /// Evaluation interval in steps (0 = only at the end).
@@ -574,6 +591,31 @@ impl Hyperparameters {
             if !(cap.is_finite() && cap >= 1.0) {
                 return err("tis_cap", format!("must be at least 1, got {cap}"));
             }
+        }
+        if let Some(rows) = self.max_batch_rows.map(|rows| rows as usize) {
+            positive("max_batch_rows", rows, 1 << 20)?;
+            if rows < self.group_size() {
+                return err(
+                    "max_batch_rows",
+                    format!("must be at least group_size ({})", self.group_size()),
+                );
+            }
+        }
+        if self.max_staleness > MAX_STALENESS {
+            return err(
+                "max_staleness",
+                format!(
+                    "must be 0 or {MAX_STALENESS} (the pipeline samples one step ahead), got {}",
+                    self.max_staleness
+                ),
+            );
+        }
+        if self.max_staleness > 0 && self.tis_cap.is_none() {
+            return err(
+                "max_staleness",
+                "needs tis_cap (e.g. 2): rollouts of older weights must be importance-corrected"
+                    .into(),
+            );
         }
         if let Some(drawn) = self.max_groups_drawn {
             if drawn < self.batch_size() {
@@ -812,6 +854,8 @@ impl MethodKind {
 /// `method` of a fine-tuning job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+// One value per job, moved rarely: the reinforcement variant's size costs nothing worth boxing.
+#[allow(clippy::large_enum_variant)]
 pub enum Method {
     /// Reinforcement fine-tuning with a grader.
     Reinforcement {
@@ -1036,6 +1080,25 @@ mod tests {
         assert!(method(json!({"bogus": 1})).is_err(), "unknown fields are rejected");
         assert!(method(json!({"batch_size": "many"})).is_err());
         assert!(serde_json::from_value::<Method>(json!({"type": "rejection"})).is_err());
+    }
+
+    #[test]
+    fn pipeline_settings_are_validated_by_name() {
+        let ok = method(json!({"max_staleness": 1, "tis_cap": 2.0, "max_batch_rows": 16})).unwrap();
+        ok.validate().unwrap();
+        let hp = &ok.reinforcement().unwrap().hyperparameters;
+        assert_eq!((hp.max_staleness, hp.max_batch_rows()), (1, 16));
+        assert_eq!(Hyperparameters::default().max_batch_rows(), 4 * 8, "B × G by default");
+        for (bad, field, says) in [
+            (json!({"max_staleness": 1}), "max_staleness", "tis_cap"),
+            (json!({"max_staleness": 2, "tis_cap": 2.0}), "max_staleness", "0 or 1"),
+            (json!({"max_batch_rows": 4}), "max_batch_rows", "group_size"),
+            (json!({"max_batch_rows": 0}), "max_batch_rows", "between 1"),
+        ] {
+            let e = method(bad).unwrap().validate().unwrap_err();
+            assert_eq!(e.param, format!("method.reinforcement.hyperparameters.{field}"));
+            assert!(e.message.contains(says), "{e:?}");
+        }
     }
 
     #[test]

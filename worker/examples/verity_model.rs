@@ -30,9 +30,7 @@ fn main() {
         }
         Some("bench-rollout") => verity_worker::bench_rollout(
             Path::new(model),
-            arg(&args, 3, 1),
-            arg(&args, 4, 64),
-            Default::default(),
+            &verity_worker::RolloutBench::new(arg(&args, 3, 1), arg(&args, 4, 64)),
         ),
         Some("bench-train-step") => verity_worker::bench_train_step(
             Path::new(model),

@@ -22,6 +22,7 @@ impl ChatMessage {
 }
 
 /// A compiled chat template.
+#[derive(Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
 }

@@ -93,6 +93,7 @@ pub fn generate_with(
         stop_strings: vec![],
         seed: opts.seed,
         rollout_dtype: opts.rollout_dtype,
+        max_batch_rows: 0,
     };
     let out = sample(
         &lm.model,
@@ -146,36 +147,87 @@ fn bench_prompts(lm: &LoadedModel, batch: usize) -> Result<Vec<Vec<u32>>> {
         .collect()
 }
 
-/// `verity bench rollout`: samples `new_tokens` tokens (EOS ignored) for `batch` different
-/// chat prompts at temperature 1 and reports throughput as JSON
-/// (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`, ...).
-pub fn bench_rollout(
-    model_dir: &Path,
-    batch: usize,
-    new_tokens: usize,
-    rollout_dtype: RolloutDtype,
-) -> Result<serde_json::Value> {
-    if batch == 0 || new_tokens == 0 {
-        return Err(WorkerError::InvalidArgument("batch and new_tokens must be at least 1".into()));
+/// What `verity bench rollout` decodes: `prompts` chat prompts × `samples` each, `batch` rows at
+/// a time, `new_tokens` tokens per sample (EOS ignored unless `stop_at_eos`).
+#[derive(Debug, Clone, Copy)]
+pub struct RolloutBench {
+    /// Rows decoded at once.
+    pub batch: usize,
+    /// Longest sample, in tokens.
+    pub new_tokens: usize,
+    /// Precision of the weights decoding reads.
+    pub rollout_dtype: RolloutDtype,
+    /// Prompts in all (0: `batch / samples`, one batch).
+    pub prompts: usize,
+    /// Samples per prompt.
+    pub samples: usize,
+    /// End a sample at EOS (lengths then differ: the tail continuous batching fills).
+    pub stop_at_eos: bool,
+    /// Decode the prompts in separate calls of `batch` rows each (each waits for its longest
+    /// sample) instead of one continuous batch of `batch` rows.
+    pub chunked: bool,
+}
+
+impl RolloutBench {
+    /// One batch of `batch` prompts, one sample each, `new_tokens` tokens, f32 weights.
+    pub fn new(batch: usize, new_tokens: usize) -> Self {
+        RolloutBench {
+            batch,
+            new_tokens,
+            rollout_dtype: RolloutDtype::F32,
+            prompts: 0,
+            samples: 1,
+            stop_at_eos: false,
+            chunked: false,
+        }
     }
+}
+
+/// `verity bench rollout`: samples chat prompts at temperature 1 as `bench` says and reports
+/// throughput as JSON (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`, ...).
+pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_json::Value> {
+    let RolloutBench { batch, new_tokens, rollout_dtype, samples, stop_at_eos, chunked, .. } =
+        *bench;
+    if batch == 0 || new_tokens == 0 || samples == 0 || samples > batch {
+        return Err(WorkerError::InvalidArgument(
+            "batch, new_tokens and samples must be at least 1, samples at most batch".into(),
+        ));
+    }
+    let per_batch = batch / samples;
+    let prompt_count = if bench.prompts == 0 { per_batch } else { bench.prompts };
     let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
-    let prompts = bench_prompts(&lm, batch)?;
+    let prompts = bench_prompts(&lm, prompt_count)?;
     let params = SamplingParams {
-        n: 1,
+        n: samples,
         temperature: 1.0,
         max_new_tokens: new_tokens,
         seed: 1,
         rollout_dtype,
+        max_batch_rows: batch,
         ..Default::default()
     };
+    let eos: &[u32] = if stop_at_eos { &lm.tokenizer.eos_token_ids } else { &[] };
+    let pad = lm.tokenizer.pad_id();
     let start = Instant::now();
-    let out = sample(&lm.model, &prompts, &params, &[], lm.tokenizer.pad_id(), None)?;
+    let out = if chunked {
+        let mut out = Vec::new();
+        for chunk in prompts.chunks(per_batch) {
+            out.extend(sample(&lm.model, chunk, &params, eos, pad, None)?);
+        }
+        out
+    } else {
+        sample(&lm.model, &prompts, &params, eos, pad, None)?
+    };
     let secs = start.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
     Ok(serde_json::json!({
         "bench": "rollout",
         "batch": batch,
+        "prompts": prompt_count,
+        "samples": samples,
         "new_tokens": new_tokens,
+        "stop_at_eos": stop_at_eos,
+        "mode": if chunked { "chunked" } else { "continuous" },
         "rollout_dtype": rollout_dtype,
         "generated_tokens": generated,
         "prefill_tokens": prompts.iter().map(Vec::len).sum::<usize>(),

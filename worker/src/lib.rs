@@ -58,7 +58,9 @@ pub mod trainer;
 pub mod weights;
 
 pub use chat_template::ChatMessage;
-pub use commands::{bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText};
+pub use commands::{
+    bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText, RolloutBench,
+};
 pub use config::{Family, ModelConfig};
 pub use convert::convert_gguf;
 pub use device::parse_device;

@@ -4,6 +4,13 @@
 //! samples. Every sequence has its own RNG seeded from `(seed, prompt, sample)`, so results do not
 //! depend on batch composition. Finished sequences are dropped from the cache (in batches, so
 //! the copy stays cheap) and stop costing compute.
+//!
+//! **Continuous batching** (`max_batch_rows > 0`): at most that many rows decode at once; the
+//! other prompts wait in a queue, and between decode steps, as soon as finished rows leave room
+//! for a waiting prompt's G samples, the waiting prompts that fit are prefilled together and
+//! join the running rows ([`DecodeBatch::append`]), so the long tail of one prompt's samples
+//! overlaps the next prompts' decoding instead of idling the batch. With the default 0 every
+//! prompt is prefilled at once, as before.
 
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
@@ -14,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// How to sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +43,10 @@ pub struct SamplingParams {
     /// Precision of the weights the sampler reads.
     #[serde(default)]
     pub rollout_dtype: RolloutDtype,
+    /// Most sequences decoded at once (continuous batching; at least `n`); 0 decodes every
+    /// prompt's samples together.
+    #[serde(default)]
+    pub max_batch_rows: usize,
 }
 
 impl Default for SamplingParams {
@@ -48,6 +60,7 @@ impl Default for SamplingParams {
             stop_strings: vec![],
             seed: 0,
             rollout_dtype: RolloutDtype::F32,
+            max_batch_rows: 0,
         }
     }
 }
@@ -196,6 +209,22 @@ pub fn sample_seeded(
     sample_with_rngs(model, prompts, params, eos_ids, pad_id, tokenizer, &rng)
 }
 
+/// Like [`sample`], telling `progress` how many prompts have all their samples finished each
+/// time that number grows (an evaluation's progress).
+pub fn sample_with_progress(
+    model: &Transformer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    (eos_ids, pad_id): (&[u32], u32),
+    tokenizer: Option<&ChatTokenizer>,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<Completion>> {
+    let rng = |p: usize, s: usize| sequence_rng(params.seed, p, s);
+    let run =
+        Run { model, params, eos_ids, pad_id, tokenizer, rng_of: &rng, progress: Some(progress) };
+    run.sample(prompts)
+}
+
 fn sample_with_rngs(
     model: &Transformer,
     prompts: &[Vec<u32>],
@@ -205,14 +234,31 @@ fn sample_with_rngs(
     tokenizer: Option<&ChatTokenizer>,
     rng_of: &(dyn Fn(usize, usize) -> StdRng + Sync),
 ) -> Result<Vec<Completion>> {
-    // The whole decode runs on a pool thread (see `kernels::on_pool`).
-    crate::kernels::on_pool(|| -> Result<Vec<Completion>> {
+    Run { model, params, eos_ids, pad_id, tokenizer, rng_of, progress: None }.sample(prompts)
+}
+
+/// Everything one sampling call reads besides its prompts.
+struct Run<'a> {
+    model: &'a Transformer,
+    params: &'a SamplingParams,
+    eos_ids: &'a [u32],
+    pad_id: u32,
+    tokenizer: Option<&'a ChatTokenizer>,
+    /// The RNG of sample `s` of prompt `p`.
+    rng_of: &'a (dyn Fn(usize, usize) -> StdRng + Sync),
+    /// Told the number of fully sampled prompts as it grows.
+    progress: Option<&'a (dyn Fn(usize) + Sync)>,
+}
+
+impl Run<'_> {
+    fn validate(&self) -> Result<()> {
+        let params = self.params;
         if params.n == 0 || params.max_new_tokens == 0 {
             return Err(WorkerError::InvalidArgument(
                 "n and max_new_tokens must be at least 1".into(),
             ));
         }
-        if !params.stop_strings.is_empty() && tokenizer.is_none() {
+        if !params.stop_strings.is_empty() && self.tokenizer.is_none() {
             return Err(WorkerError::InvalidArgument("stop strings need a tokenizer".into()));
         }
         if !(params.top_p > 0.0 && params.top_p <= 1.0) {
@@ -221,96 +267,240 @@ fn sample_with_rngs(
                 params.top_p
             )));
         }
-        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved, and
-        // the f32 weights are read as they are.
-        let compact = if params.rollout_dtype == RolloutDtype::Bf16 && model.device().is_cpu() {
-            Some(CompactWeights::of(model)?)
-        } else {
-            None
-        };
-        let (mut batch, prompt_logits) =
-            DecodeBatch::prefill(model, &refs, pad_id, params.max_new_tokens, compact)?;
+        Ok(())
+    }
 
-        let g = params.n;
-        let mut seqs: Vec<Sequence> = (0..prompts.len() * g)
-            .map(|r| {
-                let (p, s) = (r / g, r % g);
-                Sequence {
+    /// Samples every prompt through one continuous batch ([`Slots`]); results prompt-major.
+    fn sample(&self, prompts: &[Vec<u32>]) -> Result<Vec<Completion>> {
+        // The whole decode runs on a pool thread (see `kernels::on_pool`).
+        crate::kernels::on_pool(|| -> Result<Vec<Completion>> {
+            self.validate()?;
+            let g = self.params.n;
+            // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved,
+            // and the f32 weights are read as they are. One set serves every prefill of the call.
+            let compact = if self.params.rollout_dtype == RolloutDtype::Bf16
+                && self.model.device().is_cpu()
+            {
+                Some(Arc::new(CompactWeights::of(self.model)?))
+            } else {
+                None
+            };
+            let mut slots = Slots::new(self.params.max_batch_rows, g, prompts.len(), compact);
+            let mut seqs: Vec<Sequence> = Vec::with_capacity(prompts.len() * g);
+            slots.admit(self, prompts, &mut seqs)?;
+            let stop_len = self.params.stop_strings.iter().map(|s| s.len()).max().unwrap_or(0);
+            while !slots.rows.is_empty() {
+                let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(slots.rows.len());
+                {
+                    let mut by_index: Vec<Option<&mut Sequence>> =
+                        seqs.iter_mut().map(Some).collect();
+                    for &r in &slots.rows {
+                        if let Some(s) = by_index[r].take() {
+                            row_seqs.push(s);
+                        }
+                    }
+                }
+                row_seqs
+                    .par_iter_mut()
+                    .zip(slots.logits.par_iter())
+                    .try_for_each(|(seq, logits)| seq.advance(logits, self, stop_len))?;
+                slots.step(self, prompts, &mut seqs)?;
+            }
+            Ok(seqs.into_iter().map(Sequence::into_completion).collect())
+        })
+    }
+}
+
+impl Sequence {
+    /// Picks the next token from `logits` unless the sequence is finished, and ends it at EOS,
+    /// a stop string or the length limit.
+    fn advance(&mut self, logits: &[f32], run: &Run<'_>, stop_len: usize) -> Result<()> {
+        if self.finish.is_some() {
+            return Ok(());
+        }
+        let params = run.params;
+        let (tok, lp) = pick_token(logits, params, &mut self.rng);
+        self.tokens.push(tok);
+        self.logprobs.push(lp);
+        if run.eos_ids.contains(&tok) {
+            self.finish = Some(FinishReason::Eos);
+        } else if let (Some(t), true) = (run.tokenizer, stop_len > 0) {
+            // Only the tail can contain a stop string that was not there before.
+            let tail_tokens = &self.tokens[self.tokens.len().saturating_sub(stop_len + 8)..];
+            let text = t.decode(tail_tokens, false)?;
+            if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
+                self.finish = Some(FinishReason::Stop);
+            }
+        }
+        if self.finish.is_none() && self.tokens.len() >= params.max_new_tokens {
+            self.finish = Some(FinishReason::Length);
+        }
+        Ok(())
+    }
+
+    fn into_completion(self) -> Completion {
+        Completion {
+            prompt_index: self.prompt_index,
+            sample_index: self.sample_index,
+            token_ids: self.tokens,
+            logprobs: self.logprobs,
+            finish_reason: self.finish.unwrap_or(FinishReason::Length),
+        }
+    }
+}
+
+/// The continuous batch of one sampling call: the rows decoding now (at most `limit`), and the
+/// prompts waiting for rows. Between decode steps finished rows leave, and when a waiting
+/// prompt's `g` samples fit, the waiting prompts that fit are prefilled together (their prompt
+/// computed once, its cache rows repeated for the samples) and join the running rows.
+struct Slots {
+    /// Most rows at once (at least `g`, so that a prompt always fits an empty batch).
+    limit: usize,
+    g: usize,
+    /// The next prompt to admit; prompts `next..` wait.
+    next: usize,
+    prompts: usize,
+    batch: Option<DecodeBatch>,
+    /// `rows[k]`: the sequence in batch row k; `logits[k]`: its next-token logits.
+    rows: Vec<usize>,
+    logits: Vec<Vec<f32>>,
+    /// Finished samples per prompt, prompts with every sample finished, and which sequences
+    /// were counted.
+    finished: Vec<usize>,
+    done: usize,
+    counted: Vec<bool>,
+    compact: Option<Arc<CompactWeights>>,
+}
+
+impl Slots {
+    fn new(
+        max_rows: usize,
+        g: usize,
+        prompts: usize,
+        compact: Option<Arc<CompactWeights>>,
+    ) -> Self {
+        let limit = if max_rows == 0 { usize::MAX } else { max_rows.max(g) };
+        Slots {
+            limit,
+            g,
+            next: 0,
+            prompts,
+            batch: None,
+            rows: Vec::new(),
+            logits: Vec::new(),
+            finished: vec![0; prompts],
+            done: 0,
+            counted: Vec::new(),
+            compact,
+        }
+    }
+
+    /// Prefills the waiting prompts that fit the free rows, together, and adds their samples.
+    fn admit(
+        &mut self,
+        run: &Run<'_>,
+        prompts: &[Vec<u32>],
+        seqs: &mut Vec<Sequence>,
+    ) -> Result<()> {
+        let free = self.limit.saturating_sub(self.rows.len());
+        let count = (free / self.g).min(self.prompts - self.next);
+        if count == 0 {
+            return Ok(());
+        }
+        let start = self.next;
+        self.next += count;
+        let refs: Vec<&[u32]> = prompts[start..self.next].iter().map(Vec::as_slice).collect();
+        let (mut joining, prompt_logits) = DecodeBatch::prefill(
+            run.model,
+            &refs,
+            run.pad_id,
+            run.params.max_new_tokens,
+            self.compact.clone(),
+        )?;
+        let expand: Vec<usize> = (0..count * self.g).map(|r| r / self.g).collect();
+        joining.select_rows(&expand)?;
+        for (p, logits) in (start..self.next).zip(prompt_logits) {
+            for s in 0..self.g {
+                self.rows.push(seqs.len());
+                self.logits.push(logits.clone());
+                self.counted.push(false);
+                seqs.push(Sequence {
                     prompt_index: p,
                     sample_index: s,
-                    rng: rng_of(p, s),
+                    rng: (run.rng_of)(p, s),
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: None,
-                }
-            })
-            .collect();
-        let expand: Vec<usize> = (0..seqs.len()).map(|r| r / g).collect();
-        batch.select_rows(&expand)?;
-        // `rows[k]` is the sequence held in batch row k; `logits[k]` its next-token logits.
-        let mut rows: Vec<usize> = (0..seqs.len()).collect();
-        let mut logits: Vec<Vec<f32>> = expand.iter().map(|&p| prompt_logits[p].clone()).collect();
-        let stop_len = params.stop_strings.iter().map(|s| s.len()).max().unwrap_or(0);
-
-        for _ in 0..params.max_new_tokens {
-            let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(rows.len());
-            {
-                let mut by_index: Vec<Option<&mut Sequence>> = seqs.iter_mut().map(Some).collect();
-                for &r in &rows {
-                    if let Some(s) = by_index[r].take() {
-                        row_seqs.push(s);
-                    }
-                }
+                });
             }
-            row_seqs.par_iter_mut().zip(logits.par_iter()).try_for_each(
-                |(seq, row_logits)| -> Result<()> {
-                    if seq.finish.is_some() {
-                        return Ok(());
-                    }
-                    let (tok, lp) = pick_token(row_logits, params, &mut seq.rng);
-                    seq.tokens.push(tok);
-                    seq.logprobs.push(lp);
-                    if eos_ids.contains(&tok) {
-                        seq.finish = Some(FinishReason::Eos);
-                    } else if let (Some(t), true) = (tokenizer, stop_len > 0) {
-                        // Only the tail can contain a stop string that was not there before.
-                        let tail_tokens =
-                            &seq.tokens[seq.tokens.len().saturating_sub(stop_len + 8)..];
-                        let text = t.decode(tail_tokens, false)?;
-                        if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
-                            seq.finish = Some(FinishReason::Stop);
-                        }
-                    }
-                    if seq.finish.is_none() && seq.tokens.len() >= params.max_new_tokens {
-                        seq.finish = Some(FinishReason::Length);
-                    }
-                    Ok(())
-                },
-            )?;
-            let live: Vec<usize> =
-                (0..rows.len()).filter(|&k| seqs[rows[k]].finish.is_none()).collect();
-            if live.is_empty() {
-                break;
-            }
-            let dead = rows.len() - live.len();
-            if dead > 0 && dead * 8 >= rows.len() {
-                batch.select_rows(&live)?;
-                rows = live.iter().map(|&k| rows[k]).collect();
-            }
-            let ids: Vec<u32> =
-                rows.iter().map(|&r| *seqs[r].tokens.last().unwrap_or(&pad_id)).collect();
-            logits = batch.step(model, &ids)?;
         }
-        Ok(seqs
-            .into_iter()
-            .map(|s| Completion {
-                prompt_index: s.prompt_index,
-                sample_index: s.sample_index,
-                token_ids: s.tokens,
-                logprobs: s.logprobs,
-                finish_reason: s.finish.unwrap_or(FinishReason::Length),
-            })
-            .collect())
-    })
+        match self.batch.as_mut() {
+            Some(batch) => batch.append(joining),
+            None => {
+                self.batch = Some(joining);
+                Ok(())
+            }
+        }
+    }
+
+    /// After every row picked a token: counts finished samples, drops finished rows when that
+    /// frees room for a waiting prompt (or, as always, once an eighth of the rows are done, so
+    /// the copy stays cheap), feeds the live rows' tokens through one forward and admits
+    /// waiting prompts into the free rows.
+    fn step(
+        &mut self,
+        run: &Run<'_>,
+        prompts: &[Vec<u32>],
+        seqs: &mut Vec<Sequence>,
+    ) -> Result<()> {
+        let live: Vec<usize> =
+            (0..self.rows.len()).filter(|&k| seqs[self.rows[k]].finish.is_none()).collect();
+        self.count_finished(run, seqs);
+        let waiting = self.next < self.prompts;
+        let dead = self.rows.len() - live.len();
+        let refill = waiting && self.limit - live.len() >= self.g;
+        if live.is_empty() {
+            self.batch = None;
+            self.rows.clear();
+            self.logits.clear();
+        } else if dead > 0 && (refill || dead * 8 >= self.rows.len()) {
+            if let Some(batch) = self.batch.as_mut() {
+                batch.select_rows(&live)?;
+                if refill {
+                    // Rows that joined later are padded in front; drop what nobody needs.
+                    batch.trim()?;
+                }
+            }
+            self.rows = live.iter().map(|&k| self.rows[k]).collect();
+        }
+        if let Some(batch) = self.batch.as_mut() {
+            let ids: Vec<u32> =
+                self.rows.iter().map(|&r| *seqs[r].tokens.last().unwrap_or(&run.pad_id)).collect();
+            self.logits = batch.step(run.model, &ids)?;
+        }
+        if waiting {
+            self.admit(run, prompts, seqs)?;
+        }
+        Ok(())
+    }
+
+    /// Counts the samples that finished this step; tells the progress hook, if any, when
+    /// more prompts have all their samples finished.
+    fn count_finished(&mut self, run: &Run<'_>, seqs: &[Sequence]) {
+        let before = self.done;
+        for &r in &self.rows {
+            if seqs[r].finish.is_none() || self.counted[r] {
+                continue;
+            }
+            self.counted[r] = true;
+            let prompt = seqs[r].prompt_index;
+            self.finished[prompt] += 1;
+            if self.finished[prompt] == self.g {
+                self.done += 1;
+            }
+        }
+        if let (Some(progress), true) = (run.progress, self.done > before) {
+            progress(self.done);
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub struct SpecialTokens {
 }
 
 /// A tokenizer with the model's chat template and stop ids.
+#[derive(Clone)]
 pub struct ChatTokenizer {
     /// The underlying HF tokenizer.
     pub tokenizer: tokenizers::Tokenizer,

@@ -2,6 +2,7 @@
 //! log-probabilities consistent with the trainable forward, finish reasons.
 
 use verity_worker::model::compact::RolloutDtype;
+use verity_worker::sampler::{sample_seeded, sample_with_progress};
 use verity_worker::testing::tiny_model;
 use verity_worker::{sample, Family, FinishReason, Kernels, SamplingParams};
 
@@ -143,4 +144,71 @@ fn bad_arguments_are_errors() {
     }
     assert!(sample(&model, &[vec![]], &params(), &[], 0, None).is_err());
     assert!(sample(&model, &[vec![1000]], &params(), &[], 0, None).is_err());
+}
+
+#[test]
+fn continuous_batching_samples_the_tokens_of_unbatched_sampling() {
+    let model = tiny_model(Family::Llama, 6).unwrap();
+    let prompts: Vec<Vec<u32>> = vec![
+        vec![5, 6, 7, 8, 9, 10],
+        vec![11, 12],
+        vec![13, 14, 15],
+        vec![40],
+        vec![20, 21, 22, 23],
+    ];
+    let seeds: Vec<u64> = (0..prompts.len() as u64).map(|p| 100 + p).collect();
+    let greedy =
+        SamplingParams { n: 2, temperature: 0.0, max_new_tokens: 10, ..Default::default() };
+    for params in [params(), greedy] {
+        let alone = |eos: &[u32]| -> Vec<_> {
+            prompts
+                .iter()
+                .zip(&seeds)
+                .flat_map(|(p, &seed)| {
+                    sample_seeded(&model, std::slice::from_ref(p), &[seed], &params, eos, 0, None)
+                        .unwrap()
+                })
+                .collect()
+        };
+        // EOS ids picked from the samples' middles, so samples end at different steps and rows
+        // free up mid-decode.
+        let free = alone(&[]);
+        let eos = vec![free[0].token_ids[3], free[2 * params.n].token_ids[6]];
+        let alone = alone(&eos);
+        let lengths: Vec<usize> = alone.iter().map(|c| c.token_ids.len()).collect();
+        assert!(
+            lengths.iter().min() < lengths.iter().max(),
+            "samples end at different steps: {lengths:?}"
+        );
+        // One prompt at a time (rows = n), a prompt and a half, and everything at once.
+        for rows in [params.n, params.n + params.n / 2 + 1, 0] {
+            let p = SamplingParams { max_batch_rows: rows, ..params.clone() };
+            let batched = sample_seeded(&model, &prompts, &seeds, &p, &eos, 0, None).unwrap();
+            assert_eq!(batched.len(), alone.len());
+            for (b, a) in batched.iter().zip(&alone) {
+                assert_eq!(b.token_ids, a.token_ids, "rows {rows}, prompt {}", a.prompt_index);
+                assert_eq!(b.finish_reason, a.finish_reason);
+                assert_eq!((b.sample_index, b.logprobs.len()), (a.sample_index, a.logprobs.len()));
+                for (x, y) in b.logprobs.iter().zip(&a.logprobs) {
+                    assert!((x - y).abs() < 1e-4, "rows {rows}: {x} vs {y}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn continuous_batching_reports_prompts_as_they_finish() {
+    let model = tiny_model(Family::Llama, 6).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..6).map(|i| vec![10 + i, 20 + i]).collect();
+    let p = SamplingParams { n: 2, max_batch_rows: 3, ..params() };
+    let seen = std::sync::Mutex::new(Vec::new());
+    let progress = |done: usize| seen.lock().unwrap().push(done);
+    let eos: Vec<u32> = (0..10).collect();
+    let out = sample_with_progress(&model, &prompts, &p, (&eos, 0), None, &progress).unwrap();
+    assert_eq!(out.len(), 12);
+    assert_eq!(out, sample(&model, &prompts, &p, &eos, 0, None).unwrap());
+    let seen = seen.into_inner().unwrap();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "grows: {seen:?}");
+    assert_eq!(seen.last(), Some(&6));
 }

@@ -45,7 +45,8 @@ fn trainer(hp: Hyperparameters) -> Trainer {
     .unwrap()
 }
 
-fn assert_learns(hp: Hyperparameters) {
+/// Trains until the validation reward passes 0.9 (checked every 5 steps); returns the steps.
+fn assert_learns(hp: Hyperparameters) -> u64 {
     let loss = hp.loss;
     let mut trainer = trainer(hp);
     let before = trainer.evaluate().unwrap().unwrap();
@@ -74,6 +75,7 @@ fn assert_learns(hp: Hyperparameters) {
     );
     assert!(after.mean_reward > 0.9, "{loss:?} reached only {after:?} in {} steps", trainer.step());
     assert!(after.pass_at_1() > 0.9 && after.pass_at_k["pass@8"] >= after.pass_at_1());
+    trainer.step()
 }
 
 #[test]
@@ -134,6 +136,19 @@ fn grpo_single_pass_with_tis_learns() {
         Hyperparameters { micro_batch_size: 6, tis_cap: Some(2.0), ..hyperparameters(Loss::Grpo) };
     assert_eq!(hp.inner_epochs, 1);
     assert_learns(hp);
+}
+
+#[test]
+fn the_asynchronous_pipeline_learns_as_fast_per_step_as_the_synchronous_trainer() {
+    // One step off-policy with the truncated importance correction.
+    let sync = Hyperparameters { tis_cap: Some(2.0), ..hyperparameters(Loss::Grpo) };
+    let steps_sync = assert_learns(sync.clone());
+    let steps_async = assert_learns(Hyperparameters { max_staleness: 1, ..sync });
+    eprintln!("steps to learn: synchronous {steps_sync}, asynchronous {steps_async}");
+    assert!(
+        steps_async <= steps_sync + 5,
+        "asynchronous {steps_async} steps, synchronous {steps_sync} (checked every 5)"
+    );
 }
 
 #[test]

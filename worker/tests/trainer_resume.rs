@@ -88,6 +88,15 @@ fn lora_resumes_exactly() {
 }
 
 #[test]
+fn the_asynchronous_pipeline_resumes_exactly() {
+    // The groups drawn ahead for step 3 (by the weights of step 1) are saved with the
+    // checkpoint of step 2 and trained on after the restore.
+    let hp = Hyperparameters { max_staleness: 1, tis_cap: Some(2.0), ..hp() };
+    run_and_compare(hp.clone());
+    run_and_compare(Hyperparameters { dynamic_sampling: true, beta: 0.05, ..hp });
+}
+
+#[test]
 fn bad_rows_name_their_line() {
     let tokenizer = tiny_tokenizer().unwrap();
     let err =

@@ -20,6 +20,19 @@ pub struct RolloutArgs {
     /// Precision of the weights decoding reads: f32 or bf16.
     #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
+    /// Prompts in all, decoded `batch` rows at a time (0: one batch).
+    #[arg(long, default_value_t = 0)]
+    pub prompts: usize,
+    /// Samples per prompt.
+    #[arg(long, default_value_t = 1)]
+    pub samples: usize,
+    /// End samples at EOS (their lengths then differ).
+    #[arg(long = "stop-at-eos")]
+    pub stop_at_eos: bool,
+    /// Decode the prompts in separate batches of `batch` rows, each waiting for its longest
+    /// sample, instead of one continuous batch (the comparison for continuous batching).
+    #[arg(long)]
+    pub chunked: bool,
 }
 
 /// Options of `verity bench train-step`.
@@ -63,6 +76,9 @@ pub struct GrpoStepArgs {
     /// Precision of the weights rollouts read: f32 or bf16.
     #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
+    /// 1: sample the next step while this one trains (the asynchronous pipeline).
+    #[arg(long = "max-staleness", default_value_t = 0)]
+    pub max_staleness: u32,
 }
 
 /// Options of `verity bench graders`.
@@ -90,9 +106,17 @@ where
 
 /// Decode throughput with a KV cache.
 pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
-    let (model, batch, tokens, dtype) =
-        (args.model.clone(), args.batch, args.new_tokens, args.rollout_dtype);
-    print_blocking(move || Ok(verity_worker::bench_rollout(&model, batch, tokens, dtype)?)).await
+    let model = args.model.clone();
+    let bench = verity_worker::RolloutBench {
+        batch: args.batch,
+        new_tokens: args.new_tokens,
+        rollout_dtype: args.rollout_dtype,
+        prompts: args.prompts,
+        samples: args.samples,
+        stop_at_eos: args.stop_at_eos,
+        chunked: args.chunked,
+    };
+    print_blocking(move || Ok(verity_worker::bench_rollout(&model, &bench)?)).await
 }
 
 /// One forward + backward + AdamW step.
@@ -114,12 +138,16 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
 
 /// Seconds per GRPO step and its parts.
 pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
-    let (model, shape, dtype) = (
+    let (model, shape, dtype, staleness) = (
         args.model.clone(),
         (args.prompts, args.group, args.max_tokens, args.steps),
         args.rollout_dtype,
+        args.max_staleness,
     );
-    print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, shape, dtype)?)).await
+    print_blocking(move || {
+        Ok(verity_worker::trainer::bench_grpo_step(&model, shape, dtype, staleness)?)
+    })
+    .await
 }
 
 /// Options of `verity bench learn`.

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use verity_core::environment::Environment;
 use verity_verifiers::SandboxConfig;
 
@@ -165,7 +166,7 @@ impl EpisodeRunner<'_> {
         let pad = tokenizer.pad_id();
         let compact = if params.rollout_dtype == RolloutDtype::Bf16 && self.model.device().is_cpu()
         {
-            Some(CompactWeights::of(self.model)?)
+            Some(Arc::new(CompactWeights::of(self.model)?))
         } else {
             None
         };

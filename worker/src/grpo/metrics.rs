@@ -153,6 +153,10 @@ pub struct StepMetrics {
     pub kl: f64,
     /// Mean per-token KL between sampler and trainer log-probs.
     pub sampler_kl: f64,
+    /// Optimizer steps between the weights that sampled the step's rollouts and the weights it
+    /// trained (0 on-policy; 1 with the asynchronous pipeline, `max_staleness`).
+    #[serde(default)]
+    pub staleness: u64,
     /// Fraction of tokens clipped below `1 − ε_low`.
     pub clip_fraction_low: f64,
     /// Fraction of tokens clipped above `1 + ε_high`.
@@ -352,6 +356,7 @@ mod tests {
             "entropy",
             "kl",
             "sampler_kl",
+            "staleness",
             "clip_fraction_low",
             "clip_fraction_high",
             "zero_advantage_group_fraction",

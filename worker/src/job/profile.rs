@@ -8,7 +8,7 @@ use super::handler::{event, retryable, Stop, TrainingHandler};
 use super::runs::{interrupted, parse_dataset, run_seed, RunContext};
 use crate::loader::LoadedModel;
 use crate::runs::sample_records;
-use crate::sampler::SamplingParams;
+use crate::trainer::draw::sampling_params;
 use crate::trainer::rollout::Group;
 use crate::trainer::step::SUCCESS_THRESHOLD;
 use crate::trainer::{Dataset, Trainer, TrainerOptions};
@@ -50,16 +50,8 @@ impl TrainingHandler {
         event(lease, heartbeat, EventLevel::Info, "started", "profiling started", Some(&data))
             .await?;
         let loaded = self.load_run_model(lease, heartbeat, &profile.model.name).await?;
-        let params = SamplingParams {
-            n: profile.k,
-            temperature: hp.temperature as f32,
-            top_p: hp.top_p as f32,
-            top_k: hp.top_k,
-            max_new_tokens: hp.max_completion_tokens(),
-            stop_strings: hp.stop.clone(),
-            seed: run_seed(lease),
-            rollout_dtype: hp.rollout_dtype,
-        };
+        // the job's own sampling settings, k samples per prompt
+        let params = sampling_params(hp, profile.k, run_seed(lease));
         let (loaded, dataset) =
             parse_dataset(lease, loaded, ctx.text, hp.max_completion_tokens()).await?;
         let rows = profiled_rows(dataset.len(), profile.prompts);

@@ -237,6 +237,7 @@ impl TrainingHandler {
                     pool: &pool,
                     phases: None,
                     environment: None,
+                    sampled: None,
                 };
                 sample_and_grade(&rollout, &d, &chunk, &p)
             })

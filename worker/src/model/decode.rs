@@ -11,6 +11,7 @@ use super::kv_cache::KvCache;
 use super::Transformer;
 use crate::error::{Result, WorkerError};
 use candle_core::Tensor;
+use std::sync::Arc;
 
 /// A batch of sequences being decoded one token per step.
 pub struct DecodeBatch {
@@ -28,7 +29,7 @@ impl DecodeBatch {
         prompts: &[&[u32]],
         pad_id: u32,
         extra: usize,
-        compact: Option<CompactWeights>,
+        compact: Option<Arc<CompactWeights>>,
     ) -> Result<(DecodeBatch, Vec<Vec<f32>>)> {
         let pb = PaddedBatch::new(prompts, pad_id)?;
         let mut cache = model.new_cache(pb.batch, pb.len + extra)?;

@@ -35,9 +35,10 @@ impl KvCache {
         Ok(Self { keys, values, len: 0, capacity, weights: None })
     }
 
-    /// Makes every forward through this cache read these weight copies (bf16 rollouts).
-    pub fn use_weights(&mut self, weights: CompactWeights) {
-        self.weights = Some(Arc::new(weights));
+    /// Makes every forward through this cache read these weight copies (bf16 rollouts); pass
+    /// an `Arc` to share one set of copies among caches.
+    pub fn use_weights(&mut self, weights: impl Into<Arc<CompactWeights>>) {
+        self.weights = Some(weights.into());
     }
 
     /// The weight copies forwards through this cache read, if any.

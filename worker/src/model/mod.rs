@@ -85,6 +85,11 @@ pub struct Transformer {
     device: Device,
 }
 
+/// A parameter with its own copy of the values.
+fn deep_copy(v: &Var) -> Result<Var> {
+    Ok(Var::from_tensor(&v.as_tensor().copy()?)?)
+}
+
 fn var(map: &mut WeightMap, name: &str) -> Result<Var> {
     Ok(Var::from_tensor(&map.take(name)?)?)
 }
@@ -181,6 +186,48 @@ impl Transformer {
             kernels: self.kernels,
             device: self.device.clone(),
         }
+    }
+
+    /// A copy that keeps computing the current policy while this model trains (the optimizer
+    /// updates parameters in place): the trainable parameters are copied, the frozen base under
+    /// LoRA is shared. The asynchronous pipeline samples the next step's rollouts from it.
+    pub fn snapshot(&self) -> Result<Transformer> {
+        let mut copy = self.share_base();
+        if self.lora.is_empty() {
+            copy.embed = deep_copy(&self.embed)?;
+            copy.norm = deep_copy(&self.norm)?;
+            copy.lm_head = self.lm_head.as_ref().map(deep_copy).transpose()?;
+            for layer in &mut copy.layers {
+                for v in [&mut layer.input_norm, &mut layer.post_norm]
+                    .into_iter()
+                    .chain(layer.q_norm.as_mut())
+                    .chain(layer.k_norm.as_mut())
+                {
+                    *v = deep_copy(v)?;
+                }
+                for lin in [
+                    &mut layer.q,
+                    &mut layer.k,
+                    &mut layer.v,
+                    &mut layer.o,
+                    &mut layer.gate,
+                    &mut layer.up,
+                    &mut layer.down,
+                ] {
+                    lin.weight_t = deep_copy(&lin.weight_t)?;
+                    lin.bias = lin.bias.as_ref().map(deep_copy).transpose()?;
+                }
+            }
+        } else {
+            for (path, ad) in &self.lora {
+                let adapter =
+                    LoraAdapter { a: deep_copy(&ad.a)?, b: deep_copy(&ad.b)?, scale: ad.scale };
+                copy.lora.insert(path.clone(), adapter);
+            }
+            copy.lora_config = self.lora_config.clone();
+        }
+        copy.adapters_enabled = self.adapters_enabled;
+        Ok(copy)
     }
 
     /// Bytes the parameters take in memory (base weights plus adapters).

@@ -248,6 +248,7 @@ impl Batcher {
             stop_strings: vec![],
             seed: a.params.seed,
             rollout_dtype: Default::default(),
+            max_batch_rows: 0,
         };
         self.requests.push(Some(Live {
             params: a.params,

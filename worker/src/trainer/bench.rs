@@ -42,11 +42,13 @@ fn median(values: &mut [f64]) -> f64 {
 /// Runs `steps` GRPO steps (β = 0, full fine-tuning) of `prompts` prompts × `group` samples of
 /// at most `max_tokens` tokens on the model in `model_dir`; returns one JSON object with the
 /// median `seconds_per_step` and median `sampling_s`, `grading_s`, `training_s`, plus
-/// `peak_rss_mib`.
+/// `peak_rss_mib`. With `max_staleness` 1 the asynchronous pipeline samples the next step
+/// during each step's training (`tis_cap` 2); its first step still samples up front.
 pub fn bench_grpo_step(
     model_dir: &Path,
     (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
     rollout_dtype: verity_core::spec::RolloutDtype,
+    max_staleness: u32,
 ) -> Result<Value> {
     let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
     let train = Dataset::from_jsonl(
@@ -64,6 +66,8 @@ pub fn bench_grpo_step(
         micro_batch_size: group * prompts,
         rollout_dtype,
         seed: Some(0),
+        max_staleness,
+        tis_cap: (max_staleness > 0).then_some(2.0),
         ..Hyperparameters::default()
     };
     let options = TrainerOptions {
@@ -100,6 +104,8 @@ pub fn bench_grpo_step(
         "training_s": median(&mut training),
         "reward_mean": rewards,
         "rollout_dtype": rollout_dtype,
+        "max_staleness": max_staleness,
+        "step_seconds": total.clone(),
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,
         "peak_rss_mib": crate::commands::peak_rss_mib(),

@@ -3,7 +3,7 @@
 
 use super::error::Result;
 use super::mix_seed;
-use super::phase::Phase;
+use super::phase::{tell, Phase};
 use super::rollout::{finish_reason_name, per_grader_scores, Group};
 use super::step::{SampleRecord, Trainer, SUCCESS_THRESHOLD};
 use super::tuning::Objective;
@@ -61,18 +61,16 @@ impl Trainer {
         let n = self.hp.eval_samples();
         let params = self.sampling_params(n, mix_seed(self.seed, &[0xe7a1]));
         let examples: Vec<usize> = (0..validation.len()).collect();
-        let mut groups = Vec::new();
-        // As many sequences per rollout call as a training step samples (B × G), so evaluation
-        // decodes in batches as wide as training does.
-        let prompts_per_call = (self.hp.batch_size() * self.hp.group_size() / n.max(1)).max(1);
         let total = examples.len();
-        for chunk in examples.chunks(prompts_per_call) {
-            self.phase(Phase::Evaluating { done: groups.len(), total });
-            let mut rollout = self.rollout()?;
-            rollout.phases = None; // the evaluation counts prompts, not sampling and grading
-            let (g, _) = rollout.run(&validation.examples, chunk, &params)?;
-            groups.extend(g);
-        }
+        // One continuous batch over the whole validation set, as wide as a training step's
+        // rollout (`max_batch_rows`, default B × G): a prompt joins as soon as rows are free.
+        self.phase(Phase::Evaluating { done: 0, total });
+        let phases = self.phases.clone();
+        let sampled = move |done: usize| tell(phases.as_ref(), Phase::Evaluating { done, total });
+        let mut rollout = self.rollout()?;
+        rollout.phases = None; // the evaluation counts prompts, not sampling and grading
+        rollout.sampled = Some(&sampled);
+        let (groups, _) = rollout.run(&validation.examples, &examples, &params)?;
         self.phase(Phase::Evaluating { done: total, total });
         let summary = summarize_groups(&groups, n)?;
         let rows_kept = (VALIDATION_SAMPLES_KEPT / n.max(1)).max(1);

@@ -6,11 +6,13 @@
 pub mod bench;
 pub mod chat_rows;
 pub mod dataset;
+pub mod draw;
 pub mod environment;
 pub mod error;
 pub mod eval;
 pub mod learning;
 pub mod phase;
+pub mod pipeline;
 pub mod preference;
 pub mod rollout;
 pub mod state;

@@ -5,15 +5,16 @@ use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
 use crate::episodes::{grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
-use crate::sampler::{sample, Completion, FinishReason, SamplingParams};
+use crate::sampler::{sample_with_progress, Completion, FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use verity_core::environment::Environment;
 use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample, SandboxConfig};
 
 /// One prompt's sampled and graded completions.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     /// Row index of the prompt in its dataset.
     pub example: usize,
@@ -56,7 +57,7 @@ impl Group {
 }
 
 /// Time spent in one rollout.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RolloutTimes {
     /// Seconds sampling.
     pub sampling: f64,
@@ -89,6 +90,8 @@ pub struct Rollout<'a> {
     pub phases: Option<&'a PhaseObserver>,
     /// The tool environment: rollouts are multi-turn episodes when set.
     pub environment: Option<&'a Environment>,
+    /// Told how many prompts are fully sampled each time that number grows.
+    pub sampled: Option<&'a (dyn Fn(usize) + Sync)>,
 }
 
 impl Rollout<'_> {
@@ -105,13 +108,13 @@ impl Rollout<'_> {
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
         let (completions, episodes) = match self.environment {
             None => {
-                let mut completions = sample(
+                let mut completions = sample_with_progress(
                     self.model,
                     &prompts,
                     params,
-                    &self.tokenizer.eos_token_ids,
-                    self.tokenizer.pad_id(),
+                    (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
                     Some(self.tokenizer),
+                    self.sampled.unwrap_or(&|_| {}),
                 )?;
                 completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
                 (completions, Vec::new())

@@ -1,8 +1,10 @@
 //! Saving and restoring the trainer: weights (or adapter) and optimizer through the checkpoint
-//! module, plus `trainer_progress.json` (step, data cursor, seed).
+//! module, plus `trainer_progress.json` (step, data cursor, seed) and, with the asynchronous
+//! pipeline, the groups drawn ahead for the next step ([`IN_FLIGHT_FILE`]).
 
 use super::dataset::{DataCursor, DataOrder};
 use super::error::{Result, TrainerError};
+use super::pipeline::{InFlight, IN_FLIGHT_FILE};
 use super::step::Trainer;
 use super::tuning::{Objective, PreferenceData};
 use super::ReferenceLogprobs;
@@ -62,6 +64,12 @@ impl Trainer {
             .map_err(|e| checkpoint_error(dir, e.to_string()))?;
         std::fs::write(dir.join(PROGRESS_FILE), json)
             .map_err(|e| checkpoint_error(dir, e.to_string()))?;
+        if let Some(in_flight) = &self.in_flight {
+            let json =
+                serde_json::to_vec(in_flight).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+            std::fs::write(dir.join(IN_FLIGHT_FILE), json)
+                .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
+        }
         if let Objective::Dpo(data) = &self.objective {
             if let Some(reference) = &data.reference {
                 let json = serde_json::to_vec(reference)
@@ -92,6 +100,7 @@ impl Trainer {
         if let Objective::Dpo(data) = &mut self.objective {
             data.reference = restore_reference(dir, data)?;
         }
+        self.in_flight = restore_in_flight(dir, progress.step)?;
         restore_weights(&mut self.model, dir)?;
         self.optimizer = PolicyOptimizer::restore(
             &self.model,
@@ -104,6 +113,25 @@ impl Trainer {
         self.order = DataOrder::new(progress.seed, self.train.len(), progress.cursor);
         Ok(())
     }
+}
+
+/// The groups a checkpoint saved for the step after `step` (`None` without them).
+fn restore_in_flight(dir: &Path, step: u64) -> Result<Option<InFlight>> {
+    let path = dir.join(IN_FLIGHT_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let raw = std::fs::read(&path)
+        .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
+    let in_flight: InFlight = serde_json::from_slice(&raw)
+        .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
+    if in_flight.step != step + 1 {
+        return Err(checkpoint_error(
+            dir,
+            format!("its rollouts are for step {}, not step {}", in_flight.step, step + 1),
+        ));
+    }
+    Ok(Some(in_flight))
 }
 
 /// The reference log-probs saved beside a DPO checkpoint (`None` when the checkpoint predates

@@ -1,16 +1,17 @@
 //! One training step of the GRPO family, and the trainer that owns model, optimizer and data.
 
 use super::dataset::{DataCursor, DataOrder, Dataset};
+use super::draw::{sampling_params, Drawer, Drawn};
 use super::error::{Result, TrainerError};
 use super::mix_seed;
 use super::phase::{tell, Phase, PhaseObserver};
-use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes};
+use super::pipeline::{InFlight, Pipeline};
+use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout};
 use super::tuning::{Objective, TuningMetrics};
 use crate::error::WorkerError;
 use crate::grpo::{
     group_advantages, mask_truncated, policy_loss, sampler_trainer_kl, truncated_is_weights,
-    DynamicSampler, LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics,
-    StepNormalizer,
+    LossConfig, LossStats, OverlongShaping, PolicyLossInputs, StepMetrics, StepNormalizer,
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
@@ -125,6 +126,10 @@ pub struct Trainer {
     pub(super) options: TrainerOptions,
     /// Told each phase of a step or evaluation as it begins.
     pub(super) phases: Option<PhaseObserver>,
+    /// Groups drawn ahead for the next step (the asynchronous pipeline, `max_staleness`).
+    pub(super) in_flight: Option<InFlight>,
+    /// The pipeline's shared copies and thread pools, once it has run.
+    pub(super) pipeline: Option<Pipeline>,
 }
 
 /// A frozen copy of the model's current (base) weights, for the KL reference.
@@ -315,6 +320,8 @@ impl Trainer {
             total_steps,
             options,
             phases: None,
+            in_flight: None,
+            pipeline: None,
         })
     }
 
@@ -359,16 +366,7 @@ impl Trainer {
     }
 
     pub(super) fn sampling_params(&self, n: usize, seed: u64) -> SamplingParams {
-        SamplingParams {
-            n,
-            temperature: self.hp.temperature as f32,
-            top_p: self.hp.top_p as f32,
-            top_k: self.hp.top_k,
-            max_new_tokens: self.hp.max_completion_tokens(),
-            stop_strings: self.hp.stop.clone(),
-            seed,
-            rollout_dtype: self.hp.rollout_dtype,
-        }
+        sampling_params(&self.hp, n, seed)
     }
 
     pub(super) fn rollout(&self) -> Result<Rollout<'_>> {
@@ -382,6 +380,7 @@ impl Trainer {
             pool: &self.pool,
             phases: self.phases.as_ref(),
             environment: environment.as_deref(),
+            sampled: None,
         })
     }
 
@@ -393,50 +392,18 @@ impl Trainer {
         }
     }
 
-    /// Draws the step's groups: B prompts, or (dynamic sampling) rounds of prompts until B
-    /// groups have reward contrast or the cap is reached. Returns the groups and groups drawn.
-    fn draw_groups(&mut self, step: u64) -> Result<(Vec<Group>, usize, RolloutTimes)> {
-        let batch = self.hp.batch_size();
-        let group = self.hp.group_size();
-        let mut times = RolloutTimes::default();
-        if !self.hp.dynamic_sampling {
-            let examples: Vec<usize> = (0..batch).map(|_| self.order.next_index()).collect();
-            let params = self.sampling_params(group, mix_seed(self.seed, &[step, 0]));
-            let (groups, t) = self.rollout()?.run(&self.train.examples, &examples, &params)?;
-            times.add(t);
-            return Ok((groups, batch, times));
-        }
-        let cap = self.hp.max_groups_drawn.unwrap_or(3 * batch);
-        let mut sampler = DynamicSampler::new(batch, cap)?;
-        let mut round = 0u64;
-        while sampler.needs_more() {
-            let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
-            let examples: Vec<usize> = (0..count).map(|_| self.order.next_index()).collect();
-            let params = self.sampling_params(group, mix_seed(self.seed, &[step, round]));
-            let (groups, t) = self.rollout()?.run(&self.train.examples, &examples, &params)?;
-            times.add(t);
-            for g in groups {
-                let rewards = g.rewards();
-                let _ = sampler.offer(g, &rewards);
-            }
-            round += 1;
-        }
-        let outcome = sampler.finish();
-        if !outcome.reached_target {
-            tracing::info!(
-                step,
-                drawn = outcome.groups_drawn,
-                kept = outcome.groups.len(),
-                "dynamic sampling hit its cap"
-            );
-        }
-        let mut groups = outcome.groups;
-        if groups.is_empty() {
-            // No group had contrast: train on nothing but still log the step.
-            tracing::info!(step, "no group with reward contrast this step");
-        }
-        groups.truncate(batch);
-        Ok((groups, outcome.groups_drawn, times))
+    /// Draws step `step`'s groups from the current weights ([`Drawer`]).
+    pub(super) fn draw_groups(&mut self, step: u64) -> Result<Drawn> {
+        let mut order = self.order.clone();
+        let drawer = Drawer {
+            rollout: self.rollout()?,
+            examples: &self.train.examples,
+            hp: &self.hp,
+            seed: self.seed,
+        };
+        let drawn = drawer.draw(&mut order, step)?;
+        self.order = order;
+        Ok(drawn)
     }
 
     /// Runs one training step and returns its metrics and samples.
@@ -450,12 +417,13 @@ impl Trainer {
     /// One GRPO-family step: rollouts, rewards, advantages, μ passes of the policy loss.
     fn reinforcement_step(&mut self) -> Result<StepOutput> {
         let step = self.step + 1;
-        let (groups, groups_drawn, times) = self.draw_groups(step)?;
+        let (Drawn { groups, groups_drawn, times }, policy_step) = self.take_or_draw(step)?;
         let group_size = self.hp.group_size();
         let mut metrics = StepMetrics {
             step,
             groups_drawn: groups_drawn as u64,
             groups_kept: groups.len() as u64,
+            staleness: self.step - policy_step,
             ..StepMetrics::default()
         };
         metrics.sampling_seconds = times.sampling;
@@ -528,7 +496,7 @@ impl Trainer {
 
         // Optimisation.
         self.phase(Phase::Training);
-        let started = Instant::now();
+        let mut training_seconds = 0.0;
         if !completions.is_empty() {
             let batch = Batch {
                 prompts: groups
@@ -554,11 +522,19 @@ impl Trainer {
                 .filter(|pair| *pair.1)
                 .map(|((prompt, completion), _)| (prompt.len() + completion.len()) as u64)
                 .sum();
-            crate::kernels::on_pool(|| self.optimise(&batch, &mut metrics))?;
+            self.train_overlapped(step, |trainer| {
+                let started = Instant::now();
+                crate::kernels::on_pool(|| trainer.optimise(&batch, &mut metrics))?;
+                training_seconds = started.elapsed().as_secs_f64();
+                Ok(())
+            })?;
         } else {
-            metrics.learning_rate = self.optimizer.next_lr();
+            self.train_overlapped(step, |trainer| {
+                metrics.learning_rate = trainer.optimizer.next_lr();
+                Ok(())
+            })?;
         }
-        metrics.training_seconds = started.elapsed().as_secs_f64();
+        metrics.training_seconds = training_seconds;
         self.step = step;
         Ok(StepOutput { metrics, tuning: None, samples })
     }

@@ -406,6 +406,7 @@ impl Trainer {
             stop_strings: Vec::new(),
             seed: self.seed,
             rollout_dtype: RolloutDtype::F32,
+            max_batch_rows: 0,
         };
         let tokenizer = &self.tokenizer;
         let mut completions = sample(
