@@ -1,10 +1,11 @@
 //! Evaluation on the validation set: mean reward, pass@1 and pass@k (unbiased estimator), and
 //! the first [`VALIDATION_SAMPLES_KEPT`] completions for the completions explorer.
 
+use super::dataset::Dataset;
 use super::error::Result;
 use super::mix_seed;
 use super::phase::{tell, Phase};
-use super::rollout::{finish_reason_name, per_grader_scores, Group};
+use super::rollout::Group;
 use super::step::{SampleRecord, Trainer, SUCCESS_THRESHOLD};
 use super::tuning::Objective;
 use crate::grpo::metrics::mean_pass_at_k;
@@ -74,8 +75,7 @@ impl Trainer {
         self.phase(Phase::Evaluating { done: total, total });
         let summary = summarize_groups(&groups, n)?;
         let rows_kept = (VALIDATION_SAMPLES_KEPT / n.max(1)).max(1);
-        let samples =
-            self.validation_records(&validation.examples, &groups[..rows_kept.min(groups.len())]);
+        let samples = self.validation_records(validation, &groups[..rows_kept.min(groups.len())]);
         Ok(Some(EvalMetrics {
             samples,
             step: self.step,
@@ -90,38 +90,12 @@ impl Trainer {
 
 impl Trainer {
     /// Sample records of validation `groups` (advantage 0: nothing trains on them).
-    fn validation_records(
-        &self,
-        examples: &[super::dataset::Example],
-        groups: &[Group],
-    ) -> Vec<SampleRecord> {
+    fn validation_records(&self, validation: &Dataset, groups: &[Group]) -> Vec<SampleRecord> {
         let name = match &self.objective {
             Objective::Reinforcement { name, .. } => name.as_str(),
             _ => "",
         };
-        let mut out = Vec::new();
-        for (prompt_idx, g) in groups.iter().enumerate() {
-            for ((c, text), grade) in g.completions.iter().zip(&g.texts).zip(&g.grades) {
-                out.push(SampleRecord {
-                    step: self.step,
-                    idx: out.len(),
-                    prompt_idx,
-                    row: Some(g.example),
-                    prompt: examples[g.example].prompt_text.clone(),
-                    completion: text.clone(),
-                    score: grade.score,
-                    per_grader: per_grader_scores(grade, name),
-                    reason: grade.reason.clone(),
-                    grader_error: grade.error.as_ref().map(|e| e.message.clone()),
-                    reward: grade.score,
-                    advantage: 0.0,
-                    finish_reason: finish_reason_name(c.finish_reason).to_string(),
-                    tokens: c.token_ids.len(),
-                    reference: None,
-                });
-            }
-        }
-        out
+        crate::runs::sample_records(self.step, groups, validation, name)
     }
 }
 

@@ -6,7 +6,9 @@
 //! training step (`verity_core::difficulty`). `POST …/{id}/filtered_file` writes the training
 //! file without those prompts as a new file.
 
-use super::{cancel_run, enqueue_run, find_run, resolve_run_model, run_samples, RunStatus};
+use super::{
+    cancel_run, enqueue_run, find_run, list_page, resolve_run_model, run_samples, RunStatus,
+};
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::{ApiJson, ApiQuery};
@@ -190,17 +192,9 @@ pub async fn list_profiles(
     principal: Principal,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<DifficultyProfileObject>>> {
-    let limit = query.limit()?;
-    let rows = verity_core::sampling_runs::list_runs(
-        &state.pool,
-        principal.org_id,
-        RunKind::DifficultyProfile,
-        query.after.as_deref(),
-        limit + 1,
-    )
-    .await?;
-    let items = rows.into_iter().map(DifficultyProfileObject::of).collect::<ApiResult<_>>()?;
-    Ok(Json(Page::from_fetched(items, limit, |r: &DifficultyProfileObject| r.id.clone())))
+    let kind = RunKind::DifficultyProfile;
+    let id_of = |r: &DifficultyProfileObject| r.id.clone();
+    Ok(Json(list_page(&state, &principal, kind, &query, DifficultyProfileObject::of, id_of).await?))
 }
 
 /// One difficulty profile.

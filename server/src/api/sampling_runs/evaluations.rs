@@ -4,7 +4,7 @@
 //! checkpoint whose pass@k at the largest k falls below its base's.
 
 use super::{
-    cancel_run, check_names, enqueue_run, find_run, resolve_run_model, run_samples,
+    cancel_run, check_names, enqueue_run, find_run, list_page, resolve_run_model, run_samples,
     validate_file_and_grader, RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
@@ -243,18 +243,9 @@ pub async fn list_evaluations(
     principal: Principal,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<EvaluationObject>>> {
-    let limit = query.limit()?;
-    let rows = verity_core::sampling_runs::list_runs(
-        &state.pool,
-        principal.org_id,
-        RunKind::Evaluation,
-        query.after.as_deref(),
-        limit + 1,
-    )
-    .await?;
-    let items =
-        rows.into_iter().map(|j| EvaluationObject::of(j, None)).collect::<ApiResult<_>>()?;
-    Ok(Json(Page::from_fetched(items, limit, |e: &EvaluationObject| e.id.clone())))
+    let object = |j| EvaluationObject::of(j, None);
+    let id_of = |e: &EvaluationObject| e.id.clone();
+    Ok(Json(list_page(&state, &principal, RunKind::Evaluation, &query, object, id_of).await?))
 }
 
 /// The report of an evaluation's finished models.

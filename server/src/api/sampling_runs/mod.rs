@@ -14,7 +14,7 @@ use crate::api::extract::reject_nul_json;
 use crate::api::files::jsonl::JsonlValidator;
 use crate::api::jobs::samples::{load_samples, SampleObject, SampleQuery};
 use crate::api::jobs::validate::{validate_file, validate_judges, validate_rows};
-use crate::api::pagination::Page;
+use crate::api::pagination::{Page, PageQuery};
 use crate::api::state::AppState;
 use axum::Router;
 use serde::{Deserialize, Serialize};
@@ -124,6 +124,29 @@ fn kind_name(kind: RunKind) -> &'static str {
         RunKind::RejectionSampling => "rejection-sampling run",
         RunKind::DifficultyProfile => "difficulty profile",
     }
+}
+
+/// One page of the org's runs of `kind`, newest first, each turned into its API object.
+pub async fn list_page<T>(
+    state: &AppState,
+    principal: &Principal,
+    kind: RunKind,
+    query: &PageQuery,
+    object: impl Fn(JobRecord) -> ApiResult<T>,
+    id_of: impl Fn(&T) -> String,
+) -> ApiResult<Page<T>> {
+    let limit = query.limit()?;
+    let after = query.after.as_deref();
+    let rows = verity_core::sampling_runs::list_runs(
+        &state.pool,
+        principal.org_id,
+        kind,
+        after,
+        limit + 1,
+    )
+    .await?;
+    let items = rows.into_iter().map(object).collect::<ApiResult<_>>()?;
+    Ok(Page::from_fetched(items, limit, id_of))
 }
 
 /// The org's run `id` of `kind`, or 404.

@@ -4,8 +4,8 @@
 //! per-prompt pass-rate summary.
 
 use super::{
-    cancel_run, enqueue_run, find_run, resolve_run_model, run_samples, validate_file_and_grader,
-    RunStatus, SamplingRequest,
+    cancel_run, enqueue_run, find_run, list_page, resolve_run_model, run_samples,
+    validate_file_and_grader, RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
@@ -177,17 +177,9 @@ pub async fn list_runs(
     principal: Principal,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<Page<RejectionSamplingObject>>> {
-    let limit = query.limit()?;
-    let rows = verity_core::sampling_runs::list_runs(
-        &state.pool,
-        principal.org_id,
-        RunKind::RejectionSampling,
-        query.after.as_deref(),
-        limit + 1,
-    )
-    .await?;
-    let items = rows.into_iter().map(RejectionSamplingObject::of).collect::<ApiResult<_>>()?;
-    Ok(Json(Page::from_fetched(items, limit, |r: &RejectionSamplingObject| r.id.clone())))
+    let kind = RunKind::RejectionSampling;
+    let id_of = |r: &RejectionSamplingObject| r.id.clone();
+    Ok(Json(list_page(&state, &principal, kind, &query, RejectionSamplingObject::of, id_of).await?))
 }
 
 /// One rejection-sampling run.

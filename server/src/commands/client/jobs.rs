@@ -55,6 +55,13 @@ pub enum JobsCommand {
         #[command(flatten)]
         caps: BudgetArgs,
     },
+    /// The training monitor's warnings (`GET /v1/verity/jobs/{id}/warnings`): one line each
+    /// with its step, kind, the metric that triggered it against its threshold, and whether
+    /// the job's `auto_pause_on` pauses it.
+    Warnings {
+        /// Job id.
+        id: String,
+    },
     /// Print a line per new event until the job ends; exits 0 only when it succeeded.
     Watch {
         /// Job id.
@@ -283,6 +290,14 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
             let job = client.post_json(&format!("/v1/verity/jobs/{id}/budget"), &body).await?;
             show(&job, json, false)
         }
+        JobsCommand::Warnings { id } => {
+            let list = client.get_json(&format!("/v1/verity/jobs/{id}/warnings")).await?;
+            if json {
+                print_json(&list);
+            } else {
+                print!("{}", warnings_text(&list));
+            }
+        }
         JobsCommand::Watch { id } => {
             let status = watch(&client, id, |line| println!("{line}")).await?;
             if status != "succeeded" {
@@ -301,6 +316,30 @@ pub async fn control(client: &Client, id: &str, action: &str) -> anyhow::Result<
             &Value::Object(Default::default()),
         )
         .await
+}
+
+/// The lines `verity jobs warnings` prints for a warnings list.
+fn warnings_text(list: &Value) -> String {
+    let pausing: Vec<&str> =
+        list["auto_pause_on"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let warnings = list["data"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if warnings.is_empty() {
+        return "no warnings\n".to_string();
+    }
+    let mut text = String::new();
+    for w in warnings {
+        let kind = field(w, "kind");
+        let pauses = if pausing.contains(&kind) { "pauses the job" } else { "warns only" };
+        text.push_str(&format!(
+            "step {}  {kind}  {} = {:.4} (threshold {:.4}; {pauses})\n  {}\n",
+            w["step"],
+            field(w, "metric"),
+            w["value"].as_f64().unwrap_or(f64::NAN),
+            w["threshold"].as_f64().unwrap_or(f64::NAN),
+            field(w, "message"),
+        ));
+    }
+    text
 }
 
 fn show(job: &Value, json: bool, id_only: bool) {
@@ -384,8 +423,23 @@ pub async fn watch(
 
 #[cfg(test)]
 mod tests {
-    use super::apply_method;
+    use super::{apply_method, warnings_text};
     use serde_json::json;
+
+    #[test]
+    fn warnings_print_the_metric_against_its_threshold_and_whether_they_pause() {
+        let list = json!({"object": "list", "auto_pause_on": ["length_drift"], "data": [
+            {"kind": "length_drift", "metric": "completion_length_mean", "value": 2.5,
+             "threshold": 2.0, "step": 7, "message": "completions grew 2.5x"},
+            {"kind": "entropy_collapse", "metric": "entropy", "value": 0.01,
+             "threshold": 0.05, "step": 8, "message": "entropy fell"}]});
+        assert_eq!(
+            warnings_text(&list),
+            "step 7  length_drift  completion_length_mean = 2.5000 (threshold 2.0000; pauses the job)\n  completions grew 2.5x\n\
+             step 8  entropy_collapse  entropy = 0.0100 (threshold 0.0500; warns only)\n  entropy fell\n"
+        );
+        assert_eq!(warnings_text(&json!({"data": []})), "no warnings\n");
+    }
 
     #[test]
     fn method_flags_set_the_type_and_merge_hyperparameters() {
