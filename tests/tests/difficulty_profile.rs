@@ -15,21 +15,19 @@ use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-use training_support::{cpu_training_handler, prepare_store, MODEL};
+use training_support::{cpu_training_handler, prepare_store, profile_rows_jsonl, MODEL};
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 
 /// Five prompts: row 1 is always solved (its `pad` contains the answer), row 3 never (no
 /// completion of the tiny vocabulary holds the answer), the others by chance.
 fn rows_jsonl() -> String {
-    [("t1", ""), ("ALWAYS", "ALWAYS"), ("t2", ""), ("NEVER-SOLVED", ""), ("t3", "")]
-        .iter()
-        .enumerate()
-        .map(|(i, (answer, pad))| {
-            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer, "pad": pad})
-                .to_string()
-                + "\n"
-        })
-        .collect()
+    profile_rows_jsonl(&[
+        ("t1", ""),
+        ("ALWAYS", "ALWAYS"),
+        ("t2", ""),
+        ("NEVER-SOLVED", ""),
+        ("t3", ""),
+    ])
 }
 
 fn grader() -> Value {

@@ -10,21 +10,13 @@ mod webdriver;
 
 use serde_json::json;
 use sqlx::PgPool;
-use training_support::{prepare_store, run_one_job, MODEL};
+use training_support::{prepare_store, profile_rows_jsonl, run_one_job, MODEL};
 use verity_core::queue::{Queue, QueueSettings};
 use webdriver::{click, fill, serve, shot, sign_in, until, Driver};
 
 /// Four prompts: row 1 always solved (its `pad` holds the answer), row 2 never.
 fn rows_jsonl() -> String {
-    [("t1", ""), ("ALWAYS", "ALWAYS"), ("NEVER-SOLVED", ""), ("t2", "")]
-        .iter()
-        .enumerate()
-        .map(|(i, (answer, pad))| {
-            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer, "pad": pad})
-                .to_string()
-                + "\n"
-        })
-        .collect()
+    profile_rows_jsonl(&[("t1", ""), ("ALWAYS", "ALWAYS"), ("NEVER-SOLVED", ""), ("t2", "")])
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

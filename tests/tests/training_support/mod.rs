@@ -163,3 +163,17 @@ pub fn prompts_jsonl() -> String {
         })
         .collect()
 }
+
+/// Prompt rows for difficulty profiles: one per `(answer, pad)`, the prompt `t{5+i} t{20+i}`;
+/// with the first-token grader a row whose `pad` holds its answer is always solved, and an
+/// answer outside the tiny vocabulary is never solved.
+pub fn profile_rows_jsonl(rows: &[(&str, &str)]) -> String {
+    rows.iter()
+        .enumerate()
+        .map(|(i, (answer, pad))| {
+            json!({"prompt": format!("t{} t{}", 5 + i, 20 + i), "answer": answer, "pad": pad})
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}

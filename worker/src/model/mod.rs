@@ -205,18 +205,10 @@ impl Transformer {
                 {
                     *v = deep_copy(v)?;
                 }
-                for lin in [
-                    &mut layer.q,
-                    &mut layer.k,
-                    &mut layer.v,
-                    &mut layer.o,
-                    &mut layer.gate,
-                    &mut layer.up,
-                    &mut layer.down,
-                ] {
-                    lin.weight_t = deep_copy(&lin.weight_t)?;
-                    lin.bias = lin.bias.as_ref().map(deep_copy).transpose()?;
-                }
+            }
+            for lin in copy.linears_mut() {
+                lin.weight_t = deep_copy(&lin.weight_t)?;
+                lin.bias = lin.bias.as_ref().map(deep_copy).transpose()?;
             }
         } else {
             for (path, ad) in &self.lora {
