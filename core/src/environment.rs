@@ -15,7 +15,12 @@ const MAX_CALL_MEMORY_MB: u64 = 4096;
 /// Largest per-call output cap, in bytes.
 const MAX_CALL_OUTPUT_BYTES: usize = 1 << 20;
 
-/// A built-in tool the episode offers the model.
+/// Most retries of an HTTP tool call.
+const MAX_HTTP_RETRIES: u32 = 5;
+/// The operator's allow-list of HTTP tool endpoints: comma-separated URL prefixes.
+pub const HTTP_ALLOW_ENV: &str = "VERITY_TOOL_HTTP_ALLOW";
+
+/// What kind of tool the episode offers the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolKind {
@@ -23,18 +28,81 @@ pub enum ToolKind {
     Calculator,
     /// Python code run in the bubblewrap sandbox; variables persist across the episode's calls.
     Python,
+    /// A tool the job defines: a Python function run in the sandbox, or an HTTP endpoint the
+    /// operator allows.
+    Function,
 }
 
 impl ToolKind {
-    /// Every built-in tool.
-    pub const ALL: [ToolKind; 2] = [ToolKind::Calculator, ToolKind::Python];
+    /// The built-in tools.
+    pub const BUILT_IN: [ToolKind; 2] = [ToolKind::Calculator, ToolKind::Python];
 
-    /// The function name the model calls (`calculator`, `python`).
+    /// The function name the model calls a built-in by (`calculator`, `python`; `function` for
+    /// a user tool, whose own name is in its spec).
     pub fn name(self) -> &'static str {
         match self {
             ToolKind::Calculator => "calculator",
             ToolKind::Python => "python",
+            ToolKind::Function => "function",
         }
+    }
+}
+
+/// The function a user tool offers, in OpenAI's `tools[].function` shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSchema {
+    /// The name the model calls it by (letters, digits, `_` and `-`, at most 64).
+    pub name: String,
+    /// What it does, as the prompt tells the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of its arguments (an object schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<serde_json::Value>,
+    /// OpenAI's strict flag; kept and echoed, not enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+/// An HTTP endpoint that serves a user tool: each call POSTs the arguments as JSON and the
+/// response body is the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTool {
+    /// The endpoint; it must start with one of the operator's allowed prefixes
+    /// ([`HTTP_ALLOW_ENV`]).
+    pub url: String,
+    /// Retries after a connection failure or a 5xx answer (default 2, at most 5), within the
+    /// call's time limit.
+    #[serde(default = "default_http_retries")]
+    pub retries: u32,
+}
+
+fn default_http_retries() -> u32 {
+    2
+}
+
+/// The operator's allow-list of HTTP tool endpoints (URL prefixes); empty allows none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpAllowList(Vec<String>);
+
+impl HttpAllowList {
+    /// The list in [`HTTP_ALLOW_ENV`] (unset: none allowed).
+    pub fn from_env() -> Self {
+        Self::parse(&std::env::var(HTTP_ALLOW_ENV).unwrap_or_default())
+    }
+
+    /// A list from comma-separated prefixes.
+    pub fn parse(list: &str) -> Self {
+        HttpAllowList(
+            list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect(),
+        )
+    }
+
+    /// Whether `url` starts with an allowed prefix.
+    pub fn allows(&self, url: &str) -> bool {
+        self.0.iter().any(|prefix| url.starts_with(prefix.as_str()))
     }
 }
 
@@ -56,16 +124,108 @@ impl Default for CallLimits {
     }
 }
 
-/// One tool of the environment: a built-in and its per-call limits.
+/// One tool of the environment: a built-in or a user tool, and its per-call limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
-    /// Which built-in tool.
+    /// Which kind of tool.
     #[serde(rename = "type")]
     pub kind: ToolKind,
+    /// A user tool's function (name, description, parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionSchema>,
+    /// A user tool's Python source, which defines the function (run in the sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// A user tool's HTTP endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTool>,
     /// Per-call limits.
     #[serde(default)]
     pub limits: CallLimits,
+}
+
+impl ToolSpec {
+    /// The name the model calls the tool by.
+    pub fn name(&self) -> &str {
+        match (&self.kind, &self.function) {
+            (ToolKind::Function, Some(function)) => &function.name,
+            (kind, _) => kind.name(),
+        }
+    }
+
+    /// Checks a user tool's fields (or that a built-in has none); `at` is its JSON path.
+    fn validate_kind(&self, at: &str, allow: &HttpAllowList) -> Result<(), HyperparameterError> {
+        let err = |field: &str, message: String| {
+            Err(HyperparameterError { param: format!("{at}.{field}"), message })
+        };
+        let Some(function) = &self.function else {
+            if self.kind == ToolKind::Function {
+                return err(
+                    "function",
+                    "a function tool needs its function (name, description, parameters)".into(),
+                );
+            }
+            if self.python.is_some() || self.http.is_some() {
+                let field = if self.python.is_some() { "python" } else { "http" };
+                return err(field, format!("only function tools take {field}"));
+            }
+            return Ok(());
+        };
+        if self.kind != ToolKind::Function {
+            return err(
+                "function",
+                format!("{} is built in; only function tools take function", self.kind.name()),
+            );
+        }
+        let name = &function.name;
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return err("function.name", "must be 1-64 letters, digits, '_' or '-'".into());
+        }
+        if ToolKind::BUILT_IN.iter().any(|k| k.name() == name) {
+            return err("function.name", format!("{name} is the name of a built-in tool"));
+        }
+        if let Some(parameters) = &function.parameters {
+            if !parameters.is_object() {
+                return err("function.parameters", "must be a JSON Schema object".into());
+            }
+        }
+        match (&self.python, &self.http) {
+            (Some(source), None) => {
+                if !source.contains(&format!("def {name}")) {
+                    return err(
+                        "python",
+                        format!("must define the function {name} (def {name}(...))"),
+                    );
+                }
+            }
+            (None, Some(http)) => {
+                if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                    return err("http.url", "must be an http:// or https:// URL".into());
+                }
+                if !allow.allows(&http.url) {
+                    return err(
+                        "http.url",
+                        format!("is not allowed by the operator ({HTTP_ALLOW_ENV})"),
+                    );
+                }
+                if http.retries > MAX_HTTP_RETRIES {
+                    return err("http.retries", format!("must be 0 to {MAX_HTTP_RETRIES}"));
+                }
+            }
+            (None, None) => {
+                return err(
+                    "python",
+                    "a function tool needs python (its source) or http (an endpoint)".into(),
+                )
+            }
+            (Some(_), Some(_)) => return err("http", "give python or http, not both".into()),
+        }
+        Ok(())
+    }
 }
 
 /// Limits over a whole episode (all tools together).
@@ -119,7 +279,7 @@ impl Environment {
 
     /// The spec of the tool the model calls by `name`, if the environment offers it.
     pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
-        self.tools.iter().find(|t| t.kind.name() == name)
+        self.tools.iter().find(|t| t.name() == name)
     }
 
     /// The environment with its defaults made explicit (what a job echoes).
@@ -136,6 +296,7 @@ impl Environment {
         &self,
         prefix: &str,
         max_completion_tokens: usize,
+        allow: &HttpAllowList,
     ) -> Result<(), HyperparameterError> {
         let err = |field: &str, message: String| {
             Err(HyperparameterError { param: format!("{prefix}.{field}"), message })
@@ -144,11 +305,16 @@ impl Environment {
             return err("max_turns", format!("must be between 1 and {MAX_TURNS}"));
         }
         if self.tools.is_empty() {
-            return err("tools", "must offer at least one tool (calculator or python)".into());
+            return err(
+                "tools",
+                "must offer at least one tool (calculator, python or a function)".into(),
+            );
         }
         for (i, tool) in self.tools.iter().enumerate() {
-            if self.tools[..i].iter().any(|t| t.kind == tool.kind) {
-                return err(&format!("tools[{i}].type"), format!("{} twice", tool.kind.name()));
+            tool.validate_kind(&format!("{prefix}.tools[{i}]"), allow)?;
+            if self.tools[..i].iter().any(|t| t.name() == tool.name()) {
+                let field = if tool.kind == ToolKind::Function { "function.name" } else { "type" };
+                return err(&format!("tools[{i}].{field}"), format!("{} twice", tool.name()));
             }
             let limits = &tool.limits;
             let at = |field: &str| format!("tools[{i}].limits.{field}");
@@ -200,7 +366,7 @@ mod tests {
     #[test]
     fn defaults_resolve_and_validate() {
         let e = env(json!({"tools": [{"type": "calculator"}, {"type": "python"}]}));
-        e.validate("env", 256).unwrap();
+        e.validate("env", 256, &HttpAllowList::default()).unwrap();
         assert_eq!(e.max_turns, 4);
         assert_eq!(e.max_episode_tokens(256), 1024);
         assert_eq!(e.tool("python").map(|t| t.limits), Some(CallLimits::default()));
@@ -228,13 +394,60 @@ mod tests {
                 json!({"tools": [{"type": "calculator"}], "max_episode_tokens": 10}),
                 "max_episode_tokens",
             ),
+            (
+                json!({"tools": [{"type": "function", "python": "def f(): pass"}]}),
+                "tools[0].function",
+            ),
+            (
+                json!({"tools": [{"type": "calculator", "python": "def f(): pass"}]}),
+                "tools[0].python",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "python"}, "python": "def python(): pass"}]}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}, "python": "def g(): pass"}]}),
+                "tools[0].python",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+                "tools[0].python",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}, "http": {"url": "http://10.0.0.1/f"}}]}),
+                "tools[0].http.url",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}, "python": "def f(): pass"},
+                                 {"type": "function", "function": {"name": "f"}, "python": "def f(): pass"}]}),
+                "tools[1].function.name",
+            ),
         ] {
-            let e = env(bad).validate("method.reinforcement.environment", 64).unwrap_err();
+            let e = env(bad)
+                .validate("method.reinforcement.environment", 64, &HttpAllowList::default())
+                .unwrap_err();
             assert_eq!(e.param, format!("method.reinforcement.environment.{field}"), "{e}");
         }
         assert!(
             serde_json::from_value::<Environment>(json!({"tools": [{"type": "shell"}]})).is_err()
         );
         assert!(serde_json::from_value::<Environment>(json!({"tools": [], "turns": 3})).is_err());
+    }
+
+    #[test]
+    fn user_tools_are_named_by_their_function_and_http_needs_the_allow_list() {
+        let e = env(json!({"tools": [
+            {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}},
+             "python": "def lookup(key):\n    return key"},
+            {"type": "function", "function": {"name": "weather"},
+             "http": {"url": "http://127.0.0.1:9/weather"}}]}));
+        assert_eq!(e.tool("lookup").map(ToolSpec::name), Some("lookup"));
+        assert_eq!(e.tool("weather").and_then(|t| t.http.as_ref()).map(|h| h.retries), Some(2));
+        let refused = e.validate("env", 64, &HttpAllowList::default()).unwrap_err();
+        assert_eq!(refused.param, "env.tools[1].http.url");
+        let allow = HttpAllowList::parse(" http://127.0.0.1:9/ , https://tools.internal/");
+        assert!(allow.allows("https://tools.internal/x") && !allow.allows("http://127.0.0.2/"));
+        e.validate("env", 64, &allow).unwrap();
     }
 }

@@ -672,7 +672,8 @@ pub struct Reinforcement {
 impl Reinforcement {
     /// Validates the `environment` block, if any (errors name
     /// `method.reinforcement.environment.{field}`); overlong shaping, which measures one
-    /// completion, is refused with it.
+    /// completion, is refused with it. HTTP tools must be on this process's allow-list
+    /// ([`crate::environment::HTTP_ALLOW_ENV`]).
     pub fn validate_environment(&self) -> Result<(), HyperparameterError> {
         let Some(environment) = &self.environment else { return Ok(()) };
         let hp = &self.hyperparameters;
@@ -682,7 +683,11 @@ impl Reinforcement {
                 message: "overlong shaping is not supported with an environment yet".into(),
             });
         }
-        environment.validate("method.reinforcement.environment", hp.max_completion_tokens())
+        environment.validate(
+            "method.reinforcement.environment",
+            hp.max_completion_tokens(),
+            &crate::environment::HttpAllowList::from_env(),
+        )
     }
 }
 

@@ -92,6 +92,19 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     ] {
         fill(&c, &format!("#hp-{name}"), value).await;
     }
+    // The tools environment and budget caps: the body the form sends carries them (then
+    // unticked again: this job trains without tools).
+    c.execute("document.querySelector('#environment-panel').open = true; document.querySelector('#budget-panel').open = true", vec![]).await;
+    click(&c, "#env-calculator").await;
+    fill(&c, "#env-max-turns", "3").await;
+    fill(&c, "#budget-max-tokens", "100000").await;
+    let body = c.execute("const b = VerityNewJob.jobBody(); return [b.method.reinforcement.environment, b.budget]", vec![]).await;
+    assert_eq!(
+        body,
+        json!([{"tools": [{"type": "calculator"}], "max_turns": 3}, {"max_tokens": 100000}])
+    );
+    click(&c, "#env-calculator").await;
+    fill(&c, "#env-max-turns", "").await;
     shot(&c, "03-new-job").await;
     click(&c, "#create-job").await;
     let job_id =

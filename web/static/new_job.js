@@ -188,6 +188,46 @@
     if (field) { field.setAttribute("aria-invalid", "true"); field.focus(); }
     err.scrollIntoView({ block: "center" });
   }
+  // A whole number from an input: undefined when empty, NaN when not a whole number.
+  function whole(el) {
+    var v = el.value.trim();
+    if (v === "") return undefined;
+    return /^[0-9]+$/.test(v) ? Number(v) : NaN;
+  }
+  // The tools environment of the form: null for none, false after showing what is wrong.
+  function environmentBlock() {
+    var text = document.getElementById("env-json"), block = {};
+    if (text.value.trim()) {
+      try { block = JSON.parse(text.value); } catch (e) { fail("method.reinforcement.environment: not valid JSON: " + e.message, text); return false; }
+      if (!block || typeof block !== "object" || Array.isArray(block)) { fail("method.reinforcement.environment: must be a JSON object", text); return false; }
+    }
+    var ticked = [];
+    document.querySelectorAll("[data-tool]").forEach(function (el) { if (el.checked) ticked.push({ type: el.dataset.tool }); });
+    if (ticked.length) block.tools = ticked;
+    var fields = [["env-max-turns", "max_turns"], ["env-max-tool-calls", "max_tool_calls"]];
+    for (var i = 0; i < fields.length; i++) {
+      var el = document.getElementById(fields[i][0]), n = whole(el);
+      if (n === undefined) continue;
+      if (isNaN(n)) { fail("method.reinforcement.environment." + (fields[i][1] === "max_turns" ? "" : "episode_limits.") + fields[i][1] + ": must be a whole number", el); return false; }
+      if (fields[i][1] === "max_turns") block.max_turns = n;
+      else { block.episode_limits = block.episode_limits || {}; block.episode_limits.max_tool_calls = n; }
+    }
+    return Object.keys(block).length ? block : null;
+  }
+  // The budget caps of the form: null for none, false after showing what is wrong.
+  function budgetBlock(m) {
+    var caps = {}, any = false;
+    var fields = [["budget-max-wall-seconds", "max_wall_seconds"], ["budget-max-tokens", "max_tokens"]];
+    for (var i = 0; i < fields.length; i++) {
+      var el = document.getElementById(fields[i][0]);
+      if (el.closest("[hidden]")) continue;
+      var n = whole(el);
+      if (n === undefined) continue;
+      if (isNaN(n) || n < 1) { fail("budget." + fields[i][1] + ": must be a positive whole number", el); return false; }
+      caps[fields[i][1]] = n; any = true;
+    }
+    return any ? caps : null;
+  }
   // The request body of the form, or null after showing what is wrong (naming the field).
   function jobBody() {
     var m = method(), spec;
@@ -211,6 +251,14 @@
     var body = { model: document.getElementById("model").value, training_file: document.getElementById("training-file").value || null,
                  method: { type: m } };
     body.method[m] = m === "reinforcement" ? { grader: spec, hyperparameters: hp } : { hyperparameters: hp };
+    if (m === "reinforcement") {
+      var environment = environmentBlock();
+      if (environment === false) return null;
+      if (environment) body.method.reinforcement.environment = environment;
+    }
+    var budget = budgetBlock(m);
+    if (budget === false) return null;
+    if (budget) body.budget = budget;
     var valid = document.getElementById("validation-file").value;
     if (valid) body.validation_file = valid;
     var suffix = document.getElementById("suffix").value.trim();

@@ -69,6 +69,16 @@ fn parse<T: std::str::FromStr>(param: &str, value: &Option<String>) -> Result<Op
     }
 }
 
+/// One turn of a tool episode as shown: its role and text, the call it made (`name(arguments)`)
+/// or, for a tool result, its timing and whether it failed.
+struct EpisodeTurn {
+    role: &'static str,
+    content: String,
+    call: String,
+    meta: String,
+    error: bool,
+}
+
 /// A completion as shown.
 struct Completion {
     index: i32,
@@ -76,6 +86,9 @@ struct Completion {
     advantage: String,
     finish_reason: String,
     turns: Vec<Turn>,
+    /// A tool episode turn by turn (empty for a plain completion), and how it ended.
+    episode: Vec<EpisodeTurn>,
+    episode_end: String,
     graders: Vec<(String, String)>,
     reason: String,
 }
@@ -139,6 +152,38 @@ fn sample_row(s: &SampleObject, evaluation: bool) -> Option<i64> {
     recorded.or(evaluation.then_some(i64::from(s.prompt_index)))
 }
 
+/// The turns of a sample's tool episode (its `episode` record: OpenAI messages and calls).
+fn episode_turns(episode: &Value) -> Vec<EpisodeTurn> {
+    let calls = episode["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut results = calls.iter();
+    let mut out = Vec::new();
+    for message in episode["messages"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let content = text(message, "content");
+        if message["role"] == "tool" {
+            let call = results.next();
+            let seconds = call.and_then(|c| c["seconds"].as_f64()).unwrap_or(0.0);
+            let error = call.is_some_and(|c| c["error"] == true);
+            let meta = format!("{}{seconds:.3} s", if error { "error · " } else { "" });
+            out.push(EpisodeTurn { role: "tool", content, call: String::new(), meta, error });
+            continue;
+        }
+        let call = message["tool_calls"][0]["function"].clone();
+        let call = if call.is_null() {
+            String::new()
+        } else {
+            format!("{}({})", text(&call, "name"), text(&call, "arguments"))
+        };
+        out.push(EpisodeTurn {
+            role: "assistant",
+            content,
+            call,
+            meta: String::new(),
+            error: false,
+        });
+    }
+    out
+}
+
 fn completion(s: &SampleObject) -> Completion {
     let body = s.sample.clone().unwrap_or(Value::Null);
     let graders = body
@@ -152,6 +197,12 @@ fn completion(s: &SampleObject) -> Completion {
         advantage: number(s.advantage),
         finish_reason: s.finish_reason.clone().unwrap_or_default(),
         turns: turns(&text(&body, "completion")),
+        episode: episode_turns(&body["episode"]),
+        episode_end: body["episode"]["tool_limit"]
+            .as_str()
+            .or(body["episode"]["end"].as_str())
+            .unwrap_or("")
+            .replace('_', " "),
         graders,
         reason: text(&body, "reason"),
     }
@@ -331,4 +382,43 @@ async fn completions_page(
         per_page: show(filters.per_page),
         capped,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_episode_shows_each_turn_its_call_and_the_result_with_timing() {
+        let episode = json!({
+            "messages": [
+                {"role": "assistant", "content": "Let me compute.", "tool_calls": [{"id": "call_0", "type": "function",
+                  "function": {"name": "calculator", "arguments": "{\"expression\":\"12*12\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "144"},
+                {"role": "assistant", "content": "\\boxed{144}"}],
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "12*12"},
+                            "output": "144", "error": false, "seconds": 0.0123}],
+            "end": "answer"});
+        let turns = episode_turns(&episode);
+        let shown: Vec<(&str, &str, &str, &str, bool)> = turns
+            .iter()
+            .map(|t| (t.role, t.content.as_str(), t.call.as_str(), t.meta.as_str(), t.error))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    "assistant",
+                    "Let me compute.",
+                    "calculator({\"expression\":\"12*12\"})",
+                    "",
+                    false
+                ),
+                ("tool", "144", "", "0.012 s", false),
+                ("assistant", "\\boxed{144}", "", "", false),
+            ]
+        );
+        assert!(episode_turns(&Value::Null).is_empty(), "a plain completion has no episode");
+    }
 }

@@ -130,12 +130,86 @@ def run_grade(request, wfd):
     send(wfd, {"score": float(value)})
 
 
+def run_cell(source, namespace):
+    """Runs a notebook cell: its statements, then prints the repr of a final expression."""
+    import ast
+    tree = ast.parse(source, "<cell>")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, "<cell>", "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+
+
+def show(value):
+    """A tool function's result as the model reads it: text as is, plain data as JSON."""
+    if value is None:
+        return
+    if isinstance(value, str):
+        print(value)
+        return
+    try:
+        print(_json.dumps(value))
+    except (TypeError, ValueError):
+        print(repr(value))
+
+
+def error_line(e):
+    try:
+        import traceback
+        return traceback.format_exception_only(type(e), e)[-1].strip()
+    except BaseException:  # noqa: B036 - an exception whose str() raises
+        return type(e).__name__
+
+
+def serve_session(request, rfd, wfd):
+    """Answers calls for a whole episode: `{"code"}` runs a cell in the model's namespace,
+    `{"function", "arguments"}` calls one of the job's tool functions (loaded at the start, in
+    their own namespace). Output goes to stdout; the answer says only whether the call failed."""
+    cells = {"__name__": "__main__", "__builtins__": _builtins}
+    functions = {"__name__": "tools", "__builtins__": _builtins}
+    errors = []
+    for source in request.get("functions", []):
+        try:
+            exec(compile(source, "tools.py", "exec"), functions)
+        except BaseException as e:  # noqa: B036
+            errors.append(error_line(e))
+    send(wfd, {"errors": errors})
+    while True:
+        try:
+            message = recv(rfd)
+        except WireError:
+            return
+        error = None
+        try:
+            if "code" in message:
+                run_cell(message["code"], cells)
+            else:
+                function = functions.get(message["function"])
+                if not callable(function):
+                    raise NameError("the tool function " + repr(message["function"]) + " is not defined")
+                show(function(**message["arguments"]))
+        except BaseException as e:  # noqa: B036 - SystemExit and friends fail the call too
+            error = error_line(e)
+        try:
+            _child_sys.stdout.flush()
+            _child_sys.stderr.flush()
+        except BaseException:  # noqa: B036
+            pass
+        send(wfd, {"error": error})
+
+
 def child_main():
     rfd, wfd = int(_child_sys.argv[1]), int(_child_sys.argv[2])
     request = recv(rfd)
     _child_sys.path.extend(request.get("site_paths", []))
     if request["mode"] == "grade":
         run_grade(request, wfd)
+    elif request["mode"] == "session":
+        serve_session(request, rfd, wfd)
     else:
         serve_tests(request, rfd, wfd)
 

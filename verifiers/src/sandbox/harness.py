@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 
-VERDICT_FD, INPUT_FD = 3, 4
+VERDICT_FD, INPUT_FD, MESSAGES_FD = 3, 4, 5
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 
 
@@ -71,13 +71,15 @@ def describe(e):
     return name + ": " + detail if detail else name
 
 
-def spawn_child(request):
-    """Starts the child that runs untrusted code; returns (process, write fd, read fd)."""
+def spawn_child(request, output=None):
+    """Starts the child that runs untrusted code; returns (process, write fd, read fd). With
+    `output`, the child's stdout and stderr go to that fd."""
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", request["child_source"], str(to_child_r), str(from_child_w)],
-        stdin=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w), cwd="/work")
+        stdin=subprocess.DEVNULL, stdout=output, stderr=output, pass_fds=(to_child_r, from_child_w),
+        cwd="/work")
     os.close(to_child_r)
     os.close(from_child_w)
     return proc, to_child_w, from_child_r
@@ -413,6 +415,80 @@ def run_cases(request, verdict):
                      returncode=returncode, timed_out=timed_out)
 
 
+# ---------------------------------------------------------------- session
+
+def read_available(fd, out):
+    """Appends what `fd` (non-blocking) holds now to `out`; False once it is at its end."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        out += chunk
+
+
+def run_session(request, verdict):
+    """A tool session: the child keeps one interpreter (the model's cells, or the job's tool
+    functions) for the whole episode. Each framed message on fd 5 is one call; its answer is one
+    `cell` event with the output the call printed (capped: more ends the session), the error
+    line of a failed call, and whether the session is over. The supervisor kills the whole
+    sandbox when a call runs past its time limit."""
+    import select
+    cap = request["max_output"]
+    out_r, out_w = os.pipe()
+    proc, wfd, rfd = spawn_child(request, output=out_w)
+    os.close(out_w)
+    os.set_blocking(out_r, False)
+    try:
+        send(wfd, {"mode": "session", "functions": request.get("functions", []),
+                   "site_paths": request.get("site_paths", [])})
+        loaded = recv(rfd)
+    except WireError:
+        loaded = None
+    errors = loaded.get("errors") if type(loaded) is dict else None
+    if type(errors) is not list or not all(type(e) is str for e in errors):
+        verdict.emit("session_failed", message="the session process did not start")
+        return
+    verdict.emit("session", errors=[e[:500] for e in errors])
+    output_open = True
+    while True:
+        try:
+            message = recv(MESSAGES_FD)
+        except WireError:
+            break  # the episode is over
+        if output_open:
+            output_open = read_available(out_r, bytearray())  # stray output of earlier calls
+        out, truncated, reply = bytearray(), False, None
+        try:
+            send(wfd, message)
+        except WireError:
+            reply = False
+        while reply is None:
+            watched = [rfd] + ([out_r] if output_open else [])
+            ready, _, _ = select.select(watched, [], [])
+            if out_r in ready:
+                output_open = read_available(out_r, out)
+                if len(out) > cap:
+                    truncated = True
+                    break
+            if rfd in ready:
+                try:
+                    reply = recv(rfd)
+                except WireError:
+                    reply = False
+        if reply is not None and output_open:  # the child flushed before answering
+            output_open = read_available(out_r, out)
+            truncated = len(out) > cap
+        error = reply.get("error") if type(reply) is dict else None
+        verdict.emit("cell", output=bytes(out[:cap]).decode("utf-8", "replace"), truncated=truncated,
+                     error=error[:2000] if type(error) is str else None, ended=reply is False)
+        if truncated or reply is False:
+            break
+    kill_program_processes()
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -430,6 +506,8 @@ def main():
         run_cases(request, verdict)
     elif mode == "tests":
         run_tests(request, verdict)
+    elif mode == "session":
+        run_session(request, verdict)
     else:
         run_grade(request, verdict)
     verdict.emit("done")

@@ -10,15 +10,18 @@
 //! cannot forge it. Inside, the harness (`harness.py`) never runs untrusted code: the program or
 //! a user's `grade()` runs in a child process (`child.py`) that has neither the verdict pipe nor
 //! the nonce and answers only in plain data (`wire.py`); the tests run in the harness's clean
-//! interpreter on that data (docs/security.md, "Grader integrity").
+//! interpreter on that data (docs/security.md, "Grader integrity"). A [`SandboxSession`] keeps
+//! one sandbox open across exchanges (a tool's session over an episode), with the same layers.
 
 mod config;
 mod run;
+mod session;
 
 use thiserror::Error;
 
 pub use config::SandboxConfig;
 pub use run::{run_harness, RunLimits, RunOutcome};
+pub use session::{Exchange, SandboxSession};
 
 /// The sandbox could not run (an infrastructure failure, never a wrong answer).
 #[derive(Debug, Error)]

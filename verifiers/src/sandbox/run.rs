@@ -23,8 +23,10 @@ const MAX_VERDICT_BYTES: usize = 8 << 20;
 /// How long pipes may stay open after the sandbox exits or is killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(3);
 /// Fixed fd numbers inside the sandbox.
-const VERDICT_FD: RawFd = 3;
-const INPUT_FD: RawFd = 4;
+pub(super) const VERDICT_FD: RawFd = 3;
+pub(super) const INPUT_FD: RawFd = 4;
+/// The session's message pipe (framed messages after the request; session mode only).
+pub(super) const MESSAGES_FD: RawFd = 5;
 
 /// Limits of one run.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +106,7 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two fds into the array; we take ownership of both right away.
     unsafe {
@@ -113,7 +115,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+pub(super) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on an fd we own.
     unsafe {
         let flags = cvt(libc::fcntl(fd, libc::F_GETFL))?;
@@ -122,7 +124,7 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-fn nonce() -> io::Result<String> {
+pub(super) fn nonce() -> io::Result<String> {
     let mut bytes = [0u8; 16];
     // SAFETY: getrandom fills the buffer it is given.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
@@ -276,14 +278,13 @@ fn next_uid(config: &SandboxConfig) -> u32 {
     config.uid_base + NEXT.fetch_add(1, Ordering::Relaxed) % config.uid_count.max(1)
 }
 
-fn spawn(
+/// Starts bwrap under `limits` with each `(fd, number)` of `pipes` as that fd number inside.
+pub(super) fn spawn(
     config: &SandboxConfig,
     limits: &RunLimits,
-    verdict_w: &OwnedFd,
-    input_r: &OwnedFd,
+    pipes: &[(&OwnedFd, RawFd)],
 ) -> io::Result<Child> {
-    let sources: Vec<(RawFd, RawFd)> =
-        vec![(verdict_w.as_raw_fd(), VERDICT_FD), (input_r.as_raw_fd(), INPUT_FD)];
+    let sources: Vec<(RawFd, RawFd)> = pipes.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let run_uid = if is_root { Some(next_uid(config)) } else { None };
@@ -328,21 +329,21 @@ fn spawn(
     command.spawn()
 }
 
-struct Stream {
-    fd: Option<OwnedFd>,
-    buf: Vec<u8>,
+pub(super) struct Stream {
+    pub(super) fd: Option<OwnedFd>,
+    pub(super) buf: Vec<u8>,
     cap: usize,
     truncated: bool,
 }
 
 impl Stream {
-    fn new(fd: OwnedFd, cap: usize) -> io::Result<Self> {
+    pub(super) fn new(fd: OwnedFd, cap: usize) -> io::Result<Self> {
         set_nonblocking(fd.as_raw_fd())?;
         Ok(Self { fd: Some(fd), buf: Vec::new(), cap, truncated: false })
     }
 
     /// Reads what is available; closes on EOF.
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         let Some(fd) = &self.fd else { return };
         let mut chunk = [0u8; 65536];
         loop {
@@ -369,6 +370,38 @@ impl Stream {
     }
 }
 
+/// The harness's input: `request` with the run's nonce, the site paths and the child's source.
+pub(super) fn payload(
+    config: &SandboxConfig,
+    request: &Value,
+    nonce: &str,
+) -> Result<Vec<u8>, SandboxError> {
+    let mut payload = request.clone();
+    if let Value::Object(map) = &mut payload {
+        map.insert("nonce".into(), Value::String(nonce.to_string()));
+        let site: Vec<Value> = config
+            .python_site_paths
+            .iter()
+            .map(|p| Value::String(p.to_string_lossy().into_owned()))
+            .collect();
+        map.insert("site_paths".into(), Value::Array(site));
+        map.insert("child_source".into(), Value::String(CHILD.into()));
+    }
+    serde_json::to_vec(&payload).map_err(|e| SandboxError::Io(io::Error::other(e)))
+}
+
+/// The verdict events in `line` (one JSON line), when its nonce matches; the nonce removed.
+pub(super) fn verdict_event(line: &str, nonce: &str) -> Option<Value> {
+    let mut v = serde_json::from_str::<Value>(line).ok()?;
+    if v.get("nonce").and_then(Value::as_str) != Some(nonce) {
+        return None;
+    }
+    if let Value::Object(map) = &mut v {
+        map.remove("nonce");
+    }
+    Some(v)
+}
+
 /// Runs the harness with `request` (a JSON object; a fresh nonce is added) under `limits`.
 pub fn run_harness(
     config: &SandboxConfig,
@@ -380,21 +413,11 @@ pub fn run_harness(
     }
     let started = Instant::now();
     let nonce = nonce().map_err(SandboxError::Io)?;
-    let mut payload = request.clone();
-    if let Value::Object(map) = &mut payload {
-        map.insert("nonce".into(), Value::String(nonce.clone()));
-        let site: Vec<Value> = config
-            .python_site_paths
-            .iter()
-            .map(|p| Value::String(p.to_string_lossy().into_owned()))
-            .collect();
-        map.insert("site_paths".into(), Value::Array(site));
-        map.insert("child_source".into(), Value::String(CHILD.into()));
-    }
-    let input = serde_json::to_vec(&payload).map_err(|e| SandboxError::Io(io::Error::other(e)))?;
+    let input = payload(config, request, &nonce)?;
     let (verdict_r, verdict_w) = pipe().map_err(SandboxError::Io)?;
     let (input_r, input_w) = pipe().map_err(SandboxError::Io)?;
-    let mut child = spawn(config, limits, &verdict_w, &input_r).map_err(SandboxError::Spawn)?;
+    let mut child = spawn(config, limits, &[(&verdict_w, VERDICT_FD), (&input_r, INPUT_FD)])
+        .map_err(SandboxError::Spawn)?;
     drop((verdict_w, input_r));
     let pgid = child.id() as libc::pid_t;
     let outcome =
@@ -505,14 +528,7 @@ fn supervise(
     let [out, err, verdict] = streams;
     let events = String::from_utf8_lossy(&verdict.buf)
         .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|v| v.get("nonce").and_then(Value::as_str) == Some(nonce))
-        .map(|mut v| {
-            if let Value::Object(map) = &mut v {
-                map.remove("nonce");
-            }
-            v
-        })
+        .filter_map(|line| verdict_event(line, nonce))
         .collect();
     Ok(RunOutcome {
         events,

@@ -1,10 +1,13 @@
-//! Built-in tools a model calls during a multi-turn episode: [`calculator`] (arithmetic in
-//! Rust, reusing the [`crate::formula`] language) and [`python`] (a stateful session run in
-//! the [`crate::sandbox`]). Each call returns a [`ToolReply`]; a call that breaks a limit
+//! Tools a model calls during a multi-turn episode: [`calculator`] (arithmetic in Rust,
+//! reusing the [`crate::formula`] language), [`python`] (a stateful session run in the
+//! [`crate::sandbox`]) and the job's own Python functions ([`function`]), both kept in a
+//! [`session`] per episode. Each call returns a [`ToolReply`]; a call that breaks a limit
 //! (hangs, floods output) says so in [`ToolReply::fatal`] and the episode ends.
 
 pub mod calculator;
+pub mod function;
 pub mod python;
+pub mod session;
 
 use std::time::Duration;
 

@@ -11,10 +11,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use verity_core::environment::Environment;
-use verity_verifiers::SandboxConfig;
 
 use super::format::{ToolFormat, CALL_CLOSE};
-use super::tools::{EpisodeTools, ToolCallRecord};
+use super::tools::{EpisodeTools, ToolCallRecord, ToolHost};
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
 use crate::model::decode::DecodeBatch;
@@ -111,8 +110,8 @@ pub struct EpisodeRunner<'a> {
     pub tokenizer: &'a ChatTokenizer,
     /// The environment (tools, limits, end conditions).
     pub environment: &'a Environment,
-    /// The sandbox the python tool runs in.
-    pub sandbox: &'a SandboxConfig,
+    /// Where the tools run (the sandbox, the HTTP allow-list).
+    pub host: ToolHost<'a>,
 }
 
 struct Live<'a> {
@@ -188,7 +187,7 @@ impl EpisodeRunner<'_> {
                     tool_limit: None,
                 },
                 rng: sequence_rng(params.seed, r / g, r % g),
-                tools: EpisodeTools::new(self.environment, self.sandbox),
+                tools: EpisodeTools::new(self.environment, self.host),
                 fed: 0,
                 turn_start: 0,
                 calling: false,
@@ -213,6 +212,12 @@ impl EpisodeRunner<'_> {
                     seq.push(token, logprob, true);
                     let len = seq.episode.token_ids.len();
                     if eos.contains(&token) {
+                        // a Llama-style call ends its turn as an answer does
+                        let turn = &seq.episode.token_ids[seq.turn_start..];
+                        if format.calls_at_end_of_turn(&tokenizer.decode(turn, false)?) {
+                            seq.calling = true;
+                            return Ok(());
+                        }
                         seq.end_turn(None);
                         seq.finish(EpisodeEnd::Answer);
                         return Ok(());
@@ -368,12 +373,13 @@ mod tests {
         let environment: Environment =
             serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}]}))
                 .unwrap();
-        let sandbox = SandboxConfig::not_needed();
+        let sandbox = verity_verifiers::SandboxConfig::not_needed();
+        let allow = verity_core::environment::HttpAllowList::default();
         let runner = EpisodeRunner {
             model: &model,
             tokenizer: &tokenizer,
             environment: &environment,
-            sandbox: &sandbox,
+            host: ToolHost { sandbox: &sandbox, http_allow: &allow },
         };
         let params =
             SamplingParams { n: 16, max_new_tokens: 24, seed: 3, ..SamplingParams::default() };

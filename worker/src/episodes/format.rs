@@ -3,7 +3,10 @@
 //! Supported: ChatML templates (SmolLM2, Qwen2/2.5 and others with `<|im_start|>`), with
 //! Hermes/Qwen-style calls `<tool_call>{"name": …, "arguments": {…}}</tool_call>` and results
 //! wrapped in `<tool_response>` inside a `tool` message (a `user` message when the template
-//! itself renders `<tool_response>`, as Qwen2.5's does); any other template gets the same call
+//! itself renders `<tool_response>`, as Qwen2.5's does); Llama 3.1/3.2/3.3 templates
+//! (`<|start_header_id|>`), whose calls are a whole assistant turn of JSON
+//! `{"name": …, "parameters": {…}}` (optionally after `<|python_tag|>`) ended by `<|eom_id|>` or
+//! `<|eot_id|>`, with results in an `ipython` message; any other template gets the Hermes call
 //! syntax with results appended as plain `<tool_response>` blocks (no role markers).
 
 use serde::Serialize;
@@ -26,22 +29,49 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
-/// Parses the last `<tool_call>…</tool_call>` of an assistant turn; the error is the message
-/// the model gets as the tool result.
+/// Llama 3.1's marker before a tool call.
+pub const PYTHON_TAG: &str = "<|python_tag|>";
+/// Llama 3's end-of-turn tokens (`<|eom_id|>`: a message that expects a tool result).
+const LLAMA_TURN_ENDS: [&str; 2] = ["<|eom_id|>", "<|eot_id|>"];
+
+/// A Llama-style call: the JSON body of a turn that is a call as a whole (after an optional
+/// `<|python_tag|>`, before its end-of-turn token), if the turn is one.
+pub fn llama_call(turn: &str) -> Option<&str> {
+    let mut body = turn.trim();
+    while let Some(end) = LLAMA_TURN_ENDS.iter().find_map(|e| body.strip_suffix(e)) {
+        body = end.trim_end();
+    }
+    if let Some(tagged) = body.strip_prefix(PYTHON_TAG) {
+        return Some(tagged.trim());
+    }
+    (body.starts_with('{') && body.ends_with('}') && body.contains("\"name\"")).then_some(body)
+}
+
+/// Parses the tool call of an assistant turn: its last `<tool_call>…</tool_call>`, or the
+/// turn itself when it is a Llama-style call; the error is the message the model gets as the
+/// tool result.
 pub fn parse_tool_call(turn: &str) -> std::result::Result<ToolCall, String> {
     let Some(end) = turn.rfind(CALL_CLOSE) else {
-        return Err(format!("no {CALL_CLOSE} in the turn"));
+        return match llama_call(turn) {
+            Some(body) => parse_call_json(body, "parameters"),
+            None => Err(format!("no {CALL_CLOSE} in the turn")),
+        };
     };
     let Some(start) = turn[..end].rfind(CALL_OPEN) else {
         return Err(format!("{CALL_CLOSE} without {CALL_OPEN}"));
     };
-    let body = turn[start + CALL_OPEN.len()..end].trim();
+    parse_call_json(turn[start + CALL_OPEN.len()..end].trim(), "arguments")
+}
+
+/// A call's JSON body: `name` and the arguments (`arguments`, or Llama's `parameters`);
+/// `expected` names the arguments field in the error message.
+fn parse_call_json(body: &str, expected: &str) -> std::result::Result<ToolCall, String> {
     let value: Value = serde_json::from_str(body)
-        .map_err(|e| format!("the tool call is not valid JSON ({e}); expected {{\"name\": \"…\", \"arguments\": {{…}}}}"))?;
+        .map_err(|e| format!("the tool call is not valid JSON ({e}); expected {{\"name\": \"…\", \"{expected}\": {{…}}}}"))?;
     let Some(name) = value.get("name").and_then(Value::as_str) else {
         return Err("the tool call has no \"name\" string".into());
     };
-    let arguments = match value.get("arguments") {
+    let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
         None | Some(Value::Null) => Value::Object(Default::default()),
         // OpenAI's wire format carries arguments as a JSON string.
         Some(Value::String(text)) => serde_json::from_str(text)
@@ -54,9 +84,14 @@ pub fn parse_tool_call(turn: &str) -> std::result::Result<ToolCall, String> {
     Ok(ToolCall { name: name.to_string(), arguments })
 }
 
-/// The assistant text before its tool call (what the turn said besides calling).
+/// The assistant text before its tool call (what the turn said besides calling; nothing for a
+/// Llama-style call, which is the whole turn).
 pub fn text_before_call(turn: &str) -> &str {
-    turn.rfind(CALL_OPEN).map_or(turn, |start| &turn[..start]).trim_end()
+    match turn.rfind(CALL_OPEN) {
+        Some(start) => turn[..start].trim_end(),
+        None if llama_call(turn).is_some() => "",
+        None => turn.trim_end(),
+    }
 }
 
 /// Which family of template the episode's text follows.
@@ -67,6 +102,8 @@ pub enum ToolFormat {
         /// Role of the message that carries a tool result.
         result_role: &'static str,
     },
+    /// Llama 3.x headers; a call is a whole turn of JSON, its result an `ipython` message.
+    Llama3,
     /// No role markers: results follow the call as `<tool_response>` blocks.
     Plain,
 }
@@ -74,12 +111,24 @@ pub enum ToolFormat {
 impl ToolFormat {
     /// The format for a tokenizer's chat template.
     pub fn of(tokenizer: &ChatTokenizer) -> ToolFormat {
-        match tokenizer.chat_template_source.as_deref() {
+        Self::of_template(tokenizer.chat_template_source.as_deref())
+    }
+
+    /// The format for a chat template's source.
+    pub fn of_template(source: Option<&str>) -> ToolFormat {
+        match source {
             Some(source) if source.contains("<|im_start|>") => ToolFormat::ChatMl {
                 result_role: if source.contains("<tool_response>") { "user" } else { "tool" },
             },
+            Some(source) if source.contains("<|start_header_id|>") => ToolFormat::Llama3,
             _ => ToolFormat::Plain,
         }
+    }
+
+    /// Whether a turn that ends with an end-of-turn token may be a call rather than an answer
+    /// (Llama: the call is the turn), given the turn's text with its special tokens.
+    pub fn calls_at_end_of_turn(self, turn: &str) -> bool {
+        self == ToolFormat::Llama3 && llama_call(turn).is_some()
     }
 
     /// The text appended after the model's `</tool_call>`: the end of its turn, the tool
@@ -88,6 +137,10 @@ impl ToolFormat {
         match self {
             ToolFormat::ChatMl { result_role } => format!(
                 "<|im_end|>\n<|im_start|>{result_role}\n<tool_response>\n{content}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+            ),
+            // the model's own end-of-turn token (sampled) already closes its call
+            ToolFormat::Llama3 => format!(
+                "<|start_header_id|>ipython<|end_header_id|>\n\n{content}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
             ),
             ToolFormat::Plain => format!("\n<tool_response>\n{content}\n</tool_response>\n"),
         }
@@ -168,6 +221,31 @@ mod tests {
         ] {
             assert!(parse_tool_call(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn llama_calls_are_whole_turns_of_json_and_answers_are_not_calls() {
+        let tagged = "<|python_tag|>{\"name\": \"calculator\", \"parameters\": {\"expression\": \"7*8\"}}<|eom_id|>";
+        let call = parse_tool_call(tagged).unwrap();
+        assert_eq!(
+            (call.name.as_str(), &call.arguments),
+            ("calculator", &json!({"expression": "7*8"}))
+        );
+        let plain = " {\"name\": \"python\", \"parameters\": {\"code\": \"1+1\"}}<|eot_id|>";
+        assert_eq!(parse_tool_call(plain).unwrap().name, "python");
+        assert_eq!(text_before_call(plain), "");
+        let llama = ToolFormat::of_template(Some("{{ '<|start_header_id|>' + role }}"));
+        assert_eq!(llama, ToolFormat::Llama3);
+        assert!(llama.calls_at_end_of_turn(tagged) && llama.calls_at_end_of_turn(plain));
+        assert!(!llama.calls_at_end_of_turn("The answer is 56.<|eot_id|>"));
+        assert!(!llama.calls_at_end_of_turn("{\"answer\": 56}<|eot_id|>"), "JSON without a name");
+        assert!(parse_tool_call("<|python_tag|>{oops<|eom_id|>")
+            .is_err_and(|e| e.contains("not valid JSON")));
+        assert!(!ToolFormat::ChatMl { result_role: "tool" }.calls_at_end_of_turn(tagged));
+        assert_eq!(
+            llama.tool_turn("56"),
+            "<|start_header_id|>ipython<|end_header_id|>\n\n56<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod format;
+pub mod http;
 pub mod mask;
 pub mod tools;
 
@@ -50,6 +51,33 @@ pub fn episode_messages(
         }
     }
     Ok((messages, last))
+}
+
+/// An episode as the samples of a step keep it (the completions explorer shows it turn by
+/// turn): its messages after the prompt, its calls with their timing, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeRecord {
+    /// The turns after the prompt as OpenAI chat messages.
+    pub messages: Vec<Value>,
+    /// Every call with its arguments, result, error flag and wall time.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Why the episode ended.
+    pub end: EpisodeEnd,
+    /// The tool limit that ended it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_limit: Option<String>,
+}
+
+impl EpisodeRecord {
+    /// The record of `episode`.
+    pub fn of(tokenizer: &ChatTokenizer, episode: &Episode) -> Result<Self> {
+        Ok(EpisodeRecord {
+            messages: episode_messages(tokenizer, episode)?.0,
+            tool_calls: episode.tool_calls.clone(),
+            end: episode.end,
+            tool_limit: episode.tool_limit.clone(),
+        })
+    }
 }
 
 /// What a grader sees of an episode: `output_text` is the final answer, `messages` the turns

@@ -1,16 +1,20 @@
-//! One episode's tools: dispatches a parsed call to the built-in tool, keeps the episode's
-//! python session, and enforces the per-call and per-episode limits of the environment.
+//! One episode's tools: dispatches a parsed call to its tool, keeps the episode's sandbox
+//! sessions (the python tool's and each Python user tool's), and enforces the per-call and
+//! per-episode limits of the environment.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use verity_core::environment::{Environment, ToolKind};
+use serde_json::{json, Value};
+use verity_core::environment::{Environment, HttpAllowList, ToolKind, ToolSpec};
+use verity_verifiers::tools::function::FunctionSession;
 use verity_verifiers::tools::python::{self, PythonSession};
 use verity_verifiers::tools::{calculator, ToolLimits, ToolReply};
 use verity_verifiers::SandboxConfig;
 
 use super::format::parse_tool_call;
+use super::http;
 
 /// One tool call of an episode, as graders and the explorer see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,30 +44,44 @@ pub fn schemas(environment: &Environment) -> Vec<Value> {
     environment
         .tools
         .iter()
-        .map(|tool| match tool.kind {
-            ToolKind::Calculator => calculator::schema(),
-            ToolKind::Python => python::schema(),
+        .map(|tool| match (tool.kind, &tool.function) {
+            (ToolKind::Calculator, _) => calculator::schema(),
+            (ToolKind::Python, _) => python::schema(),
+            (ToolKind::Function, function) => json!({"type": "function", "function": function}),
         })
         .collect()
+}
+
+/// Where an episode's tools run: the sandbox and the operator's HTTP allow-list.
+#[derive(Clone, Copy)]
+pub struct ToolHost<'a> {
+    /// The sandbox the python tool and Python user tools run in.
+    pub sandbox: &'a SandboxConfig,
+    /// The HTTP endpoints user tools may call.
+    pub http_allow: &'a HttpAllowList,
 }
 
 /// The tools of one episode.
 pub struct EpisodeTools<'a> {
     environment: &'a Environment,
-    sandbox: &'a SandboxConfig,
-    python: PythonSession,
+    host: ToolHost<'a>,
+    /// The python tool's session, started at its first call.
+    python: Option<PythonSession>,
+    /// Python user tools' sessions by tool index, each started at the tool's first call.
+    functions: HashMap<usize, FunctionSession>,
     calls: usize,
     time: Duration,
     output_bytes: usize,
 }
 
 impl<'a> EpisodeTools<'a> {
-    /// Fresh tools (an empty python session) for one episode.
-    pub fn new(environment: &'a Environment, sandbox: &'a SandboxConfig) -> Self {
+    /// Fresh tools (no session started) for one episode.
+    pub fn new(environment: &'a Environment, host: ToolHost<'a>) -> Self {
         EpisodeTools {
             environment,
-            sandbox,
-            python: PythonSession::new(),
+            host,
+            python: None,
+            functions: HashMap::new(),
             calls: 0,
             time: Duration::ZERO,
             output_bytes: 0,
@@ -118,13 +136,15 @@ impl<'a> EpisodeTools<'a> {
     }
 
     fn run(&mut self, name: &str, arguments: &Value, episode_time: Duration) -> ToolReply {
-        let Some(spec) = self.environment.tool(name) else {
-            let offered: Vec<&str> = self.environment.tools.iter().map(|t| t.kind.name()).collect();
+        let environment = self.environment;
+        let Some(index) = environment.tools.iter().position(|t| t.name() == name) else {
+            let offered: Vec<&str> = self.environment.tools.iter().map(ToolSpec::name).collect();
             return ToolReply::error(format!(
                 "unknown tool {name:?}; the tools are {}",
                 offered.join(", ")
             ));
         };
+        let spec = &environment.tools[index];
         // A call may use what is left of the episode's tool time, never more than its own limit.
         let left = episode_time.saturating_sub(self.time);
         let limits = ToolLimits {
@@ -134,9 +154,23 @@ impl<'a> EpisodeTools<'a> {
             memory_mb: spec.limits.memory_mb,
             max_output_bytes: spec.limits.max_output_bytes,
         };
-        let mut reply = match spec.kind {
-            ToolKind::Calculator => calculator::call(arguments),
-            ToolKind::Python => self.python.call(self.sandbox, arguments, &limits),
+        let cpu_budget = episode_time;
+        let sandbox = self.host.sandbox;
+        let mut reply = match (spec.kind, &spec.python, &spec.http) {
+            (ToolKind::Calculator, _, _) => calculator::call(arguments),
+            (ToolKind::Python, _, _) => self
+                .python
+                .get_or_insert_with(|| PythonSession::new(cpu_budget))
+                .call(sandbox, arguments, &limits),
+            (ToolKind::Function, Some(source), _) => self
+                .functions
+                .entry(index)
+                .or_insert_with(|| FunctionSession::new(source, cpu_budget))
+                .call(sandbox, name, arguments, &limits),
+            (ToolKind::Function, None, Some(endpoint)) => {
+                http::call(self.host.http_allow, endpoint, arguments, &limits)
+            }
+            (ToolKind::Function, None, None) => ToolReply::fatal("the tool has no python or http"),
         };
         if reply.content.len() > limits.max_output_bytes && reply.fatal.is_none() {
             reply = ToolReply::fatal(format!(
@@ -163,7 +197,9 @@ mod tests {
             json!({"tools": [{"type": "calculator"}], "episode_limits": {"max_tool_calls": 2}}),
         );
         let sandbox = SandboxConfig::not_needed();
-        let mut tools = EpisodeTools::new(&env, &sandbox);
+        let allow = HttpAllowList::default();
+        let host = ToolHost { sandbox: &sandbox, http_allow: &allow };
+        let mut tools = EpisodeTools::new(&env, host);
         let ok = tools.call("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>");
         assert_eq!(
             (ok.record.output.as_str(), ok.record.error, ok.fatal.is_none()),
@@ -175,7 +211,7 @@ mod tests {
         );
         let over = tools.call("<tool_call>{oops</tool_call>");
         assert!(over.fatal.is_some_and(|f| f.contains("more than 2 tool calls")));
-        let mut fresh = EpisodeTools::new(&env, &sandbox);
+        let mut fresh = EpisodeTools::new(&env, host);
         let malformed = fresh.call("<tool_call>{oops</tool_call>");
         assert!(malformed.record.error && malformed.fatal.is_none(), "the model may retry");
         assert!(malformed.record.output.starts_with("Error: the tool call is not valid JSON"));

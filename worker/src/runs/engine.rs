@@ -58,6 +58,7 @@ pub fn sample_records(
                 finish_reason: finish_reason_name(c.finish_reason).to_string(),
                 tokens: c.token_ids.len(),
                 reference: None,
+                episode: None,
             });
         }
     }

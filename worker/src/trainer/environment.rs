@@ -9,16 +9,17 @@ use super::tuning::Objective;
 use crate::episodes::format::render_prompt;
 use crate::episodes::tools::schemas;
 use crate::tokenizer::ChatTokenizer;
-use verity_core::environment::Environment;
+use verity_core::environment::{Environment, HttpAllowList};
 
 impl Trainer {
     /// Makes every rollout (training and evaluation) a multi-turn episode in `environment`;
     /// prompts are rendered again with the row's `tools` or the environment's schemas, and must
-    /// leave room for the episode's token budget.
+    /// leave room for the episode's token budget. HTTP tools must be on this worker's
+    /// allow-list.
     pub fn with_environment(mut self, environment: Environment) -> Result<Trainer> {
         let max_completion = self.hp.max_completion_tokens();
         environment
-            .validate("environment", max_completion)
+            .validate("environment", max_completion, &HttpAllowList::from_env())
             .map_err(|e| TrainerError::Config(e.to_string()))?;
         let Objective::Reinforcement { environment: slot, .. } = &mut self.objective else {
             return Err(TrainerError::Config("only reinforcement jobs have environments".into()));

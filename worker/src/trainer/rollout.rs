@@ -3,6 +3,7 @@
 use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
+use crate::episodes::tools::ToolHost;
 use crate::episodes::{grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
 use crate::sampler::{sample_with_progress, Completion, FinishReason, SamplingParams};
@@ -10,7 +11,7 @@ use crate::tokenizer::ChatTokenizer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use verity_core::environment::Environment;
+use verity_core::environment::{Environment, HttpAllowList};
 use verity_verifiers::{ErrorKind, GradeResult, Grader, GraderPool, Sample, SandboxConfig};
 
 /// One prompt's sampled and graded completions.
@@ -121,11 +122,12 @@ impl Rollout<'_> {
             }
             Some(environment) => {
                 let sandbox = SandboxConfig::default();
+                let http_allow = HttpAllowList::from_env();
                 let runner = EpisodeRunner {
                     model: self.model,
                     tokenizer: self.tokenizer,
                     environment,
-                    sandbox: &sandbox,
+                    host: ToolHost { sandbox: &sandbox, http_allow: &http_allow },
                 };
                 // prompt-major, as the groups below take them
                 let episodes = runner.run(&prompts, params)?;

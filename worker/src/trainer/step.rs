@@ -81,6 +81,9 @@ pub struct SampleRecord {
     /// The row's target (supervised and DPO samples: the assistant message trained on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// The episode, turn by turn, when the job has a tool environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<crate::episodes::EpisodeRecord>,
 }
 
 /// What one step produced.
@@ -568,6 +571,10 @@ impl Trainer {
                     finish_reason: finish_reason_name(c.finish_reason).to_string(),
                     tokens: c.token_ids.len(),
                     reference: None,
+                    episode: g
+                        .episodes
+                        .get(j)
+                        .and_then(|e| crate::episodes::EpisodeRecord::of(&self.tokenizer, e).ok()),
                 });
             }
         }

@@ -438,6 +438,7 @@ impl Trainer {
                     finish_reason: finish_reason_name(c.finish_reason).to_string(),
                     tokens: c.token_ids.len(),
                     reference: targets.get(c.prompt_index).cloned(),
+                    episode: None,
                 })
             })
             .collect()

@@ -119,6 +119,76 @@ pub struct CreateArgs {
     pub filter: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub environment: EnvironmentArgs,
+}
+
+/// A reinforcement job's tool environment (Verity extension; docs/tools.md): multi-turn
+/// episodes in which the model calls sandboxed tools.
+#[derive(Debug, Args)]
+pub struct EnvironmentArgs {
+    /// The whole `environment` block (JSON, or `@path` to a JSON file); the two flags below
+    /// override its fields.
+    #[arg(long)]
+    pub environment: Option<String>,
+    /// Built-in tools offered, comma-separated (`calculator`, `python`); replaces the block's
+    /// `tools`.
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// Assistant turns per episode.
+    #[arg(long = "max-turns")]
+    pub max_turns: Option<u64>,
+}
+
+impl EnvironmentArgs {
+    /// The environment block the flags give (`None` when none is given).
+    fn body(&self) -> anyhow::Result<Option<Value>> {
+        let mut block = match self.environment.as_deref() {
+            None => serde_json::Map::new(),
+            Some(text) => {
+                let text = match text.strip_prefix('@') {
+                    Some(path) => std::fs::read_to_string(path)
+                        .with_context(|| format!("reading the environment file {path}"))?,
+                    None => text.to_string(),
+                };
+                serde_json::from_str(&text).context("--environment must be a JSON object")?
+            }
+        };
+        if !self.tools.is_empty() {
+            let tools = self.tools.iter().map(|t| serde_json::json!({"type": t.trim()})).collect();
+            block.insert("tools".into(), Value::Array(tools));
+        }
+        if let Some(turns) = self.max_turns {
+            block.insert("max_turns".into(), turns.into());
+        }
+        let given =
+            self.environment.is_some() || !self.tools.is_empty() || self.max_turns.is_some();
+        Ok(given.then_some(Value::Object(block)))
+    }
+}
+
+/// Sets `method.reinforcement.environment` (the method must be reinforcement).
+fn apply_environment(
+    body: &mut serde_json::Map<String, Value>,
+    environment: Value,
+) -> anyhow::Result<()> {
+    let method =
+        body.entry("method").or_insert_with(|| serde_json::json!({"type": "reinforcement"}));
+    let Some(method) = method.as_object_mut() else {
+        anyhow::bail!("the body's `method` must be an object")
+    };
+    let kind = method.entry("type").or_insert_with(|| "reinforcement".into());
+    if kind.as_str() != Some("reinforcement") {
+        anyhow::bail!(
+            "--environment, --tools and --max-turns need a reinforcement job, not {kind}"
+        );
+    }
+    let settings = method.entry("reinforcement").or_insert_with(|| serde_json::json!({}));
+    let Some(settings) = settings.as_object_mut() else {
+        anyhow::bail!("the body's `method.reinforcement` must be an object")
+    };
+    settings.insert("environment".into(), environment);
+    Ok(())
 }
 
 /// A job's budget caps (Verity extension; the job pauses itself when one is reached).
@@ -233,6 +303,9 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
                 }
             }
             apply_method(object, create.method.as_deref(), create.hyperparameters.as_deref())?;
+            if let Some(environment) = create.environment.body()? {
+                apply_environment(object, environment)?;
+            }
             if let Some(Value::Object(caps)) = create.budget.body() {
                 let budget = object.entry("budget").or_insert_with(|| serde_json::json!({}));
                 let Some(budget) = budget.as_object_mut() else {
@@ -458,5 +531,35 @@ mod tests {
         apply_method(&mut rl, Some("supervised"), None).unwrap();
         assert_eq!(rl["method"], json!({"type": "supervised"}), "the other method's settings go");
         assert!(apply_method(&mut rl, None, Some("[1]")).is_err());
+    }
+
+    #[test]
+    fn environment_flags_build_the_block_and_need_a_reinforcement_job() {
+        let args = EnvironmentArgs {
+            environment: Some(
+                r#"{"max_turns": 2, "episode_limits": {"max_tool_calls": 3}}"#.into(),
+            ),
+            tools: vec!["calculator".into(), "python".into()],
+            max_turns: Some(5),
+        };
+        let block = args.body().unwrap().unwrap();
+        assert_eq!(
+            block,
+            json!({"max_turns": 5, "episode_limits": {"max_tool_calls": 3},
+                   "tools": [{"type": "calculator"}, {"type": "python"}]})
+        );
+        let mut body =
+            json!({"method": {"type": "reinforcement", "reinforcement": {"grader": {}}}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+        apply_environment(&mut body, block.clone()).unwrap();
+        assert_eq!(body["method"]["reinforcement"]["environment"], block);
+        assert_eq!(body["method"]["reinforcement"]["grader"], json!({}), "the grader stays");
+        let mut sft =
+            json!({"method": {"type": "supervised"}}).as_object().cloned().unwrap_or_default();
+        assert!(apply_environment(&mut sft, block).is_err());
+        let none = EnvironmentArgs { environment: None, tools: vec![], max_turns: None };
+        assert_eq!(none.body().unwrap(), None);
     }
 }

@@ -1,0 +1,176 @@
+//! User tools served by an HTTP endpoint the operator allows ([`HTTP_ALLOW_ENV`]): each call
+//! POSTs its arguments as JSON; a 2xx body is the result, any other answer a tool error.
+//! Connection failures and 5xx answers are retried (`http.retries`, with a short back-off)
+//! within the call's time limit; redirects are not followed (an allowed prefix cannot send the
+//! worker elsewhere). Sandboxed code never gets the network; only the worker makes these calls.
+
+use std::io::Read;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use verity_core::environment::{HttpAllowList, HttpTool, HTTP_ALLOW_ENV};
+use verity_verifiers::tools::{ToolLimits, ToolReply};
+
+/// One client for every call (connection reuse); `None` if TLS could not be set up.
+static CLIENT: LazyLock<Option<reqwest::blocking::Client>> = LazyLock::new(|| {
+    reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().ok()
+});
+
+/// Calls the endpoint with `arguments` under `limits`.
+pub fn call(
+    allow: &HttpAllowList,
+    endpoint: &HttpTool,
+    arguments: &Value,
+    limits: &ToolLimits,
+) -> ToolReply {
+    if !allow.allows(&endpoint.url) {
+        return ToolReply::error(format!(
+            "the endpoint {} is not on this worker's {HTTP_ALLOW_ENV}",
+            endpoint.url
+        ));
+    }
+    let Some(client) = CLIENT.as_ref() else {
+        return ToolReply::fatal("the worker has no HTTP client (TLS set-up failed)");
+    };
+    let time_limit = || {
+        ToolReply::fatal(format!(
+            "the tool ran past its time limit of {} ms",
+            limits.timeout.as_millis()
+        ))
+    };
+    let deadline = Instant::now() + limits.timeout;
+    let mut last = String::from("no attempt was made");
+    for attempt in 0..=endpoint.retries {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return time_limit();
+        }
+        match client.post(&endpoint.url).timeout(left).json(arguments).send() {
+            Ok(response) if response.status().is_server_error() => {
+                last = format!("HTTP {}", response.status());
+            }
+            Ok(response) => {
+                let status = response.status();
+                let cap = limits.max_output_bytes;
+                let mut body = Vec::new();
+                if let Err(e) = response.take(cap as u64 + 1).read_to_end(&mut body) {
+                    if e.to_string().contains("timed out") {
+                        return time_limit();
+                    }
+                    return ToolReply::error(format!("reading the endpoint's answer failed: {e}"));
+                }
+                if body.len() > cap {
+                    return ToolReply::fatal(format!("the tool printed more than {cap} bytes"));
+                }
+                let text = String::from_utf8_lossy(&body).into_owned();
+                return if status.is_success() {
+                    ToolReply::ok(text)
+                } else {
+                    ToolReply::error(format!("HTTP {status}: {text}"))
+                };
+            }
+            Err(e) if e.is_timeout() => return time_limit(),
+            Err(e) => last = e.to_string(),
+        }
+        if attempt < endpoint.retries {
+            let backoff = Duration::from_millis(100 << attempt.min(4));
+            std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+        }
+    }
+    ToolReply::error(format!("the endpoint failed after {} attempts: {last}", endpoint.retries + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A one-thread HTTP server: answers each request with `answer(n, body)` (status, body),
+    /// `n` counting requests from 0.
+    fn serve(answer: fn(usize, &str) -> (u16, String)) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/tool", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).ok();
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                let (status, text) = answer(n, &String::from_utf8_lossy(&body));
+                let mut stream = stream;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        (url, count)
+    }
+
+    fn limits() -> ToolLimits {
+        ToolLimits { timeout: Duration::from_secs(10), memory_mb: 0, max_output_bytes: 64 }
+    }
+
+    #[test]
+    fn posts_the_arguments_retries_5xx_and_refuses_what_the_operator_did_not_allow() {
+        let (url, count) =
+            serve(
+                |n, body| {
+                    if n == 0 {
+                        (503, "busy".into())
+                    } else {
+                        (200, format!("got {body}"))
+                    }
+                },
+            );
+        let endpoint = HttpTool { url: url.clone(), retries: 2 };
+        let allow = HttpAllowList::parse(&url);
+        let reply = call(&allow, &endpoint, &serde_json::json!({"city": "Oslo"}), &limits());
+        assert_eq!(reply, ToolReply::ok(r#"got {"city":"Oslo"}"#));
+        assert_eq!(count.load(Ordering::SeqCst), 2, "one retry after the 503");
+        let refused = call(&HttpAllowList::default(), &endpoint, &Value::Null, &limits());
+        assert!(
+            refused.error && refused.fatal.is_none() && refused.content.contains(HTTP_ALLOW_ENV)
+        );
+        assert_eq!(count.load(Ordering::SeqCst), 2, "a refused call sends nothing");
+    }
+
+    #[test]
+    fn client_errors_are_tool_errors_and_a_flood_ends_the_episode() {
+        let (url, _) =
+            serve(
+                |n, _| if n == 0 { (404, "no such city".into()) } else { (200, "x".repeat(1000)) },
+            );
+        let endpoint = HttpTool { url: url.clone(), retries: 0 };
+        let allow = HttpAllowList::parse(&url);
+        let missing = call(&allow, &endpoint, &Value::Null, &limits());
+        assert!(missing.error && missing.fatal.is_none(), "{missing:?}");
+        assert!(missing.content.contains("404") && missing.content.contains("no such city"));
+        let flood = call(&allow, &endpoint, &Value::Null, &limits());
+        assert!(flood.fatal.is_some_and(|f| f.contains("more than 64 bytes")));
+        let closed = HttpTool { url: "http://127.0.0.1:9/tool".into(), retries: 1 };
+        let down =
+            call(&HttpAllowList::parse("http://127.0.0.1:9/"), &closed, &Value::Null, &limits());
+        assert!(
+            down.error && down.fatal.is_none() && down.content.contains("after 2 attempts"),
+            "{down:?}"
+        );
+    }
+}
