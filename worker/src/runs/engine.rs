@@ -1,6 +1,7 @@
 //! Sampling and grading every prompt of a dataset, chunk by chunk.
 
 use crate::sampler::SamplingParams;
+use crate::tokenizer::ChatTokenizer;
 use crate::trainer::rollout::{
     finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes,
 };
@@ -36,6 +37,7 @@ pub fn sample_records(
     groups: &[Group],
     dataset: &Dataset,
     grader_name: &str,
+    tokenizer: &ChatTokenizer,
 ) -> Vec<SampleRecord> {
     let mut out = Vec::new();
     for g in groups {
@@ -58,7 +60,7 @@ pub fn sample_records(
                 finish_reason: finish_reason_name(c.finish_reason).to_string(),
                 tokens: c.token_ids.len(),
                 reference: None,
-                episode: None,
+                episode: g.episode_record(tokenizer, j),
             });
         }
     }

@@ -95,7 +95,7 @@ impl Trainer {
             Objective::Reinforcement { name, .. } => name.as_str(),
             _ => "",
         };
-        crate::runs::sample_records(self.step, groups, validation, name)
+        crate::runs::sample_records(self.step, groups, validation, name, &self.tokenizer)
     }
 }
 

@@ -35,6 +35,15 @@ impl Group {
         self.grades.iter().map(|g| g.score).collect()
     }
 
+    /// The turn-by-turn record of completion `j`'s episode (tool jobs only).
+    pub fn episode_record(
+        &self,
+        tokenizer: &ChatTokenizer,
+        j: usize,
+    ) -> Option<crate::episodes::EpisodeRecord> {
+        self.episodes.get(j).and_then(|e| crate::episodes::EpisodeRecord::of(tokenizer, e).ok())
+    }
+
     /// Per completion, which of its tokens the model sampled (`None` for plain completions,
     /// whose every token is the model's).
     pub fn model_masks(&self) -> Vec<Option<Vec<bool>>> {

@@ -571,10 +571,7 @@ impl Trainer {
                     finish_reason: finish_reason_name(c.finish_reason).to_string(),
                     tokens: c.token_ids.len(),
                     reference: None,
-                    episode: g
-                        .episodes
-                        .get(j)
-                        .and_then(|e| crate::episodes::EpisodeRecord::of(&self.tokenizer, e).ok()),
+                    episode: g.episode_record(&self.tokenizer, j),
                 });
             }
         }

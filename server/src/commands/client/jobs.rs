@@ -496,7 +496,7 @@ pub async fn watch(
 
 #[cfg(test)]
 mod tests {
-    use super::{apply_method, warnings_text};
+    use super::{apply_environment, apply_method, warnings_text, EnvironmentArgs};
     use serde_json::json;
 
     #[test]
