@@ -24,7 +24,7 @@ pub enum JobsCommand {
     /// Create a job from a JSON request body (as `POST /v1/fine_tuning/jobs`); prints its id.
     /// With `--dry-run`, only the pre-flight report (`POST /v1/verity/preflight`); with
     /// `--dry-run --profile`, also a difficulty profile and the cost estimate.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List jobs, newest first.
     List,
     /// Show one job.
