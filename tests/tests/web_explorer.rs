@@ -172,6 +172,8 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     assert_eq!(c.execute(&format!("return {keys}.length"), vec![]).await, 2);
     assert_eq!(c.execute("return !document.querySelector('#page-next')", vec![]).await, true);
     click(&c, "#page-prev").await;
+    // (the next click waits for that page: clicking during the navigation finds a stale link)
+    until(&c, "document.querySelector('#page-number').textContent === 'page 2 of 3'").await;
     click(&c, "#page-prev").await;
     until(&c, "document.querySelector('#page-number').textContent === 'page 1 of 3'").await;
     assert_eq!(c.execute(&format!("return {keys}"), vec![]).await, first);
