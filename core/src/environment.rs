@@ -277,9 +277,10 @@ impl Environment {
         self.max_episode_tokens.unwrap_or(self.max_turns.saturating_mul(max_completion_tokens))
     }
 
-    /// The spec of the tool the model calls by `name`, if the environment offers it.
-    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
-        self.tools.iter().find(|t| t.name() == name)
+    /// The tool the model calls by `name` (its index in `tools` and its spec), if the
+    /// environment offers it.
+    pub fn tool(&self, name: &str) -> Option<(usize, &ToolSpec)> {
+        self.tools.iter().enumerate().find(|(_, t)| t.name() == name)
     }
 
     /// The environment with its defaults made explicit (what a job echoes).
@@ -369,7 +370,7 @@ mod tests {
         e.validate("env", 256, &HttpAllowList::default()).unwrap();
         assert_eq!(e.max_turns, 4);
         assert_eq!(e.max_episode_tokens(256), 1024);
-        assert_eq!(e.tool("python").map(|t| t.limits), Some(CallLimits::default()));
+        assert_eq!(e.tool("python").map(|(_, t)| t.limits), Some(CallLimits::default()));
         assert!(e.tool("shell").is_none());
         let resolved = e.resolved(256);
         assert_eq!(resolved.max_episode_tokens, Some(1024));
@@ -442,8 +443,11 @@ mod tests {
              "python": "def lookup(key):\n    return key"},
             {"type": "function", "function": {"name": "weather"},
              "http": {"url": "http://127.0.0.1:9/weather"}}]}));
-        assert_eq!(e.tool("lookup").map(ToolSpec::name), Some("lookup"));
-        assert_eq!(e.tool("weather").and_then(|t| t.http.as_ref()).map(|h| h.retries), Some(2));
+        assert_eq!(e.tool("lookup").map(|(i, t)| (i, t.name())), Some((0, "lookup")));
+        assert_eq!(
+            e.tool("weather").and_then(|(_, t)| t.http.as_ref()).map(|h| h.retries),
+            Some(2)
+        );
         let refused = e.validate("env", 64, &HttpAllowList::default()).unwrap_err();
         assert_eq!(refused.param, "env.tools[1].http.url");
         let allow = HttpAllowList::parse(" http://127.0.0.1:9/ , https://tools.internal/");

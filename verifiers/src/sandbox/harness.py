@@ -417,9 +417,10 @@ def run_cases(request, verdict):
 
 # ---------------------------------------------------------------- session
 
-def read_available(fd, out):
-    """Appends what `fd` (non-blocking) holds now to `out`; False once it is at its end."""
-    while True:
+def read_available(fd, out, cap):
+    """Appends what `fd` (non-blocking) holds now to `out`, stopping once `out` passes `cap`
+    bytes (a flood never stops on its own); False once `fd` is at its end."""
+    while len(out) <= cap:
         try:
             chunk = os.read(fd, 1 << 16)
         except BlockingIOError:
@@ -427,6 +428,7 @@ def read_available(fd, out):
         if not chunk:
             return False
         out += chunk
+    return True
 
 
 def run_session(request, verdict):
@@ -459,7 +461,7 @@ def run_session(request, verdict):
         except WireError:
             break  # the episode is over
         if output_open:
-            output_open = read_available(out_r, bytearray())  # stray output of earlier calls
+            output_open = read_available(out_r, bytearray(), cap)  # stray output of earlier calls
         out, truncated, reply = bytearray(), False, None
         try:
             send(wfd, message)
@@ -469,7 +471,7 @@ def run_session(request, verdict):
             watched = [rfd] + ([out_r] if output_open else [])
             ready, _, _ = select.select(watched, [], [])
             if out_r in ready:
-                output_open = read_available(out_r, out)
+                output_open = read_available(out_r, out, cap)
                 if len(out) > cap:
                     truncated = True
                     break
@@ -479,7 +481,7 @@ def run_session(request, verdict):
                 except WireError:
                     reply = False
         if reply is not None and output_open:  # the child flushed before answering
-            output_open = read_available(out_r, out)
+            output_open = read_available(out_r, out, cap)
             truncated = len(out) > cap
         error = reply.get("error") if type(reply) is dict else None
         verdict.emit("cell", output=bytes(out[:cap]).decode("utf-8", "replace"), truncated=truncated,

@@ -212,9 +212,11 @@ impl EpisodeRunner<'_> {
                     seq.push(token, logprob, true);
                     let len = seq.episode.token_ids.len();
                     if eos.contains(&token) {
-                        // a Llama-style call ends its turn as an answer does
+                        // a Llama-style call ends its turn as an answer does (decoded only then)
                         let turn = &seq.episode.token_ids[seq.turn_start..];
-                        if format.calls_at_end_of_turn(&tokenizer.decode(turn, false)?) {
+                        if format.calls_by_whole_turns()
+                            && format.calls_at_end_of_turn(&tokenizer.decode(turn, false)?)
+                        {
                             seq.calling = true;
                             return Ok(());
                         }

@@ -125,10 +125,16 @@ impl ToolFormat {
         }
     }
 
-    /// Whether a turn that ends with an end-of-turn token may be a call rather than an answer
-    /// (Llama: the call is the turn), given the turn's text with its special tokens.
+    /// Whether a call in this format is a whole turn, ended by an end-of-turn token as an
+    /// answer is (Llama), so a turn ending that way must be read to tell which it is.
+    pub fn calls_by_whole_turns(self) -> bool {
+        self == ToolFormat::Llama3
+    }
+
+    /// Whether a turn that ends with an end-of-turn token is a call rather than an answer,
+    /// given the turn's text with its special tokens.
     pub fn calls_at_end_of_turn(self, turn: &str) -> bool {
-        self == ToolFormat::Llama3 && llama_call(turn).is_some()
+        self.calls_by_whole_turns() && llama_call(turn).is_some()
     }
 
     /// The text appended after the model's `</tool_call>`: the end of its turn, the tool

@@ -55,7 +55,12 @@ pub fn call(
                 let cap = limits.max_output_bytes;
                 let mut body = Vec::new();
                 if let Err(e) = response.take(cap as u64 + 1).read_to_end(&mut body) {
-                    if e.to_string().contains("timed out") {
+                    // reqwest reports a body read past the request's timeout as its own error
+                    let timed_out = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<reqwest::Error>())
+                        .is_some_and(reqwest::Error::is_timeout);
+                    if timed_out {
                         return time_limit();
                     }
                     return ToolReply::error(format!("reading the endpoint's answer failed: {e}"));

@@ -137,14 +137,13 @@ impl<'a> EpisodeTools<'a> {
 
     fn run(&mut self, name: &str, arguments: &Value, episode_time: Duration) -> ToolReply {
         let environment = self.environment;
-        let Some(index) = environment.tools.iter().position(|t| t.name() == name) else {
-            let offered: Vec<&str> = self.environment.tools.iter().map(ToolSpec::name).collect();
+        let Some((index, spec)) = environment.tool(name) else {
+            let offered: Vec<&str> = environment.tools.iter().map(ToolSpec::name).collect();
             return ToolReply::error(format!(
                 "unknown tool {name:?}; the tools are {}",
                 offered.join(", ")
             ));
         };
-        let spec = &environment.tools[index];
         // A call may use what is left of the episode's tool time, never more than its own limit.
         let left = episode_time.saturating_sub(self.time);
         let limits = ToolLimits {
@@ -154,18 +153,17 @@ impl<'a> EpisodeTools<'a> {
             memory_mb: spec.limits.memory_mb,
             max_output_bytes: spec.limits.max_output_bytes,
         };
-        let cpu_budget = episode_time;
         let sandbox = self.host.sandbox;
         let mut reply = match (spec.kind, &spec.python, &spec.http) {
             (ToolKind::Calculator, _, _) => calculator::call(arguments),
             (ToolKind::Python, _, _) => self
                 .python
-                .get_or_insert_with(|| PythonSession::new(cpu_budget))
+                .get_or_insert_with(|| PythonSession::new(episode_time))
                 .call(sandbox, arguments, &limits),
             (ToolKind::Function, Some(source), _) => self
                 .functions
                 .entry(index)
-                .or_insert_with(|| FunctionSession::new(source, cpu_budget))
+                .or_insert_with(|| FunctionSession::new(source, episode_time))
                 .call(sandbox, name, arguments, &limits),
             (ToolKind::Function, None, Some(endpoint)) => {
                 http::call(self.host.http_allow, endpoint, arguments, &limits)
