@@ -10,8 +10,72 @@ use crate::optim::{AdamW, AdamWConfig, GradAccumulator};
 use crate::sampler::{sample, FinishReason, SamplingParams};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// The model a benchmark runs, and where.
+#[derive(Debug, Clone)]
+pub struct BenchModel {
+    /// An HF folder or GGUF file; with `random_weights`, a folder holding only `config.json`
+    /// and the tokenizer files.
+    pub path: PathBuf,
+    /// Device spec (`cpu`, `cuda:N`).
+    pub device: String,
+    /// Draw the weights at random from `config.json` instead of reading them: the shapes (and
+    /// so the speed) of a model whose weights are not at hand, e.g. on a GPU machine without
+    /// network access.
+    pub random_weights: bool,
+}
+
+impl BenchModel {
+    /// The model at `path` on the CPU, its weights read.
+    pub fn cpu(path: &Path) -> Self {
+        BenchModel { path: path.to_path_buf(), device: "cpu".into(), random_weights: false }
+    }
+
+    /// Loads the model onto its device.
+    pub fn load(&self) -> Result<LoadedModel> {
+        let device = parse_device(&self.device)?;
+        if !self.random_weights {
+            return load_model(&self.path, &device);
+        }
+        let config = crate::config::ModelConfig::from_hf_file(&self.path.join("config.json"))?;
+        let tokenizer =
+            crate::tokenizer::ChatTokenizer::from_hf_dir(&self.path, &config.eos_token_ids)?;
+        let weights = crate::testing::random_weights(&config, 0, &device)?;
+        let model = crate::model::Transformer::from_weights(config, weights, &device)?;
+        Ok(LoadedModel { model, tokenizer })
+    }
+
+    /// What every benchmark reports about its model: path, device, compute dtype and size.
+    pub fn describe(&self, lm: &LoadedModel) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.path.display().to_string(),
+            "device": self.device,
+            "random_weights": self.random_weights,
+            "compute_dtype": format!("{:?}", lm.model.compute_dtype()).to_lowercase(),
+            "parameters": model_parameters(lm),
+        })
+    }
+}
+
+/// Parameters of the base model (the tied LM head counted once).
+pub fn model_parameters(lm: &LoadedModel) -> usize {
+    lm.model.named_weights().iter().map(|(_, v)| v.elem_count()).sum()
+}
+
+/// Waits until the device has finished the work queued so far (GPU timings; a no-op on the CPU).
+pub fn synchronize(device: &candle_core::Device) -> Result<()> {
+    Ok(device.synchronize()?)
+}
+
+/// Adds the fields of `extra` (an object) to `report` (an object).
+pub fn merge_json(mut report: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(r), serde_json::Value::Object(e)) = (report.as_object_mut(), extra) {
+        r.extend(e);
+    }
+    report
+}
 
 /// Options of `verity generate`.
 #[derive(Debug, Clone)]
@@ -184,8 +248,9 @@ impl RolloutBench {
 }
 
 /// `verity bench rollout`: samples chat prompts at temperature 1 as `bench` says and reports
-/// throughput as JSON (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`, ...).
-pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_json::Value> {
+/// throughput as JSON (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`,
+/// `model_tflops`: 2 · parameters · generated tokens per second, ...).
+pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_json::Value> {
     let RolloutBench { batch, new_tokens, rollout_dtype, samples, stop_at_eos, chunked, .. } =
         *bench;
     if batch == 0 || new_tokens == 0 || samples == 0 || samples > batch {
@@ -195,7 +260,7 @@ pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_jso
     }
     let per_batch = batch / samples;
     let prompt_count = if bench.prompts == 0 { per_batch } else { bench.prompts };
-    let lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    let lm = model.load()?;
     let prompts = bench_prompts(&lm, prompt_count)?;
     let params = SamplingParams {
         n: samples,
@@ -218,9 +283,11 @@ pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_jso
     } else {
         sample(&lm.model, &prompts, &params, eos, pad, None)?
     };
+    synchronize(lm.model.device())?;
     let secs = start.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
-    Ok(serde_json::json!({
+    let flops = 2.0 * model_parameters(&lm) as f64 * generated as f64;
+    let report = serde_json::json!({
         "bench": "rollout",
         "batch": batch,
         "prompts": prompt_count,
@@ -233,9 +300,11 @@ pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_jso
         "prefill_tokens": prompts.iter().map(Vec::len).sum::<usize>(),
         "seconds": secs,
         "tokens_per_s": generated as f64 / secs,
+        "model_tflops": flops / secs / 1e12,
         "threads": rayon::current_num_threads(),
         "peak_rss_mib": peak_rss_mib(),
-    }))
+    });
+    Ok(merge_json(report, model.describe(&lm)))
 }
 
 /// `verity bench train-step`: one training step (full fine-tuning, or LoRA of rank `lora_rank`
@@ -243,9 +312,11 @@ pub fn bench_rollout(model_dir: &Path, bench: &RolloutBench) -> Result<serde_jso
 /// `seq_len` tokens (a quarter prompt, the rest scored completion): forward with gradients,
 /// backward, gradient accumulation and an AdamW step, timed over `steps` steps after a warm-up.
 /// Reports the median step's `seconds` (forward + backward + optimizer) with its parts, `peak_rss_mib` and the peak before
-/// the optimizer's state existed (`peak_rss_fwd_bwd_mib`: what forward + backward alone need).
+/// the optimizer's state existed (`peak_rss_fwd_bwd_mib`: what forward + backward alone need),
+/// and `model_tflops`: 6 · parameters · tokens per second (4 · with LoRA: no weight gradients
+/// of the base).
 pub fn bench_train_step(
-    model_dir: &Path,
+    bench_model: &BenchModel,
     (batch, seq_len): (usize, usize),
     steps: usize,
     lora_rank: usize,
@@ -255,7 +326,7 @@ pub fn bench_train_step(
             "batch and steps must be >= 1 and seq_len >= 2".into(),
         ));
     }
-    let mut lm = load_model(model_dir, &candle_core::Device::Cpu)?;
+    let mut lm = bench_model.load()?;
     if lora_rank > 0 {
         let all_projections =
             ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
@@ -291,17 +362,23 @@ pub fn bench_train_step(
             let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
             let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
             let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
+            synchronize(model.device())?;
             let t1 = Instant::now();
             rss.0 = rss_mib();
             acc.accumulate_layered(&loss, tape, &params, 1.0)?;
+            synchronize(model.device())?;
             rss.1 = rss_mib();
             let t2 = Instant::now();
             peak_fwd_bwd.get_or_insert_with(peak_rss_mib);
-            let opt = opt.get_or_insert_with(|| {
-                AdamW::new(AdamWConfig { weight_decay: 0.01, ..Default::default() }, &params)
-            });
+            if opt.is_none() {
+                let config = AdamWConfig { weight_decay: 0.01, ..Default::default() };
+                opt = Some(AdamW::new(config, &params)?);
+            }
             let (clip, _) = acc.clip_factor(1.0);
-            opt.step(&params, &acc, 1e-5, clip)?;
+            if let Some(opt) = opt.as_mut() {
+                opt.step(&params, &acc, 1e-5, clip)?;
+            }
+            synchronize(model.device())?;
             let t3 = Instant::now();
             timings.push((
                 (t1 - t0).as_secs_f64(),
@@ -315,7 +392,9 @@ pub fn bench_train_step(
     let mut measured = timings[1..].to_vec();
     measured.sort_by(|x, y| (x.0 + x.1 + x.2).total_cmp(&(y.0 + y.1 + y.2)));
     let (f, b, o) = measured[measured.len() / 2];
-    Ok(serde_json::json!({
+    let per_token = if lora_rank > 0 { 4.0 } else { 6.0 };
+    let flops = per_token * model_parameters(&lm) as f64 * (batch * seq_len) as f64;
+    let report = serde_json::json!({
         "bench": "train-step",
         "batch": batch,
         "seq_len": seq_len,
@@ -335,5 +414,7 @@ pub fn bench_train_step(
         "rss_after_backward_mib": rss.1,
         "peak_rss_fwd_bwd_mib": peak_fwd_bwd,
         "peak_rss_mib": peak_rss_mib(),
-    }))
+        "model_tflops": flops / (f + b + o) / 1e12,
+    });
+    Ok(merge_json(report, bench_model.describe(&lm)))
 }

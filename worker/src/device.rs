@@ -1,7 +1,32 @@
 //! Device selection: `cpu` or `cuda:N`.
 
 use crate::error::{Result, WorkerError};
-use candle_core::Device;
+use candle_core::{DType, Device};
+
+/// The environment variable that overrides [`default_compute_dtype`]: `f32` or `bf16`.
+pub const PRECISION_ENV: &str = "VERITY_PRECISION";
+
+/// The compute dtype of a model loaded on `device`: bf16 activations over f32 master weights
+/// (mixed precision) on a GPU, f32 on the CPU, whose fused kernels are f32. `VERITY_PRECISION`
+/// (`f32` or `bf16`) overrides it on every device.
+pub fn default_compute_dtype(device: &Device) -> Result<DType> {
+    match std::env::var(PRECISION_ENV) {
+        Ok(v) => parse_precision(&v),
+        Err(_) if device.is_cpu() => Ok(DType::F32),
+        Err(_) => Ok(DType::BF16),
+    }
+}
+
+/// Parses a precision name (`f32`, `bf16`).
+pub fn parse_precision(name: &str) -> Result<DType> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "f32" | "fp32" | "float32" => Ok(DType::F32),
+        "bf16" | "bfloat16" => Ok(DType::BF16),
+        other => {
+            Err(WorkerError::InvalidArgument(format!("{PRECISION_ENV}={other}: use f32 or bf16")))
+        }
+    }
+}
 
 /// Parses a device spec (`cpu`, `cuda`, `cuda:N`) into a candle device.
 pub fn parse_device(spec: &str) -> Result<Device> {
@@ -46,5 +71,12 @@ mod tests {
         assert!(parse_device("cpu").unwrap().is_cpu());
         assert!(parse_device("tpu:0").is_err());
         assert!(parse_device("cuda:x").is_err());
+    }
+
+    #[test]
+    fn precision_names() {
+        assert_eq!(parse_precision("bf16").unwrap(), DType::BF16);
+        assert_eq!(parse_precision(" F32 ").unwrap(), DType::F32);
+        assert!(parse_precision("f16").is_err());
     }
 }

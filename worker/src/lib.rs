@@ -12,7 +12,7 @@
 //! use verity_worker::*;
 //! # fn main() -> Result<()> {
 //! let lm = load_model("model-dir".as_ref(), &parse_device("cpu")?)?;
-//! let mut opt = PolicyOptimizer::new(&lm.model, AdamWConfig::default(), LrSchedule::constant(1e-6), 1.0);
+//! let mut opt = PolicyOptimizer::new(&lm.model, AdamWConfig::default(), LrSchedule::constant(1e-6), 1.0)?;
 //! let text = lm.tokenizer.apply_chat_template(&[ChatMessage::new("user", "What is 7 + 5?")], true)?;
 //! let prompts = vec![lm.tokenizer.encode(&text)?];
 //! let params = SamplingParams { n: 8, temperature: 1.0, max_new_tokens: 64, seed: 7, ..Default::default() };
@@ -59,15 +59,16 @@ pub mod weights;
 
 pub use chat_template::ChatMessage;
 pub use commands::{
-    bench_rollout, bench_train_step, generate, GenerateOptions, GeneratedText, RolloutBench,
+    bench_rollout, bench_train_step, generate, BenchModel, GenerateOptions, GeneratedText,
+    RolloutBench,
 };
 pub use config::{Family, ModelConfig};
 pub use convert::convert_gguf;
-pub use device::parse_device;
+pub use device::{default_compute_dtype, parse_device, parse_precision};
 pub use error::{Result, WorkerError};
 pub use loader::{load_model, LoadedModel};
 pub use model::{CompletionLogprobs, Kernels, Transformer};
-pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
+pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule, OptimizerPath};
 pub use policy_optimizer::{PolicyOptimizer, StepStats};
 pub use sampler::{sample, Completion, FinishReason, SamplingParams};
 pub use tokenizer::ChatTokenizer;

@@ -1,11 +1,17 @@
 //! Training-step machinery: gradient accumulation over micro-batches, global grad-norm
-//! clipping, fused AdamW (decoupled weight decay) and learning-rate schedules, with exact
-//! state save/restore.
+//! clipping, AdamW (decoupled weight decay) and learning-rate schedules, with exact state
+//! save/restore.
+//!
+//! Two paths compute the same update ([`OptimizerPath`]): fused parallel loops over host memory
+//! for f32 parameters on the CPU, and candle tensor ops on the parameters' own device (CUDA), so
+//! gradients, moments and clipping stay on the GPU and only the gradient norm (a metric) comes
+//! back to the host each step. The tensor path runs on the CPU too, which is how the tests prove
+//! the logic the GPU runs.
 
 use crate::error::{Result, WorkerError};
 use crate::model::tape::Tape;
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, Device, InplaceOp1, Layout, Tensor, Var};
+use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Tensor, Var};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -56,25 +62,59 @@ impl InplaceOp1 for AddScaled<'_> {
     }
 }
 
-/// Sums gradients of the trainable parameters over micro-batches. The first micro-batch's
-/// gradients are taken over without a copy; later ones are added in place (parallel), and
-/// [`GradAccumulator::reset`] frees the memory between optimizer steps.
+/// Where the optimizer's arithmetic (accumulation, norm, AdamW) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerPath {
+    /// Fused parallel loops over host memory: f32 parameters on the CPU only.
+    FusedCpu,
+    /// candle tensor ops on the parameters' device (any device; the GPU path), state in f32.
+    Tensor,
+}
+
+impl OptimizerPath {
+    /// The fused loops when every parameter is an f32 CPU tensor, else the tensor ops.
+    pub fn for_params(params: &[(String, Var)]) -> Self {
+        if params.iter().all(|(_, v)| v.device().is_cpu() && v.dtype() == DType::F32) {
+            OptimizerPath::FusedCpu
+        } else {
+            OptimizerPath::Tensor
+        }
+    }
+}
+
+/// Sums gradients of the trainable parameters over micro-batches, in f32 on the parameters'
+/// device ([`OptimizerPath::Tensor`]) or in host memory ([`OptimizerPath::FusedCpu`]). The first
+/// micro-batch's gradients are taken over without a copy; later ones are added (in place and in
+/// parallel on the fused path), and [`GradAccumulator::reset`] frees the memory between
+/// optimizer steps.
 pub struct GradAccumulator {
     names: Vec<String>,
     sizes: Vec<usize>,
     sums: Vec<Option<Tensor>>,
     micro_batches: usize,
+    path: OptimizerPath,
 }
 
 impl GradAccumulator {
-    /// An empty accumulator for `params`.
+    /// An empty accumulator for `params` on the path their device calls for.
     pub fn new(params: &[(String, Var)]) -> Self {
+        Self::with_path(params, OptimizerPath::for_params(params))
+    }
+
+    /// An empty accumulator for `params` on the given path.
+    pub fn with_path(params: &[(String, Var)], path: OptimizerPath) -> Self {
         Self {
             names: params.iter().map(|(n, _)| n.clone()).collect(),
             sizes: params.iter().map(|(_, v)| v.elem_count()).collect(),
             sums: params.iter().map(|_| None).collect(),
             micro_batches: 0,
+            path,
         }
+    }
+
+    /// The path the sums live on.
+    pub fn path(&self) -> OptimizerPath {
+        self.path
     }
 
     /// Adds `scale * grad` of every parameter found in `grads` (consumed: its tensors are moved
@@ -119,21 +159,23 @@ impl GradAccumulator {
             if g.elem_count() != self.sizes[i] {
                 return Err(WorkerError::Model(format!("gradient of {name} has the wrong size")));
             }
-            let g = g.to_device(&Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
-            match &self.sums[i] {
-                None => {
-                    let owned = if scale == 1.0 {
-                        g.contiguous()?
-                    } else {
-                        (g * scale as f64)?.contiguous()?
-                    };
-                    self.sums[i] = Some(owned.flatten_all()?);
-                }
-                Some(sum) => {
+            let g = match self.path {
+                OptimizerPath::FusedCpu => g.to_device(&Device::Cpu)?.to_dtype(DType::F32)?,
+                OptimizerPath::Tensor => g.to_dtype(DType::F32)?,
+            };
+            let scaled = |g: Tensor| -> Result<Tensor> {
+                let g = if scale == 1.0 { g } else { (g * scale as f64)? };
+                Ok(g.contiguous()?.flatten_all()?)
+            };
+            self.sums[i] = Some(match (self.sums[i].take(), self.path) {
+                (None, _) => scaled(g)?,
+                (Some(sum), OptimizerPath::FusedCpu) => {
                     let g = g.contiguous()?;
                     view_f32(&g, |src| Ok(sum.inplace_op1(&AddScaled { src, scale })?))?;
+                    sum
                 }
-            }
+                (Some(sum), OptimizerPath::Tensor) => (sum + scaled(g)?)?,
+            });
         }
         Ok(())
     }
@@ -143,21 +185,46 @@ impl GradAccumulator {
         self.micro_batches
     }
 
-    /// L2 norm of all accumulated gradients together.
+    /// L2 norm of all accumulated gradients together (NaN when it cannot be computed, which
+    /// the trainer treats as a non-finite gradient). On the tensor path the squares are summed
+    /// on the device and one scalar comes back.
     pub fn global_norm(&self) -> f64 {
-        self.sums
-            .par_iter()
-            .map(|s| match s {
-                Some(t) => view_f32(t, |d| {
-                    Ok(d.par_chunks(PAR_CHUNK)
-                        .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
-                        .sum::<f64>())
+        let squares = match self.path {
+            OptimizerPath::FusedCpu => Ok(self
+                .sums
+                .par_iter()
+                .map(|s| match s {
+                    Some(t) => view_f32(t, |d| {
+                        Ok(d.par_chunks(PAR_CHUNK)
+                            .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
+                            .sum::<f64>())
+                    })
+                    .unwrap_or(f64::NAN),
+                    None => 0.0,
                 })
-                .unwrap_or(f64::NAN),
-                None => 0.0,
-            })
-            .sum::<f64>()
-            .sqrt()
+                .sum::<f64>()),
+            OptimizerPath::Tensor => self.device_sum_of_squares(),
+        };
+        match squares {
+            Ok(s) => s.sqrt(),
+            Err(e) => {
+                tracing::error!(error = %e, "could not compute the gradient norm");
+                f64::NAN
+            }
+        }
+    }
+
+    fn device_sum_of_squares(&self) -> Result<f64> {
+        let parts = self
+            .sums
+            .iter()
+            .flatten()
+            .map(|t| Ok(t.sqr()?.sum_all()?.reshape(1)?))
+            .collect::<Result<Vec<_>>>()?;
+        if parts.is_empty() {
+            return Ok(0.0);
+        }
+        Ok(Tensor::cat(&parts, 0)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
     }
 
     /// The factor that brings the global norm to at most `max_norm` (1.0 when already below,
@@ -244,14 +311,106 @@ impl LrSchedule {
     }
 }
 
-/// AdamW with f32 moments held per parameter, updated in one fused parallel loop.
+/// AdamW's first and second moments of one parameter, in f32.
+enum Moments {
+    /// Host vectors, updated by the fused CPU loop.
+    Host(Vec<f32>, Vec<f32>),
+    /// Tensors on the parameter's device, updated by tensor ops.
+    Device(Tensor, Tensor),
+}
+
+impl Moments {
+    fn zeros(var: &Var, path: OptimizerPath) -> Result<Self> {
+        let n = var.elem_count();
+        Ok(match path {
+            OptimizerPath::FusedCpu => Moments::Host(vec![0f32; n], vec![0f32; n]),
+            OptimizerPath::Tensor => {
+                let z = Tensor::zeros(n, DType::F32, var.device())?;
+                Moments::Device(z.clone(), z)
+            }
+        })
+    }
+
+    fn from_host(m: Vec<f32>, v: Vec<f32>, var: &Var, path: OptimizerPath) -> Result<Self> {
+        Ok(match path {
+            OptimizerPath::FusedCpu => Moments::Host(m, v),
+            OptimizerPath::Tensor => {
+                let n = m.len();
+                Moments::Device(
+                    Tensor::from_vec(m, n, var.device())?,
+                    Tensor::from_vec(v, n, var.device())?,
+                )
+            }
+        })
+    }
+
+    /// Both moments as flat f32 CPU tensors (to save).
+    fn to_host(&self) -> Result<(Tensor, Tensor)> {
+        Ok(match self {
+            Moments::Host(m, v) => (
+                Tensor::from_slice(m, m.len(), &Device::Cpu)?,
+                Tensor::from_slice(v, v.len(), &Device::Cpu)?,
+            ),
+            Moments::Device(m, v) => (m.to_device(&Device::Cpu)?, v.to_device(&Device::Cpu)?),
+        })
+    }
+
+    /// The same values on another path (for `var`'s device).
+    fn on_path(self, var: &Var, path: OptimizerPath) -> Result<Self> {
+        match (self, path) {
+            (m @ Moments::Host(..), OptimizerPath::FusedCpu) => Ok(m),
+            (m @ Moments::Device(..), OptimizerPath::Tensor) => Ok(m),
+            (moments, path) => {
+                let (m, v) = moments.to_host()?;
+                Moments::from_host(m.to_vec1()?, v.to_vec1()?, var, path)
+            }
+        }
+    }
+}
+
+/// The scalars of one AdamW update of one parameter.
+#[derive(Clone, Copy)]
+struct AdamScalars {
+    grad_scale: f32,
+    lr: f32,
+    decay: f32,
+    b1: f32,
+    b2: f32,
+    eps: f32,
+    bias1: f32,
+    bias2_sqrt: f32,
+}
+
+/// The tensor-op update of one parameter (any device): the same arithmetic as the fused loop.
+fn tensor_update(
+    var: &Var,
+    grad: Option<&Tensor>,
+    m: &mut Tensor,
+    v: &mut Tensor,
+    k: AdamScalars,
+) -> Result<()> {
+    let p = var.as_tensor().flatten_all()?;
+    let g = match grad {
+        Some(g) => g.affine(k.grad_scale as f64, 0.0)?,
+        None => p.zeros_like()?,
+    };
+    *m = (m.affine(k.b1 as f64, 0.0)? + g.affine((1.0 - k.b1) as f64, 0.0)?)?;
+    *v = (v.affine(k.b2 as f64, 0.0)? + g.sqr()?.affine((1.0 - k.b2) as f64, 0.0)?)?;
+    let denom = v.sqrt()?.affine(1.0 / k.bias2_sqrt as f64, k.eps as f64)?;
+    let update = (&*m / denom)?.affine((k.lr / k.bias1) as f64, 0.0)?;
+    let p = (p.affine((1.0 - k.lr * k.decay) as f64, 0.0)? - update)?;
+    Ok(var.set(&p.reshape(var.shape())?)?)
+}
+
+/// AdamW with f32 moments held per parameter, updated in one fused parallel loop on the CPU or
+/// with tensor ops on the parameters' device (see [`OptimizerPath`]).
 pub struct AdamW {
     /// Hyper-parameters.
     pub config: AdamWConfig,
     step: u64,
     names: Vec<String>,
-    exp_avg: Vec<Vec<f32>>,
-    exp_avg_sq: Vec<Vec<f32>>,
+    moments: Vec<Moments>,
+    path: OptimizerPath,
 }
 
 fn decays(name: &str) -> bool {
@@ -261,14 +420,7 @@ fn decays(name: &str) -> bool {
 struct AdamUpdate<'a> {
     grad: &'a [f32],
     moments: Mutex<(&'a mut [f32], &'a mut [f32])>,
-    grad_scale: f32,
-    lr: f32,
-    decay: f32,
-    b1: f32,
-    b2: f32,
-    eps: f32,
-    bias1: f32,
-    bias2_sqrt: f32,
+    k: AdamScalars,
 }
 
 impl AdamUpdate<'_> {
@@ -281,17 +433,18 @@ impl AdamUpdate<'_> {
         if p.len() != self.grad.len() || m.len() != p.len() {
             return Err(WorkerError::Model("optimizer state does not match the parameter".into()));
         }
-        let step_size = self.lr / self.bias1;
+        let k = self.k;
+        let step_size = k.lr / k.bias1;
         p.par_chunks_mut(PAR_CHUNK)
             .zip(self.grad.par_chunks(PAR_CHUNK))
             .zip(m.par_chunks_mut(PAR_CHUNK).zip(v.par_chunks_mut(PAR_CHUNK)))
             .for_each(|((p, g), (m, v))| {
                 for i in 0..p.len() {
-                    let g = g[i] * self.grad_scale;
-                    m[i] = self.b1 * m[i] + (1.0 - self.b1) * g;
-                    v[i] = self.b2 * v[i] + (1.0 - self.b2) * g * g;
-                    p[i] *= 1.0 - self.lr * self.decay;
-                    p[i] -= step_size * m[i] / (v[i].sqrt() / self.bias2_sqrt + self.eps);
+                    let g = g[i] * k.grad_scale;
+                    m[i] = k.b1 * m[i] + (1.0 - k.b1) * g;
+                    v[i] = k.b2 * v[i] + (1.0 - k.b2) * g * g;
+                    p[i] *= 1.0 - k.lr * k.decay;
+                    p[i] -= step_size * m[i] / (v[i].sqrt() / k.bias2_sqrt + k.eps);
                 }
             });
         Ok(())
@@ -316,15 +469,45 @@ impl InplaceOp1 for AdamUpdate<'_> {
 }
 
 impl AdamW {
-    /// Zero moments for `params`.
-    pub fn new(config: AdamWConfig, params: &[(String, Var)]) -> Self {
-        Self {
+    /// Zero moments for `params`, on the path their device calls for.
+    pub fn new(config: AdamWConfig, params: &[(String, Var)]) -> Result<Self> {
+        Self::with_path(config, params, OptimizerPath::for_params(params))
+    }
+
+    /// Zero moments for `params` on the given path.
+    pub fn with_path(
+        config: AdamWConfig,
+        params: &[(String, Var)],
+        path: OptimizerPath,
+    ) -> Result<Self> {
+        Ok(Self {
             config,
             step: 0,
             names: params.iter().map(|(n, _)| n.clone()).collect(),
-            exp_avg: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
-            exp_avg_sq: params.iter().map(|(_, v)| vec![0f32; v.elem_count()]).collect(),
+            moments: params.iter().map(|(_, v)| Moments::zeros(v, path)).collect::<Result<_>>()?,
+            path,
+        })
+    }
+
+    /// The path the moments live on.
+    pub fn path(&self) -> OptimizerPath {
+        self.path
+    }
+
+    /// Moves the moments to another path (exact: f32 either way).
+    pub fn set_path(&mut self, params: &[(String, Var)], path: OptimizerPath) -> Result<()> {
+        if params.len() != self.moments.len() {
+            return Err(WorkerError::InvalidArgument(
+                "parameter list does not match the optimizer".into(),
+            ));
         }
+        self.moments = std::mem::take(&mut self.moments)
+            .into_iter()
+            .zip(params)
+            .map(|(m, (_, var))| m.on_path(var, path))
+            .collect::<Result<_>>()?;
+        self.path = path;
+        Ok(())
     }
 
     /// Optimizer steps taken.
@@ -341,7 +524,10 @@ impl AdamW {
         lr: f64,
         grad_scale: f32,
     ) -> Result<()> {
-        if params.len() != self.names.len() || grads.sums.len() != params.len() {
+        if params.len() != self.names.len()
+            || grads.sums.len() != params.len()
+            || self.moments.len() != params.len()
+        {
             return Err(WorkerError::InvalidArgument(
                 "parameter list does not match the optimizer".into(),
             ));
@@ -357,40 +543,39 @@ impl AdamW {
                     self.names[i]
                 )));
             }
-            let zeros;
-            let grad_tensor = match &grads.sums[i] {
-                Some(t) => t,
-                None => {
-                    zeros = Tensor::zeros(
-                        self.exp_avg[i].len(),
-                        candle_core::DType::F32,
-                        &Device::Cpu,
-                    )?;
-                    &zeros
-                }
+            let k = AdamScalars {
+                grad_scale,
+                lr: lr as f32,
+                decay: if decays(name) { c.weight_decay as f32 } else { 0.0 },
+                b1: c.beta1 as f32,
+                b2: c.beta2 as f32,
+                eps: c.eps as f32,
+                bias1: bias1 as f32,
+                bias2_sqrt: bias2.sqrt() as f32,
             };
-            view_f32(grad_tensor, |grad| {
-                let op = AdamUpdate {
-                    grad,
-                    moments: Mutex::new((&mut self.exp_avg[i], &mut self.exp_avg_sq[i])),
-                    grad_scale,
-                    lr: lr as f32,
-                    decay: if decays(name) { c.weight_decay as f32 } else { 0.0 },
-                    b1: c.beta1 as f32,
-                    b2: c.beta2 as f32,
-                    eps: c.eps as f32,
-                    bias1: bias1 as f32,
-                    bias2_sqrt: bias2.sqrt() as f32,
-                };
-                if var.device().is_cpu() {
-                    var.as_tensor().inplace_op1(&op)?;
-                } else {
-                    let mut p: Vec<f32> = var.as_tensor().flatten_all()?.to_vec1()?;
-                    op.apply(&mut p)?;
-                    var.set(&Tensor::from_vec(p, var.shape(), var.device())?)?;
+            match &mut self.moments[i] {
+                Moments::Device(m, v) => tensor_update(var, grads.sums[i].as_ref(), m, v, k)?,
+                Moments::Host(m, v) => {
+                    if !var.device().is_cpu() {
+                        return Err(WorkerError::Model(format!(
+                            "{name} is not on the CPU: the fused optimizer path needs CPU \
+                             parameters (use the tensor path)"
+                        )));
+                    }
+                    let zeros;
+                    let grad_tensor = match &grads.sums[i] {
+                        Some(t) => t,
+                        None => {
+                            zeros = Tensor::zeros(m.len(), DType::F32, &Device::Cpu)?;
+                            &zeros
+                        }
+                    };
+                    view_f32(grad_tensor, |grad| {
+                        let op = AdamUpdate { grad, moments: Mutex::new((m, v)), k };
+                        Ok(var.as_tensor().inplace_op1(&op)?)
+                    })?;
                 }
-                Ok(())
-            })?;
+            }
         }
         Ok(())
     }
@@ -398,16 +583,10 @@ impl AdamW {
     /// Saves moments and step count to a safetensors file (exact, f32).
     pub fn save(&self, path: &Path) -> Result<()> {
         let mut tensors = Vec::with_capacity(self.names.len() * 2);
-        for (i, name) in self.names.iter().enumerate() {
-            let n = self.exp_avg[i].len();
-            tensors.push((
-                format!("exp_avg/{name}"),
-                Tensor::from_slice(&self.exp_avg[i], n, &Device::Cpu)?,
-            ));
-            tensors.push((
-                format!("exp_avg_sq/{name}"),
-                Tensor::from_slice(&self.exp_avg_sq[i], n, &Device::Cpu)?,
-            ));
+        for (name, moments) in self.names.iter().zip(&self.moments) {
+            let (m, v) = moments.to_host()?;
+            tensors.push((format!("exp_avg/{name}"), m));
+            tensors.push((format!("exp_avg_sq/{name}"), v));
         }
         let mut meta = HashMap::from([
             ("step".to_string(), self.step.to_string()),
@@ -422,8 +601,18 @@ impl AdamW {
         .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
     }
 
-    /// Restores a state written by [`AdamW::save`] for the same parameter list.
+    /// Restores a state written by [`AdamW::save`] for the same parameter list, on the path
+    /// their device calls for.
     pub fn load(path: &Path, params: &[(String, Var)]) -> Result<Self> {
+        Self::load_with_path(path, params, OptimizerPath::for_params(params))
+    }
+
+    /// [`AdamW::load`] onto the given path.
+    pub fn load_with_path(
+        path: &Path,
+        params: &[(String, Var)],
+        on: OptimizerPath,
+    ) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| WorkerError::io("reading", path, e))?;
         let st = safetensors::SafeTensors::deserialize(&bytes)
             .map_err(|e| WorkerError::Model(format!("{}: {e}", path.display())))?;
@@ -438,8 +627,7 @@ impl AdamW {
             .get("adamw")
             .and_then(|s| serde_json::from_str(s).ok())
             .ok_or_else(|| WorkerError::Model("optimizer state lacks its config".into()))?;
-        let mut opt = Self::new(config, params);
-        opt.step = step;
+        let mut opt = Self { config, step, names: Vec::new(), moments: Vec::new(), path: on };
         let read = |key: String, n: usize| -> Result<Vec<f32>> {
             let view = st
                 .tensor(&key)
@@ -457,9 +645,11 @@ impl AdamW {
             }
             Ok(data)
         };
-        for (i, (name, var)) in params.iter().enumerate() {
-            opt.exp_avg[i] = read(format!("exp_avg/{name}"), var.elem_count())?;
-            opt.exp_avg_sq[i] = read(format!("exp_avg_sq/{name}"), var.elem_count())?;
+        for (name, var) in params {
+            let m = read(format!("exp_avg/{name}"), var.elem_count())?;
+            let v = read(format!("exp_avg_sq/{name}"), var.elem_count())?;
+            opt.moments.push(Moments::from_host(m, v, var, on)?);
+            opt.names.push(name.clone());
         }
         Ok(opt)
     }

@@ -6,7 +6,7 @@ use crate::checkpoint::restore_optimizer;
 use crate::error::{Result, WorkerError};
 use crate::model::tape::Tape;
 use crate::model::Transformer;
-use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule};
+use crate::optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule, OptimizerPath};
 use candle_core::{Tensor, Var};
 use serde::Serialize;
 use std::path::Path;
@@ -40,21 +40,35 @@ pub struct PolicyOptimizer {
 }
 
 impl PolicyOptimizer {
-    /// A fresh optimizer over `model.trainable_params()`.
+    /// A fresh optimizer over `model.trainable_params()`, on the path their device calls for
+    /// (see [`OptimizerPath`]).
     pub fn new(
         model: &Transformer,
         config: AdamWConfig,
         schedule: LrSchedule,
         max_grad_norm: f64,
-    ) -> Self {
+    ) -> Result<Self> {
         let params = model.trainable_params();
-        Self {
-            adamw: AdamW::new(config, &params),
+        Ok(Self {
+            adamw: AdamW::new(config, &params)?,
             grads: GradAccumulator::new(&params),
             params,
             schedule,
             max_grad_norm,
-        }
+        })
+    }
+
+    /// Moves the gradients' and moments' arithmetic to `path` (e.g. the device-generic tensor
+    /// ops on the CPU, to test the GPU's path); drops gradients accumulated since the last step.
+    pub fn set_path(&mut self, path: OptimizerPath) -> Result<()> {
+        self.adamw.set_path(&self.params, path)?;
+        self.grads = GradAccumulator::with_path(&self.params, path);
+        Ok(())
+    }
+
+    /// The path the optimizer's arithmetic runs on.
+    pub fn path(&self) -> OptimizerPath {
+        self.adamw.path()
     }
 
     /// Restores the optimizer state saved in checkpoint folder `dir` (the model's weights are

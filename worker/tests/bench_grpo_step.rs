@@ -8,9 +8,13 @@ fn bench_grpo_step_on_smollm2() {
         return;
     };
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let report =
-        verity_worker::trainer::bench_grpo_step(&dir, (1, 8, 64, steps), Default::default(), 0)
-            .unwrap();
+    let report = verity_worker::trainer::bench_grpo_step(
+        &verity_worker::BenchModel::cpu(&dir),
+        (1, 8, 64, steps),
+        Default::default(),
+        0,
+    )
+    .unwrap();
     println!("{report}");
 }
 
@@ -22,6 +26,7 @@ fn bench_continuous_batching_on_smollm2() {
     let Some(model) = verity_worker::testing::smollm2_gguf("bench_continuous_batching") else {
         return;
     };
+    let model = verity_worker::BenchModel::cpu(&model);
     let repeats = std::env::var("BENCH_REPEATS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for _ in 0..repeats {
         for chunked in [true, false] {
@@ -45,6 +50,7 @@ fn bench_asynchronous_pipeline_on_smollm2() {
     let Some(model) = verity_worker::testing::smollm2_gguf("bench_asynchronous_pipeline") else {
         return;
     };
+    let model = verity_worker::BenchModel::cpu(&model);
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
     for staleness in [0, 1] {
         let report = verity_worker::trainer::bench_grpo_step(

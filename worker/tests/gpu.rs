@@ -1,5 +1,5 @@
 //! Device smoke test: runs on `VERITY_TEST_DEVICE` (e.g. `cuda:0`, set by
-//! `worker/scripts/gpu-smoke.sh`); on the CPU it is the same check through the device code path.
+//! `scripts/gpu-check.sh`); on the CPU it is the same check through the device code path.
 
 use verity_worker::testing::{smollm2_dir, tiny_model};
 use verity_worker::{parse_device, sample, Family, SamplingParams};
@@ -15,7 +15,9 @@ fn tiny_model_trains_on_the_device() {
     let cpu = tiny_model(Family::Llama, 1).unwrap();
     let cfg = cpu.config.clone();
     let weights = verity_worker::testing::random_weights(&cfg, 1, &dev).unwrap();
-    let model = verity_worker::Transformer::from_weights(cfg, weights, &dev).unwrap();
+    let mut model = verity_worker::Transformer::from_weights(cfg, weights, &dev).unwrap();
+    // Compared with the CPU's f32 below (a GPU defaults to bf16; tests/device_path.rs checks it).
+    model.set_compute_dtype(candle_core::DType::F32).unwrap();
     let lp = model.completion_logprobs(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0, true).unwrap();
     let loss = (lp.logprobs * lp.mask).unwrap().sum_all().unwrap();
     let grads = loss.backward().unwrap();

@@ -23,7 +23,8 @@ fn policy_gradient_makes_rewarded_tokens_more_likely() {
     let model = tiny_model(Family::Llama, 21).unwrap();
     let before = low_token_mass(&model);
     let mut opt =
-        PolicyOptimizer::new(&model, AdamWConfig::default(), LrSchedule::constant(2e-2), 1.0);
+        PolicyOptimizer::new(&model, AdamWConfig::default(), LrSchedule::constant(2e-2), 1.0)
+            .unwrap();
     for step in 0..12u64 {
         let params = SamplingParams {
             n: 8,

@@ -83,7 +83,7 @@ fn the_loss_is_the_mean_cross_entropy_of_the_assistant_tokens_only() {
     let model = tiny_model(Family::Qwen2, 3).unwrap();
     let schedule =
         LrSchedule { lr: 1e-3, warmup_steps: 0, total_steps: 1, cosine: false, min_lr_ratio: 0.0 };
-    let mut optimizer = PolicyOptimizer::new(&model, Default::default(), schedule, 1.0);
+    let mut optimizer = PolicyOptimizer::new(&model, Default::default(), schedule, 1.0).unwrap();
     let examples = vec![example(&chat([1, 1])), example(&chat([0, 1])), example(&chat([1, 0]))];
     let refs: Vec<&SupervisedExample> = examples.iter().collect();
     for micro in [1, 2, 3] {

@@ -42,7 +42,7 @@ fn adamw_matches_a_scalar_reference_implementation() {
     let model = tiny_model(Family::Llama, 1).unwrap();
     let params = model.trainable_params();
     let cfg = AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 };
-    let mut opt = AdamW::new(cfg.clone(), &params);
+    let mut opt = AdamW::new(cfg.clone(), &params).unwrap();
     let name = "model.layers.0.mlp.up_proj.weight";
     let var = &params.iter().find(|(n, _)| n == name).unwrap().1;
     let mut p: Vec<f32> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
@@ -108,7 +108,8 @@ fn full_checkpoint_resumes_bit_exactly() {
     let mut opt = AdamW::new(
         AdamWConfig { weight_decay: 0.01, ..Default::default() },
         &model.trainable_params(),
-    );
+    )
+    .unwrap();
     train_step(&model, &mut opt, 0);
     save_checkpoint(dir.path(), &model, None, Some(&opt), "tiny").unwrap();
     train_step(&model, &mut opt, 1);
@@ -147,7 +148,7 @@ fn lora_checkpoint_is_peft_format_and_reloads_exactly() {
     };
     let mut model = tiny_model(Family::Qwen3, 6).unwrap();
     model.enable_lora(lora.clone(), 1).unwrap();
-    let mut opt = AdamW::new(AdamWConfig::default(), &model.trainable_params());
+    let mut opt = AdamW::new(AdamWConfig::default(), &model.trainable_params()).unwrap();
     let base_before = all_weights(&model);
     let seq0 = [2u32, 7, 1, 8];
     let base_logits: Vec<f32> = verity_worker::testing::flat_logits(&model, &seq0).unwrap();
@@ -197,7 +198,8 @@ fn policy_optimizer_steps_and_resumes_exactly() {
     let schedule =
         LrSchedule { lr: 1e-2, warmup_steps: 2, total_steps: 10, cosine: true, min_lr_ratio: 0.0 };
     let model = tiny_model(Family::Llama, 12).unwrap();
-    let mut opt = PolicyOptimizer::new(&model, AdamWConfig::default(), schedule.clone(), 0.5);
+    let mut opt =
+        PolicyOptimizer::new(&model, AdamWConfig::default(), schedule.clone(), 0.5).unwrap();
     let run_step = |model: &Transformer, opt: &mut PolicyOptimizer, i: u32| {
         for mb in 0..2 {
             opt.backward(&loss(model, i * 2 + mb), 0.5).unwrap();

@@ -5,12 +5,37 @@ use clap::Args;
 use std::path::PathBuf;
 use verity_core::spec::RolloutDtype;
 
+/// The model a model benchmark runs, and where.
+#[derive(Debug, Args)]
+pub struct BenchModelArgs {
+    /// HF folder or GGUF file (with --random-weights: a folder with config.json and the
+    /// tokenizer, e.g. bench/models/qwen2.5-1.5b).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Device: cpu or cuda:N (a GPU runs bf16 mixed precision unless VERITY_PRECISION=f32).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Draw the weights at random from config.json instead of reading them (same shapes, same
+    /// speed; for models whose weights are not at hand).
+    #[arg(long = "random-weights")]
+    pub random_weights: bool,
+}
+
+impl BenchModelArgs {
+    fn bench_model(&self) -> verity_worker::BenchModel {
+        verity_worker::BenchModel {
+            path: self.model.clone(),
+            device: self.device.clone(),
+            random_weights: self.random_weights,
+        }
+    }
+}
+
 /// Options of `verity bench rollout`.
 #[derive(Debug, Args)]
 pub struct RolloutArgs {
-    /// HF folder or GGUF file.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: BenchModelArgs,
     /// Prompts decoded together.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -38,9 +63,8 @@ pub struct RolloutArgs {
 /// Options of `verity bench train-step`.
 #[derive(Debug, Args)]
 pub struct TrainStepArgs {
-    /// HF folder or GGUF file.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: BenchModelArgs,
     /// Sequences per step.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -58,9 +82,8 @@ pub struct TrainStepArgs {
 /// Options of `verity bench grpo-step`.
 #[derive(Debug, Args)]
 pub struct GrpoStepArgs {
-    /// HF folder or GGUF file.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: BenchModelArgs,
     /// Prompts per step.
     #[arg(long, default_value_t = 1)]
     pub prompts: usize,
@@ -106,7 +129,7 @@ where
 
 /// Decode throughput with a KV cache.
 pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
-    let model = args.model.clone();
+    let model = args.model.bench_model();
     let bench = verity_worker::RolloutBench {
         batch: args.batch,
         new_tokens: args.new_tokens,
@@ -122,7 +145,7 @@ pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
 /// One forward + backward + AdamW step.
 pub async fn train_step(args: &TrainStepArgs) -> anyhow::Result<()> {
     let (model, shape, steps, rank) =
-        (args.model.clone(), (args.batch, args.seq_len), args.steps, args.lora_rank);
+        (args.model.bench_model(), (args.batch, args.seq_len), args.steps, args.lora_rank);
     print_blocking(move || Ok(verity_worker::bench_train_step(&model, shape, steps, rank)?)).await
 }
 
@@ -139,7 +162,7 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
 /// Seconds per GRPO step and its parts.
 pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
     let (model, shape, dtype, staleness) = (
-        args.model.clone(),
+        args.model.bench_model(),
         (args.prompts, args.group, args.max_tokens, args.steps),
         args.rollout_dtype,
         args.max_staleness,

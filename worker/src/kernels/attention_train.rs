@@ -20,7 +20,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f32) 
         let op = Attention { mask: mask.contiguous()?, scale };
         q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
     } else {
-        attention_reference(q, k, v, mask, scale)
+        super::attention_device(q, k, v, mask, scale)
     }
 }
 

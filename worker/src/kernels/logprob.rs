@@ -32,14 +32,17 @@ pub fn token_logprobs(
     }
 }
 
-/// The same function composed of plain candle ops (materialises all logits; test reference).
+/// The same function composed of plain candle ops (materialises all logits; the test reference
+/// and the device path). The product runs in the inputs' dtype; the logits are turned into f32
+/// before the log-softmax, so log-probabilities and entropies are always f32.
 pub fn token_logprobs_reference(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &[u32],
     temperature: f32,
 ) -> Result<Tensor> {
-    let logits = (hidden.matmul(&weight.t()?)? / temperature as f64)?;
+    let logits =
+        (hidden.matmul(&weight.t()?)?.to_dtype(candle_core::DType::F32)? / temperature as f64)?;
     let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
     let idx = Tensor::new(targets, hidden.device())?.unsqueeze(1)?.contiguous()?;
     let picked = logp.gather(&idx, 1)?;

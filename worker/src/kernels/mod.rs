@@ -1,14 +1,17 @@
-//! CPU kernels with hand-written backward passes for the trainable forward.
+//! CPU kernels with hand-written backward passes for the trainable forward, and the device path.
 //!
 //! candle 0.11's fused `rms_norm`, `softmax_last_dim` and `rope` return no gradient, so each op
 //! here is a candle custom op whose `bwd` is written by hand. Each public function dispatches: on
-//! the CPU with f32 it runs the fused kernel, elsewhere (CUDA) a differentiable composition of
-//! candle ops, which is also the reference the tests compare against.
+//! the CPU with f32 it runs the fused kernel, elsewhere (CUDA, or bf16 activations) the device
+//! path ([`device`]: fused forward kernels with composed backward for RMS norm and the attention
+//! softmax) or a differentiable composition of candle ops, which is also the reference the tests
+//! compare against.
 
 mod attention;
 mod attention_train;
 mod bf16;
 mod blas;
+pub mod device;
 mod embedding;
 mod logprob;
 mod lora;
@@ -24,6 +27,7 @@ pub use attention::attention_nograd;
 pub use attention_train::{attention, attention_reference};
 pub use bf16::Bf16Matrix;
 pub use blas::{blas_core, blas_in_use, matmul, serial_sgemm, sgemm, Product};
+pub use device::{attention_device, rms_norm_device};
 pub use embedding::embedding;
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use lora::lora_matmul;

@@ -17,8 +17,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
 /// The same function composed of plain candle ops (slow; the test reference and GPU path).
 pub fn rope_reference(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let half = x.dim(D::Minus1)? / 2;
-    let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(1)?;
-    let sin = Tensor::cat(&[sin, sin], D::Minus1)?.unsqueeze(1)?;
+    // The angle tables are f32; bf16 activations rotate in bf16, as HF models do.
+    let (cos, sin) = (cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?);
+    let cos = Tensor::cat(&[&cos, &cos], D::Minus1)?.unsqueeze(1)?;
+    let sin = Tensor::cat(&[&sin, &sin], D::Minus1)?.unsqueeze(1)?;
     let x1 = x.narrow(D::Minus1, 0, half)?;
     let x2 = x.narrow(D::Minus1, half, half)?;
     let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;

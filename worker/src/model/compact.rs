@@ -22,7 +22,8 @@ impl CompactWeights {
             .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down])
             .map(|lin| Ok((lin.path.clone(), Bf16Matrix::from_tensor(lin.weight_t.as_tensor())?)))
             .collect::<Result<_>>()?;
-        let lm_head = Bf16Matrix::from_tensor(&model.lm_weight(false))?;
+        let lm_head =
+            Bf16Matrix::from_tensor(model.lm_head.as_ref().unwrap_or(&model.embed).as_tensor())?;
         Ok(Self { linears, lm_head })
     }
 

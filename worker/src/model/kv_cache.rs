@@ -3,7 +3,7 @@
 
 use super::compact::CompactWeights;
 use crate::error::Result;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
 
 /// Per-layer keys and values `(batch, kv_heads, capacity, head_dim)`, the first `len` filled;
@@ -17,19 +17,17 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for `layers` layers able to hold `capacity` positions before growing.
+    /// An empty cache for `layers` layers able to hold `capacity` positions of `(batch,
+    /// kv_heads, head_dim)` keys and values in `dtype` (the model's compute dtype) before growing.
     pub fn new(
         layers: usize,
-        batch: usize,
-        kv_heads: usize,
-        head_dim: usize,
+        (batch, kv_heads, head_dim): (usize, usize, usize),
         capacity: usize,
+        dtype: DType,
         device: &Device,
     ) -> Result<Self> {
         let capacity = capacity.max(1);
-        let zeros = || {
-            Tensor::zeros((batch, kv_heads, capacity, head_dim), candle_core::DType::F32, device)
-        };
+        let zeros = || Tensor::zeros((batch, kv_heads, capacity, head_dim), dtype, device);
         let keys = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
         let values = (0..layers).map(|_| zeros()).collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self { keys, values, len: 0, capacity, weights: None })

@@ -25,8 +25,13 @@ use tape::Tape;
 /// Which implementation of norm / softmax / rope / log-prob the forward uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
-    /// Fused CPU kernels with hand-written backward (falls back to `Reference` off the CPU).
+    /// Fused CPU kernels with hand-written backward for f32 on the CPU; the device path
+    /// (as `Device`) on any other device or dtype.
     Fused,
+    /// The device path everywhere, the CPU included: fused forward kernels for RMS norm and the
+    /// attention softmax with composed backward, candle ops elsewhere ([`kernels::device`]).
+    /// What a GPU runs; the CPU tests use it to prove that path.
+    Device,
     /// Compositions of plain candle ops (slow; test reference).
     Reference,
 }
@@ -82,6 +87,7 @@ pub struct Transformer {
     dtypes: BTreeMap<String, DType>,
     rotary: Rotary,
     kernels: Kernels,
+    compute_dtype: DType,
     device: Device,
 }
 
@@ -164,6 +170,7 @@ impl Transformer {
             lora_dropout_rng: std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(0)),
             dtypes,
             kernels: Kernels::Fused,
+            compute_dtype: crate::device::default_compute_dtype(device)?,
             device: device.clone(),
         })
     }
@@ -184,6 +191,7 @@ impl Transformer {
             dtypes: self.dtypes.clone(),
             rotary: self.rotary.clone(),
             kernels: self.kernels,
+            compute_dtype: self.compute_dtype,
             device: self.device.clone(),
         }
     }
@@ -271,6 +279,27 @@ impl Transformer {
     /// Chooses fused kernels or the reference composition.
     pub fn set_kernels(&mut self, kernels: Kernels) {
         self.kernels = kernels;
+    }
+
+    /// Sets the dtype of the activations and of the weight copies the products read: `F32`
+    /// (the default) or `BF16` for mixed precision. The parameters, their gradients and the
+    /// optimizer state stay f32 (master weights): each forward casts the weights it multiplies
+    /// (linear layers, embedding, LM head) to this dtype, norms run in f32, and the
+    /// log-probabilities and logits come out in f32.
+    pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            return Err(WorkerError::InvalidArgument(format!(
+                "compute dtype must be f32 or bf16, got {dtype:?}"
+            )));
+        }
+        self.compute_dtype = dtype;
+        Ok(())
+    }
+
+    /// The dtype of activations and of the products' weight copies (see
+    /// [`Transformer::set_compute_dtype`]).
+    pub fn compute_dtype(&self) -> DType {
+        self.compute_dtype
     }
 
     /// The device the parameters live on.
@@ -380,8 +409,15 @@ impl Transformer {
         }
     }
 
-    fn lm_weight(&self, track: bool) -> Tensor {
-        self.get(self.lm_head.as_ref().unwrap_or(&self.embed), track)
+    /// A weight that a product reads, in the compute dtype (a cast copy under mixed precision,
+    /// through which the gradient flows back to the f32 parameter).
+    fn get_compute(&self, v: &Var, track: bool) -> Result<Tensor> {
+        let t = self.get(v, track);
+        Ok(if t.dtype() == self.compute_dtype { t } else { t.to_dtype(self.compute_dtype)? })
+    }
+
+    fn lm_weight(&self, track: bool) -> Result<Tensor> {
+        self.get_compute(self.lm_head.as_ref().unwrap_or(&self.embed), track)
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Var, track: bool) -> Result<Tensor> {
@@ -389,6 +425,7 @@ impl Transformer {
         let eps = self.config.rms_norm_eps as f32;
         Ok(match self.kernels {
             Kernels::Fused => kernels::rms_norm(x, &w, eps)?,
+            Kernels::Device => kernels::rms_norm_device(x, &w, eps)?,
             Kernels::Reference => kernels::rms_norm_reference(x, &w, eps)?,
         })
     }
@@ -434,7 +471,7 @@ impl Transformer {
             let train_base = self.trains_base(track);
             lins.iter()
                 .map(|lin| -> Result<(Tensor, bool)> {
-                    let w = self.get(&lin.weight_t, train_base);
+                    let w = self.get_compute(&lin.weight_t, train_base)?;
                     if let Some(ad) = self.one_op_lora(lin, x, track) {
                         let (a, b) = (self.get(&ad.a, track), self.get(&ad.b, track));
                         return Ok((kernels::lora_matmul(x, &w, &a, &b, ad.scale as f32)?, true));
@@ -442,7 +479,7 @@ impl Transformer {
                     Ok((
                         match self.kernels {
                             Kernels::Fused => kernels::matmul(x, &w)?,
-                            Kernels::Reference => x.matmul(&w)?,
+                            Kernels::Device | Kernels::Reference => x.matmul(&w)?,
                         },
                         false,
                     ))
@@ -467,11 +504,11 @@ impl Transformer {
     ) -> Result<Tensor> {
         let train_base = self.trains_base(track);
         if let Some(b) = &lin.bias {
-            y = y.broadcast_add(&self.get(b, train_base))?;
+            y = y.broadcast_add(&self.get_compute(b, train_base)?)?;
         }
         if let Some(ad) = self.lora.get(&lin.path).filter(|_| self.adapters_enabled && !adapted) {
-            let a = self.get(&ad.a, track);
-            let b = self.get(&ad.b, track);
+            let a = self.get_compute(&ad.a, track)?;
+            let b = self.get_compute(&ad.b, track)?;
             let x = self.lora_dropout_input(x, track)?;
             // The scale goes on the rank-r product: one fewer (rows × out) tensor in the graph.
             let h = (x.matmul(&a.t()?)? * ad.scale)?;
@@ -485,7 +522,7 @@ impl Transformer {
         if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
             return Err(WorkerError::InvalidArgument(format!("token id {bad} outside vocabulary")));
         }
-        Ok(kernels::embedding(&self.get(&self.embed, self.trains_base(track)), ids)?)
+        Ok(kernels::embedding(&self.get_compute(&self.embed, self.trains_base(track))?, ids)?)
     }
 
     /// Query/key/value heads `(batch, heads, t, head_dim)` of projected rows `(batch * t, _)`,
@@ -517,7 +554,7 @@ impl Transformer {
         }
         let (q, k) = match self.kernels {
             Kernels::Fused => (kernels::rope(&q, cos, sin)?, kernels::rope(&k, cos, sin)?),
-            Kernels::Reference => {
+            Kernels::Device | Kernels::Reference => {
                 (kernels::rope_reference(&q, cos, sin)?, kernels::rope_reference(&k, cos, sin)?)
             }
         };
@@ -535,13 +572,13 @@ impl Transformer {
         track: bool,
     ) -> Result<Tensor> {
         let scale = 1.0 / (self.config.head_dim as f32).sqrt();
-        let fused = self.kernels == Kernels::Fused;
-        Ok(if fused && !track && q.device().is_cpu() {
-            kernels::attention_nograd(q, k, v, mask, scale)?
-        } else if fused {
-            kernels::attention(q, k, v, mask, scale)?
-        } else {
-            kernels::attention_reference(q, k, v, mask, scale)?
+        Ok(match self.kernels {
+            Kernels::Fused if !track && kernels::use_cpu_kernel(q) => {
+                kernels::attention_nograd(q, k, v, mask, scale)?
+            }
+            Kernels::Fused => kernels::attention(q, k, v, mask, scale)?,
+            Kernels::Device => kernels::attention_device(q, k, v, mask, scale)?,
+            Kernels::Reference => kernels::attention_reference(q, k, v, mask, scale)?,
         })
     }
 
@@ -566,7 +603,7 @@ impl Transformer {
         } else {
             let act = match self.kernels {
                 Kernels::Fused => kernels::swiglu(&gate, &up)?,
-                Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+                Kernels::Device | Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
             };
             self.apply_linear(&act, &layer.down, track, compact)?
         };
@@ -740,7 +777,7 @@ impl Transformer {
     /// cache holding weight copies, from the bf16 LM head.
     pub fn logits(&self, hidden: &Tensor, cache: Option<&KvCache>) -> Result<Tensor> {
         let hidden = hidden.detach();
-        let w = self.lm_weight(false);
+        let w = self.lm_weight(false)?;
         let compact = cache.and_then(|c| c.weights()).map(|c| &**c);
         if self.skinny_route(&hidden, false, compact) {
             let weight = match compact {
@@ -749,7 +786,7 @@ impl Transformer {
             };
             return Ok(kernels::skinny_matmul_nt(&hidden, weight)?);
         }
-        Ok(hidden.matmul(&w.t()?)?)
+        Ok(hidden.matmul(&w.t()?)?.to_dtype(DType::F32)?)
     }
 
     /// Full-sequence logits `(batch, len, vocab)` of left-padded sequences (no gradient; tests
@@ -835,10 +872,10 @@ impl Transformer {
             }
         }
         let picked = hidden.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
-        let lm = self.lm_weight(self.trains_base(track));
+        let lm = self.lm_weight(self.trains_base(track))?;
         let out = match self.kernels {
             Kernels::Fused => kernels::token_logprobs(&picked, &lm, &targets, temperature)?,
-            Kernels::Reference => {
+            Kernels::Device | Kernels::Reference => {
                 kernels::token_logprobs_reference(&picked, &lm, &targets, temperature)?
             }
         };
@@ -857,10 +894,9 @@ impl Transformer {
         let c = &self.config;
         KvCache::new(
             c.num_hidden_layers,
-            batch,
-            c.num_key_value_heads,
-            c.head_dim,
+            (batch, c.num_key_value_heads, c.head_dim),
             capacity,
+            self.compute_dtype,
             &self.device,
         )
     }

@@ -5,7 +5,6 @@ use super::dataset::Dataset;
 use super::error::{Result, TrainerError};
 use super::step::{Trainer, TrainerOptions};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::Instant;
 use verity_core::spec::Hyperparameters;
 use verity_verifiers::Grader;
@@ -42,15 +41,19 @@ fn median(values: &mut [f64]) -> f64 {
 /// Runs `steps` GRPO steps (β = 0, full fine-tuning) of `prompts` prompts × `group` samples of
 /// at most `max_tokens` tokens on the model in `model_dir`; returns one JSON object with the
 /// median `seconds_per_step` and median `sampling_s`, `grading_s`, `training_s`, plus
-/// `peak_rss_mib`. With `max_staleness` 1 the asynchronous pipeline samples the next step
-/// during each step's training (`tis_cap` 2); its first step still samples up front.
+/// `peak_rss_mib`, and `model_tflops`: (2 · generated + 6 · trained tokens) · parameters per
+/// second (2 to sample a token, 6 to train on one, prompts included). With `max_staleness`
+/// 1 the asynchronous pipeline samples the next step during each step's training (`tis_cap` 2);
+/// its first step still samples up front.
 pub fn bench_grpo_step(
-    model_dir: &Path,
+    bench_model: &crate::commands::BenchModel,
     (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
     rollout_dtype: verity_core::spec::RolloutDtype,
     max_staleness: u32,
 ) -> Result<Value> {
-    let loaded = crate::loader::load_model(model_dir, &candle_core::Device::Cpu)?;
+    let loaded = bench_model.load()?;
+    let described = bench_model.describe(&loaded);
+    let parameters = crate::commands::model_parameters(&loaded);
     let train = Dataset::from_jsonl(
         &arithmetic_jsonl(prompts.max(1) * steps.max(1)),
         "bench",
@@ -72,14 +75,14 @@ pub fn bench_grpo_step(
     };
     let options = TrainerOptions {
         seed: 0,
-        base_model: model_dir.display().to_string(),
+        base_model: bench_model.path.display().to_string(),
         graders: verity_verifiers::GraderPool::new(0),
     };
     let mut trainer =
         Trainer::new(loaded.model, loaded.tokenizer, math_grader()?, hp, train, None, options)?;
     let (mut total, mut sampling, mut grading, mut training, mut rewards) =
         (vec![], vec![], vec![], vec![], vec![]);
-    let (mut sampler_kl, mut lengths) = (vec![], vec![]);
+    let (mut sampler_kl, mut lengths, mut trained) = (vec![], vec![], vec![]);
     for _ in 0..steps {
         let started = Instant::now();
         let out = trainer.train_step()?;
@@ -90,15 +93,18 @@ pub fn bench_grpo_step(
         rewards.push(out.metrics.reward_mean);
         sampler_kl.push(out.metrics.sampler_kl);
         lengths.push(out.metrics.completion_length_mean);
+        trained.push(out.metrics.trained_tokens as f64);
     }
-    Ok(json!({
+    let seconds = median(&mut total);
+    let generated = (prompts * group) as f64 * median(&mut lengths.clone());
+    let flops = (2.0 * generated + 6.0 * median(&mut trained)) * parameters as f64;
+    let report = json!({
         "bench": "grpo-step",
-        "model": model_dir.display().to_string(),
         "prompts": prompts,
         "group": group,
         "max_tokens": max_tokens,
         "steps": steps,
-        "seconds_per_step": median(&mut total),
+        "seconds_per_step": seconds,
         "sampling_s": median(&mut sampling),
         "grading_s": median(&mut grading),
         "training_s": median(&mut training),
@@ -109,5 +115,7 @@ pub fn bench_grpo_step(
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,
         "peak_rss_mib": crate::commands::peak_rss_mib(),
-    }))
+        "model_tflops": flops / seconds / 1e12,
+    });
+    Ok(crate::commands::merge_json(report, described))
 }

@@ -304,7 +304,7 @@ impl Trainer {
             AdamWConfig { weight_decay: hp.weight_decay, ..AdamWConfig::default() },
             schedule,
             hp.max_grad_norm,
-        );
+        )?;
         let order = DataOrder::new(seed, train.len(), DataCursor::default());
         Ok(Trainer {
             model,

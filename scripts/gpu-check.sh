@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The GPU check: builds Verity with `--features cuda`, runs the device tests on cuda:0, then
+# `verity bench rollout | train-step | grpo-step` on SmolLM2-135M and larger shapes, writing one
+# JSON line per result and printing each one's MFU (model FLOPs per second / the GPU's peak).
+#
+#   scripts/gpu-check.sh          build, then run (a machine with cargo and a GPU)
+#   scripts/gpu-check.sh build    build the bundle only (a machine with cargo, no GPU needed)
+#   scripts/gpu-check.sh run      run a bundle built earlier (the GPU machine; no cargo, no network)
+#
+# The bundle (VERITY_GPU_CHECK_DIR, default .gpu-check/) holds the stripped binaries, compressed,
+# and the benchmark model folders: bench/models/*.json configs beside SmolLM2's tokenizer files.
+# The benchmarks draw random weights of each shape (`--random-weights`), so no weights travel.
+# Results go to $OUT (or the bundle's out/): gpu-check.jsonl, and the log.
+#
+# Without nvcc, the build uses a CUDA 13.0 toolchain from PyPI (scripts/cuda-from-pypi.sh); its
+# PTX runs on any CUDA 13 driver. CUDA_COMPUTE_CAP defaults to the GPU's (nvidia-smi), else 90.
+# Budget: the run takes about 5 minutes on one H100/H200 (device tests about 1, benchmarks 4).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bundle=${VERITY_GPU_CHECK_DIR:-$root/.gpu-check}
+mode=${1:-all}
+
+build() {
+  if ! command -v nvcc >/dev/null; then
+    prefix=${VERITY_CUDA_PREFIX:-$HOME/.cache/verity/cuda-${VERITY_CUDA_VERSION:-13.0}}
+    [ -f "$prefix/env.sh" ] || scripts/cuda-from-pypi.sh "$prefix"
+    # shellcheck disable=SC1091
+    . "$prefix/env.sh"
+  fi
+  export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d . || true)}
+  export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+  export SQLX_OFFLINE=true
+  echo "gpu-check: building with CUDA for sm_$CUDA_COMPUTE_CAP"
+  cargo build --locked --release -p verity-server --features cuda --bin verity
+  local tests
+  tests=$(cargo test --locked --release -p verity-worker --features cuda \
+    --test device_path --test gpu --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])')
+  rm -rf "$bundle/bin" "$bundle/models" && mkdir -p "$bundle/bin" "$bundle/models"
+  local target=${CARGO_TARGET_DIR:-target}
+  cp "$target/release/verity" "$bundle/bin/verity"
+  while read -r name path; do cp "$path" "$bundle/bin/test-$name"; done <<<"$tests"
+  strip "$bundle"/bin/* 2>/dev/null || true
+  tar -C "$bundle" -cJf "$bundle/bin.tar.xz" bin && rm -rf "$bundle/bin"
+  # The model folders: each shape's config beside SmolLM2's tokenizer (the test fixture).
+  local fixture
+  fixture=$(scripts/fetch-test-model.sh | sed -n 's/^VERITY_TEST_MODEL_DIR=//p')
+  for config in bench/models/*.json; do
+    local dir
+    dir="$bundle/models/$(basename "$config" .json)"
+    mkdir -p "$dir"
+    cp "$config" "$dir/config.json"
+    for f in "$fixture"/*.json; do
+      case $(basename "$f") in config.json) ;; *) cp "$f" "$dir/" ;; esac
+    done
+  done
+  du -sh "$bundle"
+}
+
+# The dense bf16 tensor-core peak (TFLOP/s) of the GPU's name, as its maker publishes it.
+peak_tflops() {
+  case "$1" in
+    *H200* | *H100*SXM* | *H100*HBM3*) echo 989 ;;
+    *H100*NVL*) echo 835 ;;
+    *H100*) echo 756 ;;
+    *A100*) echo 312 ;;
+    *L40S*) echo 362 ;;
+    *L4*) echo 121 ;;
+    *A10*) echo 125 ;;
+    *4090*) echo 165 ;;
+    *) echo 0 ;;
+  esac
+}
+
+run() {
+  local out=${OUT:-$bundle/out}
+  mkdir -p "$out"
+  local results="$out/gpu-check.jsonl" work
+  : >"$results"
+  work=$(mktemp -d)
+  tar -C "$work" -xJf "$bundle/bin.tar.xz"
+  # The CUDA libraries cudarc links (cuBLAS, cuRAND, NVRTC, the runtime): the toolkit's, or the
+  # nvidia-* Python packages' (PyTorch's) where no toolkit is installed.
+  local libs
+  libs=$(python3 -c 'import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "/nvidia/**/lib*.so*", recursive=True)})))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="${libs}${CUDA_HOME:+:$CUDA_HOME/lib64}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local gpu peak
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  peak=$(peak_tflops "$gpu")
+  echo "gpu-check: $gpu (bf16 dense peak $peak TFLOP/s)"
+  local failed=0
+  for t in "$work"/bin/test-*; do
+    echo "gpu-check: $(basename "$t")"
+    VERITY_TEST_DEVICE=cuda:0 timeout 300 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
+  done
+  local verity="$work/bin/verity" m="$bundle/models"
+  bench() {
+    local line
+    if line=$(timeout 240 "$verity" bench "$@" --device cuda:0 --random-weights 2>>"$out/bench.log"); then
+      echo "$line" >>"$results"
+      python3 -c 'import json, sys
+r = json.loads(sys.argv[1]); peak = float(sys.argv[2])
+t, kind, dtype = r.get("model_tflops", 0.0), r["bench"], r["compute_dtype"]
+mfu = "%.1f%%" % (100 * t / peak) if peak else "n/a"
+name = r["model"].rstrip("/").split("/")[-1]
+keys = ("seconds", "seconds_per_step", "tokens_per_s", "batch", "seq_len", "group")
+shown = json.dumps({k: r[k] for k in keys if k in r})
+print("%10s %-14s %-5s %8.1f TFLOP/s  MFU %s  %s" % (kind, name, dtype, t, mfu, shown))' "$line" "$peak"
+    else
+      echo "gpu-check: FAILED: verity bench $*" | tee -a "$results"
+      failed=1
+    fi
+  }
+  bench rollout --model "$m/smollm2-135m" --batch 1 --new-tokens 128
+  bench rollout --model "$m/smollm2-135m" --batch 64 --new-tokens 128
+  bench train-step --model "$m/smollm2-135m" --batch 8 --seq-len 512
+  bench grpo-step --model "$m/smollm2-135m" --prompts 8 --group 8 --max-tokens 128 --steps 3
+  bench rollout --model "$m/qwen2.5-1.5b" --batch 1 --new-tokens 128
+  bench rollout --model "$m/qwen2.5-1.5b" --batch 64 --new-tokens 128
+  bench train-step --model "$m/qwen2.5-0.5b" --batch 8 --seq-len 512
+  bench train-step --model "$m/qwen2.5-1.5b" --batch 8 --seq-len 512
+  bench grpo-step --model "$m/qwen2.5-1.5b" --prompts 8 --group 8 --max-tokens 128 --steps 2
+  bench train-step --model "$m/qwen2.5-3b" --batch 4 --seq-len 512 --steps 2
+  VERITY_PRECISION=f32 bench train-step --model "$m/qwen2.5-1.5b" --batch 8 --seq-len 512
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv >>"$out/bench.log" || true
+  rm -rf "$work"
+  echo "gpu-check: results in $results"
+  return "$failed"
+}
+
+case "$mode" in
+  build) build ;;
+  run) run ;;
+  all) build && run ;;
+  *) echo "usage: scripts/gpu-check.sh [build|run|all]" >&2; exit 2 ;;
+esac
