@@ -32,9 +32,14 @@ build() {
   export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
   export SQLX_OFFLINE=true
   echo "gpu-check: building with CUDA for sm_$CUDA_COMPUTE_CAP"
-  cargo build --locked --release -p verity-server --features cuda --bin verity
+  # The dev profile: it builds candle and the worker at opt-level 3 (Cargo.toml) and shares the
+  # dependencies CI's clippy pass and the test build already compiled (same packages, same
+  # features); the GPU does the timed work either way. VERITY_GPU_CHECK_PROFILE=release for a
+  # release build.
+  local profile=${VERITY_GPU_CHECK_PROFILE:-dev} features=(--workspace --features verity-worker/cuda)
+  cargo build --locked --profile "$profile" "${features[@]}" --bin verity
   local tests
-  tests=$(cargo test --locked --release -p verity-worker --features cuda \
+  tests=$(cargo test --locked --profile "$profile" "${features[@]}" \
     --test device_path --test gpu --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for line in sys.stdin:
@@ -42,8 +47,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
   rm -rf "$bundle/bin" "$bundle/models" && mkdir -p "$bundle/bin" "$bundle/models"
-  local target=${CARGO_TARGET_DIR:-target}
-  cp "$target/release/verity" "$bundle/bin/verity"
+  local target=${CARGO_TARGET_DIR:-target} dir=$profile
+  [ "$profile" = dev ] && dir=debug
+  cp "$target/$dir/verity" "$bundle/bin/verity"
   while read -r name path; do cp "$path" "$bundle/bin/test-$name"; done <<<"$tests"
   strip "$bundle"/bin/* 2>/dev/null || true
   tar -C "$bundle" -cJf "$bundle/bin.tar.xz" bin && rm -rf "$bundle/bin"

@@ -329,6 +329,11 @@ pub struct Hyperparameters {
     /// step's rollouts are sampled from the current weights while this step trains (needs
     /// `tis_cap`, which corrects for the lag).
     pub max_staleness: u32,
+    /// Partial rollouts (Verity extension): each step decodes at most this many new tokens of
+    /// a completion; groups still decoding are carried to the next step, their tokens keeping
+    /// the log-probs of the weights that sampled them (needs `tis_cap`), and the step trains on
+    /// the groups that finished. Off (null) by default: every completion is decoded to its end.
+    pub partial_rollout_tokens: Option<usize>,
     /// Evaluate on the validation file every N steps (0 = only at the end).
     #[serde(deserialize_with = "auto_or")]
     pub eval_interval: Option<usize>,
@@ -384,6 +389,7 @@ impl Default for Hyperparameters {
             tis_cap: None,
             max_batch_rows: None,
             max_staleness: 0,
+            partial_rollout_tokens: None,
             eval_interval: None,
             eval_on_start: true,
             eval_samples: None,
@@ -617,6 +623,32 @@ impl Hyperparameters {
                     .into(),
             );
         }
+        if let Some(tokens) = self.partial_rollout_tokens {
+            let limit = self.max_completion_tokens();
+            if tokens == 0 || tokens >= limit {
+                return err(
+                    "partial_rollout_tokens",
+                    format!("must be at least 1 and below max_completion_tokens ({limit})"),
+                );
+            }
+            if self.tis_cap.is_none() {
+                return err(
+                    "partial_rollout_tokens",
+                    "needs tis_cap (e.g. 2): carried tokens were sampled by older weights".into(),
+                );
+            }
+            for (set, name) in [
+                (self.max_staleness > 0, "max_staleness"),
+                (self.dynamic_sampling, "dynamic_sampling"),
+            ] {
+                if set {
+                    return err(
+                        "partial_rollout_tokens",
+                        format!("cannot be combined with {name}"),
+                    );
+                }
+            }
+        }
         if let Some(drawn) = self.max_groups_drawn {
             if drawn < self.batch_size() {
                 return err(
@@ -672,16 +704,21 @@ pub struct Reinforcement {
 impl Reinforcement {
     /// Validates the `environment` block, if any (errors name
     /// `method.reinforcement.environment.{field}`); overlong shaping, which measures one
-    /// completion, is refused with it. HTTP tools must be on this process's allow-list
-    /// ([`crate::environment::HTTP_ALLOW_ENV`]).
+    /// completion, and partial rollouts, which continue one, are refused with it. HTTP tools
+    /// must be on this process's allow-list ([`crate::environment::HTTP_ALLOW_ENV`]).
     pub fn validate_environment(&self) -> Result<(), HyperparameterError> {
         let Some(environment) = &self.environment else { return Ok(()) };
         let hp = &self.hyperparameters;
-        if hp.overlong_buffer > 0 {
-            return Err(HyperparameterError {
-                param: "method.reinforcement.hyperparameters.overlong_buffer".into(),
-                message: "overlong shaping is not supported with an environment yet".into(),
-            });
+        for (set, name, what) in [
+            (hp.overlong_buffer > 0, "overlong_buffer", "overlong shaping"),
+            (hp.partial_rollout_tokens.is_some(), "partial_rollout_tokens", "partial rollouts"),
+        ] {
+            if set {
+                return Err(HyperparameterError {
+                    param: format!("method.reinforcement.hyperparameters.{name}"),
+                    message: format!("{what} is not supported with an environment yet"),
+                });
+            }
         }
         environment.validate(
             "method.reinforcement.environment",
@@ -1091,6 +1128,7 @@ mod tests {
     fn pipeline_settings_are_validated_by_name() {
         let ok = method(json!({"max_staleness": 1, "tis_cap": 2.0, "max_batch_rows": 16})).unwrap();
         ok.validate().unwrap();
+        method(json!({"partial_rollout_tokens": 64, "tis_cap": 2.0})).unwrap().validate().unwrap();
         let hp = &ok.reinforcement().unwrap().hyperparameters;
         assert_eq!((hp.max_staleness, hp.max_batch_rows()), (1, 16));
         assert_eq!(Hyperparameters::default().max_batch_rows(), 4 * 8, "B × G by default");
@@ -1099,6 +1137,27 @@ mod tests {
             (json!({"max_staleness": 2, "tis_cap": 2.0}), "max_staleness", "0 or 1"),
             (json!({"max_batch_rows": 4}), "max_batch_rows", "group_size"),
             (json!({"max_batch_rows": 0}), "max_batch_rows", "between 1"),
+            (json!({"partial_rollout_tokens": 64}), "partial_rollout_tokens", "tis_cap"),
+            (
+                json!({"partial_rollout_tokens": 0, "tis_cap": 2.0}),
+                "partial_rollout_tokens",
+                "at least 1",
+            ),
+            (
+                json!({"partial_rollout_tokens": 4096, "max_completion_tokens": 512, "tis_cap": 2.0}),
+                "partial_rollout_tokens",
+                "below max_completion_tokens (512)",
+            ),
+            (
+                json!({"partial_rollout_tokens": 64, "tis_cap": 2.0, "max_staleness": 1}),
+                "partial_rollout_tokens",
+                "max_staleness",
+            ),
+            (
+                json!({"partial_rollout_tokens": 64, "tis_cap": 2.0, "dynamic_sampling": true}),
+                "partial_rollout_tokens",
+                "dynamic_sampling",
+            ),
         ] {
             let e = method(bad).unwrap().validate().unwrap_err();
             assert_eq!(e.param, format!("method.reinforcement.hyperparameters.{field}"));
@@ -1139,6 +1198,9 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(e.param, "method.reinforcement.hyperparameters.overlong_buffer");
+        let partial = json!({"partial_rollout_tokens": 32, "tis_cap": 2.0});
+        let e = with(json!({"tools": [{"type": "python"}]}), partial).validate().unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.hyperparameters.partial_rollout_tokens");
     }
 
     fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {

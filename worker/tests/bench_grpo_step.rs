@@ -12,7 +12,6 @@ fn bench_grpo_step_on_smollm2() {
         &verity_worker::BenchModel::cpu(&dir),
         (1, 8, 64, steps),
         Default::default(),
-        0,
     )
     .unwrap();
     println!("{report}");
@@ -56,8 +55,10 @@ fn bench_asynchronous_pipeline_on_smollm2() {
         let report = verity_worker::trainer::bench_grpo_step(
             &model,
             (1, 8, 64, steps),
-            Default::default(),
-            staleness,
+            verity_worker::trainer::GrpoBenchRecipe {
+                max_staleness: staleness,
+                ..Default::default()
+            },
         )
         .unwrap();
         println!("{report}");

@@ -102,6 +102,9 @@ pub struct GrpoStepArgs {
     /// 1: sample the next step while this one trains (the asynchronous pipeline).
     #[arg(long = "max-staleness", default_value_t = 0)]
     pub max_staleness: u32,
+    /// Partial rollouts: tokens decoded per completion and step (unfinished groups carry over).
+    #[arg(long = "partial-rollout-tokens")]
+    pub partial_rollout_tokens: Option<usize>,
 }
 
 /// Options of `verity bench graders`.
@@ -161,16 +164,15 @@ pub async fn graders(args: &GradersBenchArgs) -> anyhow::Result<()> {
 
 /// Seconds per GRPO step and its parts.
 pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
-    let (model, shape, dtype, staleness) = (
-        args.model.bench_model(),
-        (args.prompts, args.group, args.max_tokens, args.steps),
-        args.rollout_dtype,
-        args.max_staleness,
-    );
-    print_blocking(move || {
-        Ok(verity_worker::trainer::bench_grpo_step(&model, shape, dtype, staleness)?)
-    })
-    .await
+    let (model, shape) =
+        (args.model.bench_model(), (args.prompts, args.group, args.max_tokens, args.steps));
+    let recipe = verity_worker::trainer::GrpoBenchRecipe {
+        rollout_dtype: args.rollout_dtype,
+        max_staleness: args.max_staleness,
+        partial_rollout_tokens: args.partial_rollout_tokens,
+    };
+    print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, shape, recipe)?))
+        .await
 }
 
 /// Options of `verity bench learn`.

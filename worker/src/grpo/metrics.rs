@@ -157,6 +157,9 @@ pub struct StepMetrics {
     /// trained (0 on-policy; 1 with the asynchronous pipeline, `max_staleness`).
     #[serde(default)]
     pub staleness: u64,
+    /// Groups still decoding, carried to the next step (partial rollouts, else 0).
+    #[serde(default)]
+    pub groups_carried: u64,
     /// Fraction of tokens clipped below `1 − ε_low`.
     pub clip_fraction_low: f64,
     /// Fraction of tokens clipped above `1 + ε_high`.
@@ -357,6 +360,7 @@ mod tests {
             "kl",
             "sampler_kl",
             "staleness",
+            "groups_carried",
             "clip_fraction_low",
             "clip_fraction_high",
             "zero_advantage_group_fraction",

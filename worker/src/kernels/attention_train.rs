@@ -33,11 +33,24 @@ pub fn attention_reference(
     mask: &Tensor,
     scale: f32,
 ) -> Result<Tensor> {
+    attention_composed(q, k, v, |scores| super::masked_softmax_reference(scores, mask, scale))
+}
+
+/// `p v` for `p = probabilities(q kᵀ)`, composed of candle ops: the raw scores `(B, H, Tq, Tk)`
+/// go to `probabilities` (scale, mask, softmax), query head `h` reads key/value head
+/// `h / (H / Hkv)`; returns `(B * Tq, H * Dh)`. Shared by the reference and the device path.
+pub(super) fn attention_composed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    probabilities: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
     let (b, h, t, dh) = q.dims4()?;
     let (_, hkv, tk, _) = k.dims4()?;
     let rep = h / hkv.max(1);
+    let q = q.contiguous()?;
     let scores = q.reshape((b, hkv, rep * t, dh))?.matmul(&k.t()?)?.reshape((b, h, t, tk))?;
-    let probs = super::masked_softmax_reference(&scores, mask, scale)?;
+    let probs = probabilities(&scores)?;
     probs
         .reshape((b, hkv, rep * t, tk))?
         .matmul(&v.contiguous()?)?

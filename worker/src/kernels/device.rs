@@ -34,24 +34,11 @@ pub fn attention_device(
     mask: &Tensor,
     scale: f32,
 ) -> Result<Tensor> {
-    let (b, h, t, dh) = q.dims4()?;
-    let (_, hkv, tk, _) = k.dims4()?;
-    let rep = h / hkv.max(1);
-    let dtype = q.dtype();
-    let scores = q
-        .contiguous()?
-        .reshape((b, hkv, rep * t, dh))?
-        .matmul(&k.t()?)?
-        .reshape((b, h, t, tk))?
-        .to_dtype(DType::F32)?;
-    let x = (scores * scale as f64)?.broadcast_add(&mask.to_dtype(DType::F32)?.unsqueeze(1)?)?;
-    let probs = softmax_last_dim(&x)?.to_dtype(dtype)?;
-    probs
-        .reshape((b, hkv, rep * t, tk))?
-        .matmul(&v.contiguous()?)?
-        .reshape((b, h, t, dh))?
-        .transpose(1, 2)?
-        .reshape((b * t, h * dh))
+    let mask = mask.to_dtype(DType::F32)?.unsqueeze(1)?;
+    super::attention_train::attention_composed(q, k, v, |scores| {
+        let x = (scores.to_dtype(DType::F32)? * scale as f64)?.broadcast_add(&mask)?;
+        softmax_last_dim(&x)?.to_dtype(q.dtype())
+    })
 }
 
 /// Softmax over the last dim (f32 in and out) with a composed backward.

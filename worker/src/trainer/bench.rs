@@ -38,19 +38,30 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// The recipe knobs `verity bench grpo-step` varies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpoBenchRecipe {
+    /// Precision of the weights rollouts read.
+    pub rollout_dtype: verity_core::spec::RolloutDtype,
+    /// 1: the asynchronous pipeline samples the next step during each step's training (its
+    /// first step still samples up front).
+    pub max_staleness: u32,
+    /// Partial rollouts: tokens decoded per completion and step.
+    pub partial_rollout_tokens: Option<usize>,
+}
+
 /// Runs `steps` GRPO steps (β = 0, full fine-tuning) of `prompts` prompts × `group` samples of
 /// at most `max_tokens` tokens on the model in `model_dir`; returns one JSON object with the
 /// median `seconds_per_step` and median `sampling_s`, `grading_s`, `training_s`, plus
 /// `peak_rss_mib`, and `model_tflops`: (2 · generated + 6 · trained tokens) · parameters per
-/// second (2 to sample a token, 6 to train on one, prompts included). With `max_staleness`
-/// 1 the asynchronous pipeline samples the next step during each step's training (`tis_cap` 2);
-/// its first step still samples up front.
+/// second (2 to sample a token, 6 to train on one, prompts included). The `recipe` sets the
+/// rollout precision, the asynchronous pipeline and partial rollouts.
 pub fn bench_grpo_step(
     bench_model: &crate::commands::BenchModel,
     (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
-    rollout_dtype: verity_core::spec::RolloutDtype,
-    max_staleness: u32,
+    recipe: GrpoBenchRecipe,
 ) -> Result<Value> {
+    let GrpoBenchRecipe { rollout_dtype, max_staleness, partial_rollout_tokens } = recipe;
     let loaded = bench_model.load()?;
     let described = bench_model.describe(&loaded);
     let parameters = crate::commands::model_parameters(&loaded);
@@ -70,7 +81,8 @@ pub fn bench_grpo_step(
         rollout_dtype,
         seed: Some(0),
         max_staleness,
-        tis_cap: (max_staleness > 0).then_some(2.0),
+        partial_rollout_tokens,
+        tis_cap: (max_staleness > 0 || partial_rollout_tokens.is_some()).then_some(2.0),
         ..Hyperparameters::default()
     };
     let options = TrainerOptions {
@@ -111,6 +123,7 @@ pub fn bench_grpo_step(
         "reward_mean": rewards,
         "rollout_dtype": rollout_dtype,
         "max_staleness": max_staleness,
+        "partial_rollout_tokens": partial_rollout_tokens,
         "step_seconds": total.clone(),
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,

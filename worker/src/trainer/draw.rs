@@ -1,14 +1,17 @@
 //! Drawing a step's groups: B prompts from the data order, or (dynamic sampling) rounds of
-//! prompts until B groups have reward contrast or the cap is reached. The synchronous step and
-//! the asynchronous pipeline's background rollout draw through the same [`Drawer`].
+//! prompts until B groups have reward contrast or the cap is reached, or (partial rollouts) the
+//! groups that finish decoding this step. The synchronous step and the asynchronous pipeline's
+//! background rollout draw through the same [`Drawer`].
 
 use super::dataset::{DataOrder, Example};
 use super::error::Result;
 use super::mix_seed;
 use super::rollout::{Group, Rollout, RolloutTimes};
 use crate::grpo::DynamicSampler;
-use crate::sampler::SamplingParams;
+use crate::sampler::{Completion, FinishReason, SamplingParams};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
 use verity_core::spec::Hyperparameters;
 
 /// The groups of one step as drawn.
@@ -20,6 +23,28 @@ pub struct Drawn {
     pub groups_drawn: usize,
     /// Time spent sampling and grading them.
     pub times: RolloutTimes,
+    /// Optimizer steps of the oldest weights that sampled any of their tokens, when older than
+    /// the weights drawing them (partial rollouts carry tokens across steps).
+    #[serde(default)]
+    pub oldest_policy_step: Option<u64>,
+}
+
+/// A group still decoding under partial rollouts (`partial_rollout_tokens`): its completions
+/// so far, each token with the log-prob of the weights that sampled it, and the step that
+/// sampled its first tokens. Checkpoints save these ([`super::state`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartialGroup {
+    /// Row index of the prompt.
+    pub example: usize,
+    /// The completions so far, in sample order.
+    pub completions: Vec<Completion>,
+    /// The step whose weights sampled the first tokens.
+    pub first_step: u64,
+}
+
+/// Whether a completion has ended: by EOS or a stop string, or at the completion limit.
+fn has_ended(completion: &Completion, limit: usize) -> bool {
+    completion.finish_reason != FinishReason::Length || completion.token_ids.len() >= limit
 }
 
 /// The sampling settings of the recipe `hp`: `n` samples per prompt, seeded with `seed`.
@@ -62,7 +87,7 @@ impl Drawer<'_> {
             let examples: Vec<usize> = (0..batch).map(|_| order.next_index()).collect();
             let (groups, t) = self.rollout.run(self.examples, &examples, &params(0))?;
             times.add(t);
-            return Ok(Drawn { groups, groups_drawn: batch, times });
+            return Ok(Drawn { groups, groups_drawn: batch, times, oldest_policy_step: None });
         }
         let cap = self.hp.max_groups_drawn.unwrap_or(3 * batch);
         let mut sampler = DynamicSampler::new(batch, cap)?;
@@ -93,6 +118,103 @@ impl Drawer<'_> {
             tracing::info!(step, "no group with reward contrast this step");
         }
         groups.truncate(batch);
-        Ok(Drawn { groups, groups_drawn: outcome.groups_drawn, times })
+        Ok(Drawn { groups, groups_drawn: outcome.groups_drawn, times, oldest_policy_step: None })
+    }
+
+    /// Partial rollouts: continues the unfinished completions of the `carried` groups and
+    /// starts new groups up to `batch_size`, each decoding at most `segment` new tokens; returns
+    /// the groups whose every completion has ended, graded, and leaves the rest in `carried`.
+    /// A continued completion is its prompt plus its own tokens so far, so tokens of two
+    /// completions never mix, and each token keeps the log-prob of the weights that sampled it.
+    pub fn draw_partial(
+        &self,
+        order: &mut DataOrder,
+        step: u64,
+        carried: &mut Vec<PartialGroup>,
+        segment: usize,
+    ) -> Result<Drawn> {
+        let (batch, group) = (self.hp.batch_size(), self.hp.group_size());
+        let limit = self.hp.max_completion_tokens();
+        super::phase::tell(self.rollout.phases, super::phase::Phase::Sampling);
+        let started = Instant::now();
+        let mut tokens = 0;
+        // Continue the unfinished completions, one row each, batched by the tokens they have
+        // left (usually all the same: each earlier segment decoded `segment` tokens).
+        let mut by_budget: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+        for (g, partial) in carried.iter().enumerate() {
+            for (j, c) in partial.completions.iter().enumerate() {
+                if !has_ended(c, limit) {
+                    let budget = segment.min(limit - c.token_ids.len());
+                    by_budget.entry(budget).or_default().push((g, j));
+                }
+            }
+        }
+        for (budget, members) in by_budget {
+            let prompts: Vec<Vec<u32>> = members
+                .iter()
+                .map(|&(g, j)| {
+                    let partial = &carried[g];
+                    let mut ids = self.examples[partial.example].prompt_ids.clone();
+                    ids.extend(&partial.completions[j].token_ids);
+                    ids
+                })
+                .collect();
+            let mut params =
+                sampling_params(self.hp, 1, mix_seed(self.seed, &[step, 1, budget as u64]));
+            params.max_new_tokens = budget;
+            params.max_batch_rows = params.max_batch_rows.max(1);
+            let more = self.rollout.sample_prompts(&prompts, &params)?;
+            for (&(g, j), next) in members.iter().zip(more) {
+                tokens += next.token_ids.len();
+                let c = &mut carried[g].completions[j];
+                c.token_ids.extend(next.token_ids);
+                c.logprobs.extend(next.logprobs);
+                c.finish_reason = next.finish_reason;
+            }
+        }
+        // New groups fill the batch.
+        let fresh = batch.saturating_sub(carried.len());
+        if fresh > 0 {
+            let examples: Vec<usize> = (0..fresh).map(|_| order.next_index()).collect();
+            let prompts: Vec<Vec<u32>> =
+                examples.iter().map(|&i| self.examples[i].prompt_ids.clone()).collect();
+            let mut params = sampling_params(self.hp, group, mix_seed(self.seed, &[step, 0]));
+            params.max_new_tokens = segment.min(limit);
+            let completions = self.rollout.sample_prompts(&prompts, &params)?;
+            tokens += completions.iter().map(|c| c.token_ids.len()).sum::<usize>();
+            let mut completions = completions.into_iter();
+            for example in examples {
+                let completions = completions.by_ref().take(group).collect();
+                carried.push(PartialGroup { example, completions, first_step: step });
+            }
+        }
+        let sampling = started.elapsed().as_secs_f64();
+        // The groups whose completions have all ended are graded and trained now.
+        let (done, open): (Vec<PartialGroup>, Vec<PartialGroup>) = std::mem::take(carried)
+            .into_iter()
+            .partition(|g| g.completions.iter().all(|c| has_ended(c, limit)));
+        *carried = open;
+        let oldest_policy_step =
+            done.iter().map(|g| g.first_step.saturating_sub(1)).min().filter(|&s| s + 1 < step);
+        let examples: Vec<usize> = done.iter().map(|g| g.example).collect();
+        let completions: Vec<Completion> = done
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, g)| {
+                g.completions.into_iter().enumerate().map(move |(j, mut c)| {
+                    c.prompt_index = i;
+                    c.sample_index = j;
+                    c
+                })
+            })
+            .collect();
+        let (groups, grading) =
+            self.rollout.grade(self.examples, &examples, group, completions, Vec::new())?;
+        Ok(Drawn {
+            groups,
+            groups_drawn: fresh,
+            times: RolloutTimes { sampling, grading, tokens },
+            oldest_policy_step,
+        })
     }
 }

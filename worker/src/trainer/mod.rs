@@ -11,6 +11,8 @@ pub mod environment;
 pub mod error;
 pub mod eval;
 pub mod learning;
+#[cfg(test)]
+mod partial_tests;
 pub mod phase;
 pub mod pipeline;
 pub mod preference;
@@ -21,7 +23,7 @@ pub mod supervised;
 pub mod testing;
 pub mod tuning;
 
-pub use bench::bench_grpo_step;
+pub use bench::{bench_grpo_step, GrpoBenchRecipe};
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;

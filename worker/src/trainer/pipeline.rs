@@ -82,7 +82,11 @@ impl Trainer {
     pub(super) fn take_or_draw(&mut self, step: u64) -> Result<(Drawn, u64)> {
         match self.in_flight.take() {
             Some(ahead) if ahead.step == step => Ok((ahead.drawn, ahead.policy_step)),
-            _ => Ok((self.draw_groups(step)?, self.step)),
+            _ => {
+                let drawn = self.draw_groups(step)?;
+                let policy_step = drawn.oldest_policy_step.unwrap_or(self.step);
+                Ok((drawn, policy_step))
+            }
         }
     }
 
@@ -141,11 +145,8 @@ mod tests {
     use super::*;
     use crate::config::Family;
     use crate::grpo::truncated_is_weights;
-    use crate::trainer::testing::{target_token_jsonl, tiny_tokenizer};
-    use crate::trainer::{Dataset, TrainerOptions};
     use candle_core::Tensor;
     use verity_core::spec::Hyperparameters;
-    use verity_verifiers::GraderPool;
 
     const MODEL_SEED: u64 = 3;
 
@@ -163,17 +164,7 @@ mod tests {
             seed: Some(4),
             ..Hyperparameters::default()
         };
-        let tokenizer = tiny_tokenizer().unwrap();
-        let train =
-            Dataset::from_jsonl(&target_token_jsonl(6), "training", &tokenizer, 256).unwrap();
-        // Contains "t1" (t1, t10–t19): rewards with contrast from the first step.
-        let grader = serde_json::json!({"type": "string_check", "name": "has_t1",
-            "input": "{{sample.output_text}}", "reference": "t1", "operation": "like"});
-        let grader = Grader::from_json(&grader.to_string()).unwrap();
-        let options =
-            TrainerOptions { seed: 1, base_model: "tiny".into(), graders: GraderPool::new(2) };
-        let model = crate::testing::tiny_model(Family::Llama, MODEL_SEED).unwrap();
-        Trainer::new(model, tokenizer, grader, hp, train, None, options).unwrap()
+        crate::trainer::testing::tiny_rollout_trainer(hp, 6, MODEL_SEED).unwrap()
     }
 
     #[test]

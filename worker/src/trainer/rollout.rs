@@ -105,6 +105,24 @@ pub struct Rollout<'a> {
 }
 
 impl Rollout<'_> {
+    /// Samples `params.n` plain completions (no tools) of each of `prompts`, prompt-major.
+    pub fn sample_prompts(
+        &self,
+        prompts: &[Vec<u32>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Completion>> {
+        let mut completions = sample_with_progress(
+            self.model,
+            prompts,
+            params,
+            (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
+            Some(self.tokenizer),
+            self.sampled.unwrap_or(&|_| {}),
+        )?;
+        completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
+        Ok(completions)
+    }
+
     /// Samples `params.n` completions for each of `examples` (row indices into `rows`) and
     /// grades them.
     pub fn run(
@@ -117,18 +135,7 @@ impl Rollout<'_> {
         let started = Instant::now();
         let prompts: Vec<Vec<u32>> = examples.iter().map(|&i| rows[i].prompt_ids.clone()).collect();
         let (completions, episodes) = match self.environment {
-            None => {
-                let mut completions = sample_with_progress(
-                    self.model,
-                    &prompts,
-                    params,
-                    (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
-                    Some(self.tokenizer),
-                    self.sampled.unwrap_or(&|_| {}),
-                )?;
-                completions.sort_by_key(|c| (c.prompt_index, c.sample_index));
-                (completions, Vec::new())
-            }
+            None => (self.sample_prompts(&prompts, params)?, Vec::new()),
             Some(environment) => {
                 let sandbox = SandboxConfig::default();
                 let http_allow = HttpAllowList::from_env();
@@ -145,6 +152,21 @@ impl Rollout<'_> {
         };
         let sampling = started.elapsed().as_secs_f64();
         let tokens = completions.iter().map(|c| c.token_ids.len()).sum();
+        let (groups, grading) = self.grade(rows, examples, params.n, completions, episodes)?;
+        Ok((groups, RolloutTimes { sampling, grading, tokens }))
+    }
+
+    /// Grades sampled completions into groups: `n` per example, prompt-major, each naming its
+    /// example by `prompt_index` into `examples` (episodes, if any, in the same order). Returns
+    /// the groups and the seconds grading took.
+    pub fn grade(
+        &self,
+        rows: &[Example],
+        examples: &[usize],
+        n: usize,
+        completions: Vec<Completion>,
+        episodes: Vec<Episode>,
+    ) -> Result<(Vec<Group>, f64)> {
         let texts = completions
             .iter()
             .map(|c| self.tokenizer.decode(&c.token_ids, true))
@@ -179,17 +201,17 @@ impl Rollout<'_> {
         let groups = examples
             .iter()
             .map(|&example| {
-                let completions: Vec<Completion> = completions.by_ref().take(params.n).collect();
+                let completions: Vec<Completion> = completions.by_ref().take(n).collect();
                 Group {
                     example,
-                    texts: texts.by_ref().take(params.n).collect(),
-                    grades: grades.by_ref().take(params.n).collect(),
-                    episodes: episodes.by_ref().take(params.n).collect(),
+                    texts: texts.by_ref().take(n).collect(),
+                    grades: grades.by_ref().take(n).collect(),
+                    episodes: episodes.by_ref().take(n).collect(),
                     completions,
                 }
             })
             .collect();
-        Ok((groups, RolloutTimes { sampling, grading, tokens }))
+        Ok((groups, grading))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Saving and restoring the trainer: weights (or adapter) and optimizer through the checkpoint
 //! module, plus `trainer_progress.json` (step, data cursor, seed) and, with the asynchronous
-//! pipeline, the groups drawn ahead for the next step ([`IN_FLIGHT_FILE`]).
+//! pipeline, the groups drawn ahead for the next step ([`IN_FLIGHT_FILE`]), with partial
+//! rollouts the groups still decoding ([`PARTIAL_FILE`]).
 
 use super::dataset::{DataCursor, DataOrder};
 use super::error::{Result, TrainerError};
@@ -19,6 +20,9 @@ pub const PROGRESS_FILE: &str = "trainer_progress.json";
 /// File holding a DPO job's reference log-probs inside a checkpoint folder.
 pub const REFERENCE_FILE: &str = "dpo_reference.json";
 
+/// File holding the groups still decoding under partial rollouts inside a checkpoint folder.
+pub const PARTIAL_FILE: &str = "rollouts_partial.json";
+
 /// Everything besides tensors that a resumed run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainerProgress {
@@ -36,6 +40,24 @@ pub struct TrainerProgress {
 
 fn checkpoint_error(dir: &Path, message: impl Into<String>) -> TrainerError {
     TrainerError::Checkpoint { path: dir.display().to_string(), message: message.into() }
+}
+
+/// Writes `value` as JSON to the file `name` of checkpoint folder `dir`.
+fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> Result<()> {
+    let json = serde_json::to_vec(value).map_err(|e| checkpoint_error(dir, e.to_string()))?;
+    std::fs::write(dir.join(name), json).map_err(|e| checkpoint_error(dir, format!("{name}: {e}")))
+}
+
+/// Reads the JSON file `name` of checkpoint folder `dir` (`None` when the folder has none).
+fn read_json<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let raw = std::fs::read(&path).map_err(|e| checkpoint_error(dir, format!("{name}: {e}")))?;
+    serde_json::from_slice(&raw)
+        .map(Some)
+        .map_err(|e| checkpoint_error(dir, format!("{name}: {e}")))
 }
 
 impl Trainer {
@@ -65,10 +87,10 @@ impl Trainer {
         std::fs::write(dir.join(PROGRESS_FILE), json)
             .map_err(|e| checkpoint_error(dir, e.to_string()))?;
         if let Some(in_flight) = &self.in_flight {
-            let json =
-                serde_json::to_vec(in_flight).map_err(|e| checkpoint_error(dir, e.to_string()))?;
-            std::fs::write(dir.join(IN_FLIGHT_FILE), json)
-                .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
+            write_json(dir, IN_FLIGHT_FILE, in_flight)?;
+        }
+        if !self.partial.is_empty() {
+            write_json(dir, PARTIAL_FILE, &self.partial)?;
         }
         if let Objective::Dpo(data) = &self.objective {
             if let Some(reference) = &data.reference {
@@ -101,6 +123,7 @@ impl Trainer {
             data.reference = restore_reference(dir, data)?;
         }
         self.in_flight = restore_in_flight(dir, progress.step)?;
+        self.partial = read_json(dir, PARTIAL_FILE)?.unwrap_or_default();
         restore_weights(&mut self.model, dir)?;
         self.optimizer = PolicyOptimizer::restore(
             &self.model,
@@ -117,14 +140,9 @@ impl Trainer {
 
 /// The groups a checkpoint saved for the step after `step` (`None` without them).
 fn restore_in_flight(dir: &Path, step: u64) -> Result<Option<InFlight>> {
-    let path = dir.join(IN_FLIGHT_FILE);
-    if !path.exists() {
+    let Some(in_flight) = read_json::<InFlight>(dir, IN_FLIGHT_FILE)? else {
         return Ok(None);
-    }
-    let raw = std::fs::read(&path)
-        .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
-    let in_flight: InFlight = serde_json::from_slice(&raw)
-        .map_err(|e| checkpoint_error(dir, format!("{IN_FLIGHT_FILE}: {e}")))?;
+    };
     if in_flight.step != step + 1 {
         return Err(checkpoint_error(
             dir,

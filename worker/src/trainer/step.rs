@@ -131,6 +131,8 @@ pub struct Trainer {
     pub(super) phases: Option<PhaseObserver>,
     /// Groups drawn ahead for the next step (the asynchronous pipeline, `max_staleness`).
     pub(super) in_flight: Option<InFlight>,
+    /// Groups still decoding, carried to the next step (partial rollouts).
+    pub(super) partial: Vec<super::draw::PartialGroup>,
     /// The pipeline's shared copies and thread pools, once it has run.
     pub(super) pipeline: Option<Pipeline>,
 }
@@ -324,6 +326,7 @@ impl Trainer {
             options,
             phases: None,
             in_flight: None,
+            partial: Vec::new(),
             pipeline: None,
         })
     }
@@ -404,7 +407,15 @@ impl Trainer {
             hp: &self.hp,
             seed: self.seed,
         };
-        let drawn = drawer.draw(&mut order, step)?;
+        let drawn = match self.hp.partial_rollout_tokens {
+            Some(segment) => {
+                let mut carried = self.partial.clone();
+                let drawn = drawer.draw_partial(&mut order, step, &mut carried, segment)?;
+                self.partial = carried;
+                drawn
+            }
+            None => drawer.draw(&mut order, step)?,
+        };
         self.order = order;
         Ok(drawn)
     }
@@ -420,13 +431,14 @@ impl Trainer {
     /// One GRPO-family step: rollouts, rewards, advantages, μ passes of the policy loss.
     fn reinforcement_step(&mut self) -> Result<StepOutput> {
         let step = self.step + 1;
-        let (Drawn { groups, groups_drawn, times }, policy_step) = self.take_or_draw(step)?;
+        let (Drawn { groups, groups_drawn, times, .. }, policy_step) = self.take_or_draw(step)?;
         let group_size = self.hp.group_size();
         let mut metrics = StepMetrics {
             step,
             groups_drawn: groups_drawn as u64,
             groups_kept: groups.len() as u64,
             staleness: self.step - policy_step,
+            groups_carried: self.partial.len() as u64,
             ..StepMetrics::default()
         };
         metrics.sampling_seconds = times.sampling;

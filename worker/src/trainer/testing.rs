@@ -87,3 +87,27 @@ pub fn target_token_jsonl(prompts: usize) -> String {
 pub fn first_token_grader() -> serde_json::Value {
     json!({"type": "string_check", "name": "first_token", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "eq"})
 }
+
+/// A GRPO trainer of the tiny Llama of `model_seed` on `prompts` rows of the synthetic task,
+/// rewarding completions that contain "t1" (t1, t10–t19: contrast from the first step), with
+/// the recipe `hp` (tests of the trainer's rollout machinery).
+pub fn tiny_rollout_trainer(
+    hp: verity_core::spec::Hyperparameters,
+    prompts: usize,
+    model_seed: u64,
+) -> Result<super::Trainer> {
+    let tokenizer = tiny_tokenizer()?;
+    let train =
+        super::Dataset::from_jsonl(&target_token_jsonl(prompts), "training", &tokenizer, 256)?;
+    let grader = json!({"type": "string_check", "name": "has_t1",
+        "input": "{{sample.output_text}}", "reference": "t1", "operation": "like"});
+    let grader = verity_verifiers::Grader::from_json(&grader.to_string())
+        .map_err(|e| super::TrainerError::Grader(e.to_string()))?;
+    let options = super::TrainerOptions {
+        seed: 1,
+        base_model: "tiny".into(),
+        graders: verity_verifiers::GraderPool::new(2),
+    };
+    let model = crate::testing::tiny_model(Family::Llama, model_seed)?;
+    super::Trainer::new(model, tokenizer, grader, hp, train, None, options)
+}
