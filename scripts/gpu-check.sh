@@ -40,7 +40,7 @@ build() {
   cargo build --locked --profile "$profile" "${features[@]}" --bin verity
   local tests
   tests=$(cargo test --locked --profile "$profile" "${features[@]}" \
-    --test device_path --test gpu --no-run --message-format=json 2>/dev/null |
+    --test device_path --test gpu --no-run --message-format=json |
     python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
