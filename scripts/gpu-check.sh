@@ -7,8 +7,9 @@
 #   scripts/gpu-check.sh build    build the bundle only (a machine with cargo, no GPU needed)
 #   scripts/gpu-check.sh run      run a bundle built earlier (the GPU machine; no cargo, no network)
 #
-# The bundle (VERITY_GPU_CHECK_DIR, default .gpu-check/) holds the stripped binaries, compressed,
-# and the benchmark model folders: bench/models/*.json configs beside SmolLM2's tokenizer files.
+# The bundle (VERITY_GPU_CHECK_DIR, default .gpu-check/, about 40 MB) holds the stripped
+# binaries, xz-compressed, and what the benchmark model folders are made of: the
+# bench/models/*.json configs and one copy of SmolLM2's tokenizer files.
 # The benchmarks draw random weights of each shape (`--random-weights`), so no weights travel.
 # Results go to $OUT (or the bundle's out/): gpu-check.jsonl, and the log.
 #
@@ -46,24 +47,21 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
-  rm -rf "$bundle/bin" "$bundle/models" && mkdir -p "$bundle/bin" "$bundle/models"
+  rm -rf "$bundle/bin" "$bundle/models" "$bundle/bin.tar.xz" && mkdir -p "$bundle/bin" "$bundle/models"
   local target=${CARGO_TARGET_DIR:-target} dir=$profile
   [ "$profile" = dev ] && dir=debug
   cp "$target/$dir/verity" "$bundle/bin/verity"
   while read -r name path; do cp "$path" "$bundle/bin/test-$name"; done <<<"$tests"
   strip "$bundle"/bin/* 2>/dev/null || true
   tar -C "$bundle" -cJf "$bundle/bin.tar.xz" bin && rm -rf "$bundle/bin"
-  # The model folders: each shape's config beside SmolLM2's tokenizer (the test fixture).
+  # The model shapes' configs and one copy of SmolLM2's tokenizer files (the test fixture);
+  # `run` puts them together into a model folder per shape.
   local fixture
   fixture=$(scripts/fetch-test-model.sh | sed -n 's/^VERITY_TEST_MODEL_DIR=//p')
-  for config in bench/models/*.json; do
-    local dir
-    dir="$bundle/models/$(basename "$config" .json)"
-    mkdir -p "$dir"
-    cp "$config" "$dir/config.json"
-    for f in "$fixture"/*.json; do
-      case $(basename "$f") in config.json) ;; *) cp "$f" "$dir/" ;; esac
-    done
+  mkdir -p "$bundle/models/tokenizer"
+  cp bench/models/*.json "$bundle/models/"
+  for f in "$fixture"/*.json; do
+    case $(basename "$f") in config.json) ;; *) cp "$f" "$bundle/models/tokenizer/" ;; esac
   done
   du -sh "$bundle"
 }
@@ -96,7 +94,13 @@ run() {
   libs=$(python3 -c 'import glob, os, site
 dirs = site.getsitepackages() + [site.getusersitepackages()]
 print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "/nvidia/**/lib*.so*", recursive=True)})))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH="${libs}${CUDA_HOME:+:$CUDA_HOME/lib64}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local driver=""
+  [ -d /usr/local/nvidia/lib64 ] && driver=/usr/local/nvidia/lib64
+  export LD_LIBRARY_PATH="${libs}${driver:+:$driver}${CUDA_HOME:+:$CUDA_HOME/lib64}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ldd "$work/bin/verity" | grep "not found"; then
+    echo "gpu-check: the libraries above are missing (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)" >&2
+    return 1
+  fi
   local gpu peak
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   peak=$(peak_tflops "$gpu")
@@ -106,7 +110,13 @@ print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "
     echo "gpu-check: $(basename "$t")"
     VERITY_TEST_DEVICE=cuda:0 timeout 300 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
   done
-  local verity="$work/bin/verity" m="$bundle/models"
+  local verity="$work/bin/verity" m="$work/models" config name
+  for config in "$bundle"/models/*.json; do
+    name=$(basename "$config" .json)
+    mkdir -p "$m/$name"
+    cp "$bundle"/models/tokenizer/* "$m/$name/"
+    cp "$config" "$m/$name/config.json"
+  done
   bench() {
     local line
     if line=$(timeout 240 "$verity" bench "$@" --device cuda:0 --random-weights 2>>"$out/bench.log"); then
