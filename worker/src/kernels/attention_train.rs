@@ -24,8 +24,8 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f32) 
     }
 }
 
-/// The same function composed of candle ops (the test reference and GPU path; no fully masked
-/// rows there).
+/// The same function composed of candle ops (the test reference; the GPU path is
+/// [`super::attention_device`]; no fully masked rows there).
 pub fn attention_reference(
     q: &Tensor,
     k: &Tensor,

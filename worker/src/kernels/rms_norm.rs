@@ -13,7 +13,8 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     }
 }
 
-/// The same function composed of plain candle ops (slow; the test reference and GPU path).
+/// The same function composed of plain candle ops (slow; the test reference; the GPU path is
+/// [`super::rms_norm_device`]).
 pub fn rms_norm_reference(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
     let r = (ms + eps as f64)?.sqrt()?.recip()?;

@@ -4,7 +4,7 @@
 use candle_core::{Result, Tensor, D};
 
 /// Softmax over the last dim of `scale * scores + mask`, composed of plain candle ops (the test
-/// reference and GPU path). `scores` is `(B, H, Tq, Tk)`, `mask` is additive `(B, Tq, Tk)` (0 or
+/// reference). `scores` is `(B, H, Tq, Tk)`, `mask` is additive `(B, Tq, Tk)` (0 or
 /// -inf) and broadcast over heads; fully masked rows must not occur on this path.
 pub fn masked_softmax_reference(scores: &Tensor, mask: &Tensor, scale: f32) -> Result<Tensor> {
     let x = (scores * scale as f64)?.broadcast_add(&mask.unsqueeze(1)?)?;
