@@ -43,7 +43,7 @@ pub struct PartialGroup {
 }
 
 /// Whether a completion has ended: by EOS or a stop string, or at the completion limit.
-fn has_ended(completion: &Completion, limit: usize) -> bool {
+pub(super) fn has_ended(completion: &Completion, limit: usize) -> bool {
     completion.finish_reason != FinishReason::Length || completion.token_ids.len() >= limit
 }
 
@@ -162,7 +162,6 @@ impl Drawer<'_> {
             let mut params =
                 sampling_params(self.hp, 1, mix_seed(self.seed, &[step, 1, budget as u64]));
             params.max_new_tokens = budget;
-            params.max_batch_rows = params.max_batch_rows.max(1);
             let more = self.rollout.sample_prompts(&prompts, &params)?;
             for (&(g, j), next) in members.iter().zip(more) {
                 tokens += next.token_ids.len();

@@ -30,10 +30,8 @@ fn trainer(learning_rate: f64) -> Trainer {
     super::testing::tiny_rollout_trainer(hp, 8, MODEL_SEED).unwrap()
 }
 
-fn ended(g: &PartialGroup) -> bool {
-    g.completions.iter().all(|c| {
-        c.finish_reason != crate::sampler::FinishReason::Length || c.token_ids.len() >= LIMIT
-    })
+fn ended(completions: &[crate::sampler::Completion]) -> bool {
+    completions.iter().all(|c| super::draw::has_ended(c, LIMIT))
 }
 
 /// Draws four steps without training (the weights never change, so every token's sampler
@@ -59,17 +57,12 @@ fn carried_groups_continue_their_own_tokens_with_their_own_logprobs() {
                     assert!(now.token_ids.len() <= was.token_ids.len() + SEGMENT);
                 }
             }
-            assert!(!ended(g), "a finished group was carried");
+            assert!(!ended(&g.completions), "a finished group was carried");
             assert!(g.completions.iter().all(|c| c.token_ids.len() == c.logprobs.len()));
         }
         // What trains has ended; the batch is the carried groups plus the new ones.
         for g in &drawn.groups {
-            let partial = PartialGroup {
-                example: g.example,
-                completions: g.completions.clone(),
-                first_step: 0,
-            };
-            assert!(ended(&partial), "step {step}: an unfinished group was trained");
+            assert!(ended(&g.completions), "step {step}: an unfinished group was trained");
         }
         assert_eq!(t.partial.len() + drawn.groups.len(), 2, "step {step}: batch of 2");
         if step == 3 {

@@ -409,6 +409,7 @@ impl Trainer {
         };
         let drawn = match self.hp.partial_rollout_tokens {
             Some(segment) => {
+                // A failed draw leaves the carried groups as they were.
                 let mut carried = self.partial.clone();
                 let drawn = drawer.draw_partial(&mut order, step, &mut carried, segment)?;
                 self.partial = carried;
