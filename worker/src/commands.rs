@@ -64,11 +64,6 @@ pub fn model_parameters(lm: &LoadedModel) -> usize {
     lm.model.named_weights().iter().map(|(_, v)| v.elem_count()).sum()
 }
 
-/// Waits until the device has finished the work queued so far (GPU timings; a no-op on the CPU).
-pub fn synchronize(device: &candle_core::Device) -> Result<()> {
-    Ok(device.synchronize()?)
-}
-
 /// Adds the fields of `extra` (an object) to `report` (an object).
 pub fn merge_json(mut report: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
     if let (Some(r), serde_json::Value::Object(e)) = (report.as_object_mut(), extra) {
@@ -283,7 +278,7 @@ pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_j
     } else {
         sample(&lm.model, &prompts, &params, eos, pad, None)?
     };
-    synchronize(lm.model.device())?;
+    lm.model.device().synchronize()?; // a GPU runs ahead of the host: time its work
     let secs = start.elapsed().as_secs_f64();
     let generated: usize = out.iter().map(|c| c.token_ids.len()).sum();
     let flops = 2.0 * model_parameters(&lm) as f64 * generated as f64;
@@ -362,11 +357,11 @@ pub fn bench_train_step(
             let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
             let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
             let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
-            synchronize(model.device())?;
+            model.device().synchronize()?;
             let t1 = Instant::now();
             rss.0 = rss_mib();
             acc.accumulate_layered(&loss, tape, &params, 1.0)?;
-            synchronize(model.device())?;
+            model.device().synchronize()?;
             rss.1 = rss_mib();
             let t2 = Instant::now();
             peak_fwd_bwd.get_or_insert_with(peak_rss_mib);
@@ -378,7 +373,7 @@ pub fn bench_train_step(
             if let Some(opt) = opt.as_mut() {
                 opt.step(&params, &acc, 1e-5, clip)?;
             }
-            synchronize(model.device())?;
+            model.device().synchronize()?;
             let t3 = Instant::now();
             timings.push((
                 (t1 - t0).as_secs_f64(),
