@@ -113,10 +113,33 @@ fn llama3_scale(freq: f64, s: crate::config::Llama3RopeScaling) -> f64 {
     }
 }
 
+/// The keys each row of a forward may see: from `first_valid[b]` on, except the cache
+/// positions in `hidden[b]` (see [`attention_mask_hiding`]).
+#[derive(Debug, Clone, Copy)]
+pub struct VisibleKeys<'a> {
+    /// First real key of each row (left padding before it).
+    pub first_valid: &'a [usize],
+    /// Positions each row skipped (empty: none).
+    pub hidden: &'a [Vec<std::ops::Range<usize>>],
+}
+
 /// Additive attention mask `(batch, tq, past + tq)`: query `i` of row `b` sees keys
 /// `first_valid[b] ..= past + i`; a pad query (before `first_valid`) sees only itself.
 pub fn attention_mask(
     first_valid: &[usize],
+    past: usize,
+    tq: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    attention_mask_hiding(first_valid, &[], past, tq, device)
+}
+
+/// [`attention_mask`] where row `b` also does not see the keys at the positions in
+/// `hidden[b]` (rows beyond `hidden`'s length hide nothing): the positions a decoding row
+/// skipped while it waited for a tool. A query that would see no key still sees itself.
+pub fn attention_mask_hiding(
+    first_valid: &[usize],
+    hidden: &[Vec<std::ops::Range<usize>>],
     past: usize,
     tq: usize,
     device: &Device,
@@ -129,8 +152,14 @@ pub fn attention_mask(
             let row = &mut m[(b * tq + i) * tk..(b * tq + i + 1) * tk];
             if q < fv {
                 row[q] = 0.0;
-            } else {
-                row[fv..=q].iter_mut().for_each(|x| *x = 0.0);
+                continue;
+            }
+            row[fv..=q].iter_mut().for_each(|x| *x = 0.0);
+            for range in hidden.get(b).map(Vec::as_slice).unwrap_or_default() {
+                row[range.start.min(tk)..range.end.min(tk)].fill(f32::NEG_INFINITY);
+            }
+            if row.iter().all(|x| x.is_infinite()) {
+                row[q] = 0.0;
             }
         }
     }

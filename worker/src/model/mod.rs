@@ -15,7 +15,8 @@ use crate::kernels::{self, DecodeWeight};
 use crate::weights::WeightMap;
 use candle_core::{DType, Device, Tensor, Var};
 use compact::CompactWeights;
-use inputs::{attention_mask, PaddedBatch, Rotary};
+pub use inputs::VisibleKeys;
+use inputs::{attention_mask, attention_mask_hiding, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
 use prompt_groups::PromptGroups;
@@ -635,9 +636,25 @@ impl Transformer {
         positions: &[u32],
         batch: usize,
         first_valid: &[usize],
+        cache: Option<&mut KvCache>,
+        track: bool,
+    ) -> Result<Tensor> {
+        let keys = VisibleKeys { first_valid, hidden: &[] };
+        self.hidden_states_of(ids, positions, batch, keys, cache, track)
+    }
+
+    /// [`Transformer::hidden_states`] where each row sees the keys `keys` allows (rows that
+    /// skipped cache positions hide them).
+    pub fn hidden_states_of(
+        &self,
+        ids: &[u32],
+        positions: &[u32],
+        batch: usize,
+        keys: VisibleKeys,
         mut cache: Option<&mut KvCache>,
         track: bool,
     ) -> Result<Tensor> {
+        let first_valid = keys.first_valid;
         let t = ids.len() / batch.max(1);
         if t == 0
             || t * batch != ids.len()
@@ -648,7 +665,7 @@ impl Transformer {
         }
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
         let rope = self.rotary.tables(positions, batch, t, &self.device)?;
-        let mask = attention_mask(first_valid, past, t, &self.device)?;
+        let mask = attention_mask_hiding(first_valid, keys.hidden, past, t, &self.device)?;
         let compact = cache.as_ref().and_then(|c| c.weights().cloned());
         let mut x = self.embed_rows(ids, track)?;
         for (li, layer) in self.layers.iter().enumerate() {
