@@ -265,6 +265,11 @@ pub struct Environment {
     /// `max_completion_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_episode_tokens: Option<usize>,
+    /// Whether one assistant turn may make several calls (OpenAI's `parallel_tool_calls`;
+    /// default false): a Hermes-style turn then goes on after `</tool_call>` until the model
+    /// ends it, and every call in it runs, in order. A Mistral call list always runs whole.
+    #[serde(default)]
+    pub parallel_tool_calls: bool,
 }
 
 fn default_max_turns() -> usize {
@@ -375,6 +380,15 @@ mod tests {
         let resolved = e.resolved(256);
         assert_eq!(resolved.max_episode_tokens, Some(1024));
         assert_eq!(resolved.resolved(256), resolved, "idempotent");
+        assert!(!e.parallel_tool_calls, "one call per Hermes turn unless asked");
+        let echoed = serde_json::to_value(&resolved).unwrap();
+        assert_eq!(echoed["parallel_tool_calls"], json!(false), "the job echoes the setting");
+        let parallel = env(json!({"tools": [{"type": "calculator"}], "parallel_tool_calls": true}));
+        assert!(parallel.parallel_tool_calls);
+        assert!(serde_json::from_value::<Environment>(
+            json!({"tools": [{"type": "calculator"}], "parallel_tool_calls": "yes"})
+        )
+        .is_err());
     }
 
     #[test]

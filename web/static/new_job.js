@@ -204,6 +204,7 @@
     var ticked = [];
     document.querySelectorAll("[data-tool]").forEach(function (el) { if (el.checked) ticked.push({ type: el.dataset.tool }); });
     if (ticked.length) block.tools = ticked;
+    if (document.getElementById("env-parallel").checked) block.parallel_tool_calls = true;
     var fields = [["env-max-turns", "max_turns"], ["env-max-tool-calls", "max_tool_calls"]];
     for (var i = 0; i < fields.length; i++) {
       var el = document.getElementById(fields[i][0]), n = whole(el);

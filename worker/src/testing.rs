@@ -86,6 +86,42 @@ pub fn tiny_model(family: Family, seed: u64) -> Result<Transformer> {
     Transformer::from_weights(config, weights, &Device::Cpu)
 }
 
+/// A tiny Llama whose next token depends only on the current one: `script` maps a token to its
+/// successor, and every other token is followed by EOS (id 2). Its attention and MLP outputs are
+/// zero, so the residual stream is the token's one-hot embedding (hidden size = vocabulary, 64),
+/// and the LM head gives the successor a logit margin of 80: greedy and sampled decoding follow
+/// the script exactly. For engine tests that need a given sequence of tokens (a tool call).
+pub fn scripted_model(script: &[(u32, u32)]) -> Result<Transformer> {
+    let mut config = tiny_config(Family::Llama);
+    config.hidden_size = config.vocab_size;
+    config.tie_word_embeddings = false;
+    let (v, device) = (config.vocab_size, Device::Cpu);
+    let mut weights = random_weights(&config, 0, &device)?;
+    let mut successor: Vec<u32> = vec![2; v];
+    for &(from, to) in script {
+        successor[from as usize] = to;
+    }
+    let matrix = |f: &dyn Fn(usize, usize) -> f32| -> Result<Tensor> {
+        let data: Vec<f32> = (0..v * v).map(|k| f(k / v, k % v)).collect();
+        Ok(Tensor::from_vec(data, (v, v), &device)?)
+    };
+    weights.insert("model.embed_tokens.weight".into(), matrix(&|r, c| f32::from(r == c))?)?;
+    weights.insert(
+        "lm_head.weight".into(),
+        matrix(&|next, current| if successor[current] as usize == next { 10.0 } else { 0.0 })?,
+    )?;
+    let names: Vec<String> = weights.tensors.keys().cloned().collect();
+    for name in names {
+        let shape = weights.tensors[&name].dims().to_vec();
+        if name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight") {
+            weights.insert(name, Tensor::zeros(shape, candle_core::DType::F32, &device)?)?;
+        } else if name.ends_with("norm.weight") {
+            weights.insert(name, Tensor::ones(shape, candle_core::DType::F32, &device)?)?;
+        }
+    }
+    Transformer::from_weights(config, weights, &device)
+}
+
 /// Logits of one token sequence, flattened (for exact comparisons between models).
 pub fn flat_logits(model: &Transformer, seq: &[u32]) -> Result<Vec<f32>> {
     Ok(model.sequence_logits(&[seq], 0)?.flatten_all()?.to_vec1()?)

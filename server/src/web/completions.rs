@@ -167,12 +167,17 @@ fn episode_turns(episode: &Value) -> Vec<EpisodeTurn> {
             out.push(EpisodeTurn { role: "tool", content, call: String::new(), meta, error });
             continue;
         }
-        let call = message["tool_calls"][0]["function"].clone();
-        let call = if call.is_null() {
-            String::new()
-        } else {
-            format!("{}({})", text(&call, "name"), text(&call, "arguments"))
-        };
+        // every call of the turn (several with parallel calls or a Mistral call list)
+        let call = message["tool_calls"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                format!("{}({})", text(&c["function"], "name"), text(&c["function"], "arguments"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n→ ");
         out.push(EpisodeTurn {
             role: "assistant",
             content,
@@ -420,5 +425,30 @@ mod tests {
             ]
         );
         assert!(episode_turns(&Value::Null).is_empty(), "a plain completion has no episode");
+    }
+
+    #[test]
+    fn a_turn_with_several_calls_shows_each_and_each_result() {
+        let call = |id: &str, e: &str| {
+            json!({"id": id, "type": "function",
+            "function": {"name": "calculator", "arguments": format!("{{\"expression\":\"{e}\"}}")}})
+        };
+        let record = |output: &str, error: bool| {
+            json!({"name": "calculator", "arguments": {},
+            "output": output, "error": error, "seconds": 0.001})
+        };
+        let episode = json!({
+            "messages": [
+                {"role": "assistant", "content": "", "tool_calls": [call("call_0", "6*7"), call("call_1", "1/0")]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "42"},
+                {"role": "tool", "tool_call_id": "call_1", "content": "Error: division by zero"}],
+            "tool_calls": [record("42", false), record("Error: division by zero", true)],
+            "end": "turn_limit"});
+        let turns = episode_turns(&episode);
+        assert_eq!(
+            turns[0].call,
+            "calculator({\"expression\":\"6*7\"})\n→ calculator({\"expression\":\"1/0\"})"
+        );
+        assert_eq!((turns[1].error, turns[2].error), (false, true), "each result its own timing");
     }
 }

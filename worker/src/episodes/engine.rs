@@ -1,18 +1,22 @@
 //! The multi-turn rollout engine: B prompts × G episodes decoded together over one KV cache.
 //!
 //! Each episode samples until its turn closes a tool call (`</tool_call>`), answers (EOS or a
-//! stop string), or runs out of budget. At every decode step, the tool calls that closed in that
-//! step run concurrently (one thread each) while the batch waits; each result, wrapped in the
-//! template's tool turn, is then fed into the episode's cache rows one token per step, in the
-//! same forwards in which the other episodes keep sampling — the history is never prefilled
-//! again. Fed tokens are not the model's: their mask is 0 and they carry no log-probability.
+//! stop string), or runs out of budget. An episode whose turn closed a call pauses in the batch
+//! ([`DecodeBatch::pause`]: it keeps its row, and the positions written while it waits are
+//! hidden from it), and its calls run on a thread of their own while the other episodes keep
+//! decoding; when they return, the episode resumes and the results, wrapped in the template's
+//! tool turn, are fed into its cache rows one token per step,
+//! in the same forwards in which the other episodes keep sampling — the history is never
+//! prefilled again. Fed tokens are not the model's: their mask is 0 and they carry no
+//! log-probability.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread::ScopedJoinHandle;
 use verity_core::environment::Environment;
 
-use super::format::{ToolFormat, CALL_CLOSE};
+use super::format::{parse_tool_calls, ToolCall, ToolFormat, ToolResult, CALL_CLOSE};
 use super::tools::{EpisodeTools, ToolCallRecord, ToolHost};
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
@@ -53,16 +57,25 @@ impl EpisodeEnd {
     }
 }
 
-/// One assistant turn: its model tokens `start..end` in the trajectory, and the tool call it
-/// ended with (an index into [`Episode::tool_calls`]).
+/// One assistant turn: its model tokens `start..end` in the trajectory, and the tool calls it
+/// ended with (indices `first_call..first_call + call_count` of [`Episode::tool_calls`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Turn {
     /// First token of the turn.
     pub start: usize,
     /// One past its last model token.
     pub end: usize,
-    /// The call the turn ended with, if any.
-    pub call: Option<usize>,
+    /// Index of its first call.
+    pub first_call: usize,
+    /// How many calls it made (0: it answered or was cut off).
+    pub call_count: usize,
+}
+
+impl Turn {
+    /// Indices of its calls in [`Episode::tool_calls`].
+    pub fn calls(&self) -> std::ops::Range<usize> {
+        self.first_call..self.first_call + self.call_count
+    }
 }
 
 /// One sampled episode: the trajectory after the prompt, with the mask of the model's tokens.
@@ -134,9 +147,16 @@ impl Live<'_> {
         self.episode.model_mask.push(model);
     }
 
-    fn end_turn(&mut self, call: Option<usize>) {
+    fn end_turn(&mut self, calls: std::ops::Range<usize>) {
         let end = self.episode.token_ids.len();
-        self.episode.turns.push(Turn { start: self.turn_start, end, call });
+        let (first_call, call_count) = (calls.start, calls.len());
+        self.episode.turns.push(Turn { start: self.turn_start, end, first_call, call_count });
+    }
+
+    /// Ends the current turn without a call.
+    fn end_answer(&mut self) {
+        let next = self.episode.tool_calls.len();
+        self.end_turn(next..next);
     }
 
     fn finish(&mut self, end: EpisodeEnd) {
@@ -173,168 +193,527 @@ impl EpisodeRunner<'_> {
         let (mut batch, prompt_logits) =
             DecodeBatch::prefill(self.model, &refs, pad, budget, compact)?;
         let g = params.n;
-        let mut live: Vec<Live> = (0..prompts.len() * g)
-            .map(|r| Live {
-                episode: Episode {
-                    prompt_index: r / g,
-                    sample_index: r % g,
-                    token_ids: Vec::new(),
-                    logprobs: Vec::new(),
-                    model_mask: Vec::new(),
-                    turns: Vec::new(),
-                    tool_calls: Vec::new(),
-                    end: EpisodeEnd::TokenBudget,
-                    tool_limit: None,
-                },
-                rng: sequence_rng(params.seed, r / g, r % g),
-                tools: EpisodeTools::new(self.environment, self.host),
-                fed: 0,
-                turn_start: 0,
-                calling: false,
-                done: false,
+        // `None` while the episode's calls run on their thread
+        let mut live: Vec<Option<Live>> = (0..prompts.len() * g)
+            .map(|r| {
+                Some(Live {
+                    episode: Episode {
+                        prompt_index: r / g,
+                        sample_index: r % g,
+                        token_ids: Vec::new(),
+                        logprobs: Vec::new(),
+                        model_mask: Vec::new(),
+                        turns: Vec::new(),
+                        tool_calls: Vec::new(),
+                        end: EpisodeEnd::TokenBudget,
+                        tool_limit: None,
+                    },
+                    rng: sequence_rng(params.seed, r / g, r % g),
+                    tools: EpisodeTools::new(self.environment, self.host),
+                    fed: 0,
+                    turn_start: 0,
+                    calling: false,
+                    done: false,
+                })
             })
             .collect();
         let expand: Vec<usize> = (0..live.len()).map(|r| r / g).collect();
         batch.select_rows(&expand)?;
+        // the episode each batch row holds, and each row's next-token logits
         let mut rows: Vec<usize> = (0..live.len()).collect();
         let mut logits: Vec<Vec<f32>> = expand.iter().map(|&p| prompt_logits[p].clone()).collect();
+        let parallel = self.environment.parallel_tool_calls;
         let stop_len =
             params.stop_strings.iter().map(String::len).max().unwrap_or(0).max(CALL_CLOSE.len());
-        loop {
-            // 1. Sample for every episode whose last fed token was its newest one.
-            let mut row_live = rows_of(&mut live, &rows);
-            row_live.par_iter_mut().zip(logits.par_iter()).try_for_each(
-                |(seq, row_logits)| -> Result<()> {
-                    if seq.done || seq.fed < seq.episode.token_ids.len() {
-                        return Ok(());
-                    }
-                    let (token, logprob) = pick_token(row_logits, params, &mut seq.rng);
-                    seq.push(token, logprob, true);
-                    let len = seq.episode.token_ids.len();
-                    if eos.contains(&token) {
-                        // a Llama-style call ends its turn as an answer does (decoded only then)
-                        let turn = &seq.episode.token_ids[seq.turn_start..];
-                        if format.calls_by_whole_turns()
-                            && format.calls_at_end_of_turn(&tokenizer.decode(turn, false)?)
-                        {
-                            seq.calling = true;
+        std::thread::scope(|scope| -> Result<()> {
+            let (wake, woken) = mpsc::channel::<()>();
+            let mut calls: Vec<(usize, ScopedJoinHandle<'_, Result<Live>>)> = Vec::new();
+            loop {
+                // 1. Sample for every episode whose last fed token was its newest one.
+                let mut row_live = rows_of(&mut live, &rows);
+                row_live.par_iter_mut().zip(logits.par_iter()).try_for_each(
+                    |(seq, row_logits)| -> Result<()> {
+                        let Some(seq) = seq else { return Ok(()) };
+                        if seq.done || seq.fed < seq.episode.token_ids.len() {
                             return Ok(());
                         }
-                        seq.end_turn(None);
-                        seq.finish(EpisodeEnd::Answer);
+                        let (token, logprob) = pick_token(row_logits, params, &mut seq.rng);
+                        seq.push(token, logprob, true);
+                        let len = seq.episode.token_ids.len();
+                        if eos.contains(&token) {
+                            // a Llama- or Mistral-style call (or a parallel Hermes turn) ends as
+                            // an answer does, so such a turn is decoded then
+                            let turn = &seq.episode.token_ids[seq.turn_start..];
+                            if (format.calls_by_whole_turns() || parallel)
+                                && format.calls_at_end_of_turn(&tokenizer.decode(turn, false)?)
+                            {
+                                seq.calling = true;
+                                return Ok(());
+                            }
+                            seq.end_answer();
+                            seq.finish(EpisodeEnd::Answer);
+                            return Ok(());
+                        }
+                        let tail = &seq.episode.token_ids
+                            [seq.turn_start.max(len.saturating_sub(stop_len + 8))..];
+                        let text = tokenizer.decode(tail, false)?;
+                        if !parallel && text.contains(CALL_CLOSE) {
+                            seq.calling = true;
+                        } else if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
+                            seq.end_answer();
+                            seq.finish(EpisodeEnd::Stop);
+                        } else if len - seq.turn_start >= params.max_new_tokens || len >= budget {
+                            seq.end_answer();
+                            seq.finish(EpisodeEnd::TokenBudget);
+                        }
+                        Ok(())
+                    },
+                )?;
+                drop(row_live);
+                // 2. Calls that closed in this step start, each on its own thread; their rows
+                // pause (they stay in the batch, fed placeholders they never see) while the
+                // other episodes keep decoding.
+                for (k, &index) in rows.iter().enumerate() {
+                    let Some(seq) = live[index].as_mut().filter(|l| l.calling && !l.done) else {
+                        continue;
+                    };
+                    seq.calling = false;
+                    if seq.episode.turns.len() + 1 >= self.environment.max_turns {
+                        seq.end_answer();
+                        seq.finish(EpisodeEnd::TurnLimit);
+                        continue;
+                    }
+                    let Some(seq) = live[index].take() else { continue };
+                    batch.pause(k)?;
+                    let wake = wake.clone();
+                    let handle = scope.spawn(move || {
+                        let seq = self.call_tool(seq, format, budget);
+                        let _ = wake.send(());
+                        seq
+                    });
+                    calls.push((index, handle));
+                }
+                // 3. Episodes whose calls returned resume, their tool turn queued to be fed;
+                // when nothing is left to decode, wait for a call to return.
+                loop {
+                    while let Some(k) = calls.iter().position(|(_, handle)| handle.is_finished()) {
+                        let (index, handle) = calls.swap_remove(k);
+                        let seq = handle.join().map_err(|_| {
+                            WorkerError::InvalidArgument("a tool thread panicked".into())
+                        })??;
+                        if !seq.done {
+                            if let Some(row) = rows.iter().position(|&r| r == index) {
+                                batch.resume(row)?;
+                            }
+                        }
+                        live[index] = Some(seq);
+                    }
+                    let decoding = rows.iter().any(|&r| live[r].as_ref().is_some_and(|l| !l.done));
+                    if decoding {
+                        break;
+                    }
+                    if calls.is_empty() {
                         return Ok(());
                     }
-                    let tail = &seq.episode.token_ids
-                        [seq.turn_start.max(len.saturating_sub(stop_len + 8))..];
-                    let text = tokenizer.decode(tail, false)?;
-                    if text.contains(CALL_CLOSE) {
-                        seq.calling = true;
-                    } else if params.stop_strings.iter().any(|s| text.contains(s.as_str())) {
-                        seq.end_turn(None);
-                        seq.finish(EpisodeEnd::Stop);
-                    } else if len - seq.turn_start >= params.max_new_tokens || len >= budget {
-                        seq.end_turn(None);
-                        seq.finish(EpisodeEnd::TokenBudget);
-                    }
-                    Ok(())
-                },
-            )?;
-            drop(row_live);
-            // 2. Run the tool calls that closed in this step, concurrently.
-            self.run_calls(&mut live, format, budget)?;
-            // 3. Drop finished episodes from the batch now and then; feed the rest one token.
-            let still: Vec<usize> = (0..rows.len()).filter(|&k| !live[rows[k]].done).collect();
-            if still.is_empty() {
-                break;
+                    let _ = woken.recv_timeout(std::time::Duration::from_millis(20));
+                }
+                // 4. Drop finished episodes from the batch now and then (an episode in a call
+                // keeps its row); feed the rest one token.
+                let still: Vec<usize> = (0..rows.len())
+                    .filter(|&k| live[rows[k]].as_ref().is_none_or(|l| !l.done))
+                    .collect();
+                let dead = rows.len() - still.len();
+                if dead > 0 && dead * 8 >= rows.len() {
+                    batch.select_rows(&still)?;
+                    rows = still.iter().map(|&k| rows[k]).collect();
+                }
+                let ids: Vec<u32> = rows
+                    .iter()
+                    .map(|&r| match live[r].as_mut() {
+                        Some(seq) if !seq.done => {
+                            let id = seq.episode.token_ids[seq.fed];
+                            seq.fed += 1;
+                            id
+                        }
+                        _ => pad,
+                    })
+                    .collect();
+                logits = batch.step(self.model, &ids)?;
             }
-            let dead = rows.len() - still.len();
-            if dead > 0 && dead * 8 >= rows.len() {
-                batch.select_rows(&still)?;
-                rows = still.iter().map(|&k| rows[k]).collect();
-            }
-            let ids: Vec<u32> = rows
-                .iter()
-                .map(|&r| {
-                    let seq = &mut live[r];
-                    if seq.done {
-                        return pad;
-                    }
-                    let id = seq.episode.token_ids[seq.fed];
-                    seq.fed += 1;
-                    id
+        })?;
+        live.into_iter()
+            .map(|l| {
+                l.map(|l| l.episode).ok_or_else(|| {
+                    WorkerError::InvalidArgument("an episode was lost in a tool call".into())
                 })
-                .collect();
-            logits = batch.step(self.model, &ids)?;
-        }
-        Ok(live.into_iter().map(|l| l.episode).collect())
+            })
+            .collect()
     }
 
-    /// Runs every pending call (one thread each) and queues its tool turn to be fed.
-    fn run_calls(&self, live: &mut [Live], format: ToolFormat, budget: usize) -> Result<()> {
-        let max_turns = self.environment.max_turns;
-        let pending: Vec<&mut Live> = live.iter_mut().filter(|l| l.calling && !l.done).collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let tokenizer = self.tokenizer;
-        std::thread::scope(|scope| -> Result<()> {
-            let handles: Vec<_> = pending
-                .into_iter()
-                .map(|seq| {
-                    scope.spawn(move || -> Result<()> {
-                        seq.calling = false;
-                        let ids = &seq.episode.token_ids[seq.turn_start..];
-                        let turn = tokenizer.decode(ids, false)?;
-                        if seq.episode.turns.len() + 1 >= max_turns {
-                            seq.end_turn(None);
-                            seq.finish(EpisodeEnd::TurnLimit);
-                            return Ok(());
-                        }
-                        let outcome = seq.tools.call(&turn);
-                        let call = seq.episode.tool_calls.len();
-                        let output = outcome.record.output.clone();
-                        seq.episode.tool_calls.push(outcome.record);
-                        seq.end_turn(Some(call));
-                        if let Some(why) = outcome.fatal {
-                            seq.episode.tool_limit = Some(why);
-                            seq.finish(EpisodeEnd::ToolLimit);
-                            return Ok(());
-                        }
-                        let fed = tokenizer.encode(&format.tool_turn(&output))?;
-                        if seq.episode.token_ids.len() + fed.len() >= budget {
-                            seq.finish(EpisodeEnd::TokenBudget);
-                            return Ok(());
-                        }
-                        for id in fed {
-                            seq.push(id, 0.0, false);
-                        }
-                        seq.turn_start = seq.episode.token_ids.len();
-                        Ok(())
-                    })
-                })
-                .collect();
-            for handle in handles {
-                handle
-                    .join()
-                    .map_err(|_| WorkerError::InvalidArgument("a tool thread panicked".into()))??;
+    /// Runs the tool calls of `seq`'s closed turn, in order, and queues the tool turn with
+    /// their results to be fed (or ends the episode on a fatal tool error or the token budget).
+    fn call_tool<'t>(
+        &self,
+        mut seq: Live<'t>,
+        format: ToolFormat,
+        budget: usize,
+    ) -> Result<Live<'t>> {
+        let ids = &seq.episode.token_ids[seq.turn_start..];
+        let turn = self.tokenizer.decode(ids, false)?;
+        let turn_ended = ids.last().is_some_and(|id| self.tokenizer.eos_token_ids.contains(id));
+        let first = seq.episode.tool_calls.len();
+        let mut results = Vec::new();
+        let mut fatal = None;
+        for parsed in parse_tool_calls(&turn) {
+            let call_id = match &parsed {
+                Ok(ToolCall { id: Some(id), .. }) => id.clone(),
+                _ => format!("call{:05}", first + results.len()),
+            };
+            let outcome = seq.tools.call(parsed);
+            results.push(ToolResult { call_id, content: outcome.record.output.clone() });
+            seq.episode.tool_calls.push(outcome.record);
+            if outcome.fatal.is_some() {
+                fatal = outcome.fatal;
+                break;
             }
-            Ok(())
-        })
+        }
+        seq.end_turn(first..seq.episode.tool_calls.len());
+        if let Some(why) = fatal {
+            seq.episode.tool_limit = Some(why);
+            seq.finish(EpisodeEnd::ToolLimit);
+            return Ok(seq);
+        }
+        let fed = self.tokenizer.encode(&format.tool_turn(&results, turn_ended))?;
+        if seq.episode.token_ids.len() + fed.len() >= budget {
+            seq.finish(EpisodeEnd::TokenBudget);
+            return Ok(seq);
+        }
+        for id in fed {
+            seq.push(id, 0.0, false);
+        }
+        seq.turn_start = seq.episode.token_ids.len();
+        Ok(seq)
     }
 }
 
-/// The live episodes held in batch rows `rows`, in row order.
-fn rows_of<'l, 'a>(live: &'l mut [Live<'a>], rows: &[usize]) -> Vec<&'l mut Live<'a>> {
-    let mut by_index: Vec<Option<&mut Live<'a>>> = live.iter_mut().map(Some).collect();
-    rows.iter().filter_map(|&r| by_index[r].take()).collect()
+/// The live episodes held in batch rows `rows`, in row order (`None`: in a tool call).
+fn rows_of<'l, 'a>(
+    live: &'l mut [Option<Live<'a>>],
+    rows: &[usize],
+) -> Vec<Option<&'l mut Live<'a>>> {
+    let mut by_index: Vec<Option<&mut Live<'a>>> = live.iter_mut().map(Option::as_mut).collect();
+    rows.iter().map(|&r| by_index[r].take()).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Family;
-    use crate::trainer::testing::tiny_tool_tokenizer;
+    use crate::trainer::testing::{
+        tiny_llama3_tokenizer, tiny_mistral_tokenizer, tiny_tool_tokenizer, tiny_word_tokenizer,
+        LLAMA_CALL,
+    };
     use serde_json::json;
+
+    fn runner<'a>(
+        model: &'a Transformer,
+        tokenizer: &'a ChatTokenizer,
+        environment: &'a Environment,
+        sandbox: &'a verity_verifiers::SandboxConfig,
+        allow: &'a verity_core::environment::HttpAllowList,
+    ) -> EpisodeRunner<'a> {
+        EpisodeRunner {
+            model,
+            tokenizer,
+            environment,
+            host: ToolHost { sandbox, http_allow: allow },
+        }
+    }
+
+    /// A loopback HTTP server of two tools: `POST …/wait` answers `released` once `POST
+    /// …/release` (answered `ok`) has arrived, or `timed out` after 20 s; each request is served
+    /// on its own thread. Returns the server's base URL.
+    fn gate_server() -> String {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let (mut first, mut length) = (String::new(), 0);
+                    reader.read_line(&mut first).unwrap();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    reader.read_exact(&mut vec![0; length]).ok();
+                    let (open, opened) = &*gate;
+                    let text = if first.contains("/release") {
+                        *open.lock().unwrap() = true;
+                        opened.notify_all();
+                        "ok"
+                    } else {
+                        let guard = open.lock().unwrap();
+                        let wait = std::time::Duration::from_secs(20);
+                        let (guard, _) = opened.wait_timeout_while(guard, wait, |o| !*o).unwrap();
+                        if *guard {
+                            "released"
+                        } else {
+                            "timed out"
+                        }
+                    };
+                    let mut stream = stream;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                });
+            }
+        });
+        url
+    }
+
+    /// A call that waits for its tool takes its episode out of the batch while the others keep
+    /// decoding: here the first episode's call returns only once the second episode, 12 tokens
+    /// later, has made its own call (which releases the first), so an engine whose batch waited
+    /// for every call would end the first episode at its tool's time limit instead.
+    #[test]
+    fn episodes_keep_decoding_while_another_waits_for_its_tool() {
+        let wait = r#"<tool_call>{"name": "wait", "arguments": {}}</tool_call>"#;
+        let release = r#"<tool_call>{"name": "release", "arguments": {}}</tool_call>"#;
+        let tokenizer =
+            tiny_word_tokenizer(&[wait, release, "</tool_response>", "done", "go", "other"])
+                .unwrap();
+        let id = |word: &str| tokenizer.tokenizer.token_to_id(word).unwrap();
+        let chain: Vec<u32> = (20..32).collect();
+        let mut script = vec![(id("go"), id(wait)), (id("other"), chain[0])];
+        script.extend(chain.windows(2).map(|w| (w[0], w[1])));
+        script.extend([(chain[11], id(release)), (id("</tool_response>"), id("done"))]);
+        let model = crate::testing::scripted_model(&script).unwrap();
+        let url = gate_server();
+        let tool = |name: &str| {
+            json!({"type": "function", "http": {"url": format!("{url}/{name}"), "retries": 0},
+                "function": {"name": name, "parameters": {"type": "object", "properties": {}}},
+                "limits": {"timeout_ms": 8000}})
+        };
+        let environment: Environment = serde_json::from_value(
+            json!({"max_turns": 3, "tools": [tool("wait"), tool("release")]}),
+        )
+        .unwrap();
+        let sandbox = verity_verifiers::SandboxConfig::not_needed();
+        let allow = verity_core::environment::HttpAllowList::parse(&url);
+        let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
+        let params =
+            SamplingParams { n: 1, max_new_tokens: 16, seed: 1, ..SamplingParams::default() };
+        let episodes = runner.run(&[vec![1, id("go")], vec![1, id("other")]], &params).unwrap();
+        let outputs: Vec<(&str, &str, bool, EpisodeEnd)> = episodes
+            .iter()
+            .flat_map(|e| {
+                e.tool_calls.iter().map(|c| (c.name.as_str(), c.output.as_str(), c.error, e.end))
+            })
+            .collect();
+        assert_eq!(
+            outputs,
+            vec![
+                ("wait", "released", false, EpisodeEnd::Answer),
+                ("release", "ok", false, EpisodeEnd::Answer)
+            ]
+        );
+        assert!(episodes.iter().all(|e| e.token_ids.last() == Some(&2)), "both answered `done`");
+    }
+
+    fn calculator_environment(parallel: bool) -> Environment {
+        serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}],
+            "parallel_tool_calls": parallel}))
+        .unwrap()
+    }
+
+    /// A call as the tests compare it: name, result, error.
+    type CallSeen = (String, String, bool);
+
+    /// The calls, results and end of each episode.
+    fn calls_of(episodes: &[Episode]) -> Vec<(Vec<CallSeen>, EpisodeEnd)> {
+        episodes
+            .iter()
+            .map(|e| {
+                let calls = e.tool_calls.iter();
+                (calls.map(|c| (c.name.clone(), c.output.clone(), c.error)).collect(), e.end)
+            })
+            .collect()
+    }
+
+    /// With `parallel_tool_calls`, a Hermes turn goes on after `</tool_call>`: the model writes
+    /// two calls and ends its turn itself, both calls run, and one tool turn with both results
+    /// is fed (without a second end-of-turn); graders see one assistant message with two
+    /// `tool_calls` and two `tool` messages. Without it the turn stops at the first call.
+    #[test]
+    fn parallel_calls_in_one_hermes_turn_all_run() {
+        let product =
+            r#"<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>"#;
+        let sum =
+            r#"<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>"#;
+        let tokenizer =
+            tiny_word_tokenizer(&[product, sum, "</tool_response>", "done", "go"]).unwrap();
+        let id = |word: &str| tokenizer.tokenizer.token_to_id(word).unwrap();
+        let model = crate::testing::scripted_model(&[
+            (id("go"), id(product)),
+            (id(product), id(sum)),
+            (id("</tool_response>"), id("done")),
+        ])
+        .unwrap();
+        let sandbox = verity_verifiers::SandboxConfig::not_needed();
+        let allow = verity_core::environment::HttpAllowList::default();
+        let params =
+            SamplingParams { n: 1, max_new_tokens: 8, seed: 1, ..SamplingParams::default() };
+        let run = |parallel: bool| {
+            let environment = calculator_environment(parallel);
+            let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
+            runner.run(&[vec![1, id("go")]], &params).unwrap()
+        };
+        let call = |output: &str| ("calculator".to_string(), output.to_string(), false);
+        let parallel = run(true);
+        assert_eq!(calls_of(&parallel), vec![(vec![call("42"), call("4")], EpisodeEnd::Answer)]);
+        let episode = &parallel[0];
+        let results: Vec<ToolResult> = ["42", "4"]
+            .iter()
+            .enumerate()
+            .map(|(k, c)| ToolResult { call_id: format!("call{k:05}"), content: c.to_string() })
+            .collect();
+        let fed = tokenizer.encode(&ToolFormat::Plain.tool_turn(&results, true)).unwrap();
+        let mut want = vec![id(product), id(sum), 2];
+        want.extend(&fed);
+        want.extend([id("done"), 2]);
+        assert_eq!(episode.token_ids, want, "the model's own end-of-turn closes the calls");
+        assert_eq!(episode.turns[0].calls(), 0..2);
+        let sample = crate::episodes::grader_sample(&tokenizer, episode).unwrap();
+        let messages = sample.extra["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            (&messages[1]["content"], &messages[2]["content"], &messages[2]["tool_call_id"]),
+            (&json!("42"), &json!("4"), &json!("call_1"))
+        );
+        assert_eq!(messages[3]["content"], "done");
+        assert_eq!(calls_of(&run(false)), vec![(vec![call("42")], EpisodeEnd::Answer)]);
+    }
+
+    /// A Mistral episode through the engine: `[TOOL_CALLS]` and a list of two calls ended by
+    /// `</s>`; both run, each result is fed as `[TOOL_RESULTS] {"content": …, "call_id": …}
+    /// [/TOOL_RESULTS]` (echoing the id the model gave, or a generated one), and the model's
+    /// answer after them ends the episode.
+    #[test]
+    fn a_mistral_episode_runs_its_list_of_calls_then_answers() {
+        let list = r#"[{"name": "calculator", "arguments": {"expression": "6*7"}, "id": "abc123def"}, {"name": "calculator", "arguments": {"expression": "2+2"}}]"#;
+        let tokenizer = tiny_mistral_tokenizer(&[list, "done", "go"]).unwrap();
+        assert_eq!(ToolFormat::of(&tokenizer), ToolFormat::Mistral);
+        let id = |word: &str| tokenizer.tokenizer.token_to_id(word).unwrap();
+        let model = crate::testing::scripted_model(&[
+            (id("go"), id("[TOOL_CALLS]")),
+            (id("[TOOL_CALLS]"), id(list)),
+            (id("[/TOOL_RESULTS]"), id("done")),
+        ])
+        .unwrap();
+        let environment = calculator_environment(false);
+        let sandbox = verity_verifiers::SandboxConfig::not_needed();
+        let allow = verity_core::environment::HttpAllowList::default();
+        let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
+        let params =
+            SamplingParams { n: 2, max_new_tokens: 32, seed: 1, ..SamplingParams::default() };
+        let episodes = runner.run(&[vec![1, id("go")]], &params).unwrap();
+        let call = |output: &str| ("calculator".to_string(), output.to_string(), false);
+        let want_calls = (vec![call("42"), call("4")], EpisodeEnd::Answer);
+        assert_eq!(calls_of(&episodes), vec![want_calls.clone(), want_calls]);
+        let results = [
+            ToolResult { call_id: "abc123def".into(), content: "42".into() },
+            ToolResult { call_id: "call00001".into(), content: "4".into() },
+        ];
+        let fed = tokenizer.encode(&ToolFormat::Mistral.tool_turn(&results, true)).unwrap();
+        let mut want = vec![id("[TOOL_CALLS]"), id(list), 2];
+        want.extend(&fed);
+        want.extend([id("done"), 2]);
+        for episode in &episodes {
+            assert_eq!(episode.token_ids, want);
+            let sample = crate::episodes::grader_sample(&tokenizer, episode).unwrap();
+            assert_eq!(sample.output_text, "done");
+            assert_eq!(sample.extra["messages"][0]["content"], "", "a call list says nothing else");
+        }
+    }
+
+    /// A Llama 3 episode through the engine, on a scripted model: the call is a whole turn of
+    /// JSON after `<|python_tag|>` ended by `<|eom_id|>`; the calculator runs; its `ipython`
+    /// turn is fed with mask 0; the model's answer after it (ended by `<|eot_id|>`) ends the
+    /// episode; graders see the call and its result as OpenAI messages.
+    #[test]
+    fn a_llama3_episode_calls_the_calculator_then_answers() {
+        let tokenizer = tiny_llama3_tokenizer().unwrap();
+        assert_eq!(ToolFormat::of(&tokenizer), ToolFormat::Llama3);
+        let id = |word: &str| {
+            let ids = tokenizer.encode(word).unwrap();
+            assert_eq!(ids.len(), 1, "{word} is one token");
+            ids[0]
+        };
+        let (go, tag, call, eom, eot) =
+            (id("go"), id("<|python_tag|>"), id(LLAMA_CALL), id("<|eom_id|>"), id("<|eot_id|>"));
+        let (header_end, done) = (id("<|end_header_id|>"), id("done"));
+        let model = crate::testing::scripted_model(&[
+            (go, tag),
+            (tag, call),
+            (call, eom),
+            (header_end, done),
+            (done, eot),
+        ])
+        .unwrap();
+        let environment: Environment =
+            serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}]}))
+                .unwrap();
+        let sandbox = verity_verifiers::SandboxConfig::not_needed();
+        let allow = verity_core::environment::HttpAllowList::default();
+        let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
+        let params =
+            SamplingParams { n: 2, max_new_tokens: 8, seed: 5, ..SamplingParams::default() };
+        let episodes = runner.run(&[vec![1, go]], &params).unwrap();
+        let result = ToolResult { call_id: "call00000".into(), content: "42".into() };
+        let fed = tokenizer.encode(&ToolFormat::Llama3.tool_turn(&[result], true)).unwrap();
+        let mut want = vec![tag, call, eom];
+        want.extend(&fed);
+        want.extend([done, eot]);
+        for episode in &episodes {
+            assert_eq!(episode.token_ids, want);
+            assert_eq!(episode.end, EpisodeEnd::Answer);
+            assert_eq!(
+                episode.turns,
+                vec![
+                    Turn { start: 0, end: 3, first_call: 0, call_count: 1 },
+                    Turn { start: 3 + fed.len(), end: want.len(), first_call: 1, call_count: 0 }
+                ]
+            );
+            let masked: Vec<bool> = (0..want.len()).map(|t| t < 3 || t >= 3 + fed.len()).collect();
+            assert_eq!(episode.model_mask, masked, "only the model's tokens are unmasked");
+            let record = &episode.tool_calls[0];
+            assert_eq!(
+                (record.name.as_str(), &record.arguments, record.output.as_str(), record.error),
+                ("calculator", &json!({"expression": "6*7"}), "42", false)
+            );
+            let sample = crate::episodes::grader_sample(&tokenizer, episode).unwrap();
+            assert_eq!(sample.output_text, "done");
+            let messages = &sample.extra["messages"];
+            assert_eq!(messages[0]["tool_calls"][0]["function"]["name"], "calculator");
+            assert_eq!(messages[0]["content"], "");
+            assert_eq!(
+                messages[1],
+                json!({"role": "tool", "tool_call_id": "call_0", "content": "42"})
+            );
+            assert_eq!(messages[2], json!({"role": "assistant", "content": "done"}));
+        }
+    }
 
     fn argmax(row: &[f32]) -> u32 {
         row.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
@@ -377,12 +756,7 @@ mod tests {
                 .unwrap();
         let sandbox = verity_verifiers::SandboxConfig::not_needed();
         let allow = verity_core::environment::HttpAllowList::default();
-        let runner = EpisodeRunner {
-            model: &model,
-            tokenizer: &tokenizer,
-            environment: &environment,
-            host: ToolHost { sandbox: &sandbox, http_allow: &allow },
-        };
+        let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
         let params =
             SamplingParams { n: 16, max_new_tokens: 24, seed: 3, ..SamplingParams::default() };
         let prompts = vec![vec![1u32, 10, 11], vec![1u32, 20]];
@@ -400,11 +774,15 @@ mod tests {
                     e.model_mask[turn.start..turn.end].iter().all(|&m| m),
                     "turns are the model's"
                 );
-                if let (Some(call), Some(next)) = (turn.call, e.turns.get(k + 1)) {
+                if let (1, Some(next)) = (turn.call_count, e.turns.get(k + 1)) {
                     calls += 1;
-                    let record = &e.tool_calls[call];
+                    let record = &e.tool_calls[turn.first_call];
                     assert!(record.error, "the tiny vocabulary makes no valid call: {record:?}");
-                    let fed = tokenizer.encode(&format.tool_turn(&record.output)).unwrap();
+                    let result = ToolResult {
+                        call_id: format!("call{:05}", turn.first_call),
+                        content: record.output.clone(),
+                    };
+                    let fed = tokenizer.encode(&format.tool_turn(&[result], false)).unwrap();
                     assert_eq!(&e.token_ids[turn.end..next.start], fed.as_slice());
                     assert!(
                         e.model_mask[turn.end..next.start].iter().all(|&m| !m),

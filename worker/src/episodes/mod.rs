@@ -31,23 +31,30 @@ pub fn episode_messages(
     let mut last = String::new();
     for turn in &episode.turns {
         let text = tokenizer.decode(&episode.token_ids[turn.start..turn.end], true)?;
-        match turn.call.and_then(|c| episode.tool_calls.get(c).map(|r| (c, r))) {
-            Some((index, call)) => {
-                let id = format!("call_{index}");
+        let calls = episode.tool_calls.get(turn.calls()).unwrap_or_default();
+        if calls.is_empty() {
+            last = text.clone();
+            messages.push(json!({"role": "assistant", "content": text}));
+            continue;
+        }
+        last = text_before_call(&text).to_string();
+        let id = |k: usize| format!("call_{}", turn.first_call + k);
+        let tool_calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
                 let arguments = if call.arguments.is_null() {
                     String::new()
                 } else {
                     call.arguments.to_string()
                 };
-                last = text_before_call(&text).to_string();
-                messages.push(json!({"role": "assistant", "content": last, "tool_calls": [
-                    {"id": id, "type": "function", "function": {"name": call.name, "arguments": arguments}}]}));
-                messages.push(json!({"role": "tool", "tool_call_id": id, "content": call.output}));
-            }
-            None => {
-                last = text.clone();
-                messages.push(json!({"role": "assistant", "content": text}));
-            }
+                json!({"id": id(k), "type": "function",
+                    "function": {"name": call.name, "arguments": arguments}})
+            })
+            .collect();
+        messages.push(json!({"role": "assistant", "content": last, "tool_calls": tool_calls}));
+        for (k, call) in calls.iter().enumerate() {
+            messages.push(json!({"role": "tool", "tool_call_id": id(k), "content": call.output}));
         }
     }
     Ok((messages, last))

@@ -13,7 +13,7 @@ use verity_verifiers::tools::python::{self, PythonSession};
 use verity_verifiers::tools::{calculator, ToolLimits, ToolReply};
 use verity_verifiers::SandboxConfig;
 
-use super::format::parse_tool_call;
+use super::format::ToolCall;
 use super::http;
 
 /// One tool call of an episode, as graders and the explorer see it.
@@ -88,11 +88,10 @@ impl<'a> EpisodeTools<'a> {
         }
     }
 
-    /// Parses and runs the tool call that ends `turn` (the assistant turn's text).
-    pub fn call(&mut self, turn: &str) -> CallOutcome {
+    /// Runs one parsed call of a turn (a parse error is answered as a failed call).
+    pub fn call(&mut self, parsed: std::result::Result<ToolCall, String>) -> CallOutcome {
         let started = Instant::now();
         let limits = self.environment.episode_limits;
-        let parsed = parse_tool_call(turn);
         let (name, arguments) = match &parsed {
             Ok(call) => (call.name.clone(), call.arguments.clone()),
             Err(_) => (String::new(), Value::Null),
@@ -183,7 +182,13 @@ impl<'a> EpisodeTools<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::episodes::format::parse_tool_calls;
     use serde_json::json;
+
+    /// Runs the (first) call of `turn`.
+    fn call(tools: &mut EpisodeTools, turn: &str) -> CallOutcome {
+        tools.call(parse_tool_calls(turn).remove(0))
+    }
 
     fn environment(value: Value) -> Environment {
         serde_json::from_value(value).unwrap()
@@ -198,19 +203,20 @@ mod tests {
         let allow = HttpAllowList::default();
         let host = ToolHost { sandbox: &sandbox, http_allow: &allow };
         let mut tools = EpisodeTools::new(&env, host);
-        let ok = tools.call("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>");
+        let ok = call(&mut tools, "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>");
         assert_eq!(
             (ok.record.output.as_str(), ok.record.error, ok.fatal.is_none()),
             ("144", false, true)
         );
-        let bad = tools.call("<tool_call>{\"name\": \"python\", \"arguments\": {}}</tool_call>");
+        let bad =
+            call(&mut tools, "<tool_call>{\"name\": \"python\", \"arguments\": {}}</tool_call>");
         assert!(
             bad.record.error && bad.fatal.is_none() && bad.record.output.contains("unknown tool")
         );
-        let over = tools.call("<tool_call>{oops</tool_call>");
+        let over = call(&mut tools, "<tool_call>{oops</tool_call>");
         assert!(over.fatal.is_some_and(|f| f.contains("more than 2 tool calls")));
         let mut fresh = EpisodeTools::new(&env, host);
-        let malformed = fresh.call("<tool_call>{oops</tool_call>");
+        let malformed = call(&mut fresh, "<tool_call>{oops</tool_call>");
         assert!(malformed.record.error && malformed.fatal.is_none(), "the model may retry");
         assert!(malformed.record.output.starts_with("Error: the tool call is not valid JSON"));
     }

@@ -138,6 +138,9 @@ pub struct EnvironmentArgs {
     /// Assistant turns per episode.
     #[arg(long = "max-turns")]
     pub max_turns: Option<u64>,
+    /// Lets one assistant turn make several tool calls (sets `parallel_tool_calls`).
+    #[arg(long = "parallel-tool-calls")]
+    pub parallel_tool_calls: bool,
 }
 
 impl EnvironmentArgs {
@@ -161,8 +164,13 @@ impl EnvironmentArgs {
         if let Some(turns) = self.max_turns {
             block.insert("max_turns".into(), turns.into());
         }
-        let given =
-            self.environment.is_some() || !self.tools.is_empty() || self.max_turns.is_some();
+        if self.parallel_tool_calls {
+            block.insert("parallel_tool_calls".into(), true.into());
+        }
+        let given = self.environment.is_some()
+            || !self.tools.is_empty()
+            || self.max_turns.is_some()
+            || self.parallel_tool_calls;
         Ok(given.then_some(Value::Object(block)))
     }
 }
@@ -180,7 +188,7 @@ fn apply_environment(
     let kind = method.entry("type").or_insert_with(|| "reinforcement".into());
     if kind.as_str() != Some("reinforcement") {
         anyhow::bail!(
-            "--environment, --tools and --max-turns need a reinforcement job, not {kind}"
+            "--environment, --tools, --max-turns and --parallel-tool-calls need a reinforcement job, not {kind}"
         );
     }
     let settings = method.entry("reinforcement").or_insert_with(|| serde_json::json!({}));
@@ -541,12 +549,14 @@ mod tests {
             ),
             tools: vec!["calculator".into(), "python".into()],
             max_turns: Some(5),
+            parallel_tool_calls: true,
         };
         let block = args.body().unwrap().unwrap();
         assert_eq!(
             block,
             json!({"max_turns": 5, "episode_limits": {"max_tool_calls": 3},
-                   "tools": [{"type": "calculator"}, {"type": "python"}]})
+                   "tools": [{"type": "calculator"}, {"type": "python"}],
+                   "parallel_tool_calls": true})
         );
         let mut body =
             json!({"method": {"type": "reinforcement", "reinforcement": {"grader": {}}}})
@@ -559,7 +569,12 @@ mod tests {
         let mut sft =
             json!({"method": {"type": "supervised"}}).as_object().cloned().unwrap_or_default();
         assert!(apply_environment(&mut sft, block).is_err());
-        let none = EnvironmentArgs { environment: None, tools: vec![], max_turns: None };
+        let none = EnvironmentArgs {
+            environment: None,
+            tools: vec![],
+            max_turns: None,
+            parallel_tool_calls: false,
+        };
         assert_eq!(none.body().unwrap(), None);
     }
 }
