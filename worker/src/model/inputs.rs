@@ -155,7 +155,8 @@ pub fn attention_mask_hiding(
                 continue;
             }
             row[fv..=q].iter_mut().for_each(|x| *x = 0.0);
-            for range in hidden.get(b).map(Vec::as_slice).unwrap_or_default() {
+            let Some(ranges) = hidden.get(b).filter(|r| !r.is_empty()) else { continue };
+            for range in ranges {
                 row[range.start.min(tk)..range.end.min(tk)].fill(f32::NEG_INFINITY);
             }
             if row.iter().all(|x| x.is_infinite()) {
@@ -199,5 +200,23 @@ mod tests {
         assert_eq!(pb.ids, [7, 8, 0, 9]);
         assert_eq!(pb.positions(), [0, 1, 0, 0]);
         assert!(PaddedBatch::new(&[&[]], 0).is_err());
+    }
+
+    #[test]
+    fn hidden_positions_are_masked_and_a_query_always_sees_a_key() {
+        let inf = f32::NEG_INFINITY;
+        // row 0 skipped positions 2..4 and is past them; row 1 hides nothing; row 2 is paused
+        // from position 1 on (its own query is hidden too, so it sees only what came before)
+        let hidden = [vec![2..4], vec![], vec![1..usize::MAX]];
+        let m: Vec<Vec<Vec<f32>>> = attention_mask_hiding(&[0, 1, 0], &hidden, 5, 1, &Device::Cpu)
+            .unwrap()
+            .to_vec3()
+            .unwrap();
+        assert_eq!(m[0][0], [0.0, 0.0, inf, inf, 0.0, 0.0]);
+        assert_eq!(m[1][0], [inf, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(m[2][0], [0.0, inf, inf, inf, inf, inf]);
+        let alone = attention_mask_hiding(&[0], &[vec![0..usize::MAX]], 2, 1, &Device::Cpu);
+        let alone: Vec<Vec<Vec<f32>>> = alone.unwrap().to_vec3().unwrap();
+        assert_eq!(alone[0][0], [inf, inf, 0.0], "a query that would see nothing sees itself");
     }
 }
