@@ -434,7 +434,7 @@ mod tests {
     /// …/release` (answered `ok`) has arrived, or `timed out` after 20 s; each request is served
     /// on its own thread. Returns the server's base URL.
     fn gate_server() -> String {
-        use std::io::{BufRead, BufReader, Read, Write};
+        use crate::episodes::http::exchange::{answer, read_request};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
@@ -442,19 +442,7 @@ mod tests {
             for stream in listener.incoming().flatten() {
                 let gate = gate.clone();
                 std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    let (mut first, mut length) = (String::new(), 0);
-                    reader.read_line(&mut first).unwrap();
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    reader.read_exact(&mut vec![0; length]).ok();
+                    let (first, _) = read_request(&stream);
                     let (open, opened) = &*gate;
                     let text = if first.contains("/release") {
                         *open.lock().unwrap() = true;
@@ -470,12 +458,7 @@ mod tests {
                             "timed out"
                         }
                     };
-                    let mut stream = stream;
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                        text.len()
-                    );
+                    answer(&stream, 200, text);
                 });
             }
         });
@@ -531,6 +514,11 @@ mod tests {
         assert!(episodes.iter().all(|e| e.token_ids.last() == Some(&2)), "both answered `done`");
     }
 
+    /// A host without a sandbox or allowed endpoints (for the calculator).
+    fn no_sandbox() -> (verity_verifiers::SandboxConfig, verity_core::environment::HttpAllowList) {
+        (verity_verifiers::SandboxConfig::not_needed(), Default::default())
+    }
+
     fn calculator_environment(parallel: bool) -> Environment {
         serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}],
             "parallel_tool_calls": parallel}))
@@ -570,8 +558,7 @@ mod tests {
             (id("</tool_response>"), id("done")),
         ])
         .unwrap();
-        let sandbox = verity_verifiers::SandboxConfig::not_needed();
-        let allow = verity_core::environment::HttpAllowList::default();
+        let (sandbox, allow) = no_sandbox();
         let params =
             SamplingParams { n: 1, max_new_tokens: 8, seed: 1, ..SamplingParams::default() };
         let run = |parallel: bool| {
@@ -622,8 +609,7 @@ mod tests {
         ])
         .unwrap();
         let environment = calculator_environment(false);
-        let sandbox = verity_verifiers::SandboxConfig::not_needed();
-        let allow = verity_core::environment::HttpAllowList::default();
+        let (sandbox, allow) = no_sandbox();
         let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
         let params =
             SamplingParams { n: 2, max_new_tokens: 32, seed: 1, ..SamplingParams::default() };
@@ -671,11 +657,8 @@ mod tests {
             (done, eot),
         ])
         .unwrap();
-        let environment: Environment =
-            serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}]}))
-                .unwrap();
-        let sandbox = verity_verifiers::SandboxConfig::not_needed();
-        let allow = verity_core::environment::HttpAllowList::default();
+        let environment = calculator_environment(false);
+        let (sandbox, allow) = no_sandbox();
         let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
         let params =
             SamplingParams { n: 2, max_new_tokens: 8, seed: 5, ..SamplingParams::default() };
@@ -751,11 +734,8 @@ mod tests {
         // (a seed whose random model emits `</tool_call>` now and then)
         let model = crate::testing::tiny_model(Family::Llama, 1).unwrap();
         let tokenizer = tiny_tool_tokenizer().unwrap();
-        let environment: Environment =
-            serde_json::from_value(json!({"max_turns": 3, "tools": [{"type": "calculator"}]}))
-                .unwrap();
-        let sandbox = verity_verifiers::SandboxConfig::not_needed();
-        let allow = verity_core::environment::HttpAllowList::default();
+        let environment = calculator_environment(false);
+        let (sandbox, allow) = no_sandbox();
         let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
         let params =
             SamplingParams { n: 16, max_new_tokens: 24, seed: 3, ..SamplingParams::default() };

@@ -86,44 +86,62 @@ pub fn call(
     ToolReply::error(format!("the endpoint failed after {} attempts: {last}", endpoint.retries + 1))
 }
 
+/// Test servers' side of one HTTP exchange on loopback.
+#[cfg(test)]
+pub(crate) mod exchange {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+
+    /// Reads one request: its request line and its body.
+    pub fn read_request(stream: &TcpStream) -> (String, String) {
+        let mut reader = BufReader::new(stream);
+        let (mut first, mut length) = (String::new(), 0);
+        reader.read_line(&mut first).ok();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).ok();
+        (first, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Answers with `status` and `text`, closing the connection.
+    pub fn answer(mut stream: &TcpStream, status: u16, text: &str) {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            text.len()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::exchange::{answer, read_request};
     use super::*;
-    use std::io::{BufRead, BufReader, Write};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    /// A one-thread HTTP server: answers each request with `answer(n, body)` (status, body),
+    /// A one-thread HTTP server: answers each request with `respond(n, body)` (status, body),
     /// `n` counting requests from 0.
-    fn serve(answer: fn(usize, &str) -> (u16, String)) -> (String, Arc<AtomicUsize>) {
+    fn serve(respond: fn(usize, &str) -> (u16, String)) -> (String, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/tool", listener.local_addr().unwrap());
         let count = Arc::new(AtomicUsize::new(0));
         let seen = count.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).ok();
+                let (_, body) = read_request(&stream);
                 let n = seen.fetch_add(1, Ordering::SeqCst);
-                let (status, text) = answer(n, &String::from_utf8_lossy(&body));
-                let mut stream = stream;
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                    text.len()
-                );
+                let (status, text) = respond(n, &body);
+                answer(&stream, status, &text);
             }
         });
         (url, count)
