@@ -207,7 +207,8 @@ mod tests {
         let inf = f32::NEG_INFINITY;
         // row 0 skipped positions 2..4 and is past them; row 1 hides nothing; row 2 is paused
         // from position 1 on (its own query is hidden too, so it sees only what came before)
-        let hidden = [vec![2..4], vec![], vec![1..usize::MAX]];
+        let one = |range: std::ops::Range<usize>| vec![range];
+        let hidden = [one(2..4), vec![], one(1..usize::MAX)];
         let m: Vec<Vec<Vec<f32>>> = attention_mask_hiding(&[0, 1, 0], &hidden, 5, 1, &Device::Cpu)
             .unwrap()
             .to_vec3()
@@ -215,7 +216,7 @@ mod tests {
         assert_eq!(m[0][0], [0.0, 0.0, inf, inf, 0.0, 0.0]);
         assert_eq!(m[1][0], [inf, 0.0, 0.0, 0.0, 0.0, 0.0]);
         assert_eq!(m[2][0], [0.0, inf, inf, inf, inf, inf]);
-        let alone = attention_mask_hiding(&[0], &[vec![0..usize::MAX]], 2, 1, &Device::Cpu);
+        let alone = attention_mask_hiding(&[0], &[one(0..usize::MAX)], 2, 1, &Device::Cpu);
         let alone: Vec<Vec<Vec<f32>>> = alone.unwrap().to_vec3().unwrap();
         assert_eq!(alone[0][0], [inf, inf, 0.0], "a query that would see nothing sees itself");
     }
