@@ -167,12 +167,31 @@ impl Live<'_> {
 
 impl EpisodeRunner<'_> {
     /// Samples `params.n` episodes for each prompt (prompt-major order). `params.max_new_tokens`
-    /// bounds each assistant turn.
+    /// bounds each assistant turn. With `params.max_batch_rows`, the prompts decode in batches of
+    /// at most that many episodes (whole groups, one batch after another), so memory stays
+    /// bounded however many prompts come (an evaluation's); each episode draws the same random
+    /// stream as in one batch.
     pub fn run(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
-        crate::kernels::on_pool(|| self.run_on_pool(prompts, params))
+        let per_batch = match params.max_batch_rows {
+            0 => prompts.len().max(1),
+            rows => (rows / params.n.max(1)).max(1),
+        };
+        crate::kernels::on_pool(|| {
+            let mut episodes = Vec::with_capacity(prompts.len() * params.n);
+            for (k, chunk) in prompts.chunks(per_batch).enumerate() {
+                episodes.extend(self.run_batch(chunk, k * per_batch, params)?);
+            }
+            Ok(episodes)
+        })
     }
 
-    fn run_on_pool(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
+    /// Samples the episodes of `prompts`, the first being prompt `first` of the whole run.
+    fn run_batch(
+        &self,
+        prompts: &[Vec<u32>],
+        first: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<Episode>> {
         if params.n == 0 || params.max_new_tokens == 0 {
             return Err(WorkerError::InvalidArgument(
                 "n and max_new_tokens must be at least 1".into(),
@@ -198,7 +217,7 @@ impl EpisodeRunner<'_> {
             .map(|r| {
                 Some(Live {
                     episode: Episode {
-                        prompt_index: r / g,
+                        prompt_index: first + r / g,
                         sample_index: r % g,
                         token_ids: Vec::new(),
                         logprobs: Vec::new(),
@@ -208,7 +227,7 @@ impl EpisodeRunner<'_> {
                         end: EpisodeEnd::TokenBudget,
                         tool_limit: None,
                     },
-                    rng: sequence_rng(params.seed, r / g, r % g),
+                    rng: sequence_rng(params.seed, first + r / g, r % g),
                     tools: EpisodeTools::new(self.environment, self.host),
                     fed: 0,
                     turn_start: 0,
@@ -631,6 +650,42 @@ mod tests {
             assert_eq!(sample.output_text, "done");
             assert_eq!(sample.extra["messages"][0]["content"], "", "a call list says nothing else");
         }
+    }
+
+    /// With `max_batch_rows`, the prompts decode one batch of whole groups after another: the
+    /// greedy episodes are those of a single batch, prompt indices run on across batches, and
+    /// each prompt keeps its own random stream (the same text in two batches samples
+    /// differently).
+    #[test]
+    fn episodes_decode_in_batches_of_max_batch_rows() {
+        let model = crate::testing::tiny_model(Family::Llama, 1).unwrap();
+        let tokenizer = tiny_tool_tokenizer().unwrap();
+        let environment = calculator_environment(false);
+        let (sandbox, allow) = no_sandbox();
+        let runner = runner(&model, &tokenizer, &environment, &sandbox, &allow);
+        let prompts = vec![vec![1u32, 10, 11], vec![1u32, 20, 21], vec![1u32, 10, 11]];
+        let greedy = SamplingParams {
+            n: 4,
+            max_new_tokens: 16,
+            temperature: 0.0,
+            seed: 3,
+            ..SamplingParams::default()
+        };
+        let seen = |episodes: &[Episode]| -> Vec<(usize, usize, Vec<u32>)> {
+            episodes.iter().map(|e| (e.prompt_index, e.sample_index, e.token_ids.clone())).collect()
+        };
+        let together = runner.run(&prompts, &greedy).unwrap();
+        let batched =
+            runner.run(&prompts, &SamplingParams { max_batch_rows: 4, ..greedy.clone() }).unwrap();
+        assert_eq!(seen(&together), seen(&batched));
+        let sampled = SamplingParams { temperature: 1.0, max_batch_rows: 4, ..greedy };
+        let episodes = runner.run(&prompts, &sampled).unwrap();
+        let order: Vec<usize> = episodes.iter().map(|e| e.prompt_index).collect();
+        assert_eq!(order, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+        let tokens = |p: usize| -> Vec<Vec<u32>> {
+            episodes.iter().filter(|e| e.prompt_index == p).map(|e| e.token_ids.clone()).collect()
+        };
+        assert_ne!(tokens(0), tokens(2), "one random stream per prompt, not per batch");
     }
 
     /// A Llama 3 episode through the engine, on a scripted model: the call is a whole turn of
