@@ -5,10 +5,9 @@
 //! ([`DecodeBatch::pause`]: it keeps its row, and the positions written while it waits are
 //! hidden from it), and its calls run on a thread of their own while the other episodes keep
 //! decoding; when they return, the episode resumes and the results, wrapped in the template's
-//! tool turn, are fed into its cache rows one token per step,
-//! in the same forwards in which the other episodes keep sampling — the history is never
-//! prefilled again. Fed tokens are not the model's: their mask is 0 and they carry no
-//! log-probability.
+//! tool turn, are fed into its cache rows one token per step, in the same forwards in which the
+//! other episodes keep sampling — the history is never prefilled again. Fed tokens are not the
+//! model's: their mask is 0 and they carry no log-probability.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -8,8 +8,7 @@
 //! position, so no cache is copied for it.
 
 use super::compact::CompactWeights;
-use super::inputs::PaddedBatch;
-use super::inputs::VisibleKeys;
+use super::inputs::{PaddedBatch, VisibleKeys};
 use super::kv_cache::KvCache;
 use super::Transformer;
 use crate::error::{Result, WorkerError};
