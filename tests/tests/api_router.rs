@@ -272,6 +272,13 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
             ),
             "method.reinforcement.environment.tools[0].limits.timeout_ms",
         ),
+        (
+            with(
+                "method",
+                json!({"type": "reinforcement", "reinforcement": {"grader": method()["reinforcement"]["grader"].clone(), "environment": {"tools": [{"type": "calculator"}], "parallel_tool_calls": "yes"}}}),
+            ),
+            "method.reinforcement.environment.parallel_tool_calls",
+        ),
         (with("suffix", json!("has space")), "suffix"),
         (with("metadata", json!({"k": 1})), "metadata.k"),
         (with("metadata", json!({"k": "v".repeat(513)})), "metadata.k"),

@@ -6,6 +6,7 @@ use crate::api::files::jsonl::{JsonlValidator, LineError, RowFormat};
 use crate::api::state::AppState;
 use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
+use verity_core::environment::Environment;
 use verity_core::files::FileRecord;
 use verity_core::spec::{Hyperparameters, Method, MethodKind, TuningHyperparameters};
 use verity_verifiers::Grader;
@@ -21,10 +22,12 @@ pub fn validate_grader(grader: &Value) -> Result<Grader, ApiError> {
     crate::api::graders::parse_grader("method.reinforcement.grader", grader)
 }
 
-/// Parses a hyperparameters object at JSON path `at`, naming the offending field's path when
-/// one fails (`method.reinforcement.hyperparameters.compute_multiplier`, or the object for an
-/// unknown field).
-fn parse_hyperparameters<T: serde::de::DeserializeOwned>(at: &str, value: Value) -> ApiResult<T> {
+/// Parses an object of the method (its hyperparameters, a tool environment) at JSON path `at`,
+/// naming the offending field's path when one fails
+/// (`method.reinforcement.hyperparameters.compute_multiplier`, or the object for an unknown
+/// field). The method as a whole is an internally tagged enum, through which serde loses the
+/// path, so its objects are parsed on their own first.
+fn parse_at<T: serde::de::DeserializeOwned>(at: &str, value: Value) -> ApiResult<T> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let param =
@@ -131,10 +134,13 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
     // Name the hyperparameter when it is what fails to parse, else the method's object.
     match kind {
         MethodKind::Reinforcement => {
-            parse_hyperparameters::<Hyperparameters>(&at, hyperparameters)?;
+            parse_at::<Hyperparameters>(&at, hyperparameters)?;
+            if let Some(environment) = settings.get("environment").filter(|e| !e.is_null()) {
+                parse_at::<Environment>("method.reinforcement.environment", environment.clone())?;
+            }
         }
         MethodKind::Supervised | MethodKind::Dpo => {
-            parse_hyperparameters::<TuningHyperparameters>(&at, hyperparameters)?;
+            parse_at::<TuningHyperparameters>(&at, hyperparameters)?;
         }
     }
     let parsed: Method = serde_json::from_value(method.clone())
