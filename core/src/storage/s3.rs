@@ -70,13 +70,24 @@ fn s3_error(op: &'static str, key: &str, err: impl std::error::Error) -> Storage
     StorageError::S3 { op, key: key.to_string(), message: DisplayErrorContext(err).to_string() }
 }
 
+/// The HTTPS client of S3 and of the credential chain (instance metadata, STS): rustls on ring
+/// with the platform's root certificates, as the SDK's default client but without aws-lc.
+fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
 impl S3Store {
     /// Builds a client from `options` and the standard AWS configuration chain.
     pub async fn connect(options: S3Options) -> Result<S3Store, StorageError> {
         if options.bucket.is_empty() {
             return Err(StorageError::Config("S3 bucket name is empty".to_string()));
         }
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        let mut loader =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https_client());
         if let Some(region) = &options.region {
             loader = loader.region(Region::new(region.clone()));
         }
