@@ -1,15 +1,17 @@
 //! The embedding model of `text_similarity` with `cosine`: a BERT-family sentence-transformers
-//! folder run with candle-transformers' BERT on the CPU, mean pooling of the last hidden states
+//! folder run with Verity's BERT encoder ([`bert`]) on the CPU, mean pooling of the last hidden states
 //! over the attention mask and L2 normalisation (as sentence-transformers' all-MiniLM-L6-v2),
 //! and [`configured`], the process's model (`VERITY_EMBEDDING_MODEL`), loaded once on first use.
+
+pub mod bert;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use bert::{Bert, BertConfig};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use verity_verifiers::{EmbedError, Embedder, Embedding, Grader, SharedEmbedder};
 
 /// The setting naming the embedding model folder (server, worker and CLI alike).
@@ -41,7 +43,7 @@ pub enum EmbeddingModelError {
 /// A BERT sentence-embedding model on the CPU.
 pub struct BertEmbedder {
     name: String,
-    model: BertModel,
+    model: Bert,
     tokenizer: tokenizers::Tokenizer,
     max_tokens: usize,
     cache: Mutex<HashMap<String, Embedding>>,
@@ -68,7 +70,7 @@ impl BertEmbedder {
             std::fs::read_to_string(dir.join(name))
                 .map_err(|e| load_error(dir, format!("{name}: {e}")))
         };
-        let config: Config = serde_json::from_str(&read("config.json")?)
+        let config: BertConfig = serde_json::from_str(&read("config.json")?)
             .map_err(|e| load_error(dir, format!("config.json: {e}")))?;
         let max_tokens = match dir.join("sentence_bert_config.json").is_file() {
             true => serde_json::from_str::<serde_json::Value>(&read("sentence_bert_config.json")?)
@@ -91,7 +93,7 @@ impl BertEmbedder {
         let vb =
             unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
                 .map_err(|e| load_error(dir, format!("model.safetensors: {e}")))?;
-        let model = BertModel::load(vb, &config).map_err(|e| load_error(dir, e))?;
+        let model = Bert::load(vb, &config).map_err(|e| load_error(dir, e))?;
         let name = dir
             .file_name()
             .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -141,7 +143,7 @@ impl BertEmbedder {
             let shape = (rows.len(), width);
             let ids = Tensor::from_vec(flat_ids, shape, &Device::Cpu)?;
             let mask = Tensor::from_vec(flat_mask, shape, &Device::Cpu)?;
-            let hidden = self.model.forward(&ids, &ids.zeros_like()?, Some(&mask))?;
+            let hidden = self.model.forward(&ids, &mask)?;
             // mean over the real tokens, then unit length
             let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
             let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
