@@ -166,36 +166,46 @@ impl Live<'_> {
 
 impl EpisodeRunner<'_> {
     /// Samples `params.n` episodes for each prompt (prompt-major order). `params.max_new_tokens`
-    /// bounds each assistant turn. With `params.max_batch_rows`, the prompts decode in batches of
-    /// at most that many episodes (whole groups, one batch after another), so memory stays
-    /// bounded however many prompts come (an evaluation's); each episode draws the same random
-    /// stream as in one batch.
+    /// bounds each assistant turn. With `params.max_batch_rows`, at most that many episodes
+    /// hold a batch row at once (an episode in a tool call keeps its row): the other prompts
+    /// wait, and as soon as finished episodes leave room for a prompt's G episodes it is
+    /// prefilled and joins the running rows (continuous batching, as the plain sampler's), so
+    /// memory stays bounded however many prompts come (an evaluation's) and the long tail of
+    /// one group overlaps the next groups' decoding. Each episode draws the random stream it
+    /// would draw in one batch.
     pub fn run(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
-        let per_batch = match params.max_batch_rows {
-            0 => prompts.len().max(1),
-            rows => (rows / params.n.max(1)).max(1),
-        };
-        crate::kernels::on_pool(|| {
-            let mut episodes = Vec::with_capacity(prompts.len() * params.n);
-            for (k, chunk) in prompts.chunks(per_batch).enumerate() {
-                episodes.extend(self.run_batch(chunk, k * per_batch, params)?);
-            }
-            Ok(episodes)
-        })
-    }
-
-    /// Samples the episodes of `prompts`, the first being prompt `first` of the whole run.
-    fn run_batch(
-        &self,
-        prompts: &[Vec<u32>],
-        first: usize,
-        params: &SamplingParams,
-    ) -> Result<Vec<Episode>> {
         if params.n == 0 || params.max_new_tokens == 0 {
             return Err(WorkerError::InvalidArgument(
                 "n and max_new_tokens must be at least 1".into(),
             ));
         }
+        crate::kernels::on_pool(|| self.run_continuous(prompts, params))
+    }
+
+    /// A fresh episode of prompt `prompt`'s sample `sample`.
+    fn start_episode(&self, prompt: usize, sample: usize, seed: u64) -> Live<'_> {
+        Live {
+            episode: Episode {
+                prompt_index: prompt,
+                sample_index: sample,
+                token_ids: Vec::new(),
+                logprobs: Vec::new(),
+                model_mask: Vec::new(),
+                turns: Vec::new(),
+                tool_calls: Vec::new(),
+                end: EpisodeEnd::TokenBudget,
+                tool_limit: None,
+            },
+            rng: sequence_rng(seed, prompt, sample),
+            tools: EpisodeTools::new(self.environment, self.host),
+            fed: 0,
+            turn_start: 0,
+            calling: false,
+            done: false,
+        }
+    }
+
+    fn run_continuous(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
         let tokenizer = self.tokenizer;
         let format = ToolFormat::of(tokenizer);
         let budget = self.environment.max_episode_tokens(params.max_new_tokens);
@@ -207,39 +217,16 @@ impl EpisodeRunner<'_> {
         } else {
             None
         };
-        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        let (mut batch, prompt_logits) =
-            DecodeBatch::prefill(self.model, &refs, pad, budget, compact)?;
         let g = params.n;
-        // `None` while the episode's calls run on their thread
-        let mut live: Vec<Option<Live>> = (0..prompts.len() * g)
-            .map(|r| {
-                Some(Live {
-                    episode: Episode {
-                        prompt_index: first + r / g,
-                        sample_index: r % g,
-                        token_ids: Vec::new(),
-                        logprobs: Vec::new(),
-                        model_mask: Vec::new(),
-                        turns: Vec::new(),
-                        tool_calls: Vec::new(),
-                        end: EpisodeEnd::TokenBudget,
-                        tool_limit: None,
-                    },
-                    rng: sequence_rng(params.seed, first + r / g, r % g),
-                    tools: EpisodeTools::new(self.environment, self.host),
-                    fed: 0,
-                    turn_start: 0,
-                    calling: false,
-                    done: false,
-                })
-            })
-            .collect();
-        let expand: Vec<usize> = (0..live.len()).map(|r| r / g).collect();
-        batch.select_rows(&expand)?;
-        // the episode each batch row holds, and each row's next-token logits
-        let mut rows: Vec<usize> = (0..live.len()).collect();
-        let mut logits: Vec<Vec<f32>> = expand.iter().map(|&p| prompt_logits[p].clone()).collect();
+        let limit = match params.max_batch_rows {
+            0 => usize::MAX,
+            rows => rows.max(g),
+        };
+        // every admitted episode, prompt-major (`None` while its calls run on their thread)
+        let mut live: Vec<Option<Live>> = Vec::with_capacity(prompts.len() * g);
+        let mut rows = Rows::default();
+        // prompts `next..` wait for room
+        let mut next = 0;
         let parallel = self.environment.parallel_tool_calls;
         let stop_len =
             params.stop_strings.iter().map(String::len).max().unwrap_or(0).max(CALL_CLOSE.len());
@@ -248,8 +235,8 @@ impl EpisodeRunner<'_> {
             let mut calls: Vec<(usize, ScopedJoinHandle<'_, Result<Live>>)> = Vec::new();
             loop {
                 // 1. Sample for every episode whose last fed token was its newest one.
-                let mut row_live = rows_of(&mut live, &rows);
-                row_live.par_iter_mut().zip(logits.par_iter()).try_for_each(
+                let mut row_live = rows_of(&mut live, &rows.episodes);
+                row_live.par_iter_mut().zip(rows.logits.par_iter()).try_for_each(
                     |(seq, row_logits)| -> Result<()> {
                         let Some(seq) = seq else { return Ok(()) };
                         if seq.done || seq.fed < seq.episode.token_ids.len() {
@@ -291,7 +278,8 @@ impl EpisodeRunner<'_> {
                 // 2. Calls that closed in this step start, each on its own thread; their rows
                 // pause (they stay in the batch, fed placeholders they never see) while the
                 // other episodes keep decoding.
-                for (k, &index) in rows.iter().enumerate() {
+                for k in 0..rows.episodes.len() {
+                    let index = rows.episodes[k];
                     let Some(seq) = live[index].as_mut().filter(|l| l.calling && !l.done) else {
                         continue;
                     };
@@ -302,7 +290,7 @@ impl EpisodeRunner<'_> {
                         continue;
                     }
                     let Some(seq) = live[index].take() else { continue };
-                    batch.pause(k)?;
+                    rows.batch()?.pause(k)?;
                     let wake = wake.clone();
                     let handle = scope.spawn(move || {
                         let seq = self.call_tool(seq, format, budget);
@@ -312,51 +300,75 @@ impl EpisodeRunner<'_> {
                     calls.push((index, handle));
                 }
                 // 3. Episodes whose calls returned resume, their tool turn queued to be fed;
-                // when nothing is left to decode, wait for a call to return.
-                loop {
+                // when nothing is left to decode and no waiting prompt fits, wait for a call.
+                let (decoding, admit) = loop {
                     while let Some(k) = calls.iter().position(|(_, handle)| handle.is_finished()) {
                         let (index, handle) = calls.swap_remove(k);
                         let seq = handle.join().map_err(|_| {
                             WorkerError::InvalidArgument("a tool thread panicked".into())
                         })??;
                         if !seq.done {
-                            if let Some(row) = rows.iter().position(|&r| r == index) {
-                                batch.resume(row)?;
+                            if let Some(row) = rows.episodes.iter().position(|&r| r == index) {
+                                rows.batch()?.resume(row)?;
                             }
                         }
                         live[index] = Some(seq);
                     }
-                    let decoding = rows.iter().any(|&r| live[r].as_ref().is_some_and(|l| !l.done));
-                    if decoding {
-                        break;
+                    let holding = |r: &usize| live[*r].as_ref().is_none_or(|l| !l.done);
+                    let decoding =
+                        rows.episodes.iter().any(|&r| live[r].as_ref().is_some_and(|l| !l.done));
+                    let free = limit - rows.episodes.iter().filter(|r| holding(r)).count();
+                    let admit = if next < prompts.len() { free / g } else { 0 };
+                    let admit = admit.min(prompts.len() - next);
+                    if decoding || admit > 0 {
+                        break (decoding, admit);
                     }
                     if calls.is_empty() {
                         return Ok(());
                     }
                     let _ = woken.recv_timeout(std::time::Duration::from_millis(20));
-                }
-                // 4. Drop finished episodes from the batch now and then (an episode in a call
-                // keeps its row); feed the rest one token.
-                let still: Vec<usize> = (0..rows.len())
-                    .filter(|&k| live[rows[k]].as_ref().is_none_or(|l| !l.done))
+                };
+                // 4. Drop finished episodes from the batch when a waiting prompt joins, else
+                // now and then (an episode in a call keeps its row).
+                let still: Vec<usize> = (0..rows.episodes.len())
+                    .filter(|&k| live[rows.episodes[k]].as_ref().is_none_or(|l| !l.done))
                     .collect();
-                let dead = rows.len() - still.len();
-                if dead > 0 && dead * 8 >= rows.len() {
-                    batch.select_rows(&still)?;
-                    rows = still.iter().map(|&k| rows[k]).collect();
+                let dead = rows.episodes.len() - still.len();
+                if dead > 0 && (admit > 0 || dead * 8 >= rows.episodes.len()) {
+                    rows.keep(&still, admit > 0)?;
                 }
-                let ids: Vec<u32> = rows
-                    .iter()
-                    .map(|&r| match live[r].as_mut() {
-                        Some(seq) if !seq.done => {
-                            let id = seq.episode.token_ids[seq.fed];
-                            seq.fed += 1;
-                            id
-                        }
-                        _ => pad,
-                    })
-                    .collect();
-                logits = batch.step(self.model, &ids)?;
+                // 5. Feed every live episode one token.
+                if decoding {
+                    let ids: Vec<u32> = rows
+                        .episodes
+                        .iter()
+                        .map(|&r| match live[r].as_mut() {
+                            Some(seq) if !seq.done => {
+                                let id = seq.episode.token_ids[seq.fed];
+                                seq.fed += 1;
+                                id
+                            }
+                            _ => pad,
+                        })
+                        .collect();
+                    rows.logits = rows.batch()?.step(self.model, &ids)?;
+                }
+                // 6. Waiting prompts that fit are prefilled together and join.
+                if admit > 0 {
+                    let joining = &prompts[next..next + admit];
+                    let refs: Vec<&[u32]> = joining.iter().map(Vec::as_slice).collect();
+                    let (mut batch, prompt_logits) =
+                        DecodeBatch::prefill(self.model, &refs, pad, budget, compact.clone())?;
+                    let expand: Vec<usize> = (0..admit * g).map(|r| r / g).collect();
+                    batch.select_rows(&expand)?;
+                    for (r, &p) in expand.iter().enumerate() {
+                        rows.episodes.push(live.len());
+                        rows.logits.push(prompt_logits[p].clone());
+                        live.push(Some(self.start_episode(next + p, r % g, params.seed)));
+                    }
+                    rows.join(batch)?;
+                    next += admit;
+                }
             }
         })?;
         live.into_iter()
@@ -421,6 +433,48 @@ fn rows_of<'l, 'a>(
 ) -> Vec<Option<&'l mut Live<'a>>> {
     let mut by_index: Vec<Option<&mut Live<'a>>> = live.iter_mut().map(Option::as_mut).collect();
     rows.iter().map(|&r| by_index[r].take()).collect()
+}
+
+/// The decode batch's rows: the episode each row holds and its next-token logits.
+#[derive(Default)]
+struct Rows {
+    batch: Option<DecodeBatch>,
+    episodes: Vec<usize>,
+    logits: Vec<Vec<f32>>,
+}
+
+impl Rows {
+    fn batch(&mut self) -> Result<&mut DecodeBatch> {
+        self.batch.as_mut().ok_or_else(|| WorkerError::InvalidArgument("no rows to decode".into()))
+    }
+
+    /// Keeps rows `keep` (in order) with their logits; `trim` also drops the front padding no
+    /// kept row needs (rows that joined later are padded in front).
+    fn keep(&mut self, keep: &[usize], trim: bool) -> Result<()> {
+        self.episodes = keep.iter().map(|&k| self.episodes[k]).collect();
+        self.logits = keep.iter().map(|&k| std::mem::take(&mut self.logits[k])).collect();
+        if keep.is_empty() {
+            self.batch = None;
+            return Ok(());
+        }
+        let batch = self.batch()?;
+        batch.select_rows(keep)?;
+        if trim {
+            batch.trim()?;
+        }
+        Ok(())
+    }
+
+    /// Appends the rows of a newly prefilled batch (their episodes and logits already pushed).
+    fn join(&mut self, joining: DecodeBatch) -> Result<()> {
+        match self.batch.as_mut() {
+            Some(batch) => batch.append(joining),
+            None => {
+                self.batch = Some(joining);
+                Ok(())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -651,12 +705,12 @@ mod tests {
         }
     }
 
-    /// With `max_batch_rows`, the prompts decode one batch of whole groups after another: the
-    /// greedy episodes are those of a single batch, prompt indices run on across batches, and
-    /// each prompt keeps its own random stream (the same text in two batches samples
+    /// With `max_batch_rows`, waiting prompts join the running rows as episodes finish: the
+    /// greedy episodes are those of a single batch, prompt indices run on across admissions,
+    /// and each prompt keeps its own random stream (the same text admitted twice samples
     /// differently).
     #[test]
-    fn episodes_decode_in_batches_of_max_batch_rows() {
+    fn waiting_prompts_join_as_rows_finish() {
         let model = crate::testing::tiny_model(Family::Llama, 1).unwrap();
         let tokenizer = tiny_tool_tokenizer().unwrap();
         let environment = calculator_environment(false);
@@ -722,7 +776,15 @@ mod tests {
         let mut want = vec![tag, call, eom];
         want.extend(&fed);
         want.extend([done, eot]);
-        for episode in &episodes {
+        // three prompts through two rows: the later groups join while the earlier ones'
+        // calls run, and every episode is the same
+        let two_rows = SamplingParams { max_batch_rows: 2, ..params.clone() };
+        let through_two_rows = runner.run(&[vec![1, go], vec![1, go], vec![1, go]], &two_rows);
+        let through_two_rows = through_two_rows.unwrap();
+        let order: Vec<(usize, usize)> =
+            through_two_rows.iter().map(|e| (e.prompt_index, e.sample_index)).collect();
+        assert_eq!(order, [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]);
+        for episode in episodes.iter().chain(&through_two_rows) {
             assert_eq!(episode.token_ids, want);
             assert_eq!(episode.end, EpisodeEnd::Answer);
             assert_eq!(
