@@ -205,7 +205,11 @@ impl EpisodeRunner<'_> {
         }
     }
 
-    fn run_continuous(&self, prompts: &[Vec<u32>], params: &SamplingParams) -> Result<Vec<Episode>> {
+    fn run_continuous(
+        &self,
+        prompts: &[Vec<u32>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Episode>> {
         let tokenizer = self.tokenizer;
         let format = ToolFormat::of(tokenizer);
         let budget = self.environment.max_episode_tokens(params.max_new_tokens);
