@@ -136,7 +136,9 @@ impl Bert {
         if let Some(kind) = config.position_embedding_type.as_deref().filter(|k| *k != "absolute") {
             candle_core::bail!("position_embedding_type {kind:?} is not supported (only absolute)");
         }
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0
+            || !config.hidden_size.is_multiple_of(config.num_attention_heads)
+        {
             candle_core::bail!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 config.hidden_size,
