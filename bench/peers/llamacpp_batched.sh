@@ -5,9 +5,9 @@
 set -euo pipefail
 bin=$1 gguf=$2 threads=$3
 "$bin" -m "$gguf" -c 2048 -b 512 -ub 512 -npp 32 -ntg 64 -npl 1,8 -t "$threads" -tb "$threads" \
-  --output-format jsonl 2>/dev/null | python3 -c '
+  --output-format jsonl 2>&1 | python3 -c '
 import json, sys
-rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{\"n_kv_max")]
 speed = {r["pl"]: r["speed_tg"] for r in rows}
 print("SUMMARY " + json.dumps({"b1_tok_s": round(speed[1], 1), "b8_tok_s": round(speed[8], 1), "threads": int(sys.argv[1])}))
 ' "$threads"
