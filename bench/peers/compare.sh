@@ -14,6 +14,7 @@
 set -euo pipefail
 verity=$1 hf=$2 ggufs=$3 reps=${4:-3} out=${5:-bench-compare-$(date +%Y%m%d-%H%M%S)}
 py=${PEER_PY:-/tmp/peer-venv/bin/python} threads=${THREADS:-2}
+export PEER_MODEL=$hf  # the peer scripts' model folder
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mkdir -p "$out" && cd "$out" && pwd)
 log() { echo "compare: $*" >&2; }
@@ -47,7 +48,7 @@ for round in $(seq 1 "$reps"); do
     fi
   done
   record verity-grpo-step "$verity" bench grpo-step --model "$hf" --prompts 1 --group 8 --max-tokens 64 --steps 3
-  (cd "$out" && export PEER_MODEL="$hf" && record trl-grpo-step "$py" "$here/grpo_bench.py" --threads "$threads" --max-steps 4 --out "$out/grpo_out")
+  (cd "$out" && record trl-grpo-step "$py" "$here/grpo_bench.py" --threads "$threads" --max-steps 4 --out "$out/grpo_out")
 done
 log "done: $out/results.txt"
 "$py" "$here/compare_summary.py" "$out/results.txt" | tee "$out/summary.md"
