@@ -10,7 +10,9 @@
 //! for a waiting prompt's G samples, the waiting prompts that fit are prefilled together and
 //! join the running rows ([`DecodeBatch::append`]), so the long tail of one prompt's samples
 //! overlaps the next prompts' decoding instead of idling the batch. With the default 0 every
-//! prompt is prefilled at once, as before.
+//! prompt is prefilled at once, as before. [`sample_stream`] lets the queue grow while it
+//! decodes: each prompt's samples are handed over as soon as they have all ended, and the caller
+//! may add prompts then (DAPO's dynamic sampling refills the batch this way).
 
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
@@ -225,6 +227,31 @@ pub fn sample_with_progress(
     run.sample(prompts)
 }
 
+/// Told that all samples of the prompt at a stream index have ended (in sample order); returns
+/// the prompts to add to the stream.
+pub type GroupSink<'a, E> =
+    dyn FnMut(usize, Vec<Completion>) -> std::result::Result<Vec<Vec<u32>>, E> + Send + 'a;
+
+/// Samples `params.n` completions of a stream of prompts with continuous batching: it starts
+/// with `prompts`; as soon as every sample of a prompt has ended, the prompt's completions go to
+/// `on_group` with its index in the stream, and the prompts `on_group` returns join the queue,
+/// taking rows as they free up (at most `params.max_batch_rows`). Sampling ends when no row is
+/// live and no prompt waits. Sequence RNGs are keyed by stream index, as in [`sample`]: the
+/// first prompts sample what [`sample`] gives them, whatever joins later.
+pub fn sample_stream<E: From<WorkerError> + Send>(
+    model: &Transformer,
+    prompts: Vec<Vec<u32>>,
+    params: &SamplingParams,
+    (eos_ids, pad_id): (&[u32], u32),
+    (tokenizer, progress): (Option<&ChatTokenizer>, Option<&(dyn Fn(usize) + Sync)>),
+    on_group: &mut GroupSink<'_, E>,
+) -> std::result::Result<(), E> {
+    let rng = |p: usize, s: usize| sequence_rng(params.seed, p, s);
+    let run = Run { model, params, eos_ids, pad_id, tokenizer, rng_of: &rng, progress };
+    let mut prompts = prompts;
+    run.decode(&mut prompts, Some(on_group)).map(drop)
+}
+
 fn sample_with_rngs(
     model: &Transformer,
     prompts: &[Vec<u32>],
@@ -272,8 +299,19 @@ impl Run<'_> {
 
     /// Samples every prompt through one continuous batch ([`Slots`]); results prompt-major.
     fn sample(&self, prompts: &[Vec<u32>]) -> Result<Vec<Completion>> {
-        // The whole decode runs on a pool thread (see `kernels::on_pool`).
-        crate::kernels::on_pool(|| -> Result<Vec<Completion>> {
+        let seqs = self.decode::<WorkerError>(&mut prompts.to_vec(), None)?;
+        Ok(seqs.into_iter().map(Sequence::into_completion).collect())
+    }
+
+    /// The decode loop: samples `params.n` sequences of every prompt, admitting waiting prompts
+    /// as rows free up. With a `sink`, each prompt whose samples have all ended is handed to it
+    /// at once, and the prompts it returns join the queue.
+    fn decode<E: From<WorkerError> + Send>(
+        &self,
+        prompts: &mut Vec<Vec<u32>>,
+        mut sink: Option<&mut GroupSink<'_, E>>,
+    ) -> std::result::Result<Vec<Sequence>, E> {
+        crate::kernels::on_pool(|| -> std::result::Result<Vec<Sequence>, E> {
             self.validate()?;
             let g = self.params.n;
             // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved,
@@ -304,9 +342,18 @@ impl Run<'_> {
                     .par_iter_mut()
                     .zip(slots.logits.par_iter())
                     .try_for_each(|(seq, logits)| seq.advance(logits, self, stop_len))?;
+                let ended = slots.count_finished(self, &seqs);
+                if let Some(sink) = sink.as_mut() {
+                    for prompt in ended {
+                        // Prompt p's samples were admitted together: sequences p·G .. (p+1)·G.
+                        let group = seqs[prompt * g..(prompt + 1) * g].iter();
+                        prompts.extend(sink(prompt, group.map(Sequence::completion).collect())?);
+                    }
+                    slots.grow(prompts.len());
+                }
                 slots.step(self, prompts, &mut seqs)?;
             }
-            Ok(seqs.into_iter().map(Sequence::into_completion).collect())
+            Ok(seqs)
         })
     }
 }
@@ -336,6 +383,16 @@ impl Sequence {
             self.finish = Some(FinishReason::Length);
         }
         Ok(())
+    }
+
+    fn completion(&self) -> Completion {
+        Completion {
+            prompt_index: self.prompt_index,
+            sample_index: self.sample_index,
+            token_ids: self.tokens.clone(),
+            logprobs: self.logprobs.clone(),
+            finish_reason: self.finish.unwrap_or(FinishReason::Length),
+        }
     }
 
     fn into_completion(self) -> Completion {
@@ -455,7 +512,6 @@ impl Slots {
     ) -> Result<()> {
         let live: Vec<usize> =
             (0..self.rows.len()).filter(|&k| seqs[self.rows[k]].finish.is_none()).collect();
-        self.count_finished(run, seqs);
         let waiting = self.next < self.prompts;
         let dead = self.rows.len() - live.len();
         let refill = waiting && self.limit - live.len() >= self.g;
@@ -484,10 +540,10 @@ impl Slots {
         Ok(())
     }
 
-    /// Counts the samples that finished this step; tells the progress hook, if any, when
-    /// more prompts have all their samples finished.
-    fn count_finished(&mut self, run: &Run<'_>, seqs: &[Sequence]) {
-        let before = self.done;
+    /// Counts the samples that finished this step and returns the prompts whose samples have
+    /// now all ended; tells the progress hook, if any, when there are such prompts.
+    fn count_finished(&mut self, run: &Run<'_>, seqs: &[Sequence]) -> Vec<usize> {
+        let mut ended = Vec::new();
         for &r in &self.rows {
             if seqs[r].finish.is_none() || self.counted[r] {
                 continue;
@@ -496,11 +552,19 @@ impl Slots {
             let prompt = seqs[r].prompt_index;
             self.finished[prompt] += 1;
             if self.finished[prompt] == self.g {
-                self.done += 1;
+                ended.push(prompt);
             }
         }
-        if let (Some(progress), true) = (run.progress, self.done > before) {
+        self.done += ended.len();
+        if let (Some(progress), false) = (run.progress, ended.is_empty()) {
             progress(self.done);
         }
+        ended
+    }
+
+    /// The queue now holds `prompts` prompts in all (a stream added some).
+    fn grow(&mut self, prompts: usize) {
+        self.prompts = prompts;
+        self.finished.resize(prompts, 0);
     }
 }

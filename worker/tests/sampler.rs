@@ -2,9 +2,9 @@
 //! log-probabilities consistent with the trainable forward, finish reasons.
 
 use verity_worker::model::compact::RolloutDtype;
-use verity_worker::sampler::{sample_seeded, sample_with_progress};
+use verity_worker::sampler::{sample_seeded, sample_stream, sample_with_progress};
 use verity_worker::testing::tiny_model;
-use verity_worker::{sample, Family, FinishReason, Kernels, SamplingParams};
+use verity_worker::{sample, Family, FinishReason, Kernels, SamplingParams, WorkerError};
 
 fn prompts() -> Vec<Vec<u32>> {
     vec![vec![5, 6, 7, 8, 9, 10], vec![11, 12], vec![13, 14, 15]]
@@ -211,4 +211,46 @@ fn continuous_batching_reports_prompts_as_they_finish() {
     let seen = seen.into_inner().unwrap();
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "grows: {seen:?}");
     assert_eq!(seen.last(), Some(&6));
+}
+
+#[test]
+fn a_stream_takes_prompts_as_groups_end_and_samples_what_sample_gives_them() {
+    let model = tiny_model(Family::Llama, 6).unwrap();
+    let all: Vec<Vec<u32>> = (0..6).map(|i| vec![10 + i, 20 + i, 30]).collect();
+    // Many EOS ids: samples end after different numbers of steps.
+    let eos: Vec<u32> = (0..12).collect();
+    for rows in [4, 0] {
+        let p = SamplingParams { n: 2, max_batch_rows: rows, ..params() };
+        let expected = sample(&model, &all, &p, &eos, 0, None).unwrap();
+        let mut handed = Vec::new();
+        let mut queued = 2;
+        // Each prompt whose samples all ended brings in the next one.
+        let mut on_group = |index: usize, group: Vec<_>| -> Result<Vec<Vec<u32>>, WorkerError> {
+            handed.push((index, group));
+            queued += 1;
+            Ok(all.get(queued - 1).cloned().into_iter().collect())
+        };
+        let first = all[..2].to_vec();
+        sample_stream(&model, first, &p, (&eos, 0), (None, None), &mut on_group).unwrap();
+        let order: Vec<usize> = handed.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order.len(), all.len(), "rows {rows}: every prompt handed over once");
+        handed.sort_by_key(|(i, _)| *i);
+        for (i, group) in &handed {
+            assert_eq!(group.len(), 2);
+            assert!(group
+                .iter()
+                .enumerate()
+                .all(|(s, c)| c.prompt_index == *i && c.sample_index == s));
+        }
+        // The same tokens; log-probs up to the rounding of another batch composition.
+        let streamed: Vec<_> = handed.into_iter().flat_map(|(_, g)| g).collect();
+        assert_eq!(streamed.len(), expected.len());
+        for (s, e) in streamed.iter().zip(&expected) {
+            assert_eq!(s.token_ids, e.token_ids, "rows {rows}, prompt {}", e.prompt_index);
+            assert_eq!(s.finish_reason, e.finish_reason);
+            for (x, y) in s.logprobs.iter().zip(&e.logprobs) {
+                assert!((x - y).abs() < 1e-4, "rows {rows}: {x} vs {y}");
+            }
+        }
+    }
 }

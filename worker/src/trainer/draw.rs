@@ -1,5 +1,6 @@
-//! Drawing a step's groups: B prompts from the data order, or (dynamic sampling) rounds of
-//! prompts until B groups have reward contrast or the cap is reached, or (partial rollouts) the
+//! Drawing a step's groups: B prompts from the data order, or (dynamic sampling) prompts until
+//! B groups have reward contrast or the cap is reached — one continuously batched stream for
+//! plain completions, rounds of prompts for tool episodes — or (partial rollouts) the
 //! groups that finish decoding this step. The synchronous step and the asynchronous pipeline's
 //! background rollout draw through the same [`Drawer`].
 
@@ -91,6 +92,9 @@ impl Drawer<'_> {
         }
         let cap = self.hp.max_groups_drawn.unwrap_or(3 * batch);
         let mut sampler = DynamicSampler::new(batch, cap)?;
+        if self.rollout.environment.is_none() {
+            times.add(self.draw_stream(order, &mut sampler, &params(0))?);
+        }
         let mut round = 0u64;
         while sampler.needs_more() {
             let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
@@ -119,6 +123,33 @@ impl Drawer<'_> {
         }
         groups.truncate(batch);
         Ok(Drawn { groups, groups_drawn: outcome.groups_drawn, times, oldest_policy_step: None })
+    }
+
+    /// Dynamic sampling as one stream (continuous batching): starts as many groups as the batch
+    /// misses; each group is graded as soon as its samples end, and every group dropped for
+    /// want of contrast is replaced at once by the next prompt, which joins the rows still
+    /// decoding. The same prompts are drawn, in the same order, as by rounds; prompt k of the
+    /// stream samples with the stream's seed and index k, so the first `batch_size` groups are
+    /// those of the first round.
+    fn draw_stream(
+        &self,
+        order: &mut DataOrder,
+        sampler: &mut DynamicSampler<Group>,
+        params: &SamplingParams,
+    ) -> Result<RolloutTimes> {
+        let first: Vec<usize> = (0..sampler.groups_missing().min(sampler.draws_left()))
+            .map(|_| order.next_index())
+            .collect();
+        let mut in_flight = first.len();
+        self.rollout.run_stream(self.examples, &first, params, &mut |group| {
+            in_flight -= 1;
+            let rewards = group.rewards();
+            let _ = sampler.offer(group, &rewards);
+            let budget = sampler.draws_left().saturating_sub(in_flight);
+            let start = sampler.groups_missing().saturating_sub(in_flight).min(budget);
+            in_flight += start;
+            Ok((0..start).map(|_| order.next_index()).collect())
+        })
     }
 
     /// Partial rollouts: continues the unfinished completions of the `carried` groups and

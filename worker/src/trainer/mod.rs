@@ -7,6 +7,8 @@ pub mod bench;
 pub mod chat_rows;
 pub mod dataset;
 pub mod draw;
+#[cfg(test)]
+mod dynamic_tests;
 pub mod environment;
 pub mod error;
 pub mod eval;

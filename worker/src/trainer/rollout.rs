@@ -6,7 +6,9 @@ use super::phase::{tell, Phase, PhaseObserver};
 use crate::episodes::tools::ToolHost;
 use crate::episodes::{grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
-use crate::sampler::{sample_with_progress, Completion, FinishReason, SamplingParams};
+use crate::sampler::{
+    sample_stream, sample_with_progress, Completion, FinishReason, SamplingParams,
+};
 use crate::tokenizer::ChatTokenizer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -154,6 +156,54 @@ impl Rollout<'_> {
         let tokens = completions.iter().map(|c| c.token_ids.len()).sum();
         let (groups, grading) = self.grade(rows, examples, params.n, completions, episodes)?;
         Ok((groups, RolloutTimes { sampling, grading, tokens }))
+    }
+
+    /// Samples and grades plain completions (no tool environment) of a stream of examples with
+    /// continuous batching: it starts with `first` (row indices into `rows`); each group is
+    /// graded as soon as its `params.n` samples have ended and handed to `next`, whose returned
+    /// examples are sampled next, joining the rows still decoding. Sampling seconds exclude the
+    /// grading done in between.
+    pub fn run_stream(
+        &self,
+        rows: &[Example],
+        first: &[usize],
+        params: &SamplingParams,
+        next: &mut (dyn FnMut(Group) -> Result<Vec<usize>> + Send),
+    ) -> Result<RolloutTimes> {
+        if self.environment.is_some() {
+            return Err(TrainerError::Config("tool episodes are not sampled as a stream".into()));
+        }
+        tell(self.phases, Phase::Sampling);
+        let started = Instant::now();
+        let prompt_of = |i: &usize| rows[*i].prompt_ids.clone();
+        let mut examples = first.to_vec();
+        let mut times = RolloutTimes::default();
+        sample_stream(
+            self.model,
+            first.iter().map(prompt_of).collect(),
+            params,
+            (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
+            (Some(self.tokenizer), self.sampled),
+            &mut |index, mut completions| -> Result<Vec<Vec<u32>>> {
+                times.tokens += completions.iter().map(|c| c.token_ids.len()).sum::<usize>();
+                // `grade` names the example by `prompt_index` into the slice it is given.
+                completions.iter_mut().for_each(|c| c.prompt_index = 0);
+                let example = [examples[index]];
+                let (groups, grading) =
+                    self.grade(rows, &example, params.n, completions, vec![])?;
+                times.grading += grading;
+                tell(self.phases, Phase::Sampling);
+                let mut added = Vec::new();
+                for mut group in groups {
+                    group.completions.iter_mut().for_each(|c| c.prompt_index = index);
+                    added.extend(next(group)?);
+                }
+                examples.extend(&added);
+                Ok(added.iter().map(prompt_of).collect())
+            },
+        )?;
+        times.sampling = started.elapsed().as_secs_f64() - times.grading;
+        Ok(times)
     }
 
     /// Grades sampled completions into groups: `n` per example, prompt-major, each naming its
