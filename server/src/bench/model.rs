@@ -105,6 +105,9 @@ pub struct GrpoStepArgs {
     /// Partial rollouts: tokens decoded per completion and step (unfinished groups carry over).
     #[arg(long = "partial-rollout-tokens")]
     pub partial_rollout_tokens: Option<usize>,
+    /// DAPO dynamic sampling: replace groups without reward contrast (up to 3× the batch).
+    #[arg(long = "dynamic-sampling")]
+    pub dynamic_sampling: bool,
 }
 
 /// Options of `verity bench graders`.
@@ -170,6 +173,7 @@ pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
         rollout_dtype: args.rollout_dtype,
         max_staleness: args.max_staleness,
         partial_rollout_tokens: args.partial_rollout_tokens,
+        dynamic_sampling: args.dynamic_sampling,
     };
     print_blocking(move || Ok(verity_worker::trainer::bench_grpo_step(&model, shape, recipe)?))
         .await

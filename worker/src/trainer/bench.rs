@@ -48,6 +48,9 @@ pub struct GrpoBenchRecipe {
     pub max_staleness: u32,
     /// Partial rollouts: tokens decoded per completion and step.
     pub partial_rollout_tokens: Option<usize>,
+    /// DAPO dynamic sampling: groups without reward contrast are replaced (at most 3× the batch
+    /// drawn per step).
+    pub dynamic_sampling: bool,
 }
 
 /// Runs `steps` GRPO steps (β = 0, full fine-tuning) of `prompts` prompts × `group` samples of
@@ -61,7 +64,8 @@ pub fn bench_grpo_step(
     (prompts, group, max_tokens, steps): (usize, usize, usize, usize),
     recipe: GrpoBenchRecipe,
 ) -> Result<Value> {
-    let GrpoBenchRecipe { rollout_dtype, max_staleness, partial_rollout_tokens } = recipe;
+    let GrpoBenchRecipe { rollout_dtype, max_staleness, partial_rollout_tokens, dynamic_sampling } =
+        recipe;
     let loaded = bench_model.load()?;
     let described = bench_model.describe(&loaded);
     let parameters = crate::commands::model_parameters(&loaded);
@@ -82,6 +86,7 @@ pub fn bench_grpo_step(
         seed: Some(0),
         max_staleness,
         partial_rollout_tokens,
+        dynamic_sampling,
         tis_cap: (max_staleness > 0 || partial_rollout_tokens.is_some()).then_some(2.0),
         ..Hyperparameters::default()
     };
@@ -95,6 +100,7 @@ pub fn bench_grpo_step(
     let (mut total, mut sampling, mut grading, mut training, mut rewards) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut sampler_kl, mut lengths, mut trained) = (vec![], vec![], vec![]);
+    let (mut groups_drawn, mut generated_tokens) = (vec![], vec![]);
     for _ in 0..steps {
         let started = Instant::now();
         let out = trainer.train_step()?;
@@ -106,7 +112,11 @@ pub fn bench_grpo_step(
         sampler_kl.push(out.metrics.sampler_kl);
         lengths.push(out.metrics.completion_length_mean);
         trained.push(out.metrics.trained_tokens as f64);
+        groups_drawn.push(out.metrics.groups_drawn);
+        generated_tokens.push(out.metrics.generated_tokens);
     }
+    // Per step, in order (the medians below sort their vectors).
+    let (step_seconds, sampling_step_s) = (total.clone(), sampling.clone());
     let seconds = median(&mut total);
     let generated = (prompts * group) as f64 * median(&mut lengths.clone());
     let flops = (2.0 * generated + 6.0 * median(&mut trained)) * parameters as f64;
@@ -117,6 +127,7 @@ pub fn bench_grpo_step(
         "max_tokens": max_tokens,
         "steps": steps,
         "seconds_per_step": seconds,
+        "sampling_step_s": sampling_step_s,
         "sampling_s": median(&mut sampling),
         "grading_s": median(&mut grading),
         "training_s": median(&mut training),
@@ -124,7 +135,10 @@ pub fn bench_grpo_step(
         "rollout_dtype": rollout_dtype,
         "max_staleness": max_staleness,
         "partial_rollout_tokens": partial_rollout_tokens,
-        "step_seconds": total.clone(),
+        "dynamic_sampling": dynamic_sampling,
+        "groups_drawn": groups_drawn,
+        "generated_tokens": generated_tokens,
+        "step_seconds": step_seconds,
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,
         "peak_rss_mib": crate::commands::peak_rss_mib(),
