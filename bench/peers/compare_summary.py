@@ -57,9 +57,13 @@ for b in (1, 8):
         key = f"b{b}_tok_s"
         theirs = med(name, lambda r, key=key: r[key]["median"] if isinstance(r[key], dict) else r[key])
         row(f"decode, batch {b}", ours, theirs, name, "tok/s", True)
+    row(f"decode, batch {b}, bf16 weight copies (`rollout_dtype`)", med(f"verity-decode-b{b}-bf16", lambda r: r["tokens_per_s"]),
+        med("transformers", lambda r, b=b: r[f"gen_b{b}_tok_s"]["median"]), "transformers", "tok/s", True)
 row("forward + backward, 8×128 tokens", med("verity-train-step", lambda r: r["forward_s"] + r["backward_s"]),
     med("transformers", lambda r: r["fwd_bwd_8x128_s"]["median"]), "torch", "s", False)
 row("GRPO step, 1 × 8, ≤ 64 tokens", med("verity-grpo-step", lambda r: r["seconds_per_step"]),
+    med("trl-grpo-step", trl_step), "TRL", "s", False)
+row("GRPO step with bf16 rollouts", med("verity-grpo-step-bf16", lambda r: r["seconds_per_step"]),
     med("trl-grpo-step", trl_step), "TRL", "s", False)
 ours_len = med("verity-grpo-step", lambda r: statistics.median(r["completion_length_mean"]))
 trl_len_ = med("trl-grpo-step", trl_len)
