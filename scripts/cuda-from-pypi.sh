@@ -42,7 +42,9 @@ for library in "$root"/lib/lib*.so.*; do
 done
 # A link stub for the driver library: every cu* function cudarc's driver bindings declare.
 registry=${CARGO_HOME:-$HOME/.cargo}/registry/src
-bindings=$(find "$registry" -path '*cudarc-0.19*/src/driver/sys/*' -name '*.rs' 2>/dev/null | head -n 50)
+# `|| true`: on a machine whose cargo registry does not exist yet, find fails, and under pipefail
+# that would end the script here instead of fetching the crates below.
+bindings=$(find "$registry" -path '*cudarc-0.19*/src/driver/sys/*' -name '*.rs' 2>/dev/null | head -n 50 || true)
 if [ -z "$bindings" ]; then
   (cd "$(dirname "$0")/.." && cargo fetch --locked >/dev/null)
   bindings=$(find "$registry" -path '*cudarc-0.19*/src/driver/sys/*' -name '*.rs' | head -n 50)
