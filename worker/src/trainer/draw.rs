@@ -94,18 +94,8 @@ impl Drawer<'_> {
         let mut sampler = DynamicSampler::new(batch, cap)?;
         if self.rollout.environment.is_none() {
             times.add(self.draw_stream(order, &mut sampler, &params(0))?);
-        }
-        let mut round = 0u64;
-        while sampler.needs_more() {
-            let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
-            let examples: Vec<usize> = (0..count).map(|_| order.next_index()).collect();
-            let (groups, t) = self.rollout.run(self.examples, &examples, &params(round))?;
-            times.add(t);
-            for g in groups {
-                let rewards = g.rewards();
-                let _ = sampler.offer(g, &rewards);
-            }
-            round += 1;
+        } else {
+            times.add(self.draw_rounds(order, &mut sampler, &params)?);
         }
         let outcome = sampler.finish();
         if !outcome.reached_target {
@@ -150,6 +140,30 @@ impl Drawer<'_> {
             in_flight += start;
             Ok((0..start).map(|_| order.next_index()).collect())
         })
+    }
+
+    /// Dynamic sampling in rounds (tool episodes): each round draws as many prompts as the
+    /// batch misses, sampled with that round's parameters, and waits for all of them.
+    fn draw_rounds(
+        &self,
+        order: &mut DataOrder,
+        sampler: &mut DynamicSampler<Group>,
+        params: &dyn Fn(u64) -> SamplingParams,
+    ) -> Result<RolloutTimes> {
+        let mut times = RolloutTimes::default();
+        let mut round = 0u64;
+        while sampler.needs_more() {
+            let count = sampler.groups_missing().min(sampler.draws_left()).max(1);
+            let examples: Vec<usize> = (0..count).map(|_| order.next_index()).collect();
+            let (groups, t) = self.rollout.run(self.examples, &examples, &params(round))?;
+            times.add(t);
+            for g in groups {
+                let rewards = g.rewards();
+                let _ = sampler.offer(g, &rewards);
+            }
+            round += 1;
+        }
+        Ok(times)
     }
 
     /// Partial rollouts: continues the unfinished completions of the `carried` groups and

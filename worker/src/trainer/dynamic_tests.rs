@@ -3,6 +3,7 @@
 //! first `batch_size` prompts of the stream sample exactly what a plain step's draw samples.
 
 use super::Trainer;
+use crate::grpo::advantages::group_has_contrast as has_contrast;
 use verity_core::spec::Hyperparameters;
 
 const BATCH: usize = 3;
@@ -22,10 +23,6 @@ fn trainer(dynamic_sampling: bool) -> Trainer {
     };
     hp.validate("hyperparameters").unwrap();
     super::testing::tiny_rollout_trainer(hp, 8, 5).unwrap()
-}
-
-fn has_contrast(rewards: &[f64]) -> bool {
-    rewards.iter().any(|&r| r != rewards[0])
 }
 
 #[test]
