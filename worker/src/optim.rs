@@ -153,7 +153,10 @@ impl GradAccumulator {
             ));
         }
         for (i, (name, var)) in params.iter().enumerate() {
-            let Some(g) = grads.remove(var.as_tensor()) else {
+            // Detached: candle records the backward's ops too, so a gradient kept as it comes
+            // holds the forward's whole graph (every activation) alive for as long as the sum,
+            // and through AdamW's moments for every later step.
+            let Some(g) = grads.remove(var.as_tensor()).map(|g| g.detach()) else {
                 continue;
             };
             if g.elem_count() != self.sizes[i] {
@@ -389,7 +392,8 @@ fn tensor_update(
     v: &mut Tensor,
     k: AdamScalars,
 ) -> Result<()> {
-    let p = var.as_tensor().flatten_all()?;
+    // Detached, so that the update records no graph (the gradient sums are detached already).
+    let p = var.as_tensor().detach().flatten_all()?;
     let g = match grad {
         Some(g) => g.affine(k.grad_scale as f64, 0.0)?,
         None => p.zeros_like()?,
@@ -652,5 +656,43 @@ impl AdamW {
             opt.names.push(name.clone());
         }
         Ok(opt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two layers of parameters: the second one's gradient is computed from the first's
+    /// output, an activation that records ops (as every layer's input in a model does).
+    fn params_and_loss() -> (Vec<(String, Var)>, Tensor) {
+        let a = Var::from_vec(vec![0.5f32, -1.0, 2.0, 0.25], (2, 2), &Device::Cpu).unwrap();
+        let w = Var::from_vec(vec![1.5f32, 0.5, -0.5, 1.0], (2, 2), &Device::Cpu).unwrap();
+        let x = Tensor::new(&[[1f32, 2.0], [3.0, -1.0]], &Device::Cpu).unwrap();
+        let h = x.matmul(a.as_tensor()).unwrap();
+        let loss = h.matmul(w.as_tensor()).unwrap().sqr().unwrap().sum_all().unwrap();
+        (vec![("a".to_string(), a), ("w".to_string(), w)], loss)
+    }
+
+    #[test]
+    fn the_tensor_path_keeps_no_graph_in_gradient_sums_or_moments() {
+        let (params, loss) = params_and_loss();
+        let mut acc = GradAccumulator::with_path(&params, OptimizerPath::Tensor);
+        for _ in 0..2 {
+            acc.accumulate(loss.backward().unwrap(), &params, 0.5).unwrap();
+        }
+        for sum in &acc.sums {
+            let sum = sum.as_ref().expect("a gradient sum");
+            assert!(!sum.track_op(), "a gradient sum records the graph it came from");
+        }
+        let mut opt =
+            AdamW::with_path(AdamWConfig::default(), &params, OptimizerPath::Tensor).unwrap();
+        for _ in 0..2 {
+            opt.step(&params, &acc, 1e-2, 1.0).unwrap();
+        }
+        for moments in &opt.moments {
+            let Moments::Device(m, v) = moments else { panic!("tensor-path moments") };
+            assert!(!m.track_op() && !v.track_op(), "AdamW's moments record a graph");
+        }
     }
 }
