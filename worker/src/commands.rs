@@ -2,7 +2,7 @@
 //! (and [`crate::convert_gguf`] for `models convert`).
 
 use crate::chat_template::ChatMessage;
-use crate::device::parse_device;
+use crate::device::{gpu_memory_peak_mib, parse_device, reset_gpu_memory_peak};
 use crate::error::{Result, WorkerError};
 use crate::loader::{load_model, LoadedModel};
 use crate::model::compact::RolloutDtype;
@@ -298,6 +298,7 @@ pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_j
         "model_tflops": flops / secs / 1e12,
         "threads": rayon::current_num_threads(),
         "peak_rss_mib": peak_rss_mib(),
+        "peak_gpu_mib": gpu_memory_peak_mib(lm.model.device()),
     });
     Ok(merge_json(report, model.describe(&lm)))
 }
@@ -350,9 +351,14 @@ pub fn bench_train_step(
     let mut rss = (0.0, 0.0);
     let mut peak_fwd_bwd = None;
     let rss_loaded = rss_mib();
+    let dev = model.device().clone();
+    let gpu_loaded = gpu_memory_peak_mib(&dev);
+    // The GPU memory pool's peak in the forward, the backward and the optimizer step.
+    let mut gpu = [None; 3];
     let timings = crate::kernels::on_pool(|| -> Result<_> {
         for _ in 0..=steps {
             acc.reset();
+            reset_gpu_memory_peak(&dev);
             let t0 = Instant::now();
             let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
             let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
@@ -360,9 +366,13 @@ pub fn bench_train_step(
             model.device().synchronize()?;
             let t1 = Instant::now();
             rss.0 = rss_mib();
+            gpu[0] = gpu_memory_peak_mib(&dev);
+            reset_gpu_memory_peak(&dev);
             acc.accumulate_layered(&loss, tape, &params, 1.0)?;
             model.device().synchronize()?;
             rss.1 = rss_mib();
+            gpu[1] = gpu_memory_peak_mib(&dev);
+            reset_gpu_memory_peak(&dev);
             let t2 = Instant::now();
             peak_fwd_bwd.get_or_insert_with(peak_rss_mib);
             if opt.is_none() {
@@ -374,6 +384,7 @@ pub fn bench_train_step(
                 opt.step(&params, &acc, 1e-5, clip)?;
             }
             model.device().synchronize()?;
+            gpu[2] = gpu_memory_peak_mib(&dev);
             let t3 = Instant::now();
             timings.push((
                 (t1 - t0).as_secs_f64(),
@@ -409,6 +420,10 @@ pub fn bench_train_step(
         "rss_after_backward_mib": rss.1,
         "peak_rss_fwd_bwd_mib": peak_fwd_bwd,
         "peak_rss_mib": peak_rss_mib(),
+        "gpu_after_load_mib": gpu_loaded,
+        "peak_gpu_forward_mib": gpu[0],
+        "peak_gpu_backward_mib": gpu[1],
+        "peak_gpu_optimizer_mib": gpu[2],
         "model_tflops": flops / (f + b + o) / 1e12,
     });
     Ok(merge_json(report, bench_model.describe(&lm)))

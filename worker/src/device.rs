@@ -62,6 +62,74 @@ fn cuda_device(ordinal: usize) -> Result<Device> {
     )))
 }
 
+/// The most memory (MiB) the GPU's default memory pool, where candle allocates, has held since
+/// the last [`reset_gpu_memory_peak`] (or the process start); `None` on the CPU.
+pub fn gpu_memory_peak_mib(device: &Device) -> Option<f64> {
+    gpu_pool::peak_bytes(device).map(|b| b as f64 / (1024.0 * 1024.0))
+}
+
+/// Starts a new [`gpu_memory_peak_mib`] measurement from what the pool holds now.
+pub fn reset_gpu_memory_peak(device: &Device) {
+    gpu_pool::reset_peak(device);
+}
+
+#[cfg(feature = "cuda")]
+mod gpu_pool {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    use candle_core::Device;
+
+    /// The default memory pool of `device`'s GPU, with its context bound to this thread.
+    fn pool(device: &Device) -> Option<sys::CUmemoryPool> {
+        let Device::Cuda(dev) = device else { return None };
+        let stream = dev.cuda_stream();
+        let ctx = stream.context();
+        ctx.bind_to_thread().ok()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: `pool` is a valid out-pointer and the device handle is the context's own.
+        let rc = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+        (rc == sys::CUresult::CUDA_SUCCESS).then_some(pool)
+    }
+
+    /// A u64 attribute of the pool.
+    fn attribute(device: &Device, attr: sys::CUmemPool_attribute) -> Option<u64> {
+        let pool = pool(device)?;
+        let mut value = 0u64;
+        // SAFETY: the memory attributes are cuuint64_t, read into a u64.
+        let rc = unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) };
+        (rc == sys::CUresult::CUDA_SUCCESS).then_some(value)
+    }
+
+    pub(super) fn peak_bytes(device: &Device) -> Option<u64> {
+        attribute(device, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+    }
+
+    pub(super) fn reset_peak(device: &Device) {
+        if let Some(pool) = pool(device) {
+            let mut zero = 0u64;
+            // SAFETY: setting USED_MEM_HIGH to 0 (the only value allowed) resets it to the
+            // current use; the pointer is to a live u64.
+            unsafe {
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                    (&mut zero as *mut u64).cast(),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod gpu_pool {
+    use candle_core::Device;
+
+    pub(super) fn peak_bytes(_: &Device) -> Option<u64> {
+        None
+    }
+
+    pub(super) fn reset_peak(_: &Device) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

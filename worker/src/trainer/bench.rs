@@ -69,6 +69,7 @@ pub fn bench_grpo_step(
     let loaded = bench_model.load()?;
     let described = bench_model.describe(&loaded);
     let parameters = crate::commands::model_parameters(&loaded);
+    let device = loaded.model.device().clone();
     let train = Dataset::from_jsonl(
         &arithmetic_jsonl(prompts.max(1) * steps.max(1)),
         "bench",
@@ -142,6 +143,7 @@ pub fn bench_grpo_step(
         "sampler_kl": sampler_kl,
         "completion_length_mean": lengths,
         "peak_rss_mib": crate::commands::peak_rss_mib(),
+        "peak_gpu_mib": crate::device::gpu_memory_peak_mib(&device),
         "model_tflops": flops / seconds / 1e12,
     });
     Ok(crate::commands::merge_json(report, described))
