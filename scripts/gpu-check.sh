@@ -16,6 +16,10 @@
 # Without nvcc, the build uses a CUDA 13.0 toolchain from PyPI (scripts/cuda-from-pypi.sh); its
 # PTX runs on any CUDA 13 driver. CUDA_COMPUTE_CAP defaults to the GPU's (nvidia-smi), else 90.
 # Budget: the run takes about 5 minutes on one H100/H200 (device tests about 1, benchmarks 4).
+# VERITY_GPU_CHECK_PARTS (default "tests bench peers") picks what `run` runs: the device tests,
+# Verity's benchmarks, and the same benchmarks through transformers / PyTorch on the same GPU
+# (bench/peers/gpu_bench.py; needs the machine's own torch). VERITY_GPU_CHECK_DEADLINE (seconds)
+# skips every benchmark that would start after it, so that a leased machine's minutes suffice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -105,11 +109,14 @@ print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   peak=$(peak_tflops "$gpu")
   echo "gpu-check: $gpu (bf16 dense peak $peak TFLOP/s)"
-  local failed=0
-  for t in "$work"/bin/test-*; do
-    echo "gpu-check: $(basename "$t")"
-    VERITY_TEST_DEVICE=cuda:0 timeout 300 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
-  done
+  local failed=0 parts=${VERITY_GPU_CHECK_PARTS:-tests bench peers} deadline=${VERITY_GPU_CHECK_DEADLINE:-0}
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee -a "$out/bench.log"
+  if [[ " $parts " == *" tests "* ]]; then
+    for t in "$work"/bin/test-*; do
+      echo "gpu-check: $(basename "$t")"
+      VERITY_TEST_DEVICE=cuda:0 timeout 150 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
+    done
+  fi
   local verity="$work/bin/verity" m="$work/models" config name
   for config in "$bundle"/models/*.json; do
     name=$(basename "$config" .json)
@@ -117,34 +124,67 @@ print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "
     cp "$bundle"/models/tokenizer/* "$m/$name/"
     cp "$config" "$m/$name/config.json"
   done
-  bench() {
-    local line
-    if line=$(timeout 240 "$verity" bench "$@" --device cuda:0 --random-weights 2>>"$out/bench.log"); then
-      echo "$line" >>"$results"
-      python3 -c 'import json, sys
+  # Prints one result line and its MFU.
+  report() {
+    python3 -c 'import json, sys
 r = json.loads(sys.argv[1]); peak = float(sys.argv[2])
 t, kind, dtype = r.get("model_tflops", 0.0), r["bench"], r["compute_dtype"]
 mfu = "%.1f%%" % (100 * t / peak) if peak else "n/a"
-name = r["model"].rstrip("/").split("/")[-1]
-keys = ("seconds", "seconds_per_step", "tokens_per_s", "batch", "seq_len", "group")
-shown = json.dumps({k: r[k] for k in keys if k in r})
-print("%10s %-14s %-5s %8.1f TFLOP/s  MFU %s  %s" % (kind, name, dtype, t, mfu, shown))' "$line" "$peak"
+name = r["model"].rstrip("/").split("/")[-1] + (" (peer)" if "peer" in r else "")
+keys = ("seconds", "seconds_per_step", "tokens_per_s", "batch", "prompts", "seq_len", "group", "peak_gpu_gib", "peak_gpu_mib", "peak_gpu_forward_mib", "peak_gpu_backward_mib")
+shown = json.dumps({k: round(r[k], 4) if isinstance(r[k], float) else r[k] for k in keys if k in r})
+print("%10s %-21s %-5s %8.1f TFLOP/s  MFU %s  %s" % (kind, name, dtype, t, mfu, shown))' "$1" "$peak"
+  }
+  # True while the deadline (if any) has not passed.
+  in_time() { [ "$deadline" = 0 ] || [ "$SECONDS" -lt "$deadline" ]; }
+  bench() {
+    local line
+    [[ " $parts " == *" bench "* ]] || return 0
+    in_time || { echo "gpu-check: skipped (deadline): verity bench $*"; return 0; }
+    if line=$(timeout 150 "$verity" bench "$@" --device cuda:0 --random-weights 2>>"$out/bench.log"); then
+      echo "$line" >>"$results"
+      report "$line"
     else
       echo "gpu-check: FAILED: verity bench $*" | tee -a "$results"
       failed=1
     fi
   }
-  bench rollout --model "$m/smollm2-135m" --batch 1 --new-tokens 128
-  bench rollout --model "$m/smollm2-135m" --batch 64 --new-tokens 128
-  bench train-step --model "$m/smollm2-135m" --batch 8 --seq-len 512
-  bench grpo-step --model "$m/smollm2-135m" --prompts 8 --group 8 --max-tokens 128 --steps 3
-  bench rollout --model "$m/qwen2.5-1.5b" --batch 1 --new-tokens 128
-  bench rollout --model "$m/qwen2.5-1.5b" --batch 64 --new-tokens 128
+  # The same work through transformers / PyTorch (the machine's own), when it has them.
+  peer() {
+    local line
+    [[ " $parts " == *" peers "* ]] || return 0
+    in_time || { echo "gpu-check: skipped (deadline): peer $*"; return 0; }
+    if line=$(timeout 150 python3 "$root/bench/peers/gpu_bench.py" "$@" 2>>"$out/peers.log" | tail -n 1); then
+      echo "$line" >>"$results"
+      report "$line"
+    else
+      echo "gpu-check: FAILED: peer $*" | tee -a "$results"
+    fi
+  }
+  # Each of Verity's benchmarks next to its peer's, the most telling first.
+  local s="$m/smollm2-135m" q="$m/qwen2.5-1.5b"
+  bench rollout --model "$s" --batch 1 --new-tokens 128
+  peer --model "$s" rollout --batch 1 --new-tokens 128
+  bench rollout --model "$s" --batch 64 --new-tokens 128
+  peer --model "$s" rollout --batch 64 --new-tokens 128
+  bench train-step --model "$s" --batch 8 --seq-len 512
+  peer --model "$s" train-step --batch 8 --seq-len 512
+  bench grpo-step --model "$s" --prompts 8 --group 8 --max-tokens 128 --steps 3
+  # How the GPU memory grows with the batch (the peaks are in the JSON lines).
+  bench train-step --model "$q" --batch 2 --seq-len 512
+  bench train-step --model "$q" --batch 4 --seq-len 512
+  bench train-step --model "$q" --batch 8 --seq-len 512
+  peer --model "$q" train-step --batch 8 --seq-len 512
+  bench rollout --model "$q" --batch 64 --new-tokens 128
+  peer --model "$q" rollout --batch 64 --new-tokens 128
+  bench rollout --model "$q" --batch 1 --new-tokens 128
+  peer --model "$q" rollout --batch 1 --new-tokens 128
+  bench grpo-step --model "$q" --prompts 2 --group 8 --max-tokens 128 --steps 2
+  bench grpo-step --model "$q" --prompts 8 --group 8 --max-tokens 128 --steps 2
   bench train-step --model "$m/qwen2.5-0.5b" --batch 8 --seq-len 512
-  bench train-step --model "$m/qwen2.5-1.5b" --batch 8 --seq-len 512
-  bench grpo-step --model "$m/qwen2.5-1.5b" --prompts 8 --group 8 --max-tokens 128 --steps 2
   bench train-step --model "$m/qwen2.5-3b" --batch 4 --seq-len 512 --steps 2
-  VERITY_PRECISION=f32 bench train-step --model "$m/qwen2.5-1.5b" --batch 8 --seq-len 512
+  peer --model "$m/qwen2.5-3b" train-step --batch 4 --seq-len 512 --steps 2
+  VERITY_PRECISION=f32 bench train-step --model "$q" --batch 8 --seq-len 512
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv >>"$out/bench.log" || true
   rm -rf "$work"
   echo "gpu-check: results in $results"
