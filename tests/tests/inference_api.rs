@@ -7,6 +7,7 @@ mod api_support;
 mod inference_support;
 
 use futures::StreamExt;
+use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::path::PathBuf;
@@ -92,9 +93,15 @@ async fn checkpoints(stack: &Stack, org: uuid::Uuid) -> (String, String) {
         lora_dropout: 0.0,
     };
     model.enable_lora(lora, 11).unwrap();
+    // Seeded, so that every run serves the same adapter (one whose greedy answer differs from
+    // the base model's: candle's CPU `randn` cannot be seeded, and an unlucky draw answered as
+    // the base did).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     for (i, (name, var)) in model.lora_params().into_iter().enumerate() {
         if name.contains("lora_B") {
-            let t = candle_core::Tensor::randn(0f32, 0.5, var.dims(), &candle_core::Device::Cpu)
+            let values: Vec<f32> =
+                (0..var.elem_count()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            let t = candle_core::Tensor::from_vec(values, var.dims(), &candle_core::Device::Cpu)
                 .unwrap();
             var.set(&t).unwrap_or_else(|e| panic!("{i}: {e}"));
         }
