@@ -15,7 +15,7 @@
 #
 # Without nvcc, the build uses a CUDA 13.0 toolchain from PyPI (scripts/cuda-from-pypi.sh); its
 # PTX runs on any CUDA 13 driver. CUDA_COMPUTE_CAP defaults to the GPU's (nvidia-smi), else 90.
-# Budget: the run takes about 5 minutes on one H100/H200 (device tests about 1, benchmarks 4).
+# Budget: the run took 4.5 minutes on one H200 (2026-12-04: device tests 15 s, the rest benchmarks).
 # VERITY_GPU_CHECK_PARTS (default "tests bench peers") picks what `run` runs: the device tests,
 # Verity's benchmarks, and the same benchmarks through transformers / PyTorch on the same GPU
 # (bench/peers/gpu_bench.py; needs the machine's own torch). VERITY_GPU_CHECK_DEADLINE (seconds)
