@@ -4,6 +4,7 @@
 //! each weight row once and reuse it for every input row, so decoding runs near memory speed.
 
 use super::bf16::Bf16Matrix;
+use super::int8::{Int8Matrix, ScaleAxis};
 #[cfg(target_arch = "x86_64")]
 use super::tiles;
 use super::{use_cpu_kernel, with_f32};
@@ -76,13 +77,15 @@ fn stream_block(acc: &mut [f32], x: &[f32], wt: &[f32], d: Dims, c: Cols) {
     }
 }
 
-/// A weight for the skinny kernels: the f32 parameter or its bf16 copy.
+/// A weight for the skinny kernels: the f32 parameter or its bf16 or int8 copy.
 #[derive(Clone, Copy)]
 pub enum DecodeWeight<'a> {
     /// The f32 tensor itself.
     F32(&'a Tensor),
     /// A bf16 copy of it.
     Bf16(&'a Bf16Matrix),
+    /// An int8 copy of it, scaled per output channel.
+    Int8(&'a Int8Matrix),
 }
 
 impl DecodeWeight<'_> {
@@ -90,6 +93,18 @@ impl DecodeWeight<'_> {
         match self {
             DecodeWeight::F32(t) => t.dims2(),
             DecodeWeight::Bf16(b) => Ok(b.dims()),
+            DecodeWeight::Int8(q) => Ok(q.dims()),
+        }
+    }
+
+    /// Fails unless an int8 weight has its scales on `axis` (the output channels of the
+    /// product reading it).
+    fn check_scales(&self, axis: ScaleAxis, product: &str) -> Result<()> {
+        match self {
+            DecodeWeight::Int8(q) if q.axis() != axis => {
+                bail!("{product}: the int8 weight is scaled per {:?}, not per {axis:?}", q.axis())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -99,6 +114,8 @@ impl DecodeWeight<'_> {
 enum WeightData<'a> {
     F32(&'a [f32]),
     Bf16(&'a [u16]),
+    /// Unscaled values and the per-output-channel scales.
+    I8(&'a [i8], &'a [f32]),
 }
 
 /// Runs `f` on the data of the weights (f32 ones made contiguous and borrowed from their storage).
@@ -110,7 +127,7 @@ fn with_weight_data<R>(
         .iter()
         .map(|w| match w {
             DecodeWeight::F32(t) => t.contiguous().map(Some),
-            DecodeWeight::Bf16(_) => Ok(None),
+            DecodeWeight::Bf16(_) | DecodeWeight::Int8(_) => Ok(None),
         })
         .collect::<Result<_>>()?;
     let guards: Vec<_> =
@@ -119,6 +136,7 @@ fn with_weight_data<R>(
     for (w, guard) in wts.iter().zip(&guards) {
         data.push(match (w, guard) {
             (DecodeWeight::Bf16(b), _) => WeightData::Bf16(b.bits()),
+            (DecodeWeight::Int8(q), _) => WeightData::I8(q.values(), q.scales()),
             (DecodeWeight::F32(_), Some((storage, layout))) => match &**storage {
                 candle_core::Storage::Cpu(cpu) => WeightData::F32(super::f32_slice(cpu, layout)?),
                 _ => bail!("kernel expects a CPU tensor"),
@@ -130,7 +148,8 @@ fn with_weight_data<R>(
 }
 
 /// `acc (rows, w) += x (rows, k) @ wt[:, j0..j0 + w]` for one block of columns, in chunks of at
-/// most [`SKINNY_MAX_ROWS`] rows; a bf16 weight is widened a band of rows at a time.
+/// most [`SKINNY_MAX_ROWS`] rows; a bf16 or int8 weight is widened (unscaled) a band of rows at
+/// a time.
 #[inline(always)]
 fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
     match wt {
@@ -142,7 +161,7 @@ fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: C
                 stream_block(accs, xs, w, Dims { m, ..d }, c);
             }
         }
-        WeightData::Bf16(bits) => {
+        WeightData::Bf16(_) | WeightData::I8(..) => {
             // Widen a band of weight rows, then run the f32 kernel over it as a (band, w) matrix.
             const BAND: usize = 16;
             let mut buf = vec![0f32; BAND * c.w];
@@ -150,8 +169,8 @@ fn stream_columns_impl(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: C
             for k0 in (0..d.k).step_by(BAND) {
                 let kb = BAND.min(d.k - k0);
                 for kk in 0..kb {
-                    let src = &bits[(k0 + kk) * d.n + c.j0..(k0 + kk) * d.n + c.j0 + c.w];
-                    super::bf16::widen(src, &mut buf[kk * c.w..(kk + 1) * c.w]);
+                    let start = (k0 + kk) * d.n + c.j0;
+                    wt.widen(start..start + c.w, &mut buf[kk * c.w..(kk + 1) * c.w]);
                 }
                 for (accs, xs) in
                     acc.chunks_mut(SKINNY_MAX_ROWS * c.w).zip(x.chunks(SKINNY_MAX_ROWS * d.k))
@@ -183,18 +202,23 @@ fn has_avx512() -> bool {
     false
 }
 
-/// Calls tile function `$tile::<bf16, R>($args)` for `R = min(rows, 4)` rows of f32 or bf16 data.
+/// Calls tile function `$tile::<FMT, R>($args)` for weight format `$fmt` (a [`tiles`] format)
+/// and `R = min(rows, 4)` rows.
+#[cfg(target_arch = "x86_64")]
 macro_rules! for_rows {
-    ($tile:ident, $bf16:expr, $rows:expr, $($args:expr),*) => {
-        match ($bf16, $rows) {
-            (false, 1) => $tile::<false, 1>($($args),*),
-            (false, 2) => $tile::<false, 2>($($args),*),
-            (false, 3) => $tile::<false, 3>($($args),*),
-            (false, _) => $tile::<false, 4>($($args),*),
-            (true, 1) => $tile::<true, 1>($($args),*),
-            (true, 2) => $tile::<true, 2>($($args),*),
-            (true, 3) => $tile::<true, 3>($($args),*),
-            (true, _) => $tile::<true, 4>($($args),*),
+    ($tile:ident, $fmt:expr, $rows:expr, $($args:expr),*) => {
+        match $fmt {
+            tiles::F32 => for_rows!(@rows $tile, { tiles::F32 }, $rows, $($args),*),
+            tiles::BF16 => for_rows!(@rows $tile, { tiles::BF16 }, $rows, $($args),*),
+            _ => for_rows!(@rows $tile, { tiles::I8 }, $rows, $($args),*),
+        }
+    };
+    (@rows $tile:ident, $fmt:tt, $rows:expr, $($args:expr),*) => {
+        match $rows {
+            1 => $tile::<$fmt, 1>($($args),*),
+            2 => $tile::<$fmt, 2>($($args),*),
+            3 => $tile::<$fmt, 3>($($args),*),
+            _ => $tile::<$fmt, 4>($($args),*),
         }
     };
 }
@@ -213,26 +237,52 @@ impl WeightData<'_> {
         match self {
             WeightData::F32(w) => w.len(),
             WeightData::Bf16(b) => b.len(),
+            WeightData::I8(q, _) => q.len(),
         }
     }
 
-    /// Whether the data are bf16, and a byte pointer to element `idx`.
-    fn at(&self, idx: usize) -> (bool, *const u8) {
+    /// The data's [`tiles`] format, and a byte pointer to element `idx`.
+    #[cfg(target_arch = "x86_64")]
+    fn at(&self, idx: usize) -> (u8, *const u8) {
         match self {
-            WeightData::F32(w) => (false, w[idx..].as_ptr() as *const u8),
-            WeightData::Bf16(b) => (true, b[idx..].as_ptr() as *const u8),
+            WeightData::F32(w) => (tiles::F32, w[idx..].as_ptr() as *const u8),
+            WeightData::Bf16(b) => (tiles::BF16, b[idx..].as_ptr() as *const u8),
+            WeightData::I8(q, _) => (tiles::I8, q[idx..].as_ptr() as *const u8),
+        }
+    }
+
+    /// Elements `range` widened to f32 into `out` (int8 values unscaled).
+    fn widen(&self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        match self {
+            WeightData::F32(w) => out[..range.len()].copy_from_slice(&w[range]),
+            WeightData::Bf16(bits) => super::bf16::widen(&bits[range], out),
+            WeightData::I8(q, _) => super::int8::widen(&q[range], out),
+        }
+    }
+
+    /// Multiplies output channels `first..first + width` of `out` (rows of `width` values) by
+    /// their int8 scales; other formats need nothing.
+    fn scale_outputs(&self, out: &mut [f32], first: usize, width: usize) {
+        if let WeightData::I8(_, scales) = self {
+            for row in out.chunks_mut(width) {
+                for (y, &s) in row.iter_mut().zip(&scales[first..first + width]) {
+                    *y *= s;
+                }
+            }
         }
     }
 }
 
-/// `acc (rows, w) += x (rows, k) @ wt[:, j0..j0 + w]`: register tiles when the CPU has them,
-/// else [`stream_columns_impl`].
+/// `acc (rows, w) = x (rows, k) @ wt[:, j0..j0 + w]` (`acc` starts zeroed): register tiles
+/// when the CPU has them, else [`stream_columns_impl`]; int8 sums are scaled at the end.
 fn stream_columns(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: Cols) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        return stream_columns_tiled(acc, x, wt, d, c);
+        stream_columns_tiled(acc, x, wt, d, c);
+        return wt.scale_outputs(acc, c.j0, c.w);
     }
-    stream_columns_impl(acc, x, wt, d, c)
+    stream_columns_impl(acc, x, wt, d, c);
+    wt.scale_outputs(acc, c.j0, c.w)
 }
 
 /// [`stream_columns`] with [`tiles::stream_tile`]: reduction bands of [`tiles::BAND`] rows, each
@@ -255,7 +305,7 @@ fn stream_columns_tiled(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: 
         let wide = (0..wide_strips).step_by(WIDE_TILE_COLS).map(|jc| (jc, true));
         let narrow = (wide_strips..strips).step_by(TILE_COLS).map(|jc| (jc, false));
         for (jc, is_wide) in wide.chain(narrow) {
-            let (bf16, w) = wt.at(k0 * d.n + c.j0 + jc);
+            let (fmt, w) = wt.at(k0 * d.n + c.j0 + jc);
             for r0 in (0..d.m).step_by(TILE_ROWS) {
                 let a = acc[r0 * c.w + jc..].as_mut_ptr();
                 let xs = (x[r0 * d.k + k0..].as_ptr(), d.k);
@@ -267,9 +317,9 @@ fn stream_columns_tiled(acc: &mut [f32], x: &[f32], wt: WeightData, d: Dims, c: 
                 // k0..k0 + kb <= k.
                 unsafe {
                     if is_wide {
-                        for_rows!(stream_tile_wide, bf16, rows, a, c.w, xs, ws, kb)
+                        for_rows!(stream_tile_wide, fmt, rows, a, c.w, xs, ws, kb)
                     } else {
-                        for_rows!(stream_tile, bf16, rows, a, c.w, xs, ws, kb)
+                        for_rows!(stream_tile, fmt, rows, a, c.w, xs, ws, kb)
                     }
                 }
             }
@@ -299,6 +349,7 @@ pub fn skinny_matmul_many(x: &Tensor, wts: &[DecodeWeight]) -> Result<Vec<Tensor
     let (m, k) = x.dims2()?;
     let mut widths = Vec::with_capacity(wts.len());
     for wt in wts {
+        wt.check_scales(ScaleAxis::Columns, "skinny_matmul")?;
         let (k2, n) = wt.dims()?;
         if k != k2 {
             bail!("skinny_matmul: {:?} x {:?}", x.dims(), (k2, n));
@@ -354,7 +405,8 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// `out[r][v] = x[r] · w[v0 + v]` for `nv` weight rows; a bf16 row is widened once into `buf`.
+/// `out[r][v] = x[r] · w[v0 + v]` for `nv` weight rows (int8 ones unscaled); a bf16 or int8 row
+/// is widened once into `buf`.
 fn dot_rows(
     out: &mut [f32],
     x: &[f32],
@@ -367,8 +419,8 @@ fn dot_rows(
         let range = (v0 + v) * k..(v0 + v + 1) * k;
         let wrow: &[f32] = match w {
             WeightData::F32(w) => &w[range],
-            WeightData::Bf16(bits) => {
-                super::bf16::widen(&bits[range], buf);
+            _ => {
+                w.widen(range, buf);
                 buf
             }
         };
@@ -393,14 +445,14 @@ fn dot_rows_tiled(
     assert!(out.len() >= m * nv && x.len() >= m * k && w.len() >= (v0 + nv) * k);
     let pairs = nv - nv % 2;
     for v in (0..pairs).step_by(2) {
-        let (bf16, wp) = w.at((v0 + v) * k);
+        let (fmt, wp) = w.at((v0 + v) * k);
         for r0 in (0..m).step_by(TILE_ROWS) {
             let o = (out[r0 * nv + v..].as_mut_ptr(), nv);
             let xs = (x[r0 * k..].as_ptr(), k);
             let ws = (wp, k);
             // SAFETY: AVX2/FMA are present (checked by the caller); the assert above bounds
             // every element: rows r0..r0 + R <= m, weight rows v0 + v, v0 + v + 1 < v0 + nv.
-            unsafe { for_rows!(dot_tile, bf16, TILE_ROWS.min(m - r0), o, xs, ws, k) }
+            unsafe { for_rows!(dot_tile, fmt, TILE_ROWS.min(m - r0), o, xs, ws, k) }
         }
     }
     if pairs < nv {
@@ -417,6 +469,7 @@ const NT_ROWS_PER_TASK: usize = 256;
 
 /// `x (m, k) @ w (n, k)^T` without gradient (the LM head on a few rows).
 pub fn skinny_matmul_nt(x: &Tensor, w: DecodeWeight) -> Result<Tensor> {
+    w.check_scales(ScaleAxis::Rows, "skinny_matmul_nt")?;
     let (m, k) = x.dims2()?;
     let (n, k2) = w.dims()?;
     if k != k2 {
@@ -435,9 +488,11 @@ pub fn skinny_matmul_nt(x: &Tensor, w: DecodeWeight) -> Result<Tensor> {
                     #[cfg(target_arch = "x86_64")]
                     if has_avx2() {
                         dot_rows_tiled(&mut out, xs, ws, &mut buf, (m, k), (v0, nv));
+                        ws.scale_outputs(&mut out, v0, nv);
                         return out;
                     }
                     dot_rows(&mut out, xs, ws, &mut buf, (m, k), (v0, nv));
+                    ws.scale_outputs(&mut out, v0, nv);
                     out
                 })
                 .collect())
@@ -507,6 +562,36 @@ mod tests {
             let got = skinny_matmul_nt(&x, DecodeWeight::Bf16(&half_t)).unwrap();
             let d = crate::testing::max_abs_diff(&x.matmul(&rounded).unwrap(), &got);
             assert!(d < 1e-4, "nt m={m}: {d}");
+        }
+    }
+
+    #[test]
+    fn int8_weights_give_the_product_of_the_dequantised_weights() {
+        let dev = Device::Cpu;
+        for m in [1usize, 5, 8, 13] {
+            let x = Tensor::randn(0f32, 1.0, (m, 70), &dev).unwrap();
+            let wt = Tensor::randn(0f32, 1.0, (70, 300 + 37), &dev).unwrap();
+            let q = Int8Matrix::from_tensor(&wt, ScaleAxis::Columns).unwrap();
+            let dequantised = Tensor::from_vec(q.dequantised(), (70, 337), &dev).unwrap();
+            let got = skinny_matmul(&x, DecodeWeight::Int8(&q)).unwrap();
+            let d = crate::testing::max_abs_diff(&x.matmul(&dequantised).unwrap(), &got);
+            assert!(d < 1e-4, "m={m}: {d}");
+            // The quantisation error itself stays small: a product's spread here is about 8.
+            let exact = crate::testing::max_abs_diff(&x.matmul(&wt).unwrap(), &got);
+            assert!(exact < 0.5, "m={m}: {exact}");
+            let alone =
+                skinny_matmul(&x.narrow(0, m - 1, 1).unwrap(), DecodeWeight::Int8(&q)).unwrap();
+            assert_eq!(alone.to_vec2::<f32>().unwrap()[0], got.to_vec2::<f32>().unwrap()[m - 1]);
+            let w = wt.t().unwrap().contiguous().unwrap();
+            let q_t = Int8Matrix::from_tensor(&w, ScaleAxis::Rows).unwrap();
+            let dequantised_t = Tensor::from_vec(q_t.dequantised(), (337, 70), &dev).unwrap();
+            let got = skinny_matmul_nt(&x, DecodeWeight::Int8(&q_t)).unwrap();
+            let want = x.matmul(&dequantised_t.t().unwrap()).unwrap();
+            let d = crate::testing::max_abs_diff(&want, &got);
+            assert!(d < 1e-4, "nt m={m}: {d}");
+            // A weight scaled along the other axis is refused, not misread.
+            assert!(skinny_matmul_nt(&x, DecodeWeight::Int8(&q)).is_err());
+            assert!(skinny_matmul(&x, DecodeWeight::Int8(&q_t)).is_err());
         }
     }
 }

@@ -1,6 +1,6 @@
 //! AVX2/FMA and AVX-512 register tiles for the skinny no-grad products. A tile keeps its
-//! accumulators in registers, so each weight vector it loads (f32, or bf16 widened in a register)
-//! feeds the multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in
+//! accumulators in registers, so each weight vector it loads (f32, or bf16 or int8 widened in a
+//! register) feeds the multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in
 //! the same order whatever the other rows are, so results do not depend on batch composition;
 //! the stream tiles of both widths do the same fused multiply-adds per element, in the same
 //! order, so they give identical results.
@@ -14,30 +14,70 @@ pub(super) const TILE_COLS: usize = 16;
 /// Reduction rows between accumulator loads and stores of a stream tile.
 pub(super) const BAND: usize = 8;
 
-/// Eight weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns widened.
+/// Weight format of a tile's data: f32 values.
+pub(super) const F32: u8 = 0;
+/// Weight format of a tile's data: bf16 bit patterns.
+pub(super) const BF16: u8 = 1;
+/// Weight format of a tile's data: int8 values (unscaled; the caller applies the scales).
+pub(super) const I8: u8 = 2;
+
+/// Bytes per element of weight format `FMT`.
+pub(super) const fn element_bytes(fmt: u8) -> usize {
+    match fmt {
+        F32 => 4,
+        BF16 => 2,
+        _ => 1,
+    }
+}
+
+/// Weight `idx` (elements from `w`) of format `FMT`, as f32.
+#[inline(always)]
+unsafe fn weight_at<const FMT: u8>(w: *const u8, idx: usize) -> f32 {
+    match FMT {
+        F32 => *(w as *const f32).add(idx),
+        BF16 => f32::from_bits((*(w as *const u16).add(idx) as u32) << 16),
+        _ => *(w as *const i8).add(idx) as f32,
+    }
+}
+
+/// Eight weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns or int8 values
+/// widened.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn load8<const BF16: bool>(w: *const u8, idx: usize) -> __m256 {
-    if BF16 {
-        let p = (w as *const u16).add(idx) as *const __m128i;
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p))))
-    } else {
-        _mm256_loadu_ps((w as *const f32).add(idx))
+unsafe fn load8<const FMT: u8>(w: *const u8, idx: usize) -> __m256 {
+    match FMT {
+        F32 => _mm256_loadu_ps((w as *const f32).add(idx)),
+        BF16 => {
+            let p = (w as *const u16).add(idx) as *const __m128i;
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p))))
+        }
+        _ => {
+            let p = (w as *const i8).add(idx) as *const __m128i;
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p)))
+        }
     }
 }
 
 /// Output columns one AVX-512 stream tile handles (two 16-lane vectors).
 pub(super) const WIDE_TILE_COLS: usize = 32;
 
-/// Sixteen weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns widened.
+/// Sixteen weights at `w + idx` (elements) as f32: f32 data, or bf16 bit patterns or int8
+/// values widened.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn load16<const BF16: bool>(w: *const u8, idx: usize) -> __m512 {
-    if BF16 {
-        let p = (w as *const u16).add(idx) as *const __m256i;
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p))))
-    } else {
-        _mm512_loadu_ps((w as *const f32).add(idx))
+unsafe fn load16<const FMT: u8>(w: *const u8, idx: usize) -> __m512 {
+    match FMT {
+        F32 => _mm512_loadu_ps((w as *const f32).add(idx)),
+        BF16 => {
+            let p = (w as *const u16).add(idx) as *const __m256i;
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                p,
+            ))))
+        }
+        _ => {
+            let p = (w as *const i8).add(idx) as *const __m128i;
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)))
+        }
     }
 }
 
@@ -54,7 +94,7 @@ macro_rules! stream_tile {
         /// The CPU must support the tile's instruction set, and every addressed element must be
         /// in bounds.
         #[target_feature(enable = $feature)]
-        pub(super) unsafe fn $name<const BF16: bool, const R: usize>(
+        pub(super) unsafe fn $name<const FMT: u8, const R: usize>(
             acc: *mut f32,
             ldacc: usize,
             (x, ldx): (*const f32, usize),
@@ -66,7 +106,7 @@ macro_rules! stream_tile {
                 ar[0] = $loadu(acc.add(r * ldacc));
                 ar[1] = $loadu(acc.add(r * ldacc + $lanes));
             }
-            let elem: usize = if BF16 { 2 } else { 4 };
+            let elem = element_bytes(FMT);
             // Cache lines one strip of a weight row spans.
             let lines = (2 * $lanes * elem).div_ceil(64);
             for kk in 0..kb {
@@ -76,8 +116,8 @@ macro_rules! stream_tile {
                 for line in 0..lines {
                     _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line) as *const i8);
                 }
-                let w0 = $load::<BF16>(w, kk * ldw);
-                let w1 = $load::<BF16>(w, kk * ldw + $lanes);
+                let w0 = $load::<FMT>(w, kk * ldw);
+                let w1 = $load::<FMT>(w, kk * ldw + $lanes);
                 for (r, ar) in a.iter_mut().enumerate() {
                     let b = $set1(*x.add(r * ldx + kk));
                     ar[0] = $fmadd(b, w0, ar[0]);
@@ -121,7 +161,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 /// # Safety
 /// The CPU must support AVX2 and FMA, and every addressed element must be in bounds.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot_tile<const BF16: bool, const R: usize>(
+pub(super) unsafe fn dot_tile<const FMT: u8, const R: usize>(
     (out, ldout): (*mut f32, usize),
     (x, ldx): (*const f32, usize),
     (w, ldw): (*const u8, usize),
@@ -131,8 +171,8 @@ pub(super) unsafe fn dot_tile<const BF16: bool, const R: usize>(
     let k8 = k - k % 8;
     let mut kk = 0;
     while kk < k8 {
-        let w0 = load8::<BF16>(w, kk);
-        let w1 = load8::<BF16>(w, ldw + kk);
+        let w0 = load8::<FMT>(w, kk);
+        let w1 = load8::<FMT>(w, ldw + kk);
         for (r, ar) in a.iter_mut().enumerate() {
             let xv = _mm256_loadu_ps(x.add(r * ldx + kk));
             ar[0] = _mm256_fmadd_ps(xv, w0, ar[0]);
@@ -140,13 +180,7 @@ pub(super) unsafe fn dot_tile<const BF16: bool, const R: usize>(
         }
         kk += 8;
     }
-    let weight = |v: usize, i: usize| -> f32 {
-        if BF16 {
-            f32::from_bits((*(w as *const u16).add(v * ldw + i) as u32) << 16)
-        } else {
-            *(w as *const f32).add(v * ldw + i)
-        }
-    };
+    let weight = |v: usize, i: usize| -> f32 { weight_at::<FMT>(w, v * ldw + i) };
     for (r, ar) in a.iter().enumerate() {
         for (v, &acc) in ar.iter().enumerate() {
             let mut sum = hsum(acc);
