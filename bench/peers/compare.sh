@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Verity against its peers, back to back on this machine: decode at batch 1 and 8
-# (transformers, llama.cpp; Verity with its f32 weights and with bf16 copies), forward + backward
-# of 8 x 128 tokens (torch), and a GRPO step (f32 and bf16 rollouts) of 1 prompt x 8 completions
+# (transformers, llama.cpp; Verity with its f32 weights and with bf16 and int8 copies), forward +
+# backward of 8 x 128 tokens (torch), and a GRPO step (f32, bf16 and int8 rollouts) of 1 prompt x 8 completions
 # of at most 64 tokens (TRL), REPS rounds of every measurement in turn so that a noisy minute hits
 # all sides alike; compare_summary.py prints the medians and ratios.
 #
@@ -35,8 +35,10 @@ record() {
 for round in $(seq 1 "$reps"); do
   for batch in 1 8; do
     record "verity-decode-b$batch" "$verity" bench rollout --model "$hf" --batch "$batch" --new-tokens 64
-    record "verity-decode-b$batch-bf16" "$verity" bench rollout --model "$hf" --batch "$batch" --new-tokens 64 \
-      --rollout-dtype bf16
+    for dtype in bf16 int8; do
+      record "verity-decode-b$batch-$dtype" "$verity" bench rollout --model "$hf" --batch "$batch" --new-tokens 64 \
+        --rollout-dtype "$dtype"
+    done
   done
   record verity-train-step "$verity" bench train-step --model "$hf" --batch 8 --seq-len 128 --steps 3
   record transformers "$py" "$here/gen_bench.py" --threads "$threads" --reps 3
@@ -51,8 +53,10 @@ for round in $(seq 1 "$reps"); do
     fi
   done
   record verity-grpo-step "$verity" bench grpo-step --model "$hf" --prompts 1 --group 8 --max-tokens 64 --steps 3
-  record verity-grpo-step-bf16 "$verity" bench grpo-step --model "$hf" --prompts 1 --group 8 --max-tokens 64 \
-    --steps 3 --rollout-dtype bf16
+  for dtype in bf16 int8; do
+    record "verity-grpo-step-$dtype" "$verity" bench grpo-step --model "$hf" --prompts 1 --group 8 --max-tokens 64 \
+      --steps 3 --rollout-dtype "$dtype"
+  done
   (cd "$out" && record trl-grpo-step "$py" "$here/grpo_bench.py" --threads "$threads" --max-steps 4 --out "$out/grpo_out")
 done
 log "done: $out/results.txt"

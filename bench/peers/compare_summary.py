@@ -48,29 +48,37 @@ def trl_len(r):
 print(f"rounds: {max((len(v) for v in runs.values()), default=0)}\n")
 print("| measurement | Verity | peer | ratio (Verity / peer) |")
 print("|---|---|---|---|")
+# Verity's rollout precisions: (name suffix, words); llama.cpp is set beside f32 and int8.
+PRECISIONS = [("", "f32 weights"), ("-bf16", "bf16 weight copies"), ("-int8", "int8 weight copies")]
 for b in (1, 8):
-    ours = med(f"verity-decode-b{b}", lambda r: r["tokens_per_s"])
-    row(f"decode, batch {b}, 64 new tokens", ours, med("transformers", lambda r, b=b: r[f"gen_b{b}_tok_s"]["median"]),
-        "transformers", "tok/s", True)
+    transformers = med("transformers", lambda r, b=b: r[f"gen_b{b}_tok_s"]["median"])
+    for suffix, words in PRECISIONS:
+        ours = med(f"verity-decode-b{b}{suffix}", lambda r: r["tokens_per_s"])
+        if ours[0] is not None:
+            row(f"decode, batch {b}, 64 new tokens, {words}", ours, transformers, "transformers", "tok/s", True)
     # llamacpp_bench.py measures batch 1 only (a chat completion); llamacpp_batched.sh both
     for name in sorted(n for n in runs if n.startswith("llama-cpp-batched" if b == 8 else "llama-cpp-")):
         key = f"b{b}_tok_s"
         theirs = med(name, lambda r, key=key: r[key]["median"] if isinstance(r[key], dict) else r[key])
-        row(f"decode, batch {b}", ours, theirs, name, "tok/s", True)
-    row(f"decode, batch {b}, bf16 weight copies (`rollout_dtype`)", med(f"verity-decode-b{b}-bf16", lambda r: r["tokens_per_s"]),
-        med("transformers", lambda r, b=b: r[f"gen_b{b}_tok_s"]["median"]), "transformers", "tok/s", True)
+        for suffix, words in PRECISIONS[::2]:
+            ours = med(f"verity-decode-b{b}{suffix}", lambda r: r["tokens_per_s"])
+            if ours[0] is not None:
+                row(f"decode, batch {b}, {words}", ours, theirs, name, "tok/s", True)
 row("forward + backward, 8×128 tokens", med("verity-train-step", lambda r: r["forward_s"] + r["backward_s"]),
     med("transformers", lambda r: r["fwd_bwd_8x128_s"]["median"]), "torch", "s", False)
-row("GRPO step, 1 × 8, ≤ 64 tokens", med("verity-grpo-step", lambda r: r["seconds_per_step"]),
-    med("trl-grpo-step", trl_step), "TRL", "s", False)
-row("GRPO step with bf16 rollouts", med("verity-grpo-step-bf16", lambda r: r["seconds_per_step"]),
-    med("trl-grpo-step", trl_step), "TRL", "s", False)
-ours_len = med("verity-grpo-step", lambda r: statistics.median(r["completion_length_mean"]))
 trl_len_ = med("trl-grpo-step", trl_len)
-row("mean completion length in that step", ours_len, trl_len_, "TRL", "tokens", True, words=None)
-per_token = lambda step, length: (None, []) if step[0] is None or length[0] is None else (step[0] / length[0], [])
-row("GRPO step per completion token", per_token(med("verity-grpo-step", lambda r: r["seconds_per_step"]), ours_len),
-    per_token(med("trl-grpo-step", trl_step), trl_len_), "TRL", "s/token", False)
+trl_per_token = (lambda t, l: (None, []) if t[0] is None or l[0] is None else (t[0] / l[0], []))(
+    med("trl-grpo-step", trl_step), trl_len_)
+for suffix, words in PRECISIONS:
+    step = med(f"verity-grpo-step{suffix}", lambda r: r["seconds_per_step"])
+    if step[0] is None:
+        continue
+    rollouts = words.replace("weights", "rollouts").replace(" weight copies", " rollouts")
+    row(f"GRPO step, 1 × 8, ≤ 64 tokens, {rollouts}", step, med("trl-grpo-step", trl_step), "TRL", "s", False)
+    length = med(f"verity-grpo-step{suffix}", lambda r: statistics.median(r["completion_length_mean"]))
+    row("mean completion length in that step", length, trl_len_, "TRL", "tokens", True, words=None)
+    ours_per_token = (None, []) if length[0] is None else (step[0] / length[0], [])
+    row(f"GRPO step per completion token, {rollouts}", ours_per_token, trl_per_token, "TRL", "s/token", False)
 row("peak RSS of the GRPO step", med("verity-grpo-step", lambda r: r["peak_rss_mib"] / 1024),
     med("trl-grpo-step", lambda r: r["peak_rss_gib_ru_maxrss"]), "TRL", "GiB", False, words=("less", "more"))
 row("peak RSS of forward + backward", med("verity-train-step", lambda r: r["peak_rss_fwd_bwd_mib"] / 1024),

@@ -33,17 +33,22 @@ pub enum RolloutDtype {
     /// per decoded token; the sampler/trainer mismatch is logged (`sampler_kl`) and `tis_cap`
     /// corrects for it.
     Bf16,
+    /// int8 copies (symmetric, one scale per output channel), refreshed every step: a quarter
+    /// of the f32 bytes per decoded token, and a larger sampler/trainer mismatch than bf16
+    /// (logged as `sampler_kl`, corrected by `tis_cap`).
+    Int8,
 }
 
 impl std::str::FromStr for RolloutDtype {
     type Err = String;
 
-    /// Parses the JSON spelling (`f32`, `bf16`), as command-line flags take it.
+    /// Parses the JSON spelling (`f32`, `bf16`, `int8`), as command-line flags take it.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "f32" => Ok(RolloutDtype::F32),
             "bf16" => Ok(RolloutDtype::Bf16),
-            _ => Err(format!("expected f32 or bf16, got `{s}`")),
+            "int8" => Ok(RolloutDtype::Int8),
+            _ => Err(format!("expected f32, bf16 or int8, got `{s}`")),
         }
     }
 }
@@ -281,7 +286,7 @@ pub struct Hyperparameters {
     pub top_p: f64,
     /// Top-k sampling (0 = off).
     pub top_k: usize,
-    /// Precision of the weights rollouts read (`f32` or `bf16`).
+    /// Precision of the weights rollouts read (`f32`, `bf16` or `int8`).
     pub rollout_dtype: RolloutDtype,
     /// Stop strings: a completion ends when its text contains one (kept in the completion).
     pub stop: Vec<String>,
@@ -1101,7 +1106,9 @@ mod tests {
 
     #[test]
     fn rollout_dtype_has_one_spelling_in_json_and_on_the_command_line() {
-        for (text, dtype) in [("f32", RolloutDtype::F32), ("bf16", RolloutDtype::Bf16)] {
+        for (text, dtype) in
+            [("f32", RolloutDtype::F32), ("bf16", RolloutDtype::Bf16), ("int8", RolloutDtype::Int8)]
+        {
             let m = method(json!({ "rollout_dtype": text })).unwrap();
             assert_eq!(m.reinforcement().unwrap().hyperparameters.rollout_dtype, dtype);
             assert_eq!(text.parse::<RolloutDtype>(), Ok(dtype));

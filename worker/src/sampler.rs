@@ -314,15 +314,8 @@ impl Run<'_> {
         crate::kernels::on_pool(|| -> std::result::Result<Vec<Sequence>, E> {
             self.validate()?;
             let g = self.params.n;
-            // The bf16 copies serve the CPU kernels; on a GPU decoding is not bandwidth-starved,
-            // and the f32 weights are read as they are. One set serves every prefill of the call.
-            let compact = if self.params.rollout_dtype == RolloutDtype::Bf16
-                && self.model.device().is_cpu()
-            {
-                Some(Arc::new(CompactWeights::of(self.model)?))
-            } else {
-                None
-            };
+            // One set of weight copies serves every prefill of the call.
+            let compact = CompactWeights::for_rollouts(self.model, self.params.rollout_dtype)?;
             let mut slots = Slots::new(self.params.max_batch_rows, g, prompts.len(), compact);
             let mut seqs: Vec<Sequence> = Vec::with_capacity(prompts.len() * g);
             slots.admit(self, prompts, &mut seqs)?;

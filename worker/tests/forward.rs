@@ -2,6 +2,7 @@
 
 use candle_core::{Device, Tensor, Var};
 use verity_worker::kernels;
+use verity_worker::model::compact::{CompactWeights, RolloutDtype};
 use verity_worker::model::lora::LoraConfig;
 use verity_worker::optim::GradAccumulator;
 use verity_worker::testing::{max_abs_diff, tiny_model};
@@ -242,36 +243,47 @@ fn kv_cache_decode_equals_full_forward() {
     }
 }
 
+/// `w` (an `(out, in)` weight) as a rollout precision's copy reads it: rounded to bf16, or
+/// quantised to int8 with one scale per output channel (row) and scaled back.
+fn as_read_in(w: &Tensor, dtype: RolloutDtype) -> Tensor {
+    match dtype {
+        RolloutDtype::Int8 => {
+            let q = kernels::Int8Matrix::from_tensor(w, kernels::ScaleAxis::Rows).unwrap();
+            Tensor::from_vec(q.dequantised(), w.dims2().unwrap(), &Device::Cpu).unwrap()
+        }
+        _ => {
+            w.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap()
+        }
+    }
+}
+
 #[test]
-fn bf16_weight_copies_give_the_forward_of_the_rounded_weights() {
-    for family in FAMILIES {
+fn low_precision_weight_copies_give_the_forward_of_the_rounded_weights() {
+    for (family, dtype) in
+        FAMILIES.into_iter().flat_map(|f| [(f, RolloutDtype::Bf16), (f, RolloutDtype::Int8)])
+    {
         let model = tiny_model(family, 6).unwrap();
-        // The same model with every projection weight rounded to bf16 (embeddings and norms stay f32).
+        // The same model with every projection weight rounded (embeddings and norms stay f32).
         let rounded = tiny_model(family, 6).unwrap();
         for (name, w) in model.export_weights().unwrap() {
             if Transformer::is_held_transposed(&name) {
-                let r = w
-                    .to_dtype(candle_core::DType::BF16)
-                    .unwrap()
-                    .to_dtype(candle_core::DType::F32)
-                    .unwrap();
-                rounded.import_weight(&name, &r).unwrap();
+                rounded.import_weight(&name, &as_read_in(&w, dtype)).unwrap();
             }
         }
         let seqs: [&[u32]; 2] = [&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], &[9, 10, 11]];
         let pb = verity_worker::model::inputs::PaddedBatch::new(&seqs, 0).unwrap();
         let mut cache = model.new_cache(2, 16).unwrap();
-        cache.use_weights(verity_worker::model::compact::CompactWeights::of(&model).unwrap());
+        cache.use_weights(CompactWeights::of(&model, dtype).unwrap());
         let got = model
             .hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, Some(&mut cache), false)
             .unwrap();
         let want =
             rounded.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
-        assert!(max_abs_diff(&got, &want) < 1e-4, "{family:?}");
+        assert!(max_abs_diff(&got, &want) < 1e-4, "{family:?} {dtype:?}");
         let f32_hidden =
             model.hidden_states(&pb.ids, &pb.positions(), 2, &pb.pads, None, false).unwrap();
-        assert!(max_abs_diff(&got, &f32_hidden) > 1e-6, "{family:?}: the copies were not used");
-        // The LM head reads its bf16 copy too.
+        assert!(max_abs_diff(&got, &f32_hidden) > 1e-6, "{family:?} {dtype:?}: copies unused");
+        // The LM head reads its copy too.
         let logits = model.logits(&got, Some(&cache)).unwrap();
         let weights = model.export_weights().unwrap();
         let lm_name = if model.config.tie_word_embeddings {
@@ -279,13 +291,9 @@ fn bf16_weight_copies_give_the_forward_of_the_rounded_weights() {
         } else {
             "lm_head.weight"
         };
-        let lm = weights.into_iter().find(|(n, _)| n == lm_name).unwrap().1;
-        let lm = lm
-            .to_dtype(candle_core::DType::BF16)
-            .unwrap()
-            .to_dtype(candle_core::DType::F32)
-            .unwrap();
-        assert!(max_abs_diff(&logits, &got.matmul(&lm.t().unwrap()).unwrap()) < 1e-4, "{family:?}");
+        let lm = as_read_in(&weights.into_iter().find(|(n, _)| n == lm_name).unwrap().1, dtype);
+        let want = got.matmul(&lm.t().unwrap()).unwrap();
+        assert!(max_abs_diff(&logits, &want) < 1e-4, "{family:?} {dtype:?}");
     }
 }
 

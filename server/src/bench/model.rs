@@ -42,7 +42,7 @@ pub struct RolloutArgs {
     /// Tokens generated per prompt (EOS ignored).
     #[arg(long = "new-tokens", default_value_t = 64)]
     pub new_tokens: usize,
-    /// Precision of the weights decoding reads: f32 or bf16.
+    /// Precision of the weights decoding reads: f32, bf16 or int8.
     #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
     /// Prompts in all, decoded `batch` rows at a time (0: one batch).
@@ -96,7 +96,7 @@ pub struct GrpoStepArgs {
     /// Steps measured (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
-    /// Precision of the weights rollouts read: f32 or bf16.
+    /// Precision of the weights rollouts read: f32, bf16 or int8.
     #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: RolloutDtype,
     /// 1: sample the next step while this one trains (the asynchronous pipeline).

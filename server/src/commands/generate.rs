@@ -35,7 +35,7 @@ pub struct GenerateArgs {
     /// Device: cpu or cuda:N.
     #[arg(long, default_value = "cpu", env = "VERITY_DEVICE")]
     pub device: String,
-    /// Precision of the weights sampling reads: f32 or bf16 (faster decoding on a CPU).
+    /// Precision of the weights sampling reads: f32, bf16 or int8 (faster decoding on a CPU).
     #[arg(long = "rollout-dtype", default_value = "f32")]
     pub rollout_dtype: verity_core::spec::RolloutDtype,
 }

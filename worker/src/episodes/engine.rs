@@ -11,14 +11,14 @@
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::thread::ScopedJoinHandle;
 use verity_core::environment::Environment;
 
 use super::format::{parse_tool_calls, ToolCall, ToolFormat, ToolResult, CALL_CLOSE};
 use super::tools::{EpisodeTools, ToolCallRecord, ToolHost};
 use crate::error::{Result, WorkerError};
-use crate::model::compact::{CompactWeights, RolloutDtype};
+use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
 use crate::sampler::{pick_token, sequence_rng, Completion, FinishReason, SamplingParams};
@@ -215,12 +215,7 @@ impl EpisodeRunner<'_> {
         let budget = self.environment.max_episode_tokens(params.max_new_tokens);
         let eos = &tokenizer.eos_token_ids;
         let pad = tokenizer.pad_id();
-        let compact = if params.rollout_dtype == RolloutDtype::Bf16 && self.model.device().is_cpu()
-        {
-            Some(Arc::new(CompactWeights::of(self.model)?))
-        } else {
-            None
-        };
+        let compact = CompactWeights::for_rollouts(self.model, params.rollout_dtype)?;
         let g = params.n;
         let limit = match params.max_batch_rows {
             0 => usize::MAX,
@@ -513,7 +508,7 @@ mod tests {
         use crate::episodes::http::exchange::{answer, read_request};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let gate = gate.clone();

@@ -30,7 +30,7 @@ pub struct DecodeBatch {
 impl DecodeBatch {
     /// Prefills the (left-padded) prompts, reserving room for `extra` decoded positions;
     /// returns the batch and each row's next-token logits. `compact` weight copies (bf16
-    /// rollouts) serve every forward through the batch when given.
+    /// or int8 rollouts) serve every forward through the batch when given.
     pub fn prefill(
         model: &Transformer,
         prompts: &[&[u32]],

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
 
 /// Per-layer keys and values `(batch, kv_heads, capacity, head_dim)`, the first `len` filled;
-/// optionally the bf16 weight copies every forward through this cache uses.
+/// optionally the low-precision weight copies every forward through this cache uses.
 pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
@@ -33,7 +33,7 @@ impl KvCache {
         Ok(Self { keys, values, len: 0, capacity, weights: None })
     }
 
-    /// Makes every forward through this cache read these weight copies (bf16 rollouts); pass
+    /// Makes every forward through this cache read these weight copies (bf16 or int8 rollouts); pass
     /// an `Arc` to share one set of copies among caches.
     pub fn use_weights(&mut self, weights: impl Into<Arc<CompactWeights>>) {
         self.weights = Some(weights.into());

@@ -431,8 +431,8 @@ impl Transformer {
         })
     }
 
-    /// Whether no-grad products with rows `x` go through the skinny kernels: always with bf16
-    /// weight copies, else for a few rows (decode steps).
+    /// Whether no-grad products with rows `x` go through the skinny kernels: always with bf16 or
+    /// int8 weight copies, else for a few rows (decode steps).
     fn skinny_route(&self, x: &Tensor, track: bool, compact: Option<&CompactWeights>) -> bool {
         let max_rows = if compact.is_some() { usize::MAX } else { kernels::SKINNY_MAX_ROWS };
         !track && self.kernels == Kernels::Fused && kernels::skinny_applies(x, max_rows)
@@ -461,8 +461,8 @@ impl Transformer {
             let weights = lins
                 .iter()
                 .map(|lin| match compact {
-                    Some(c) => c.linear(&lin.path).map(DecodeWeight::Bf16).ok_or_else(|| {
-                        WorkerError::Model(format!("no bf16 copy of `{}`", lin.path))
+                    Some(c) => c.linear(&lin.path).ok_or_else(|| {
+                        WorkerError::Model(format!("no low-precision copy of `{}`", lin.path))
                     }),
                     None => Ok(DecodeWeight::F32(lin.weight_t.as_tensor())),
                 })
@@ -791,14 +791,14 @@ impl Transformer {
     }
 
     /// Next-token logits `(rows, vocab)` of hidden states `(rows, hidden)` (no gradient); with a
-    /// cache holding weight copies, from the bf16 LM head.
+    /// cache holding weight copies, from the copy of the LM head.
     pub fn logits(&self, hidden: &Tensor, cache: Option<&KvCache>) -> Result<Tensor> {
         let hidden = hidden.detach();
         let w = self.lm_weight(false)?;
         let compact = cache.and_then(|c| c.weights()).map(|c| &**c);
         if self.skinny_route(&hidden, false, compact) {
             let weight = match compact {
-                Some(c) => DecodeWeight::Bf16(c.lm_head()),
+                Some(c) => c.lm_head(),
                 None => DecodeWeight::F32(&w),
             };
             return Ok(kernels::skinny_matmul_nt(&hidden, weight)?);
