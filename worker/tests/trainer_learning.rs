@@ -2,7 +2,7 @@
 //! the row's answer token, graded by a real `string_check` grader), every loss mode lifts the
 //! validation reward from near 0 to above 0.9 within a bounded number of steps.
 
-use verity_core::spec::{Hyperparameters, Loss};
+use verity_core::spec::{Hyperparameters, Loss, RolloutDtype};
 use verity_verifiers::{Grader, GraderPool};
 use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, tiny_tokenizer};
 use verity_worker::trainer::{Dataset, Trainer, TrainerOptions};
@@ -170,4 +170,25 @@ fn stop_strings_end_training_completions() {
     }
     let one_token = out.samples.iter().filter(|s| s.tokens == 1).count();
     assert!(2 * one_token >= out.samples.len(), "most completions stop after their first word");
+}
+
+#[test]
+fn int8_rollouts_with_tis_learn() {
+    let hp = Hyperparameters {
+        rollout_dtype: RolloutDtype::Int8,
+        tis_cap: Some(2.0),
+        ..hyperparameters(Loss::Grpo)
+    };
+    assert_learns(hp);
+}
+
+#[test]
+fn evaluations_read_the_f32_weights_whatever_the_rollout_precision() {
+    let f32_eval = trainer(hyperparameters(Loss::Grpo)).evaluate().unwrap().unwrap();
+    for dtype in [RolloutDtype::Bf16, RolloutDtype::Int8] {
+        let hp = Hyperparameters { rollout_dtype: dtype, ..hyperparameters(Loss::Grpo) };
+        let eval = trainer(hp).evaluate().unwrap().unwrap();
+        assert_eq!(eval.mean_reward, f32_eval.mean_reward, "{dtype:?}");
+        assert_eq!(eval.pass_at_k, f32_eval.pass_at_k, "{dtype:?}");
+    }
 }

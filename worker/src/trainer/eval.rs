@@ -9,6 +9,8 @@ use super::rollout::Group;
 use super::step::{SampleRecord, Trainer, SUCCESS_THRESHOLD};
 use super::tuning::Objective;
 use crate::grpo::metrics::mean_pass_at_k;
+use crate::model::compact::RolloutDtype;
+use crate::sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -56,11 +58,16 @@ pub fn ks(n: usize) -> Vec<usize> {
 
 impl Trainer {
     /// Evaluates the current policy on the validation set (`None` without one). Sampling uses
-    /// the training temperature and a fixed seed, so evaluations are comparable across steps.
+    /// the training temperature and a fixed seed, so evaluations are comparable across steps,
+    /// and reads the f32 weights whatever `rollout_dtype` says: the metrics are those of the
+    /// checkpoint a user downloads, not of the rollouts' low-precision copies.
     pub fn evaluate(&self) -> Result<Option<EvalMetrics>> {
         let Some(validation) = &self.validation else { return Ok(None) };
         let n = self.hp.eval_samples();
-        let params = self.sampling_params(n, mix_seed(self.seed, &[0xe7a1]));
+        let params = SamplingParams {
+            rollout_dtype: RolloutDtype::F32,
+            ..self.sampling_params(n, mix_seed(self.seed, &[0xe7a1]))
+        };
         let examples: Vec<usize> = (0..validation.len()).collect();
         let total = examples.len();
         // One continuous batch over the whole validation set, as wide as a training step's
