@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
+use verity_core::spec::RolloutDtype;
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
 use verity_worker::model::lora::LoraConfig;
 use verity_worker::serving::Engine;
@@ -41,6 +42,11 @@ impl Drop for Stack {
 }
 
 async fn stack(pool: PgPool) -> Stack {
+    stack_decoding(pool, RolloutDtype::F32).await
+}
+
+/// [`stack`] with an inference worker decoding from `decode_dtype` weights.
+async fn stack_decoding(pool: PgPool, decode_dtype: RolloutDtype) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(dir.path().join("objects"), None).await.unwrap());
@@ -63,8 +69,9 @@ async fn stack(pool: PgPool) -> Stack {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(verity_server::api::serve(listener, verity_server::api::app(state)));
 
+    let cache = dir.path().join("cache");
     let (engine, shutdown) =
-        inference_support::start_worker(&pool, store, &dir.path().join("cache"), 16).await;
+        inference_support::start_worker(&pool, store, &cache, (16, decode_dtype)).await;
     Stack { base, pool, engine, model_dir, dir, shutdown }
 }
 
@@ -276,9 +283,59 @@ async fn bad_models_and_budgets_are_refused_with_the_field_named(pool: PgPool) {
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn the_same_seed_gives_the_text_of_verity_generate(pool: PgPool) {
-    let stack = stack(pool.clone()).await;
+    same_seeds_as_verity_generate(pool, RolloutDtype::F32).await;
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_int8_worker_answers_as_verity_generate_with_int8_weights(pool: PgPool) {
+    let texts = same_seeds_as_verity_generate(pool, RolloutDtype::Int8).await;
+    // The copies are what it decodes from: the f32 weights answer otherwise.
+    assert_ne!(texts, f32_texts().await);
+}
+
+/// The seeds the generation tests use.
+const SEEDS: [u64; 3] = [0, 7, 123];
+
+/// `verity generate`'s options for `seed` reading `dtype` weights.
+fn generate_options(seed: u64, dtype: RolloutDtype) -> verity_worker::GenerateOptions {
+    verity_worker::GenerateOptions {
+        system: None,
+        max_tokens: 20,
+        temperature: 0.9,
+        top_p: 1.0,
+        top_k: 0,
+        n: 1,
+        seed,
+        device: "cpu".into(),
+        rollout_dtype: dtype,
+    }
+}
+
+/// `verity generate`'s texts for [`SEEDS`] with the f32 weights of the test model.
+async fn f32_texts() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    inference_support::tiny_model(dir.path(), 3, CONTEXT);
+    let path = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        SEEDS
+            .iter()
+            .map(|&seed| {
+                let options = generate_options(seed, RolloutDtype::F32);
+                verity_worker::generate(&path, "t4 t8 t15", &options).unwrap()[0].text.clone()
+            })
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// Asks a worker decoding from `dtype` weights for seeded completions, checks each against
+/// `verity generate` with the same precision, and returns the texts.
+async fn same_seeds_as_verity_generate(pool: PgPool, dtype: RolloutDtype) -> Vec<String> {
+    let stack = stack_decoding(pool.clone(), dtype).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
-    for seed in [0u64, 7, 123] {
+    let mut texts = Vec::new();
+    for seed in SEEDS {
         let (status, body) = chat(
             &stack,
             &key,
@@ -287,17 +344,7 @@ async fn the_same_seed_gives_the_text_of_verity_generate(pool: PgPool) {
         )
         .await;
         assert_eq!(status, 200, "{body}");
-        let options = verity_worker::GenerateOptions {
-            system: None,
-            max_tokens: 20,
-            temperature: 0.9,
-            top_p: 1.0,
-            top_k: 0,
-            n: 1,
-            seed,
-            device: "cpu".into(),
-            rollout_dtype: Default::default(),
-        };
+        let options = generate_options(seed, dtype);
         let dir = stack.model_dir.clone();
         let generated = tokio::task::spawn_blocking(move || {
             verity_worker::generate(&dir, "t4 t8 t15", &options).unwrap()
@@ -306,7 +353,9 @@ async fn the_same_seed_gives_the_text_of_verity_generate(pool: PgPool) {
         .unwrap();
         assert_eq!(text(&body), generated[0].text, "seed {seed}");
         assert_eq!(body["usage"]["completion_tokens"], generated[0].tokens, "seed {seed}");
+        texts.push(text(&body));
     }
+    texts
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

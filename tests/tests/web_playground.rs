@@ -50,8 +50,13 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
     // API server and inference worker.
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let base = serve(state.clone()).await;
-    let (engine, shutdown) =
-        inference_support::start_worker(&pool, store.clone(), &root.path().join("cache"), 8).await;
+    let (engine, shutdown) = inference_support::start_worker(
+        &pool,
+        store.clone(),
+        &root.path().join("cache"),
+        (8, verity_core::spec::RolloutDtype::F32),
+    )
+    .await;
     let _stop_worker = shutdown.drop_guard();
 
     // A job with a validation file and a grader, and a checkpoint (other weights) at step 1.

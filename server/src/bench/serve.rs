@@ -51,6 +51,9 @@ pub struct ServeBenchArgs {
     /// In-process: most sequences decoded together (`verity inference --max-batch`).
     #[arg(long = "max-batch", default_value_t = 32)]
     pub max_batch: usize,
+    /// In-process: precision of the weights decoding reads (`verity inference --decode-dtype`).
+    #[arg(long = "decode-dtype", default_value = "f32")]
+    pub decode_dtype: verity_core::spec::RolloutDtype,
 }
 
 /// The prompts clients cycle through (those of `bench/peers/gen_bench.py`).
@@ -276,6 +279,7 @@ async fn local_engine(dir: &Path, args: &ServeBenchArgs, scratch: &Path) -> anyh
             device: verity_worker::parse_device(&args.device)?,
             memory_budget_bytes: usize::MAX / 2,
             max_batch: args.max_batch.max(1),
+            decode_dtype: args.decode_dtype,
         },
     );
     let source = ModelSource {

@@ -42,6 +42,10 @@ pub struct InferenceArgs {
     /// Most sequences decoded together per model (continuous batch size).
     #[arg(long = "max-batch", env = "VERITY_INFERENCE_MAX_BATCH", default_value_t = 32)]
     pub max_batch: usize,
+    /// Precision of the weights decoding reads on a CPU: f32, or bf16 or int8 copies made once
+    /// per loaded model (faster decoding, slightly different outputs; docs/inference.md).
+    #[arg(long = "decode-dtype", env = "VERITY_INFERENCE_DECODE_DTYPE", default_value = "f32")]
+    pub decode_dtype: verity_core::spec::RolloutDtype,
 }
 
 /// The engine configuration of the command's options.
@@ -51,6 +55,7 @@ pub fn engine_config(args: &InferenceArgs) -> anyhow::Result<EngineConfig> {
         device: verity_worker::parse_device(&args.device)?,
         memory_budget_bytes: args.memory_budget_mib.saturating_mul(1 << 20),
         max_batch: args.max_batch.max(1),
+        decode_dtype: args.decode_dtype,
     })
 }
 

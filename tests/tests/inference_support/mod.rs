@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use verity_core::spec::RolloutDtype;
 use verity_core::storage::ObjectStore;
 use verity_worker::serving::{Engine, EngineConfig};
 use verity_worker::trainer::testing::write_tiny_model_dir;
@@ -22,13 +23,14 @@ pub fn tiny_model(dir: &Path, seed: u64, context: usize) {
     std::fs::write(&path, config.to_string()).unwrap();
 }
 
-/// Starts an inference worker over `store` (CPU, 1 GiB budget, `max_batch` rows) on a free
-/// loopback port and waits until it is registered; cancel the token to stop it.
+/// Starts an inference worker over `store` (CPU, 1 GiB budget, `max_batch` rows, decoding from
+/// `decode_dtype` weights) on a free loopback port and waits until it is registered; cancel the
+/// token to stop it.
 pub async fn start_worker(
     pool: &PgPool,
     store: Arc<dyn ObjectStore>,
     cache_dir: &Path,
-    max_batch: usize,
+    (max_batch, decode_dtype): (usize, RolloutDtype),
 ) -> (Arc<Engine>, CancellationToken) {
     let engine = Arc::new(Engine::new(
         store,
@@ -37,6 +39,7 @@ pub async fn start_worker(
             device: candle_core::Device::Cpu,
             memory_budget_bytes: 1 << 30,
             max_batch,
+            decode_dtype,
         },
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -42,6 +42,11 @@ impl Bf16Matrix {
         (self.rows, self.cols)
     }
 
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bits.len() * std::mem::size_of::<u16>()
+    }
+
     /// The bit patterns, row-major.
     pub(super) fn bits(&self) -> &[u16] {
         &self.bits

@@ -97,6 +97,11 @@ impl Int8Matrix {
         self.axis
     }
 
+    /// Bytes held (values and scales).
+    pub fn bytes(&self) -> usize {
+        self.values.len() + self.scales.len() * std::mem::size_of::<f32>()
+    }
+
     /// The quantised values, row-major.
     pub(super) fn values(&self) -> &[i8] {
         &self.values

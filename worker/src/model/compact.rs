@@ -27,6 +27,14 @@ impl CompactMatrix {
         })
     }
 
+    /// Bytes held.
+    fn bytes(&self) -> usize {
+        match self {
+            CompactMatrix::Bf16(b) => b.bytes(),
+            CompactMatrix::Int8(q) => q.bytes(),
+        }
+    }
+
     fn decode_weight(&self) -> DecodeWeight<'_> {
         match self {
             CompactMatrix::Bf16(b) => DecodeWeight::Bf16(b),
@@ -66,6 +74,11 @@ impl CompactWeights {
         let head = model.lm_head.as_ref().unwrap_or(&model.embed).as_tensor();
         let lm_head = CompactMatrix::of(head, dtype, ScaleAxis::Rows)?;
         Ok(Self { linears, lm_head })
+    }
+
+    /// Bytes the copies hold.
+    pub fn bytes(&self) -> usize {
+        self.linears.values().map(CompactMatrix::bytes).sum::<usize>() + self.lm_head.bytes()
     }
 
     /// The copy of the projection at `path` (`(in, out)`, like the f32 one).

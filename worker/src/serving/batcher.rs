@@ -8,6 +8,7 @@ use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob
 use super::text::StopTextTracker;
 use crate::error::Result;
 use crate::kernels::on_pool;
+use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
 use crate::sampler::{pick_token, sequence_rng, SamplingParams};
@@ -64,7 +65,7 @@ struct Row {
 
 /// The decode loop of one model; returns when `admissions` is closed and nothing is left.
 pub(crate) fn run_batcher(
-    model: Arc<Transformer>,
+    (model, compact): (Arc<Transformer>, Option<Arc<CompactWeights>>),
     tokenizer: Arc<ChatTokenizer>,
     max_batch: usize,
     counters: Arc<[Arc<BatchCounters>; 2]>,
@@ -72,6 +73,7 @@ pub(crate) fn run_batcher(
 ) {
     let mut state = Batcher {
         model,
+        compact,
         tokenizer,
         max_batch: max_batch.max(1),
         counters,
@@ -134,6 +136,8 @@ fn take_admissible(
 
 struct Batcher {
     model: Arc<Transformer>,
+    /// The low-precision weight copies decoding reads (`--decode-dtype`), if any.
+    compact: Option<Arc<CompactWeights>>,
     tokenizer: Arc<ChatTokenizer>,
     max_batch: usize,
     /// The model's counters and the engine's.
@@ -184,7 +188,7 @@ impl Batcher {
                 return;
             }
             let pad = self.tokenizer.pad_id();
-            let model = &self.model;
+            let (model, compact) = (&self.model, &self.compact);
             let prompts: Vec<&[u32]> = taken.iter().map(|a| a.prompt.as_slice()).collect();
             let extra = taken.iter().map(|a| a.max_tokens).max().unwrap_or(0);
             let rows: Vec<usize> = taken
@@ -193,7 +197,8 @@ impl Batcher {
                 .flat_map(|(i, a)| std::iter::repeat_n(i, a.params.n.max(1)))
                 .collect();
             let prefilled = on_pool(|| -> Result<(DecodeBatch, Vec<Vec<f32>>)> {
-                let (mut b, logits) = DecodeBatch::prefill(model, &prompts, pad, extra, None)?;
+                let (mut b, logits) =
+                    DecodeBatch::prefill(model, &prompts, pad, extra, compact.clone())?;
                 b.select_rows(&rows)?;
                 Ok((b, logits))
             });

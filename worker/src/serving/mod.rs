@@ -10,6 +10,7 @@ pub mod text;
 
 use crate::job::artifacts::{cached_folder, model_path};
 use crate::loader::{load_checkpoint, load_stack};
+use crate::model::compact::{CompactWeights, RolloutDtype};
 use crate::model::Transformer;
 use crate::tokenizer::ChatTokenizer;
 pub use batcher::BatchCounters;
@@ -35,6 +36,9 @@ pub struct EngineConfig {
     pub memory_budget_bytes: usize,
     /// Most sequences decoded together per model.
     pub max_batch: usize,
+    /// Precision of the weights decoding reads on a CPU: `f32` (the weights themselves), or
+    /// `bf16`/`int8` copies made once per loaded model (the rollout precisions).
+    pub decode_dtype: RolloutDtype,
 }
 
 /// Why a request cannot run.
@@ -70,9 +74,10 @@ pub struct Generation {
     pub events: UnboundedReceiver<GenerationEvent>,
 }
 
-/// A model ready to serve: its weights, tokenizer and batch.
+/// A model ready to serve: its weights (and their low-precision copies), tokenizer and batch.
 struct Served {
     model: Arc<Transformer>,
+    compact: Option<Arc<CompactWeights>>,
     tokenizer: Arc<ChatTokenizer>,
     admissions: Mutex<mpsc::Sender<Admission>>,
     counters: Arc<BatchCounters>,
@@ -216,16 +221,20 @@ impl Engine {
                 for prefix in &source.merged {
                     merged.push(self.download(prefix).await?);
                 }
-                let device = self.config.device.clone();
-                let loaded =
-                    tokio::task::spawn_blocking(move || load_stack(Some(&file), &merged, &device))
-                        .await
-                        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
-                        .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
-                let bytes = loaded.model.parameter_bytes();
+                let (device, dtype) = (self.config.device.clone(), self.config.decode_dtype);
+                let (loaded, compact) = tokio::task::spawn_blocking(move || -> crate::Result<_> {
+                    let loaded = load_stack(Some(&file), &merged, &device)?;
+                    let compact = CompactWeights::for_rollouts(&loaded.model, dtype)?;
+                    Ok((loaded, compact))
+                })
+                .await
+                .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
+                .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
+                let bytes =
+                    loaded.model.parameter_bytes() + compact.as_ref().map_or(0, |c| c.bytes());
                 make_room(&mut models, bytes, self.config.memory_budget_bytes, &[])?;
-                let served =
-                    self.start(Arc::new(loaded.model), Arc::new(loaded.tokenizer), &base_key);
+                let model = (Arc::new(loaded.model), compact);
+                let served = self.start(model, Arc::new(loaded.tokenizer), &base_key);
                 models.insert(
                     base_key.clone(),
                     Entry { served: served.clone(), bytes, last_used: Instant::now(), base: None },
@@ -237,19 +246,26 @@ impl Engine {
         let dir = self.download(checkpoint).await?;
         let adapter = dir.join("adapter_config.json").is_file();
         let base_model = base.model.clone();
-        let device = self.config.device.clone();
+        let (device, dtype) = (self.config.device.clone(), self.config.decode_dtype);
+        // An adapter reads its base's weights, so it reads the base's copies too.
+        let base_compact = base.compact.clone();
         let loaded = tokio::task::spawn_blocking(move || -> crate::Result<_> {
             let (model, tokenizer) = load_checkpoint(&base_model, &dir, &device)?;
-            let bytes = if adapter { model.adapter_bytes() } else { model.parameter_bytes() };
-            Ok((model, tokenizer, bytes))
+            if adapter {
+                let bytes = model.adapter_bytes();
+                return Ok((model, base_compact, tokenizer, bytes));
+            }
+            let compact = CompactWeights::for_rollouts(&model, dtype)?;
+            let bytes = model.parameter_bytes() + compact.as_ref().map_or(0, |c| c.bytes());
+            Ok((model, compact, tokenizer, bytes))
         })
         .await
         .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?
         .map_err(|e| ServeError::ModelUnavailable(e.to_string()))?;
-        let (model, tokenizer, bytes) = loaded;
+        let (model, compact, tokenizer, bytes) = loaded;
         make_room(&mut models, bytes, self.config.memory_budget_bytes, &[&base_key])?;
         let tokenizer = tokenizer.map(Arc::new).unwrap_or_else(|| base.tokenizer.clone());
-        let served = self.start(Arc::new(model), tokenizer, &key);
+        let served = self.start((Arc::new(model), compact), tokenizer, &key);
         models.insert(
             key,
             Entry {
@@ -265,22 +281,23 @@ impl Engine {
     /// Starts the batch thread of a loaded model.
     fn start(
         &self,
-        model: Arc<Transformer>,
+        (model, compact): (Arc<Transformer>, Option<Arc<CompactWeights>>),
         tokenizer: Arc<ChatTokenizer>,
         key: &str,
     ) -> Arc<Served> {
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(BatchCounters::default());
         let shared = Arc::new([counters.clone(), self.counters.clone()]);
-        let (m, t, max_batch) = (model.clone(), tokenizer.clone(), self.config.max_batch);
+        let weights = (model.clone(), compact.clone());
+        let (t, max_batch) = (tokenizer.clone(), self.config.max_batch);
         let spawned = std::thread::Builder::new()
             .name(format!("batch {key}"))
-            .spawn(move || run_batcher(m, t, max_batch, shared, rx));
+            .spawn(move || run_batcher(weights, t, max_batch, shared, rx));
         if let Err(error) = spawned {
             tracing::error!(%error, key, "cannot start a batch thread");
         }
         tracing::info!(key, "model loaded for inference");
-        Arc::new(Served { model, tokenizer, admissions: Mutex::new(tx), counters })
+        Arc::new(Served { model, compact, tokenizer, admissions: Mutex::new(tx), counters })
     }
 
     /// Downloads (or finds in the cache) the published folder at `prefix`.
