@@ -106,3 +106,77 @@ pub fn attention_nograd(
     })?;
     Tensor::from_vec(out, (b * tq, h * dh), &Device::Cpu)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The attention of one query row, computed the plain way.
+    fn naive(
+        q: &[f32],
+        keys: &[Vec<f32>],
+        values: &[Vec<f32>],
+        mask: &[f32],
+        scale: f32,
+    ) -> Vec<f32> {
+        let scores: Vec<f32> = keys
+            .iter()
+            .zip(mask)
+            .map(|(k, m)| q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale + m)
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return vec![0.0; q.len()];
+        }
+        let e: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f32 = e.iter().sum();
+        let mut out = vec![0f32; q.len()];
+        for (p, v) in e.iter().zip(values) {
+            for (o, x) in out.iter_mut().zip(v) {
+                *o += p / sum * x;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grouped_heads_strided_caches_and_masked_rows_match_the_plain_computation() {
+        let dev = Device::Cpu;
+        let (b, h, hkv, tq, tk, dh) = (2usize, 6usize, 2usize, 3usize, 37usize, 20usize);
+        let q = Tensor::randn(0f32, 1.0, (b, h, tq, dh), &dev).unwrap();
+        // Keys and values are a view of a longer cache (strided along the positions).
+        let kc = Tensor::randn(0f32, 1.0, (b, hkv, tk + 9, dh), &dev).unwrap();
+        let vc = Tensor::randn(0f32, 1.0, (b, hkv, tk + 9, dh), &dev).unwrap();
+        let (k, v) = (kc.narrow(2, 0, tk).unwrap(), vc.narrow(2, 0, tk).unwrap());
+        let mut mask = vec![0f32; b * tq * tk];
+        for (idx, m) in mask.iter_mut().enumerate() {
+            let (row, j) = (idx / tk, idx % tk);
+            // Row 4 sees nothing (a padding position); the others miss some keys.
+            if row == 4 || (j + row) % 5 == 0 {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+        let mask_t = Tensor::from_vec(mask.clone(), (b, tq, tk), &dev).unwrap();
+        let got = attention_nograd(&q, &k, &v, &mask_t, 0.3).unwrap().to_vec2::<f32>().unwrap();
+        let (kv, vv) = (k.contiguous().unwrap(), v.contiguous().unwrap());
+        let q4: Vec<Vec<Vec<Vec<f32>>>> =
+            (0..b).map(|bi| q.get(bi).unwrap().to_vec3().unwrap()).collect();
+        let k4: Vec<Vec<Vec<Vec<f32>>>> =
+            (0..b).map(|bi| kv.get(bi).unwrap().to_vec3().unwrap()).collect();
+        let v4: Vec<Vec<Vec<Vec<f32>>>> =
+            (0..b).map(|bi| vv.get(bi).unwrap().to_vec3().unwrap()).collect();
+        for bi in 0..b {
+            for i in 0..tq {
+                let m = &mask[(bi * tq + i) * tk..][..tk];
+                for hi in 0..h {
+                    let kh = hi / (h / hkv);
+                    let want = naive(&q4[bi][hi][i], &k4[bi][kh], &v4[bi][kh], m, 0.3);
+                    let row = &got[bi * tq + i][hi * dh..(hi + 1) * dh];
+                    for (a, w) in row.iter().zip(&want) {
+                        assert!((a - w).abs() < 1e-5, "b{bi} i{i} h{hi}: {a} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
