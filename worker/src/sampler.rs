@@ -311,7 +311,8 @@ impl Run<'_> {
         prompts: &mut Vec<Vec<u32>>,
         mut sink: Option<&mut GroupSink<'_, E>>,
     ) -> std::result::Result<Vec<Sequence>, E> {
-        crate::kernels::on_pool(|| -> std::result::Result<Vec<Sequence>, E> {
+        let device = self.model.device();
+        crate::kernels::on_pool_for_decoding(device, || -> std::result::Result<Vec<Sequence>, E> {
             self.validate()?;
             let g = self.params.n;
             // One set of weight copies serves every prefill of the call.

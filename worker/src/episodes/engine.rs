@@ -179,7 +179,9 @@ impl EpisodeRunner<'_> {
                 "n and max_new_tokens must be at least 1".into(),
             ));
         }
-        crate::kernels::on_pool(|| self.run_continuous(prompts, params))
+        crate::kernels::on_pool_for_decoding(self.model.device(), || {
+            self.run_continuous(prompts, params)
+        })
     }
 
     /// A fresh episode of prompt `prompt`'s sample `sample`.

@@ -7,7 +7,7 @@
 use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob, TopLogprob};
 use super::text::StopTextTracker;
 use crate::error::Result;
-use crate::kernels::on_pool;
+use crate::kernels::on_pool_for_decoding;
 use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
@@ -196,7 +196,7 @@ impl Batcher {
                 .enumerate()
                 .flat_map(|(i, a)| std::iter::repeat_n(i, a.params.n.max(1)))
                 .collect();
-            let prefilled = on_pool(|| -> Result<(DecodeBatch, Vec<Vec<f32>>)> {
+            let prefilled = on_pool_for_decoding(model.device(), || -> Result<_> {
                 let (mut b, logits) =
                     DecodeBatch::prefill(model, &prompts, pad, extra, compact.clone())?;
                 b.select_rows(&rows)?;
@@ -346,7 +346,7 @@ impl Batcher {
         let tokens: Vec<u32> = self.rows.iter().map(|r| *r.tokens.last().unwrap_or(&0)).collect();
         let (model, batch) = (&self.model, self.batch.as_mut());
         if let Some(batch) = batch {
-            self.logits = on_pool(|| batch.step(model, &tokens))?;
+            self.logits = on_pool_for_decoding(model.device(), || batch.step(model, &tokens))?;
         }
         Ok(())
     }
