@@ -441,7 +441,8 @@ fn dot_rows_tiled(
     (m, k): (usize, usize),
     (v0, nv): (usize, usize),
 ) {
-    use tiles::{dot_tile, TILE_ROWS};
+    use tiles::{dot_tile, dot_tile_wide, TILE_ROWS};
+    let wide = has_avx512();
     assert!(out.len() >= m * nv && x.len() >= m * k && w.len() >= (v0 + nv) * k);
     let pairs = nv - nv % 2;
     for v in (0..pairs).step_by(2) {
@@ -451,8 +452,15 @@ fn dot_rows_tiled(
             let xs = (x[r0 * k..].as_ptr(), k);
             let ws = (wp, k);
             // SAFETY: AVX2/FMA are present (checked by the caller); the assert above bounds
-            // every element: rows r0..r0 + R <= m, weight rows v0 + v, v0 + v + 1 < v0 + nv.
-            unsafe { for_rows!(dot_tile, fmt, TILE_ROWS.min(m - r0), o, xs, ws, k) }
+            // every element: rows r0..r0 + R <= m, weight rows v0 + v, v0 + v + 1 < v0 + nv;
+            // the wide tile runs only with AVX-512F (`wide`).
+            unsafe {
+                if wide {
+                    for_rows!(dot_tile_wide, fmt, TILE_ROWS.min(m - r0), o, xs, ws, k)
+                } else {
+                    for_rows!(dot_tile, fmt, TILE_ROWS.min(m - r0), o, xs, ws, k)
+                }
+            }
         }
     }
     if pairs < nv {

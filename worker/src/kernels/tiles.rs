@@ -1,9 +1,9 @@
 //! AVX2/FMA and AVX-512 register tiles for the skinny no-grad products. A tile keeps its
 //! accumulators in registers, so each weight vector it loads (f32, or bf16 or int8 widened in a
-//! register) feeds the multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is summed in
-//! the same order whatever the other rows are, so results do not depend on batch composition;
-//! the stream tiles of both widths do the same fused multiply-adds per element, in the same
-//! order, so they give identical results.
+//! register) feeds the multiply-adds of up to [`TILE_ROWS`] input rows. Every output element is
+//! summed in the same order whatever the other rows are, so results do not depend on batch
+//! composition; the stream tiles of both widths do the same fused multiply-adds per element, in
+//! the same order, so they give identical results.
 
 use std::arch::x86_64::*;
 
@@ -145,7 +145,7 @@ stream_tile!(
     _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps
 );
 
-/// Horizontal sum of a vector (fixed order).
+/// Horizontal sum of an AVX2 vector (fixed order).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn hsum(v: __m256) -> f32 {
@@ -155,39 +155,68 @@ unsafe fn hsum(v: __m256) -> f32 {
         + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
 }
 
-/// `out[r][v] = x[r] · w[v]` for `R` input rows and two weight rows `v` (length-`k` dot
-/// products). `out` has row stride `ldout`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA, and every addressed element must be in bounds.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot_tile<const FMT: u8, const R: usize>(
-    (out, ldout): (*mut f32, usize),
-    (x, ldx): (*const f32, usize),
-    (w, ldw): (*const u8, usize),
-    k: usize,
-) {
-    let mut a = [[_mm256_setzero_ps(); 2]; R];
-    let k8 = k - k % 8;
-    let mut kk = 0;
-    while kk < k8 {
-        let w0 = load8::<FMT>(w, kk);
-        let w1 = load8::<FMT>(w, ldw + kk);
-        for (r, ar) in a.iter_mut().enumerate() {
-            let xv = _mm256_loadu_ps(x.add(r * ldx + kk));
-            ar[0] = _mm256_fmadd_ps(xv, w0, ar[0]);
-            ar[1] = _mm256_fmadd_ps(xv, w1, ar[1]);
-        }
-        kk += 8;
-    }
-    let weight = |v: usize, i: usize| -> f32 { weight_at::<FMT>(w, v * ldw + i) };
-    for (r, ar) in a.iter().enumerate() {
-        for (v, &acc) in ar.iter().enumerate() {
-            let mut sum = hsum(acc);
-            for i in k8..k {
-                sum += *x.add(r * ldx + i) * weight(v, i);
-            }
-            *out.add(r * ldout + v) = sum;
-        }
-    }
+/// Horizontal sum of an AVX-512 vector (fixed order: its two halves added, then [`hsum`]).
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn hsum16(v: __m512) -> f32 {
+    // The upper half through a double-precision view: AVX-512F alone has no f32x8 extract.
+    let upper = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let halves = _mm256_add_ps(_mm512_castps512_ps256(v), upper);
+    hsum(halves)
 }
+
+/// Defines a dot tile: `out[r][v] = x[r] · w[v]` for `R` input rows and two weight rows `v`
+/// (length-`k` dot products), `lanes` products at a time per row pair. `out` has row stride
+/// `ldout`.
+macro_rules! dot_tile {
+    ($(#[$doc:meta])* $name:ident, $feature:literal, $lanes:literal, $load:ident, $zero:ident,
+     $loadu:ident, $fmadd:ident, $hsum:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must support the tile's instruction set, and every addressed element must be
+        /// in bounds.
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name<const FMT: u8, const R: usize>(
+            (out, ldout): (*mut f32, usize),
+            (x, ldx): (*const f32, usize),
+            (w, ldw): (*const u8, usize),
+            k: usize,
+        ) {
+            let mut a = [[$zero(); 2]; R];
+            let whole = k - k % $lanes;
+            let mut kk = 0;
+            while kk < whole {
+                let w0 = $load::<FMT>(w, kk);
+                let w1 = $load::<FMT>(w, ldw + kk);
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let xv = $loadu(x.add(r * ldx + kk));
+                    ar[0] = $fmadd(xv, w0, ar[0]);
+                    ar[1] = $fmadd(xv, w1, ar[1]);
+                }
+                kk += $lanes;
+            }
+            let weight = |v: usize, i: usize| -> f32 { weight_at::<FMT>(w, v * ldw + i) };
+            for (r, ar) in a.iter().enumerate() {
+                for (v, &acc) in ar.iter().enumerate() {
+                    let mut sum = $hsum(acc);
+                    for i in whole..k {
+                        sum += *x.add(r * ldx + i) * weight(v, i);
+                    }
+                    *out.add(r * ldout + v) = sum;
+                }
+            }
+        }
+    };
+}
+
+dot_tile!(
+    /// The AVX2/FMA dot tile: eight products per row pair and instruction.
+    dot_tile, "avx2,fma", 8, load8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum
+);
+
+dot_tile!(
+    /// The AVX-512 dot tile: sixteen products per row pair and instruction.
+    dot_tile_wide, "avx512f,avx2,fma", 16, load16, _mm512_setzero_ps, _mm512_loadu_ps,
+    _mm512_fmadd_ps, hsum16
+);
