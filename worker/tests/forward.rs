@@ -263,6 +263,9 @@ fn low_precision_weight_copies_give_the_forward_of_the_rounded_weights() {
         FAMILIES.into_iter().flat_map(|f| [(f, RolloutDtype::Bf16), (f, RolloutDtype::Int8)])
     {
         let model = tiny_model(family, 6).unwrap();
+        // f32 decoding reads the weights themselves: there are no f32 copies to make.
+        assert!(CompactWeights::for_rollouts(&model, RolloutDtype::F32).unwrap().is_none());
+        assert!(CompactWeights::of(&model, RolloutDtype::F32).is_err());
         // The same model with every projection weight rounded (embeddings and norms stay f32).
         let rounded = tiny_model(family, 6).unwrap();
         for (name, w) in model.export_weights().unwrap() {

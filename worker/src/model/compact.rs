@@ -3,7 +3,7 @@
 //! products only.
 
 use super::Transformer;
-use crate::error::Result;
+use crate::error::{Result, WorkerError};
 use crate::kernels::{Bf16Matrix, DecodeWeight, Int8Matrix, ScaleAxis};
 use candle_core::Tensor;
 use std::collections::HashMap;
@@ -17,12 +17,15 @@ enum CompactMatrix {
 }
 
 impl CompactMatrix {
-    /// The copy of `t` in `dtype`, int8 scaled per output channel on `axis`.
+    /// The copy of `t` in `dtype`, int8 scaled per output channel on `axis`; `f32` has no copy.
     fn of(t: &Tensor, dtype: RolloutDtype, axis: ScaleAxis) -> Result<Self> {
         Ok(match dtype {
             RolloutDtype::Int8 => CompactMatrix::Int8(Int8Matrix::from_tensor(t, axis)?),
-            RolloutDtype::Bf16 | RolloutDtype::F32 => {
-                CompactMatrix::Bf16(Bf16Matrix::from_tensor(t)?)
+            RolloutDtype::Bf16 => CompactMatrix::Bf16(Bf16Matrix::from_tensor(t)?),
+            RolloutDtype::F32 => {
+                return Err(WorkerError::InvalidArgument(
+                    "f32 decoding reads the weights themselves; there is no f32 copy".into(),
+                ))
             }
         })
     }
@@ -60,7 +63,8 @@ impl CompactWeights {
         Ok(Some(Arc::new(Self::of(model, dtype)?)))
     }
 
-    /// Rounds the model's current projection and LM-head weights to `dtype` (`bf16` or `int8`).
+    /// Rounds the model's current projection and LM-head weights to `dtype` (`bf16` or `int8`;
+    /// `f32` is an error: it has no copies, see [`CompactWeights::for_rollouts`]).
     pub fn of(model: &Transformer, dtype: RolloutDtype) -> Result<Self> {
         let linears = model
             .layers
