@@ -83,9 +83,8 @@ pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 const SPIN_ROUNDS_PER_YIELD: u32 = 64;
 
 /// [`on_pool`] for a decode loop on `device`: on the CPU, while `work` runs, the pool's other
-/// threads stay awake,
-/// taking the halves of its parallel products as soon as they are queued, instead of parking
-/// between them. A decode step runs some 150 small parallel products per token (four or five
+/// threads stay awake, taking the halves of its parallel products as soon as they are queued,
+/// instead of parking between them. A decode step runs some 150 small parallel products per token (four or five
 /// per layer), and waking a parked thread for each (a futex call, then the scheduler's latency)
 /// took about a fifth of a batch-1 step's time on a 2-core VM. The spinning threads run any of
 /// the pool's work and give their core back to the OS every few rounds; they stop when `work`
