@@ -537,17 +537,19 @@ impl Transformer {
         track: bool,
     ) -> Result<[Tensor; 3]> {
         let cfg = &self.config;
+        // Head-major views of the rows: q and k go to RoPE (which reads the view in place), v
+        // is made contiguous for attention.
         let heads = |y: Tensor, n: usize| -> Result<Tensor> {
             // One position per row (a decode step): the head-major layout is the same memory,
             // so a reshape of the contiguous rows avoids a strided copy.
             if t == 1 {
                 return Ok(y.contiguous()?.reshape((batch, n, 1, cfg.head_dim))?);
             }
-            Ok(y.reshape((batch, t, n, cfg.head_dim))?.transpose(1, 2)?.contiguous()?)
+            Ok(y.reshape((batch, t, n, cfg.head_dim))?.transpose(1, 2)?)
         };
         let (mut q, mut k) =
             (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
-        let v = heads(v, cfg.num_key_value_heads)?;
+        let v = heads(v, cfg.num_key_value_heads)?.contiguous()?;
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
             let train_base = self.trains_base(track);
             q = self.rms_norm(&q, qn, train_base)?;
