@@ -16,6 +16,7 @@ mod embedding;
 mod int8;
 mod logprob;
 mod lora;
+mod prefix;
 mod rms_norm;
 mod rope;
 mod skinny;
@@ -33,6 +34,7 @@ pub use embedding::embedding;
 pub use int8::{Int8Matrix, ScaleAxis};
 pub use logprob::{token_logprobs, token_logprobs_reference};
 pub use lora::lora_matmul;
+pub use prefix::{after_prefix, after_prefix_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};
 pub use rope::{rope, rope_reference};
 pub use skinny::{

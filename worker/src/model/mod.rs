@@ -699,7 +699,6 @@ impl Transformer {
             Some(tape) => tape.cut(x),
             None => Ok(x),
         };
-        let (kvh, dh) = (self.config.num_key_value_heads, self.config.head_dim);
         let dev = &self.device;
         let rope_of = |start: usize, batch: usize, t: usize| {
             self.rotary.tables(&layout.positions[start..start + batch * t], batch, t, dev)
@@ -773,9 +772,11 @@ impl Transformer {
                             rope,
                             track,
                         )?;
-                        let after_prompt = |prompt: &Tensor, own: &Tensor| {
-                            Tensor::cat(&[&prompt.broadcast_as((*n, kvh, *len, dh))?, own], 2)?
-                                .contiguous()
+                        let after_prompt = |prompt: &Tensor, own: &Tensor| match self.kernels {
+                            Kernels::Fused => kernels::after_prefix(prompt, own),
+                            Kernels::Device | Kernels::Reference => {
+                                kernels::after_prefix_reference(prompt, own)
+                            }
                         };
                         outs.push(self.attend(
                             &qc,
