@@ -63,3 +63,25 @@ fn a_first_gradient_contribution_is_stored_as_it_is() {
     let (sb, _) = gb.storage_and_layout();
     assert!(std::ptr::eq(&*sa, &*sb), "the two gradients are separate copies");
 }
+
+/// `Tensor::detach_as_var` (added by the patch) makes a variable of a tensor's values without
+/// copying them, where `Var::from_tensor` copies: the layer-by-layer backward cuts its graph at
+/// every layer this way, so no layer input is held twice. The variable gets its gradient.
+#[test]
+fn a_tensor_becomes_a_variable_without_a_copy() {
+    let x = Var::new(&[1f32, -2., 3.], &Device::Cpu).unwrap();
+    let end = x.as_tensor().sqr().unwrap();
+    let leaf = Var::from_tensor(&end.detach_as_var()).unwrap();
+    assert!(leaf.as_tensor().is_variable());
+    let shares = |a: &Tensor, b: &Tensor| {
+        let (sa, _) = a.storage_and_layout();
+        let (sb, _) = b.storage_and_layout();
+        std::ptr::eq(&*sa, &*sb)
+    };
+    assert!(shares(leaf.as_tensor(), &end), "the variable holds its own copy");
+    assert!(!shares(Var::from_tensor(&end).unwrap().as_tensor(), &end));
+    assert_eq!(values(leaf.as_tensor()), vec![1., 4., 9.]);
+    let grads = (leaf.as_tensor() * 2.0).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(values(grads.get(leaf.as_tensor()).unwrap()), vec![2., 2., 2.]);
+    assert!(grads.get(x.as_tensor()).is_none(), "the variable starts a new graph");
+}

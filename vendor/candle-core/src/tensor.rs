@@ -2392,6 +2392,22 @@ impl Tensor {
         }
     }
 
+    /// Verity: a variable holding this tensor's values without a copy (the storage is shared,
+    /// as `detach` shares it; `Var::from_tensor` copies a tensor that is not a variable). Nothing
+    /// may write into the storage through either tensor afterwards.
+    pub fn detach_as_var(&self) -> Tensor {
+        let tensor_ = Tensor_ {
+            id: TensorId::new(),
+            storage: self.storage.clone(),
+            layout: self.layout.clone(),
+            op: BackpropOp::none(),
+            is_variable: true,
+            dtype: self.dtype,
+            device: self.device.clone(),
+        };
+        Tensor(Arc::new(tensor_))
+    }
+
     /// If the target device is the same as the tensor device, only a shallow copy is performed.
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
         if self.device().same_device(device) {

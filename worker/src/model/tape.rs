@@ -16,13 +16,14 @@ pub struct Tape {
 }
 
 impl Tape {
-    /// Cuts the graph at `x`: returns a leaf holding the same values that the forward goes on
-    /// from. A tensor that records no operation is returned as is (nothing before it trains).
+    /// Cuts the graph at `x`: returns a leaf holding the same values (the same memory, not a
+    /// copy) that the forward goes on from. A tensor that records no operation is returned as is
+    /// (nothing before it trains).
     pub fn cut(&mut self, x: Tensor) -> Result<Tensor> {
         if !x.track_op() {
             return Ok(x);
         }
-        let leaf = Var::from_tensor(&x)?;
+        let leaf = Var::from_tensor(&x.detach_as_var())?;
         let next = leaf.as_tensor().clone();
         self.cuts.push((x, leaf));
         Ok(next)
