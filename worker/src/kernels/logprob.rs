@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Logits held in memory at once (rows x vocab floats) by the chunked kernel.
-const CHUNK_FLOATS: usize = 1 << 23;
+const CHUNK_FLOATS: usize = 1 << 22;
 
 /// Log-probabilities and entropies of `targets` under `softmax(hidden @ weight^T / temperature)`.
 ///
