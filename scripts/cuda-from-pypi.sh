@@ -4,7 +4,7 @@
 # source before `cargo build --features cuda`.
 #
 #   scripts/cuda-from-pypi.sh /opt/verity-cuda && . /opt/verity-cuda/env.sh
-#   cargo build --release -p verity-server --features cuda
+#   cargo build --release -p verity-cli --features cuda
 #
 # PyPI's CUDA 12 `nvidia-cuda-nvcc-cu12` wheels ship only ptxas, so this uses the CUDA 13
 # wheels (`nvidia-cuda-nvcc` …): VERITY_CUDA_VERSION 13.0 (the default) or 13.4, the newest

@@ -4,7 +4,7 @@
 
 The env is the manifest's own: the ConfigMap (envFrom configMapRef), the example Secret's keys
 (envFrom secretRef, and env entries with secretKeyRef, valued from secret.example.yaml), then
-the literal env entries. The cluster topology test (server/tests/cluster.rs) starts its
+the literal env entries. The cluster topology test (cli/tests/cluster.rs) starts its
 processes with exactly this env (replacing only the addresses and secrets of the test site), so
 the manifests and the test cannot drift. Needs PyYAML.
 """

@@ -23,8 +23,9 @@ where
 }
 
 /// Precision of the weights the sampler reads during rollouts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum RolloutDtype {
     /// The f32 parameters themselves (sampling log-probs match the trainer's to rounding).
     #[default]
@@ -37,20 +38,6 @@ pub enum RolloutDtype {
     /// of the f32 bytes per decoded token, and a larger sampler/trainer mismatch than bf16
     /// (logged as `sampler_kl`, corrected by `tis_cap`).
     Int8,
-}
-
-impl std::str::FromStr for RolloutDtype {
-    type Err = String;
-
-    /// Parses the JSON spelling (`f32`, `bf16`, `int8`), as command-line flags take it.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "f32" => Ok(RolloutDtype::F32),
-            "bf16" => Ok(RolloutDtype::Bf16),
-            "int8" => Ok(RolloutDtype::Int8),
-            _ => Err(format!("expected f32, bf16 or int8, got `{s}`")),
-        }
-    }
 }
 
 /// The policy-loss family: the one description of every loss, its spelling, its defaults and
@@ -1111,11 +1098,11 @@ mod tests {
         {
             let m = method(json!({ "rollout_dtype": text })).unwrap();
             assert_eq!(m.reinforcement().unwrap().hyperparameters.rollout_dtype, dtype);
-            assert_eq!(text.parse::<RolloutDtype>(), Ok(dtype));
+            assert_eq!(<RolloutDtype as clap::ValueEnum>::from_str(text, false), Ok(dtype));
             assert_eq!(serde_json::to_value(dtype).unwrap(), json!(text));
         }
         assert!(method(json!({"rollout_dtype": "fp8"})).is_err());
-        assert!("fp8".parse::<RolloutDtype>().unwrap_err().contains("fp8"));
+        assert!(<RolloutDtype as clap::ValueEnum>::from_str("fp8", false).is_err());
     }
 
     #[test]

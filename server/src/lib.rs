@@ -1,11 +1,8 @@
-//! Verity server: the REST API (`api`), the web dashboard (`web`), the command line (`cli`,
-//! `commands`) and benchmarks.
+//! Verity server: the REST API (`api`), the web dashboard (`web`), the inference service
+//! (`inference`), and the application that assembles them (`app`). The `verity` command that
+//! runs it is the `verity-cli` crate.
 
-pub mod allocator;
 pub mod api;
-pub mod bench;
-pub mod cli;
-pub mod commands;
+pub mod app;
 pub mod inference;
-pub mod logging;
 pub mod web;

@@ -29,7 +29,7 @@ async fn files_jobs_and_checkpoints_over_http_and_s3(pool: sqlx::PgPool) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server =
-        tokio::spawn(axum::serve(listener, verity_server::api::app(state.clone())).into_future());
+        tokio::spawn(axum::serve(listener, verity_server::app::app(state.clone())).into_future());
     let client =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let auth = format!("Bearer {key}");

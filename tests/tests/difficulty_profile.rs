@@ -60,7 +60,7 @@ async fn a_profile_predicts_zero_advantage_estimates_cost_and_filters_the_file(p
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
-    let router = verity_server::api::app(state);
+    let router = verity_server::app::app(state);
     let key = user(&pool, "ada@example.com", "acme", "admin").await;
     let text = rows_jsonl();
     let reply = upload(&router, &key, "math.jsonl", text.as_bytes()).await;
@@ -203,7 +203,7 @@ async fn bad_profiles_are_refused_naming_the_field(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
-    let router = verity_server::api::app(state);
+    let router = verity_server::app::app(state);
     let key = user(&pool, "ada@example.com", "acme", "admin").await;
     let file = upload(&router, &key, "math.jsonl", rows_jsonl().as_bytes()).await.json();
     let file = file["id"].as_str().unwrap().to_string();

@@ -67,7 +67,7 @@ async fn stack_decoding(pool: PgPool, decode_dtype: RolloutDtype) -> Stack {
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(verity_server::api::serve(listener, verity_server::api::app(state)));
+    tokio::spawn(verity_server::app::serve(listener, verity_server::app::app(state)));
 
     let cache = dir.path().join("cache");
     let (engine, shutdown) =

@@ -9,8 +9,8 @@ mod api_support;
 use api_support::*;
 use axum::http::{header, Method, StatusCode};
 use std::time::{Duration, Instant, SystemTime};
+use verity_cli::commands::postgres_cluster::PrivateCluster;
 use verity_core::storage::{LocalStore, ObjectStore};
-use verity_server::commands::postgres_cluster::PrivateCluster;
 
 /// The API server's default acquire timeout (`--db-acquire-timeout-seconds`).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);

@@ -34,7 +34,7 @@ async fn setup(pool: PgPool) -> Setup {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
-    let router = verity_server::api::app(state);
+    let router = verity_server::app::app(state);
     let key = user(&pool, "ada@example.com", "acme", "admin").await;
     let reply = upload(&router, &key, "prompts.jsonl", prompts_jsonl().as_bytes()).await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());

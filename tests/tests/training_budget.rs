@@ -41,7 +41,7 @@ async fn generated(pool: &PgPool, job: &str) -> i64 {
 async fn a_job_pauses_at_its_budget_and_resumes_once_it_is_raised(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
-    let router = verity_server::api::app(api_support::app_on(pool.clone(), store.clone()).await);
+    let router = verity_server::app::app(api_support::app_on(pool.clone(), store.clone()).await);
     let key = user(&pool, "a@acme.io", "acme", "member").await;
     let uploaded = upload(&router, &key, "train.jsonl", target_token_jsonl(6).as_bytes()).await;
     let file = uploaded.json()["id"].as_str().unwrap().to_string();

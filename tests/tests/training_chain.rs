@@ -56,7 +56,7 @@ struct Setup {
 async fn setup(pool: &PgPool) -> Setup {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(pool, root.path()).await;
-    let router = verity_server::api::app(api_support::app_on(pool.clone(), store.clone()).await);
+    let router = verity_server::app::app(api_support::app_on(pool.clone(), store.clone()).await);
     let key = user(pool, "a@acme.io", "acme", "member").await;
     let other_key = user(pool, "b@other.io", "other", "member").await;
     let uploaded = upload(&router, &key, "train.jsonl", target_token_jsonl(6).as_bytes()).await;

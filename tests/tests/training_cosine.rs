@@ -81,13 +81,13 @@ async fn a_registered_embedding_model_grades_cosine_by_name(pool: PgPool) {
     };
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
-    let import = verity_server::commands::models::import_embedding_model;
+    let import = verity_cli::commands::models::import_embedding_model;
     assert_eq!(import(&pool, store.as_ref(), "minilm", &dir).await.unwrap(), "models/minilm");
     assert!(import(&pool, store.as_ref(), "minilm", &dir).await.is_err(), "the name is taken");
     let tiny = root.path().join("tiny-model");
     let not_bert = import(&pool, store.as_ref(), "tiny-as-embedding", &tiny).await;
     assert!(not_bert.is_err(), "a language model is no embedding model");
-    let router = verity_server::api::app(api_support::app_on(pool.clone(), store.clone()).await);
+    let router = verity_server::app::app(api_support::app_on(pool.clone(), store.clone()).await);
     let key = user(&pool, "a@acme.io", "acme", "member").await;
 
     let models = get(&router, "/v1/models", &key).await.json();

@@ -15,8 +15,8 @@ use verity_core::queue::{
 };
 use verity_core::storage::{LocalStore, ObjectStore};
 use verity_core::JobState;
+use verity_worker::bench::grpo_step::arithmetic_jsonl;
 use verity_worker::judge::{JudgeEndpoint, JudgeSettings};
-use verity_worker::trainer::bench::arithmetic_jsonl;
 
 /// The judge of both tests: rate the answer from 0 to 100. SmolLM2-135M is far too small to be a
 /// good judge (its replies often echo a number of the question); these tests check the

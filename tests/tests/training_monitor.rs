@@ -30,7 +30,7 @@ fn body(file: &str, auto_pause_on: serde_json::Value) -> serde_json::Value {
 async fn auto_pause_on_pauses_a_job_when_its_warning_fires(pool: PgPool) {
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
-    let router = verity_server::api::app(api_support::app_on(pool.clone(), store.clone()).await);
+    let router = verity_server::app::app(api_support::app_on(pool.clone(), store.clone()).await);
     let key = user(&pool, "a@acme.io", "acme", "member").await;
     let uploaded = upload(&router, &key, "train.jsonl", target_token_jsonl(6).as_bytes()).await;
     assert_eq!(uploaded.status, StatusCode::OK, "{:?}", uploaded.json());

@@ -13,8 +13,8 @@ use verity_core::queue::{
 };
 use verity_core::storage::{download_folder, LocalStore, ObjectStore};
 use verity_core::JobState;
+use verity_worker::bench::grpo_step::arithmetic_jsonl;
 use verity_worker::job::{TrainingHandler, TrainingHandlerConfig};
-use verity_worker::trainer::bench::arithmetic_jsonl;
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn smollm2_trains_three_steps_with_the_math_grader(pool: PgPool) {

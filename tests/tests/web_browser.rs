@@ -319,7 +319,7 @@ async fn an_evaluation_report_draws_its_pass_at_k_chart(pool: PgPool) {
     let store = training_support::prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
-    let router = verity_server::api::app(state.clone());
+    let router = verity_server::app::app(state.clone());
     let file = api_support::upload(&router, &key, "valid.jsonl", target_token_jsonl(3).as_bytes())
         .await
         .json()["id"]

@@ -55,7 +55,7 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     publish_chatml_model(&pool, store.as_ref(), root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
-    let router = verity_server::api::app(state.clone());
+    let router = verity_server::app::app(state.clone());
     let upload = |name: &'static str, rows: usize| {
         let router = router.clone();
         let key = key.clone();

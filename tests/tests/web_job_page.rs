@@ -300,7 +300,7 @@ async fn a_training_job_reports_its_finish_and_phase_while_running(pool: PgPool)
     let store = training_support::prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
-    let router = verity_server::api::app(state.clone());
+    let router = verity_server::app::app(state.clone());
     let file = api_support::upload(&router, &key, "t.jsonl", target_token_jsonl(4).as_bytes())
         .await
         .json()["id"]

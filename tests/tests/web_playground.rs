@@ -61,7 +61,7 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
 
     // A job with a validation file and a grader, and a checkpoint (other weights) at step 1.
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
-    let router = verity_server::api::app(state.clone());
+    let router = verity_server::app::app(state.clone());
     let mut files = Vec::new();
     for (name, rows) in [("train.jsonl", 4), ("valid.jsonl", 3)] {
         let reply =

@@ -24,7 +24,7 @@ async fn the_profile_shows_the_histogram_and_predicted_fraction_in_a_real_browse
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let state = api_support::app_on(pool.clone(), store.clone()).await;
-    let router = verity_server::api::app(state.clone());
+    let router = verity_server::app::app(state.clone());
     let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
     let base = serve(state).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());

@@ -19,11 +19,11 @@ use training_support::{
     cpu_training_handler, enqueue, event_kinds, method, metric_steps, metrics_jsonl_steps, prepare,
     prepare_store,
 };
+use verity_cli::commands::postgres_cluster::PrivateCluster;
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
 use verity_core::testing::{s3_test_endpoint, s3_test_options};
 use verity_core::JobState;
-use verity_server::commands::postgres_cluster::PrivateCluster;
 
 const STEPS: i32 = 12;
 

@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use verity_cli::commands::up::{supervise_worker, RestartPolicy};
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::queue::{
     run_worker, DeviceKind, Heartbeat, JobHandler, JobOutcome, Lease, Queue, QueueSettings,
     RunnerOptions, WorkerInfo, WorkerLiveness,
 };
-use verity_server::commands::up::{supervise_worker, RestartPolicy};
 use verity_worker::job::{run_training_worker, TrainingWorkerConfig};
 
 struct Succeed;

@@ -7,7 +7,7 @@ Reads verifiers/tests/data/math_cases.tsv (expected<TAB>reference<TAB>response),
 case with math_verify.verify(parse(gold), parse(prediction)), and prints JSON: gradings/s,
 agreement with the table's labels (Verity's math grader matches all labels; its test suite
 asserts that), and the disagreeing cases. With --verity-json (the output of
-`cargo run --release -p verity-verifiers --example bench_graders`), also the speed ratio.
+`verity bench graders`), also the speed ratio.
 """
 import argparse
 import json

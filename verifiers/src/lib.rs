@@ -9,12 +9,11 @@
 //!   at once ([`Grader::prefetch_judge`]).
 //! - [`judge`] defines the [`Judge`] that `score_model` / `label_model` ask (implemented by the
 //!   worker crate: a model registered in Verity, or an operator's OpenAI-compatible endpoint).
-//! - [`cli`] holds `run_jsonl`, `validate` and `bench` for `verity graders run|validate` and
-//!   `verity bench graders`; [`grader_json_schema`] exports the spec's JSON Schema.
+//! - [`grader_json_schema`] exports the spec's JSON Schema (`verity graders run|validate` and
+//!   `verity bench graders` live in the `verity-cli` crate).
 //! - [`sandbox`] runs untrusted programs under bubblewrap; [`SandboxConfig`] finds `bwrap` and
 //!   `python3` on `PATH` (overridable with `VERITY_SANDBOX_BWRAP` / `VERITY_SANDBOX_PYTHON`).
 
-pub mod cli;
 pub mod code;
 pub mod embed;
 pub mod formula;

@@ -261,8 +261,8 @@ impl ModelConfig {
         v
     }
 
-    /// Number of query heads per key/value head.
-    pub fn group_size(&self) -> usize {
+    /// Number of query heads per key/value head (the GQA ratio; not GRPO's group size).
+    pub fn query_heads_per_kv_head(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
     }
 }

@@ -3,8 +3,8 @@
 //! The model core: [`loader`] opens HF folders and GGUF files, [`model::Transformer`] is the
 //! trainable forward, [`sampler`] generates completions, [`optim`] and [`policy_optimizer`] hold
 //! AdamW, clipping and gradient accumulation, [`checkpoint`] saves and restores everything,
-//! [`commands`] hosts the entry points the `verity` CLI wires in, [`judge`] runs the judge
-//! models of model graders.
+//! [`generate`] samples text from a local model, [`bench`] holds the model benchmarks `verity
+//! bench` runs, [`judge`] runs the judge models of model graders.
 //!
 //! One RL step with the public API (what the GRPO trainer does):
 //!
@@ -29,9 +29,9 @@
 //! # let _ = stats; Ok(()) }
 //! ```
 
+pub mod bench;
 pub mod chat_template;
 pub mod checkpoint;
-pub mod commands;
 pub mod config;
 pub mod convert;
 pub mod device;
@@ -39,11 +39,11 @@ pub mod embedding;
 pub mod embedding_models;
 pub mod episodes;
 pub mod error;
+pub mod generate;
 pub mod gguf;
 pub mod grpo;
 pub mod job;
 pub mod judge;
-pub mod kernels;
 pub mod loader;
 pub mod model;
 pub mod optim;
@@ -58,14 +58,11 @@ pub mod trainer;
 pub mod weights;
 
 pub use chat_template::ChatMessage;
-pub use commands::{
-    bench_rollout, bench_train_step, generate, BenchModel, GenerateOptions, GeneratedText,
-    RolloutBench,
-};
 pub use config::{Family, ModelConfig};
 pub use convert::convert_gguf;
 pub use device::{default_compute_dtype, parse_device, parse_precision};
 pub use error::{Result, WorkerError};
+pub use generate::{generate, GenerateOptions, GeneratedText};
 pub use loader::{load_model, LoadedModel};
 pub use model::{CompletionLogprobs, Kernels, Transformer};
 pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule, OptimizerPath};

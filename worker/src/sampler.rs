@@ -312,7 +312,7 @@ impl Run<'_> {
         mut sink: Option<&mut GroupSink<'_, E>>,
     ) -> std::result::Result<Vec<Sequence>, E> {
         let device = self.model.device();
-        crate::kernels::on_pool_for_decoding(device, || -> std::result::Result<Vec<Sequence>, E> {
+        verity_kernels::on_pool_for_decoding(device, || -> std::result::Result<Vec<Sequence>, E> {
             self.validate()?;
             let g = self.params.n;
             // One set of weight copies serves every prefill of the call.

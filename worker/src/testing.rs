@@ -3,9 +3,8 @@
 use crate::config::{Family, ModelConfig};
 use crate::error::Result;
 use crate::model::Transformer;
-use crate::weights::WeightMap;
-use candle_core::{Device, Tensor, Var};
-use rand::{Rng, SeedableRng};
+use crate::weights::random_weights;
+use candle_core::{Device, Tensor};
 use std::path::PathBuf;
 
 /// A tiny config of the given family (2 layers, vocab 64, GQA 4:2 heads).
@@ -29,54 +28,6 @@ pub fn tiny_config(family: Family) -> ModelConfig {
         eos_token_ids: vec![2],
         torch_dtype: "float32".into(),
     }
-}
-
-/// Random weights (HF names) for `config`, deterministic in `seed`.
-pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Result<WeightMap> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut map = WeightMap::default();
-    let mut add = |name: String, shape: &[usize], scale: f32, base: f32| -> Result<()> {
-        let n: usize = shape.iter().product();
-        let data: Vec<f32> =
-            (0..n).map(|_| base + scale * (rng.random::<f32>() * 2.0 - 1.0)).collect();
-        map.insert(name, Tensor::from_vec(data, shape, device)?)
-    };
-    let (d, v, f) = (config.hidden_size, config.vocab_size, config.intermediate_size);
-    let (qd, kd) = (
-        config.num_attention_heads * config.head_dim,
-        config.num_key_value_heads * config.head_dim,
-    );
-    add("model.embed_tokens.weight".into(), &[v, d], 0.5, 0.0)?;
-    for i in 0..config.num_hidden_layers {
-        let p = format!("model.layers.{i}");
-        add(format!("{p}.input_layernorm.weight"), &[d], 0.2, 1.0)?;
-        add(format!("{p}.post_attention_layernorm.weight"), &[d], 0.2, 1.0)?;
-        for (name, o, inp) in [
-            ("self_attn.q_proj", qd, d),
-            ("self_attn.k_proj", kd, d),
-            ("self_attn.v_proj", kd, d),
-            ("self_attn.o_proj", d, qd),
-            ("mlp.gate_proj", f, d),
-            ("mlp.up_proj", f, d),
-            ("mlp.down_proj", d, f),
-        ] {
-            add(format!("{p}.{name}.weight"), &[o, inp], 1.0 / (inp as f32).sqrt(), 0.0)?;
-        }
-        if config.attention_bias {
-            for (name, o) in [("q_proj", qd), ("k_proj", kd), ("v_proj", kd)] {
-                add(format!("{p}.self_attn.{name}.bias"), &[o], 0.1, 0.0)?;
-            }
-        }
-        if config.family == Family::Qwen3 {
-            add(format!("{p}.self_attn.q_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
-            add(format!("{p}.self_attn.k_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
-        }
-    }
-    add("model.norm.weight".into(), &[d], 0.2, 1.0)?;
-    if !config.tie_word_embeddings {
-        add("lm_head.weight".into(), &[v, d], 0.5, 0.0)?;
-    }
-    Ok(map)
 }
 
 /// A tiny random transformer of the given family on the CPU.
@@ -188,40 +139,4 @@ pub fn smollm2_gguf(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// Largest absolute elementwise difference of two tensors of the same shape (test helper).
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .and_then(|d| d.abs())
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.max(0))
-        .and_then(|d| d.to_dtype(candle_core::DType::F32))
-        .and_then(|d| d.to_scalar::<f32>())
-        .unwrap_or(f32::INFINITY)
-}
-
-/// A trainable 2-D tensor of smooth, distinct values (`sin(0.37·i + seed) / 2`), for kernel tests.
-pub fn wave_var(shape: (usize, usize), seed: f32) -> Var {
-    let values: Vec<f32> =
-        (0..shape.0 * shape.1).map(|i| (i as f32 * 0.37 + seed).sin() * 0.5).collect();
-    Var::from_tensor(&Tensor::from_vec(values, shape, &Device::Cpu).expect("shape matches"))
-        .expect("a new variable")
-}
-
-/// Asserts that two computations of one function agree in value (within `tol`) and in the
-/// gradients of a position-weighted sum with respect to each of `vars` (within `10·tol`).
-pub fn assert_same_function(fused: &Tensor, plain: &Tensor, vars: &[&Var], tol: f32) {
-    assert!(max_abs_diff(fused, plain) < tol, "values differ by {}", max_abs_diff(fused, plain));
-    let n = fused.elem_count();
-    let weights = Tensor::arange(0f32, n as f32, &Device::Cpu)
-        .and_then(|w| w.reshape(fused.shape()))
-        .expect("weights");
-    let loss = |t: &Tensor| {
-        (t * &weights).and_then(|p| p.sum_all()).and_then(|s| s.backward()).expect("backward")
-    };
-    let (g1, g2) = (loss(fused), loss(plain));
-    for v in vars {
-        let (a, b) =
-            (g1.get(v.as_tensor()).expect("gradient"), g2.get(v.as_tensor()).expect("gradient"));
-        assert!(max_abs_diff(a, b) < 10.0 * tol, "gradients differ by {}", max_abs_diff(a, b));
-    }
-}
+pub use verity_kernels::testing::{assert_same_function, max_abs_diff, wave_var};

@@ -1,8 +1,10 @@
 //! Named weight maps: loading HF safetensors folders (single or sharded) and saving them back
 //! with their original names and dtypes.
 
+use crate::config::{Family, ModelConfig};
 use crate::error::{read_json, Result, WorkerError};
 use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
@@ -154,4 +156,53 @@ pub fn save_safetensors(
         path,
     )
     .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+}
+
+/// Random weights (HF names) for `config`, deterministic in `seed`: the shapes of a model whose
+/// weights are not at hand (benchmarks on a machine without them; tests).
+pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Result<WeightMap> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut map = WeightMap::default();
+    let mut add = |name: String, shape: &[usize], scale: f32, base: f32| -> Result<()> {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> =
+            (0..n).map(|_| base + scale * (rng.random::<f32>() * 2.0 - 1.0)).collect();
+        map.insert(name, Tensor::from_vec(data, shape, device)?)
+    };
+    let (d, v, f) = (config.hidden_size, config.vocab_size, config.intermediate_size);
+    let (qd, kd) = (
+        config.num_attention_heads * config.head_dim,
+        config.num_key_value_heads * config.head_dim,
+    );
+    add("model.embed_tokens.weight".into(), &[v, d], 0.5, 0.0)?;
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        add(format!("{p}.input_layernorm.weight"), &[d], 0.2, 1.0)?;
+        add(format!("{p}.post_attention_layernorm.weight"), &[d], 0.2, 1.0)?;
+        for (name, o, inp) in [
+            ("self_attn.q_proj", qd, d),
+            ("self_attn.k_proj", kd, d),
+            ("self_attn.v_proj", kd, d),
+            ("self_attn.o_proj", d, qd),
+            ("mlp.gate_proj", f, d),
+            ("mlp.up_proj", f, d),
+            ("mlp.down_proj", d, f),
+        ] {
+            add(format!("{p}.{name}.weight"), &[o, inp], 1.0 / (inp as f32).sqrt(), 0.0)?;
+        }
+        if config.attention_bias {
+            for (name, o) in [("q_proj", qd), ("k_proj", kd), ("v_proj", kd)] {
+                add(format!("{p}.self_attn.{name}.bias"), &[o], 0.1, 0.0)?;
+            }
+        }
+        if config.family == Family::Qwen3 {
+            add(format!("{p}.self_attn.q_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+            add(format!("{p}.self_attn.k_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+        }
+    }
+    add("model.norm.weight".into(), &[d], 0.2, 1.0)?;
+    if !config.tie_word_embeddings {
+        add("lm_head.weight".into(), &[v, d], 0.5, 0.0)?;
+    }
+    Ok(map)
 }

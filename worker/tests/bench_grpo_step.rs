@@ -8,8 +8,8 @@ fn bench_grpo_step_on_smollm2() {
         return;
     };
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let report = verity_worker::trainer::bench_grpo_step(
-        &verity_worker::BenchModel::cpu(&dir),
+    let report = verity_worker::bench::grpo_step::bench_grpo_step(
+        &verity_worker::bench::BenchModel::cpu(&dir),
         (1, 8, 64, steps),
         Default::default(),
     )
@@ -25,18 +25,18 @@ fn bench_continuous_batching_on_smollm2() {
     let Some(model) = verity_worker::testing::smollm2_gguf("bench_continuous_batching") else {
         return;
     };
-    let model = verity_worker::BenchModel::cpu(&model);
+    let model = verity_worker::bench::BenchModel::cpu(&model);
     let repeats = std::env::var("BENCH_REPEATS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for _ in 0..repeats {
         for chunked in [true, false] {
-            let bench = verity_worker::RolloutBench {
+            let bench = verity_worker::bench::RolloutBench {
                 prompts: 16,
                 samples: 4,
                 stop_at_eos: true,
                 chunked,
-                ..verity_worker::RolloutBench::new(8, 64)
+                ..verity_worker::bench::RolloutBench::new(8, 64)
             };
-            println!("{}", verity_worker::bench_rollout(&model, &bench).unwrap());
+            println!("{}", verity_worker::bench::bench_rollout(&model, &bench).unwrap());
         }
     }
 }
@@ -49,13 +49,13 @@ fn bench_asynchronous_pipeline_on_smollm2() {
     let Some(model) = verity_worker::testing::smollm2_gguf("bench_asynchronous_pipeline") else {
         return;
     };
-    let model = verity_worker::BenchModel::cpu(&model);
+    let model = verity_worker::bench::BenchModel::cpu(&model);
     let steps = std::env::var("BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
     for staleness in [0, 1] {
-        let report = verity_worker::trainer::bench_grpo_step(
+        let report = verity_worker::bench::grpo_step::bench_grpo_step(
             &model,
             (1, 8, 64, steps),
-            verity_worker::trainer::GrpoBenchRecipe {
+            verity_worker::bench::grpo_step::GrpoBenchRecipe {
                 max_staleness: staleness,
                 ..Default::default()
             },

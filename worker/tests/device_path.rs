@@ -5,7 +5,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use verity_worker::optim::OptimizerPath;
-use verity_worker::testing::{max_abs_diff, random_weights, tiny_config, tiny_model};
+use verity_worker::testing::{max_abs_diff, tiny_config, tiny_model};
+use verity_worker::weights::random_weights;
 use verity_worker::{
     parse_device, AdamWConfig, Family, Kernels, LrSchedule, PolicyOptimizer, Transformer,
 };
@@ -95,12 +96,12 @@ fn device_softmax_and_rms_norm_have_the_gradients_of_their_compositions() {
     let dy = Tensor::randn(0f32, 1.0, (3, 4, 7), &dev).unwrap();
     let pairs: [(Tensor, Tensor); 2] = [
         (
-            verity_worker::kernels::device::softmax_last_dim(x.as_tensor()).unwrap(),
+            verity_kernels::device::softmax_last_dim(x.as_tensor()).unwrap(),
             candle_nn::ops::softmax(x.as_tensor(), candle_core::D::Minus1).unwrap(),
         ),
         (
-            verity_worker::kernels::rms_norm_device(x.as_tensor(), w.as_tensor(), 1e-5).unwrap(),
-            verity_worker::kernels::rms_norm_reference(x.as_tensor(), w.as_tensor(), 1e-5).unwrap(),
+            verity_kernels::rms_norm_device(x.as_tensor(), w.as_tensor(), 1e-5).unwrap(),
+            verity_kernels::rms_norm_reference(x.as_tensor(), w.as_tensor(), 1e-5).unwrap(),
         ),
     ];
     for (fused, composed) in pairs {

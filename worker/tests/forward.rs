@@ -1,7 +1,7 @@
 //! Trainable forward on tiny random models: gradients, kernels, invariances, KV cache, LoRA.
 
 use candle_core::{Device, Tensor, Var};
-use verity_worker::kernels;
+use verity_kernels as kernels;
 use verity_worker::model::compact::{CompactWeights, RolloutDtype};
 use verity_worker::model::lora::LoraConfig;
 use verity_worker::optim::GradAccumulator;

@@ -14,7 +14,7 @@ fn tiny_model_trains_on_the_device() {
     let dev = device();
     let cpu = tiny_model(Family::Llama, 1).unwrap();
     let cfg = cpu.config.clone();
-    let weights = verity_worker::testing::random_weights(&cfg, 1, &dev).unwrap();
+    let weights = verity_worker::weights::random_weights(&cfg, 1, &dev).unwrap();
     let mut model = verity_worker::Transformer::from_weights(cfg, weights, &dev).unwrap();
     // Compared with the CPU's f32 below (a GPU defaults to bf16; tests/device_path.rs checks it).
     model.set_compute_dtype(candle_core::DType::F32).unwrap();

@@ -2,7 +2,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
-use verity_worker::testing::{random_weights, tiny_config};
+use verity_worker::testing::tiny_config;
+use verity_worker::weights::random_weights;
 use verity_worker::weights::{save_safetensors, WeightMap};
 use verity_worker::{Family, ModelConfig, Transformer};
 

@@ -44,7 +44,12 @@ pub struct InferenceArgs {
     pub max_batch: usize,
     /// Precision of the weights decoding reads on a CPU: f32, or bf16 or int8 copies made once
     /// per loaded model (faster decoding, slightly different outputs; docs/inference.md).
-    #[arg(long = "decode-dtype", env = "VERITY_INFERENCE_DECODE_DTYPE", default_value = "f32")]
+    #[arg(
+        long = "decode-dtype",
+        env = "VERITY_INFERENCE_DECODE_DTYPE",
+        value_enum,
+        default_value_t
+    )]
     pub decode_dtype: verity_core::spec::RolloutDtype,
 }
 
@@ -81,7 +86,7 @@ pub async fn run(args: InferenceArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     tokio::spawn(async move {
-        crate::api::shutdown_signal().await;
+        crate::app::shutdown_signal().await;
         trigger.cancel();
     });
     serve(pool, engine, listener, url, shutdown).await

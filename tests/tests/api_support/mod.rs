@@ -72,7 +72,7 @@ pub async fn app_with(pool: PgPool, api: ApiConfig, tweak: impl FnOnce(&mut AppS
         Arc::new(LocalStore::open(dir.path(), Some(signer)).await.unwrap());
     let mut state = AppState::new(pool, store, QueueSettings::default(), &storage, &api).unwrap();
     tweak(&mut state);
-    TestApp { router: verity_server::api::app(state.clone()), state, dir }
+    TestApp { router: verity_server::app::app(state.clone()), state, dir }
 }
 
 /// An app over `pool` and a given store (signed local URLs off).
@@ -90,10 +90,10 @@ pub async fn app(pool: PgPool) -> TestApp {
 
 /// Creates a user (password `password123`) and returns an API key for it.
 pub async fn user(pool: &PgPool, email: &str, org: &str, role: &str) -> String {
-    verity_server::commands::admin::create_user(pool, email, org, role, Some("password123"))
+    verity_cli::commands::admin::create_user(pool, email, org, role, Some("password123"))
         .await
         .unwrap();
-    verity_server::commands::admin::create_key(pool, email, "test").await.unwrap()
+    verity_cli::commands::admin::create_key(pool, email, "test").await.unwrap()
 }
 
 /// A response: status, headers and body (JSON when it parses, else a string).

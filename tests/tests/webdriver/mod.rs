@@ -276,7 +276,7 @@ pub async fn sign_in(c: &Browser, base: &str, path: &str) {
 pub async fn serve(state: verity_server::api::state::AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = verity_server::api::app(state)
+    let app = verity_server::app::app(state)
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await });
     base

@@ -179,7 +179,7 @@ impl EpisodeRunner<'_> {
                 "n and max_new_tokens must be at least 1".into(),
             ));
         }
-        crate::kernels::on_pool_for_decoding(self.model.device(), || {
+        verity_kernels::on_pool_for_decoding(self.model.device(), || {
             self.run_continuous(prompts, params)
         })
     }

@@ -4,11 +4,11 @@
 
 use super::Transformer;
 use crate::error::{Result, WorkerError};
-use crate::kernels::{Bf16Matrix, DecodeWeight, Int8Matrix, ScaleAxis};
 use candle_core::Tensor;
 use std::collections::HashMap;
 use std::sync::Arc;
 pub use verity_core::spec::RolloutDtype;
+use verity_kernels::{Bf16Matrix, DecodeWeight, Int8Matrix, ScaleAxis};
 
 /// One weight's copy.
 enum CompactMatrix {

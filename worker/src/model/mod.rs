@@ -11,7 +11,6 @@ pub mod tape;
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{Result, WorkerError};
-use crate::kernels::{self, DecodeWeight};
 use crate::weights::WeightMap;
 use candle_core::{DType, Device, Tensor, Var};
 use compact::CompactWeights;
@@ -22,6 +21,7 @@ use lora::{LoraAdapter, LoraConfig};
 use prompt_groups::PromptGroups;
 use std::collections::{BTreeMap, HashMap};
 use tape::Tape;
+use verity_kernels::{self as kernels, DecodeWeight};
 
 /// Which implementation of norm / softmax / rope / log-prob the forward uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

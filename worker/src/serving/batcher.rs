@@ -7,7 +7,6 @@
 use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob, TopLogprob};
 use super::text::StopTextTracker;
 use crate::error::Result;
-use crate::kernels::on_pool_for_decoding;
 use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
@@ -20,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
+use verity_kernels::on_pool_for_decoding;
 
 /// A request handed to a model's batch.
 pub(crate) struct Admission {

@@ -3,7 +3,6 @@
 //! with pass@k; checkpoints that resume with the same data order. Supervised and DPO jobs run
 //! in the same trainer with their own loss ([`tuning::Objective`]).
 
-pub mod bench;
 pub mod chat_rows;
 pub mod dataset;
 pub mod draw;
@@ -12,7 +11,6 @@ mod dynamic_tests;
 pub mod environment;
 pub mod error;
 pub mod eval;
-pub mod learning;
 #[cfg(test)]
 mod partial_tests;
 pub mod phase;
@@ -25,11 +23,9 @@ pub mod supervised;
 pub mod testing;
 pub mod tuning;
 
-pub use bench::{bench_grpo_step, GrpoBenchRecipe};
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;
-pub use learning::{learning_run, LearningRun};
 pub use phase::{Phase, PhaseObserver};
 pub use preference::{load_preferences, PreferencePair, ReferenceLogprobs};
 pub use state::TrainerProgress;

@@ -540,7 +540,7 @@ impl Trainer {
                 .sum();
             self.train_overlapped(step, |trainer| {
                 let started = Instant::now();
-                crate::kernels::on_pool(|| trainer.optimise(&batch, &mut metrics))?;
+                verity_kernels::on_pool(|| trainer.optimise(&batch, &mut metrics))?;
                 training_seconds = started.elapsed().as_secs_f64();
                 Ok(())
             })?;

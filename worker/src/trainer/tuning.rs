@@ -252,7 +252,7 @@ impl Trainer {
             Objective::Supervised(data) => {
                 let Some(validation) = &data.validation else { return Ok(None) };
                 let (loss, accuracy) =
-                    crate::kernels::on_pool(|| supervised_eval(&self.model, validation, pad))?;
+                    verity_kernels::on_pool(|| supervised_eval(&self.model, validation, pad))?;
                 Ok(Some(Evaluation::Tuning(TuningEval {
                     step: self.step,
                     examples: validation.len(),
@@ -268,7 +268,7 @@ impl Trainer {
                     return Ok(None);
                 };
                 let settings = (data.beta, self.pairs_per_micro_batch(), pad);
-                let stats = crate::kernels::on_pool(|| {
+                let stats = verity_kernels::on_pool(|| {
                     dpo_eval(&self.model, validation, &reference.validation, settings)
                 })?;
                 Ok(Some(Evaluation::Tuning(TuningEval {
@@ -305,7 +305,7 @@ impl Trainer {
             )));
         }
         let model = &self.model;
-        let reference = crate::kernels::on_pool(|| -> Result<ReferenceLogprobs> {
+        let reference = verity_kernels::on_pool(|| -> Result<ReferenceLogprobs> {
             Ok(ReferenceLogprobs {
                 train: sequence_logprobs(model, &data.train, micro, pad)?,
                 validation: match &data.validation {
@@ -335,7 +335,7 @@ impl Trainer {
         match &self.objective {
             Objective::Supervised(data) => {
                 let batch: Vec<&SupervisedExample> = rows.iter().map(|&i| &data.train[i]).collect();
-                let update = crate::kernels::on_pool(|| {
+                let update = verity_kernels::on_pool(|| {
                     supervised_backward(model, optimizer, &batch, micro, pad)
                 })?;
                 metrics.loss = update.loss;
@@ -348,7 +348,7 @@ impl Trainer {
                 })?;
                 let batch: Vec<(&PreferencePair, [f64; 2])> =
                     rows.iter().map(|&i| (&data.train[i], reference.train[i])).collect();
-                let (stats, tokens) = crate::kernels::on_pool(|| {
+                let (stats, tokens) = verity_kernels::on_pool(|| {
                     dpo_backward(model, optimizer, &batch, (data.beta, micro, pad))
                 })?;
                 metrics.record_dpo(&stats);

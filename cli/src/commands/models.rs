@@ -1,0 +1,196 @@
+//! `verity models convert` (a GGUF file to an HF folder that transformers loads unchanged) and
+//! `verity models import` (a checked model published to the store and registered).
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use verity_core::config::{DatabaseConfig, StorageConfig};
+use verity_core::storage::ObjectStore;
+
+/// Model commands.
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Convert a GGUF file (dequantised; q/k un-permuted) into an HF folder: config.json,
+    /// tokenizer.json, tokenizer_config.json (chat template), generation_config.json,
+    /// model.safetensors.
+    Convert(ConvertArgs),
+    /// Check that an HF folder or a GGUF file loads (config, tokenizer, weights), publish it to the
+    /// object store under `models/{name}` and register it as a base model every org can use
+    /// (`--kind embedding`: a sentence-transformers folder for `cosine` graders).
+    Import(ImportArgs),
+}
+
+/// Options of `verity models import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Name jobs use as `model`.
+    #[arg(long)]
+    pub name: String,
+    /// An HF folder (config.json, tokenizer.json, *.safetensors).
+    #[arg(long, conflicts_with = "gguf", required_unless_present = "gguf")]
+    pub hf: Option<PathBuf>,
+    /// A GGUF file.
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
+    /// `base` (a language model to train, serve or judge with) or `embedding` (a
+    /// sentence-transformers folder, given with `--hf`, that `cosine` graders name by id).
+    #[arg(long, default_value = "base", value_parser = ["base", "embedding"])]
+    pub kind: String,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
+    /// Object storage.
+    #[command(flatten)]
+    pub storage: StorageConfig,
+}
+
+/// Options of `verity models convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The GGUF file.
+    #[arg(long)]
+    pub gguf: PathBuf,
+    /// Output folder (created).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs a model subcommand.
+pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
+    match command {
+        ModelsCommand::Convert(args) => {
+            let (gguf, out) = (args.gguf.clone(), args.out.clone());
+            tokio::task::spawn_blocking(move || verity_worker::convert_gguf(&gguf, &out))
+                .await?
+                .with_context(|| format!("converting {}", args.gguf.display()))?;
+            println!("{}", serde_json::json!({ "converted": args.gguf, "out": args.out }));
+            Ok(())
+        }
+        ModelsCommand::Import(args) => {
+            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
+            verity_core::db::migrate(&pool).await.context("migrating the database")?;
+            let store = verity_core::storage::open_store(&args.storage)
+                .await
+                .context("opening the object store")?;
+            let (path, format) = match (&args.hf, &args.gguf) {
+                (Some(dir), _) => (dir.as_path(), "hf"),
+                (None, Some(file)) => (file.as_path(), "gguf"),
+                (None, None) => bail!("give --hf DIR or --gguf FILE"),
+            };
+            let prefix = match args.kind.as_str() {
+                verity_core::models::EMBEDDING if format == "hf" => {
+                    import_embedding_model(&pool, store.as_ref(), &args.name, path).await?
+                }
+                verity_core::models::EMBEDDING => bail!("an embedding model is an --hf folder"),
+                _ => import_model(&pool, store.as_ref(), &args.name, path, format).await?,
+            };
+            println!(
+                "{}",
+                serde_json::json!({ "model": args.name, "kind": args.kind, "format": format,
+                                    "storage_prefix": prefix })
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Checks that `path` (an HF folder, or a GGUF file when `format` is `gguf`) loads, publishes it
+/// under `models/{name}` and registers it as a shared base model; returns the storage prefix.
+pub async fn import_model(
+    pool: &sqlx::PgPool,
+    store: &dyn ObjectStore,
+    name: &str,
+    path: &Path,
+    format: &str,
+) -> anyhow::Result<String> {
+    if let Err(reason) = verity_server::api::models::check_model_name(name) {
+        bail!("invalid model name {name:?}: {reason}");
+    }
+    let taken = verity_core::models::model_by_id(pool, name).await?.is_some();
+    if taken {
+        bail!("a model named {name:?} already exists");
+    }
+    match format {
+        "hf" if !path.is_dir() => bail!("{} is not a folder", path.display()),
+        "gguf" if !path.is_file() => bail!("{} is not a file", path.display()),
+        _ => {}
+    }
+    let check = path.to_path_buf();
+    let loaded = tokio::task::spawn_blocking(move || {
+        verity_worker::load_model(&check, &verity_worker::parse_device("cpu")?)
+            .map(|m| m.model.config.clone())
+    })
+    .await?
+    .with_context(|| format!("{} does not load as a model", path.display()))?;
+    let prefix = format!("models/{name}");
+    if format == "gguf" {
+        let staging = std::env::temp_dir().join(format!("verity-import-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&staging)?;
+        let file_name = path.file_name().map_or_else(|| "model.gguf".into(), |n| n.to_os_string());
+        let staged = staging.join(file_name);
+        let published = async {
+            if std::fs::hard_link(path, &staged).is_err() {
+                std::fs::copy(path, &staged)
+                    .with_context(|| format!("copying {}", path.display()))?;
+            }
+            verity_core::storage::publish_folder(store, &staging, &prefix)
+                .await
+                .context("publishing the model")
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&staging);
+        published?;
+    } else {
+        verity_core::storage::publish_folder(store, path, &prefix)
+            .await
+            .context("publishing the model")?;
+    }
+    let config = serde_json::json!({
+        "family": format!("{:?}", loaded.family).to_lowercase(),
+        "layers": loaded.num_hidden_layers,
+        "hidden_size": loaded.hidden_size,
+        "vocab_size": loaded.vocab_size,
+    });
+    if !verity_core::models::insert_base_model(pool, None, name, &prefix, format, &config).await? {
+        bail!("a model named {name:?} already exists");
+    }
+    Ok(prefix)
+}
+
+/// Checks that the sentence-transformers folder `dir` loads as an embedding model, publishes it
+/// under `models/{name}` and registers it (kind `embedding`, every org sees it); returns the
+/// storage prefix.
+pub async fn import_embedding_model(
+    pool: &sqlx::PgPool,
+    store: &dyn ObjectStore,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<String> {
+    if let Err(reason) = verity_server::api::models::check_model_name(name) {
+        bail!("invalid model name {name:?}: {reason}");
+    }
+    if verity_core::models::model_by_id(pool, name).await?.is_some() {
+        bail!("a model named {name:?} already exists");
+    }
+    if !dir.is_dir() {
+        bail!("{} is not a folder", dir.display());
+    }
+    let check = dir.to_path_buf();
+    let max_tokens = tokio::task::spawn_blocking(move || {
+        verity_worker::embedding::BertEmbedder::load(&check).map(|m| m.max_tokens())
+    })
+    .await?
+    .with_context(|| format!("{} does not load as an embedding model", dir.display()))?;
+    let prefix = format!("models/{name}");
+    verity_core::storage::publish_folder(store, dir, &prefix)
+        .await
+        .context("publishing the model")?;
+    let config = serde_json::json!({ "family": "bert", "max_tokens": max_tokens });
+    let folder =
+        verity_core::models::StoredModel { storage_prefix: &prefix, format: "hf", config: &config };
+    let kind = verity_core::models::EMBEDDING;
+    if !verity_core::models::insert_model(pool, None, kind, name, &folder).await? {
+        bail!("a model named {name:?} already exists");
+    }
+    Ok(prefix)
+}
