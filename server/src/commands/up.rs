@@ -221,7 +221,7 @@ async fn serve_and_work(
         })
     });
     let server =
-        axum::serve(listener, super::serve::router(state)).with_graceful_shutdown(async move {
+        axum::serve(listener, crate::api::service(super::serve::router(state))).with_graceful_shutdown(async move {
             tokio::select! { _ = crate::api::shutdown_signal() => {}, _ = stop.cancelled() => {} }
         });
     let server = server.into_future();

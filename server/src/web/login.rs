@@ -3,11 +3,10 @@
 use super::page::{render, Nav};
 use crate::api::auth::routes::{sign_in, TokenRequest};
 use crate::api::auth::session::{clear_cookie, session_cookie};
-use crate::api::auth::throttle::client_ip;
 use crate::api::state::AppState;
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::http::{header, Extensions, StatusCode};
+use axum::http::{header, Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
@@ -71,6 +70,7 @@ fn non_empty(value: Option<String>) -> Option<String> {
 async fn login(
     State(state): State<AppState>,
     extensions: Extensions,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(form.next.as_deref());
@@ -84,8 +84,8 @@ async fn login(
             api_key: None,
         },
     };
-    let ip = client_ip(&extensions);
-    let outcome = sign_in(&state, request, ip.as_deref()).await;
+    let addr = state.trusted_proxies.client_addr(&extensions, &headers);
+    let outcome = sign_in(&state, request, addr).await;
     // Signed in with a key: the session carries the key itself, so revoking the key ends the
     // session at once. With a password: a minted token that expires.
     let minted = outcome.and_then(|signed_in| match api_key {

@@ -27,7 +27,10 @@ impl FromRequestParts<AppState> for WebUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<WebUser, Response> {
         let principal = match session_token(&parts.headers) {
-            Some(credential) => crate::api::auth::authenticate(state, credential).await.ok(),
+            Some(credential) => {
+                let addr = state.trusted_proxies.client_addr(&parts.extensions, &parts.headers);
+                crate::api::auth::authenticate(state, credential, addr).await.ok()
+            }
             None => None,
         };
         match principal {

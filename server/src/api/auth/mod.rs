@@ -1,6 +1,8 @@
 //! Authentication (API keys and JWTs behind `Authorization: Bearer`), roles and rate limits.
 
 pub mod api_keys;
+pub mod client;
+pub mod hashing;
 pub mod keys;
 pub mod ratelimit;
 pub mod routes;
@@ -15,6 +17,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -220,8 +223,23 @@ pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiE
     }
 }
 
-/// Checks an API key against its stored hash.
-pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
+/// The 429 of a credential check refused by the sign-in throttle.
+pub fn throttled(retry_after: throttle::RetryAfter) -> ApiError {
+    ApiError {
+        message: "too many failed or pending sign-in attempts from this address; retry later"
+            .into(),
+        ..ApiError::rate_limited(retry_after)
+    }
+}
+
+/// Checks an API key against its stored hash. A key not verified recently costs a hash, so the
+/// check is first reserved with the sign-in throttle for the key's prefix and `addr` (an
+/// unknown prefix is counted as a failure too).
+pub async fn authenticate_key(
+    state: &AppState,
+    key: &str,
+    addr: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
     let invalid = || ApiError::unauthorized("invalid API key");
     let lookup = keys::lookup_of(key).ok_or_else(invalid)?;
     let mut digest = [0u8; 32];
@@ -232,24 +250,29 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
         }
         return Ok(principal);
     }
+    let account = format!("key:{lookup}");
     let generation = state.key_cache.generation();
     let record = verity_core::tenancy::find_api_key(&state.pool, lookup)
         .await
-        .map_err(|e| ApiError::tenancy("api key lookup", e))?
-        .ok_or_else(invalid)?;
+        .map_err(|e| ApiError::tenancy("api key lookup", e))?;
+    let Some(record) = record else {
+        // No hash to run, but a guess all the same: counted against the address.
+        state.auth_throttle.reserve(&account, addr).map_err(throttled)?.failed();
+        return Err(invalid());
+    };
+    // A revoked or expired key is a stale credential, not a guess: refused without a hash.
     if record.revoked_at.is_some() {
         return Err(ApiError::unauthorized("this API key was revoked"));
     }
     if let Some(at) = record.expires_at.filter(|at| *at <= chrono::Utc::now()) {
         return Err(expired(at));
     }
-    let (secret, hash) = (key.to_string(), record.key_hash.clone());
-    let matches = tokio::task::spawn_blocking(move || keys::verify_secret(&secret, &hash))
-        .await
-        .map_err(|e| ApiError::internal("api key verification", e))?;
-    if !matches {
+    let attempt = state.auth_throttle.reserve(&account, addr).map_err(throttled)?;
+    if !state.hasher.verify(key.to_string(), Some(record.key_hash.clone())).await? {
+        attempt.failed();
         return Err(invalid());
     }
+    attempt.succeeded();
     let role = record.role.parse().map_err(|e| ApiError::internal("api key role", e))?;
     let principal = Principal {
         user_id: record.user_id,
@@ -268,10 +291,15 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
 }
 
 /// The principal behind a credential: an API key (`vt-…`) or a token minted by this server;
-/// a token minted from a key is refused once that key is revoked.
-pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principal, ApiError> {
+/// a token minted from a key is refused once that key is revoked. `addr` is the client's
+/// address, for the sign-in throttle.
+pub async fn authenticate(
+    state: &AppState,
+    credential: &str,
+    addr: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
     if credential.starts_with(keys::KEY_PREFIX) {
-        return authenticate_key(state, credential).await;
+        return authenticate_key(state, credential, addr).await;
     }
     let claims =
         state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
@@ -322,7 +350,8 @@ impl FromRequestParts<AppState> for Principal {
             None => session::session_token(&parts.headers)
                 .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?,
         };
-        let principal = authenticate(state, credential).await?;
+        let addr = state.trusted_proxies.client_addr(&parts.extensions, &parts.headers);
+        let principal = authenticate(state, credential, addr).await?;
         state.limiter.check(&principal.bucket()).map_err(ApiError::rate_limited)?;
         Ok(principal)
     }
