@@ -73,9 +73,7 @@ fn forged(key: &str) -> String {
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
-async fn parallel_wrong_passwords_are_all_counted_and_the_owner_still_signs_in(
-    pool: sqlx::PgPool,
-) {
+async fn parallel_wrong_passwords_are_all_counted_and_the_owner_still_signs_in(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;
     user(&pool, "ada@example.com", "acme", "admin").await;
     let base = serve(&app).await;
@@ -121,8 +119,9 @@ async fn parallel_wrong_passwords_are_all_counted_and_the_owner_still_signs_in(
     let nobody = json!({"email": "nobody@example.com", "password": "wrong-password"});
     let statuses = all_at_once(20, |_| token_request(&owner, &base, nobody.clone())).await;
     assert!(checked(&statuses) <= FREE_FAILURES as usize);
-    let unknown = token(&client_from("127.0.0.5"), &base, nobody).await.json::<Value>().await;
-    let known = token(&client_from("127.0.0.5"), &base, wrong).await.json::<Value>().await;
+    let other = client_from("127.0.0.5");
+    let unknown: Value = token(&other, &base, nobody).await.json().await.unwrap();
+    let known: Value = token(&other, &base, wrong).await.json().await.unwrap();
     assert_eq!(unknown, known);
 }
 
@@ -134,7 +133,8 @@ async fn forged_keys_of_a_real_prefix_lock_out_only_their_address(pool: sqlx::Pg
     let stranger = client_from("127.0.0.2");
 
     let statuses =
-        all_at_once(60, |_| token_request(&stranger, &base, json!({"api_key": forged(&key)}))).await;
+        all_at_once(60, |_| token_request(&stranger, &base, json!({"api_key": forged(&key)})))
+            .await;
     assert!(checked(&statuses) <= FREE_FAILURES as usize);
     let refused = token(&stranger, &base, json!({"api_key": key})).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);

@@ -65,9 +65,7 @@ pub fn service(
 
 /// Serves `app` on `listener` until ctrl-c or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
-    axum::serve(listener, service(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    axum::serve(listener, service(app)).with_graceful_shutdown(shutdown_signal()).await
 }
 
 /// Resolves on ctrl-c or SIGTERM.

@@ -220,8 +220,8 @@ async fn serve_and_work(
             outcome
         })
     });
-    let server =
-        axum::serve(listener, crate::api::service(super::serve::router(state))).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, crate::api::service(super::serve::router(state)))
+        .with_graceful_shutdown(async move {
             tokio::select! { _ = crate::api::shutdown_signal() => {}, _ = stop.cancelled() => {} }
         });
     let server = server.into_future();

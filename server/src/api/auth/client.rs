@@ -22,7 +22,9 @@ impl TrustedProxies {
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let net = match entry.parse::<IpNet>() {
                 Ok(net) => net,
-                Err(_) => entry.parse::<IpAddr>().map(IpNet::from).map_err(|_| BadProxy(entry.into()))?,
+                Err(_) => {
+                    entry.parse::<IpAddr>().map(IpNet::from).map_err(|_| BadProxy(entry.into()))?
+                }
             };
             nets.push(net);
         }
@@ -114,7 +116,10 @@ mod tests {
         // A trusted peer without the header is the client; garbage stops the walk.
         assert_eq!(addr("10.9.9.9", &[]), "10.9.9.9");
         assert_eq!(addr("10.9.9.9", &["1.2.3.4, junk, 10.0.0.2"]), "10.0.0.2");
-        assert_eq!(TrustedProxies::default().client_addr(&Extensions::new(), &HeaderMap::new()), None);
+        assert_eq!(
+            TrustedProxies::default().client_addr(&Extensions::new(), &HeaderMap::new()),
+            None
+        );
         assert!(TrustedProxies::parse("10.0.0.0/8,nonsense").is_err());
         assert!(TrustedProxies::parse("").unwrap().0.is_empty());
     }

@@ -5,10 +5,10 @@ use crate::api::extract::ApiJson;
 use crate::api::state::AppState;
 use axum::extract::State;
 use axum::http::{Extensions, HeaderMap};
-use std::net::IpAddr;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use utoipa::ToSchema;
 use verity_core::tenancy::Role;
 
@@ -128,8 +128,9 @@ async fn check_password(
     let matches = state.hasher.verify(password, hash).await?;
     let Some(user) = user.filter(|_| matches) else {
         attempt.failed();
-        return Err(ApiError::unauthorized("wrong e-mail or password")
-            .with_code("invalid_credentials"));
+        return Err(
+            ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials")
+        );
     };
     attempt.succeeded();
     let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
