@@ -187,6 +187,8 @@ pub struct AppState {
     pub hasher: super::auth::hashing::Hasher,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Arc<super::auth::client::TrustedProxies>,
+    /// Session cookies carry `Secure` (the public URL, `VERITY_PUBLIC_URL`, is https).
+    pub secure_cookies: bool,
     /// Verifies signed object URLs of the local store (`None`: signed URLs disabled).
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
@@ -261,6 +263,10 @@ impl AppState {
             )),
             hasher: super::auth::hashing::Hasher::new(api.hash_concurrency),
             trusted_proxies: Arc::new(trusted_proxies),
+            secure_cookies: storage
+                .public_url
+                .as_deref()
+                .is_some_and(|url| url.trim().to_ascii_lowercase().starts_with("https://")),
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),
