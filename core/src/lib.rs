@@ -17,6 +17,7 @@ pub mod monitor;
 pub mod queue;
 pub mod sampling_runs;
 pub mod serving;
+pub mod sessions;
 pub mod spec;
 pub mod storage;
 pub mod tenancy;

@@ -257,7 +257,9 @@ pub async fn list_api_keys(
     Ok(keys)
 }
 
-/// Channel on which a revocation announces the key's id (every server evicts it from its caches).
+/// Channel on which a revocation announces the key's id, and a change of a user's role or org
+/// (or its deletion) announces `user:<id>` (migration `0013_sessions.sql`): every server evicts
+/// what it cached about them.
 pub const KEY_REVOKED_CHANNEL: &str = "verity_api_key_revoked";
 
 /// Revokes the org's key `id` and announces it on [`KEY_REVOKED_CHANNEL`] (delivered when the
@@ -306,6 +308,8 @@ pub async fn api_key_live(pool: &PgPool, id: Uuid) -> Result<Option<KeyLiveness>
 pub enum KeyRevocation {
     /// This key was revoked (by any server).
     Revoked(Uuid),
+    /// This user's role or org changed, or the user was deleted (and their keys with them).
+    UserChanged(Uuid),
     /// The listening connection was lost (or an announcement was unreadable): revocations may
     /// be missed until `Subscribed`.
     Lost,
@@ -327,7 +331,12 @@ where
     crate::change_feed::listen(pool, KEY_REVOKED_CHANNEL, move |change| {
         on_event(match change {
             JobChange::Changed(payload) => {
-                Uuid::parse_str(&payload).map_or(KeyRevocation::Lost, KeyRevocation::Revoked)
+                match payload.strip_prefix("user:") {
+                    Some(user) => Uuid::parse_str(user)
+                        .map_or(KeyRevocation::Lost, KeyRevocation::UserChanged),
+                    None => Uuid::parse_str(&payload)
+                        .map_or(KeyRevocation::Lost, KeyRevocation::Revoked),
+                }
             }
             JobChange::Lost => KeyRevocation::Lost,
             JobChange::Subscribed => KeyRevocation::Subscribed,

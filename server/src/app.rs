@@ -43,11 +43,17 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .with_state(state)
 }
 
+/// `app` as a service that records each connection's peer address (the client address that
+/// sign-in throttling and lockout count against); `verity serve` and `verity up` both use it.
+pub fn service(
+    app: Router,
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, std::net::SocketAddr> {
+    app.into_make_service_with_connect_info::<std::net::SocketAddr>()
+}
+
 /// Serves `app` on `listener` until ctrl-c or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
-    axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    axum::serve(listener, service(app)).with_graceful_shutdown(shutdown_signal()).await
 }
 
 /// Resolves on ctrl-c or SIGTERM.

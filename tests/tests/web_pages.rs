@@ -195,7 +195,7 @@ async fn repeated_failed_logins_are_throttled(pool: PgPool) {
     user(&pool, "ada@example.com", "acme", "admin").await;
     user(&pool, "bob@example.com", "acme", "member").await;
     let attempt = |email: &str, password: &str| json!({"email": email, "password": password});
-    for _ in 0..verity_server::api::auth::throttle::MAX_FAILURES_PER_USER {
+    for _ in 0..verity_server::api::auth::throttle::FREE_FAILURES {
         let reply = call(
             &app.router,
             Method::POST,
@@ -206,7 +206,8 @@ async fn repeated_failed_logins_are_throttled(pool: PgPool) {
         .await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     }
-    // Even the right password is refused while throttled; Retry-After says for how long.
+    // From the same address (here: unrecorded, one bucket) even the right password is refused
+    // during the back-off; Retry-After says for how long.
     let refused = call(
         &app.router,
         Method::POST,
@@ -217,7 +218,7 @@ async fn repeated_failed_logins_are_throttled(pool: PgPool) {
     .await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", refused.json());
     let retry: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!(retry > 0 && retry <= verity_server::api::auth::throttle::WINDOW.as_secs());
+    assert!(retry > 0 && retry <= verity_server::api::auth::throttle::BACKOFF_BASE.as_secs());
     let page =
         form(&app, "/login", "email=ada%40example.com&password=password123", None, &[]).await;
     assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);

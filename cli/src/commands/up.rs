@@ -220,8 +220,8 @@ async fn serve_and_work(
             outcome
         })
     });
-    let server =
-        axum::serve(listener, verity_server::app::app(state)).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, verity_server::app::service(verity_server::app::app(state)))
+        .with_graceful_shutdown(async move {
             tokio::select! { _ = verity_server::app::shutdown_signal() => {}, _ = stop.cancelled() => {} }
         });
     let server = server.into_future();

@@ -59,6 +59,27 @@ pub struct ApiConfig {
     /// Burst size of the per-key rate limit.
     #[arg(long = "rate-limit-burst", env = "VERITY_RATE_LIMIT_BURST", default_value_t = 100.0)]
     pub rate_limit_burst: f64,
+    /// Addresses or networks of reverse proxies whose `X-Forwarded-For` names the client
+    /// (comma-separated, e.g. `10.0.0.0/8,127.0.0.1`; empty: the TCP peer is the client).
+    #[arg(long = "trusted-proxies", env = "VERITY_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+    /// Failed sign-ins and key checks allowed per client address in 15 minutes (0: no limit).
+    #[arg(
+        long = "auth-failures-per-address",
+        env = "VERITY_AUTH_FAILURES_PER_ADDRESS",
+        default_value_t = 20
+    )]
+    pub auth_failures_per_address: usize,
+    /// Credential checks that cost a hash allowed per client address and minute (0: no limit).
+    #[arg(
+        long = "auth-checks-per-minute",
+        env = "VERITY_AUTH_CHECKS_PER_MINUTE",
+        default_value_t = 60.0
+    )]
+    pub auth_checks_per_minute: f64,
+    /// Password and key hashes computed at once (0: one per CPU core; ~19 MiB each).
+    #[arg(long = "hash-concurrency", env = "VERITY_HASH_CONCURRENCY", default_value_t = 0)]
+    pub hash_concurrency: usize,
     /// Grader runs (`graders/run`) graded at once (0: one per CPU core).
     #[arg(long = "grader-concurrency", env = "VERITY_GRADER_CONCURRENCY", default_value_t = 0)]
     pub grader_concurrency: usize,
@@ -160,8 +181,14 @@ pub struct AppState {
     pub key_cache: Arc<KeyCache>,
     /// Per-key rate limit.
     pub limiter: Arc<RateLimiter>,
-    /// Failed sign-ins per user name and address.
-    pub login_throttle: Arc<super::auth::throttle::LoginThrottle>,
+    /// Failed and pending sign-ins per (account, address) and per address.
+    pub auth_throttle: Arc<super::auth::throttle::AuthThrottle>,
+    /// Slots of concurrent password and key hashes.
+    pub hasher: super::auth::hashing::Hasher,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Arc<super::auth::client::TrustedProxies>,
+    /// Session cookies carry `Secure` (the public URL, `VERITY_PUBLIC_URL`, is https).
+    pub secure_cookies: bool,
     /// Verifies signed object URLs of the local store (`None`: signed URLs disabled).
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
@@ -205,6 +232,13 @@ impl AppState {
         if !api.rate_limit_rps.is_finite() || api.rate_limit_rps < 0.0 {
             return Err(ConfigError("VERITY_RATE_LIMIT_RPS must be a non-negative number".into()));
         }
+        if !api.auth_checks_per_minute.is_finite() || api.auth_checks_per_minute < 0.0 {
+            return Err(ConfigError(
+                "VERITY_AUTH_CHECKS_PER_MINUTE must be a non-negative number".into(),
+            ));
+        }
+        let trusted_proxies = super::auth::client::TrustedProxies::parse(&api.trusted_proxies)
+            .map_err(|e| ConfigError(e.to_string()))?;
         let tokens = TokenService::new(TokenSettings {
             secret: api.jwt_secret.as_bytes().to_vec(),
             issuer: api.jwt_issuer.clone(),
@@ -223,7 +257,16 @@ impl AppState {
             tokens: Arc::new(tokens),
             key_cache: Arc::new(KeyCache::default()),
             limiter: Arc::new(RateLimiter::new(api.rate_limit_rps, api.rate_limit_burst)),
-            login_throttle: Arc::default(),
+            auth_throttle: Arc::new(super::auth::throttle::AuthThrottle::new(
+                api.auth_failures_per_address,
+                api.auth_checks_per_minute,
+            )),
+            hasher: super::auth::hashing::Hasher::new(api.hash_concurrency),
+            trusted_proxies: Arc::new(trusted_proxies),
+            secure_cookies: storage
+                .public_url
+                .as_deref()
+                .is_some_and(|url| url.trim().to_ascii_lowercase().starts_with("https://")),
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),

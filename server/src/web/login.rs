@@ -2,12 +2,13 @@
 
 use super::page::{render, Nav};
 use crate::api::auth::routes::{sign_in, TokenRequest};
-use crate::api::auth::session::{clear_cookie, session_cookie};
-use crate::api::auth::throttle::client_ip;
+use crate::api::auth::session::{
+    clear_cookie, close_session, open_session, session_cookie, session_token,
+};
 use crate::api::state::AppState;
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::http::{header, Extensions, StatusCode};
+use axum::http::{header, Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
@@ -71,12 +72,13 @@ fn non_empty(value: Option<String>) -> Option<String> {
 async fn login(
     State(state): State<AppState>,
     extensions: Extensions,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(form.next.as_deref());
     let api_key = non_empty(form.api_key);
     let email = non_empty(form.email);
-    let request = match api_key.clone() {
+    let request = match api_key {
         Some(key) => TokenRequest { email: None, password: None, api_key: Some(key) },
         None => TokenRequest {
             email: email.clone(),
@@ -84,20 +86,16 @@ async fn login(
             api_key: None,
         },
     };
-    let ip = client_ip(&extensions);
-    let outcome = sign_in(&state, request, ip.as_deref()).await;
-    // Signed in with a key: the session carries the key itself, so revoking the key ends the
-    // session at once. With a password: a minted token that expires.
-    let minted = outcome.and_then(|signed_in| match api_key {
-        Some(key) => Ok(key),
-        None => state
-            .tokens
-            .mint(signed_in.user_id, signed_in.org_id, signed_in.role, None)
-            .map_err(|e| crate::api::error::ApiError::internal("minting token", e)),
-    });
-    match minted {
-        Ok(token) => {
-            let cookie = session_cookie(&token, state.tokens.ttl().as_secs());
+    let addr = state.trusted_proxies.client_addr(&extensions, &headers);
+    // The cookie holds a random session id, never the key: its row names the user and the key,
+    // whose current state every request reads (so revoking the key ends the session at once).
+    let opened = match sign_in(&state, request, addr).await {
+        Ok(signed_in) => open_session(&state, &signed_in).await,
+        Err(error) => Err(error),
+    };
+    match opened {
+        Ok(id) => {
+            let cookie = session_cookie(&id, state.tokens.ttl().as_secs(), state.secure_cookies);
             ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
         }
         Err(error) => {
@@ -118,6 +116,14 @@ async fn login(
     }
 }
 
-async fn logout() -> Response {
-    ([(header::SET_COOKIE, clear_cookie())], Redirect::to("/login")).into_response()
+/// Signs out: revokes the session's row (the old cookie stops working everywhere) and drops
+/// the cookie.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(id) = session_token(&headers) {
+        if let Err(error) = close_session(&state, id).await {
+            tracing::error!(message = %error.message, "could not revoke a session at sign-out");
+        }
+    }
+    let cookie = clear_cookie(state.secure_cookies);
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }

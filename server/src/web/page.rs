@@ -1,6 +1,6 @@
 //! What every page shares: the signed-in user extractor, rendering, errors as HTML pages.
 
-use crate::api::auth::session::session_token;
+use crate::api::auth::session::{authenticate_session, session_token};
 use crate::api::auth::Principal;
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
@@ -27,7 +27,7 @@ impl FromRequestParts<AppState> for WebUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<WebUser, Response> {
         let principal = match session_token(&parts.headers) {
-            Some(credential) => crate::api::auth::authenticate(state, credential).await.ok(),
+            Some(id) => authenticate_session(state, id).await.ok(),
             None => None,
         };
         match principal {

@@ -159,11 +159,7 @@ pub async fn new_key(
         .map_err(|e| ApiError::tenancy("user lookup", e))?
         .ok_or_else(|| ApiError::unauthorized("the signed-in user no longer exists"))?;
     let key = keys::generate_key();
-    let secret = key.key.clone();
-    let hash = tokio::task::spawn_blocking(move || keys::hash_secret(&secret))
-        .await
-        .map_err(|e| ApiError::internal("hashing the key", e))?
-        .map_err(|e| ApiError::internal("hashing the key", e))?;
+    let hash = state.hasher.hash(key.key.clone()).await?;
     let id = tenancy::insert_api_key(&state.pool, &user, name, &key.lookup, &hash, grant)
         .await
         .map_err(|e| ApiError::tenancy("storing the key", e))?;

@@ -20,12 +20,15 @@ pub struct NewKey {
     pub lookup: String,
 }
 
+/// `len` random letters and digits (~5.95 bits each).
+pub fn random_chars(len: usize) -> String {
+    let mut rng = rand::rng();
+    (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
+
 /// A new random API key.
 pub fn generate_key() -> NewKey {
-    let mut rng = rand::rng();
-    let body: String =
-        (0..SECRET_LEN).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
-    let key = format!("{KEY_PREFIX}{body}");
+    let key = format!("{KEY_PREFIX}{}", random_chars(SECRET_LEN));
     NewKey { lookup: key[..LOOKUP_LEN].to_string(), key }
 }
 

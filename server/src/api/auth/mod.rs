@@ -1,6 +1,8 @@
 //! Authentication (API keys and JWTs behind `Authorization: Bearer`), roles and rate limits.
 
 pub mod api_keys;
+pub mod client;
+pub mod hashing;
 pub mod keys;
 pub mod ratelimit;
 pub mod routes;
@@ -15,6 +17,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -39,11 +42,13 @@ pub struct Principal {
 /// How a caller proved who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
-    /// An API key, sent as is.
+    /// An API key, sent as is or through a dashboard session opened with it (which ends with
+    /// the key).
     ApiKey,
     /// A token minted from an API key: it dies with the key.
     KeyToken,
-    /// A token minted from an e-mail and password sign-in at `issued_at` (Unix seconds).
+    /// A token minted from (or a dashboard session opened by) an e-mail and password sign-in at
+    /// `issued_at` (Unix seconds).
     PasswordToken {
         /// When the password was checked.
         issued_at: i64,
@@ -95,14 +100,16 @@ impl Principal {
     }
 }
 
-/// Verified API keys and the keys known to be unrevoked, remembered briefly so that argon2 and
-/// the revocation lookup run once per key and interval. The unrevoked verdicts are trusted only
-/// while the revocation listener is subscribed ([`AppState::start_key_revocation_listener`]):
-/// every server then evicts a revoked key at once; without it each use reads the key's row.
+/// Verified API keys, the keys known to be unrevoked and users' current roles, remembered
+/// briefly so that argon2 and the lookups run once per key (or user) and interval. The unrevoked
+/// verdicts and roles are trusted only while the revocation listener is subscribed
+/// ([`AppState::start_key_revocation_listener`]): every server then evicts a revoked key, or a
+/// changed or deleted user, at once; without it each use reads the rows.
 #[derive(Debug, Default)]
 pub struct KeyCache {
     entries: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
     live: Mutex<HashMap<Uuid, Instant>>,
+    roles: Mutex<HashMap<Uuid, (Role, Instant)>>,
     listening: AtomicBool,
     /// Bumped by every eviction: a verdict read before one is not cached after it.
     evictions: AtomicU64,
@@ -145,6 +152,37 @@ impl KeyCache {
         live.insert(key_id, Instant::now());
     }
 
+    fn known_role(&self, user_id: Uuid) -> Option<Role> {
+        if !self.listening.load(Ordering::SeqCst) {
+            return None;
+        }
+        let roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        roles.get(&user_id).filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL).map(|(r, _)| *r)
+    }
+
+    fn put_role(&self, user_id: Uuid, role: Role, generation: u64) {
+        let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.listening.load(Ordering::SeqCst)
+            || self.evictions.load(Ordering::SeqCst) != generation
+        {
+            return;
+        }
+        roles.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+        roles.insert(user_id, (role, Instant::now()));
+    }
+
+    /// Forgets everything about user `user_id`: their verified keys, their role, and every
+    /// unrevoked verdict (a deleted user's keys are deleted with them).
+    pub fn evict_user(&self, user_id: Uuid) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        self.evictions.fetch_add(1, Ordering::SeqCst);
+        entries.retain(|_, (principal, _)| principal.user_id != user_id);
+        live.clear();
+        roles.remove(&user_id);
+    }
+
     fn generation(&self) -> u64 {
         self.evictions.load(Ordering::SeqCst)
     }
@@ -162,15 +200,18 @@ impl KeyCache {
     pub fn clear(&self) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
         self.evictions.fetch_add(1, Ordering::SeqCst);
         entries.clear();
         live.clear();
+        roles.clear();
     }
 
     /// Acts on what the revocation listener learnt.
     pub fn apply(&self, event: KeyRevocation) {
         match event {
             KeyRevocation::Revoked(key_id) => self.evict_key(key_id),
+            KeyRevocation::UserChanged(user_id) => self.evict_user(user_id),
             KeyRevocation::Lost => {
                 self.listening.store(false, Ordering::SeqCst);
                 self.clear();
@@ -220,8 +261,49 @@ pub async fn require_live_key(state: &AppState, key_id: Uuid) -> Result<(), ApiE
     }
 }
 
-/// Checks an API key against its stored hash.
-pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
+/// The current role of user `user_id` (a cached verdict while the listener runs, else the
+/// user's row); 401 when the user no longer exists.
+async fn current_role(state: &AppState, user_id: Uuid) -> Result<Role, ApiError> {
+    if let Some(role) = state.key_cache.known_role(user_id) {
+        return Ok(role);
+    }
+    let generation = state.key_cache.generation();
+    let user = verity_core::tenancy::find_user_by_id(&state.pool, user_id)
+        .await
+        .map_err(|e| ApiError::tenancy("user lookup", e))?
+        .ok_or_else(|| ApiError::unauthorized("the signed-in user no longer exists"))?;
+    let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
+    state.key_cache.put_role(user_id, role, generation);
+    Ok(role)
+}
+
+/// `principal` with its role capped by its user's current one, so that a demoted or deleted
+/// user loses their role at their next request whatever credential they hold (401 when the
+/// user no longer exists).
+pub async fn cap_role(state: &AppState, mut principal: Principal) -> Result<Principal, ApiError> {
+    if current_role(state, principal.user_id).await? == Role::Member {
+        principal.role = Role::Member;
+    }
+    Ok(principal)
+}
+
+/// The 429 of a credential check refused by the sign-in throttle.
+pub fn throttled(retry_after: throttle::RetryAfter) -> ApiError {
+    ApiError {
+        message: "too many failed or pending sign-in attempts from this address; retry later"
+            .into(),
+        ..ApiError::rate_limited(retry_after)
+    }
+}
+
+/// Checks an API key against its stored hash. A key not verified recently costs a hash, so the
+/// check is first reserved with the sign-in throttle for the key's prefix and `addr` (an
+/// unknown prefix is counted as a failure too).
+pub async fn authenticate_key(
+    state: &AppState,
+    key: &str,
+    addr: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
     let invalid = || ApiError::unauthorized("invalid API key");
     let lookup = keys::lookup_of(key).ok_or_else(invalid)?;
     let mut digest = [0u8; 32];
@@ -230,26 +312,31 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
         if let Some(key_id) = principal.key_id {
             require_live_key(state, key_id).await?;
         }
-        return Ok(principal);
+        return cap_role(state, principal).await;
     }
+    let account = format!("key:{lookup}");
     let generation = state.key_cache.generation();
     let record = verity_core::tenancy::find_api_key(&state.pool, lookup)
         .await
-        .map_err(|e| ApiError::tenancy("api key lookup", e))?
-        .ok_or_else(invalid)?;
+        .map_err(|e| ApiError::tenancy("api key lookup", e))?;
+    let Some(record) = record else {
+        // No hash to run, but a guess all the same: counted against the address.
+        state.auth_throttle.reserve(&account, addr).map_err(throttled)?.failed();
+        return Err(invalid());
+    };
+    // A revoked or expired key is a stale credential, not a guess: refused without a hash.
     if record.revoked_at.is_some() {
         return Err(ApiError::unauthorized("this API key was revoked"));
     }
     if let Some(at) = record.expires_at.filter(|at| *at <= chrono::Utc::now()) {
         return Err(expired(at));
     }
-    let (secret, hash) = (key.to_string(), record.key_hash.clone());
-    let matches = tokio::task::spawn_blocking(move || keys::verify_secret(&secret, &hash))
-        .await
-        .map_err(|e| ApiError::internal("api key verification", e))?;
-    if !matches {
+    let attempt = state.auth_throttle.reserve(&account, addr).map_err(throttled)?;
+    if !state.hasher.verify(key.to_string(), Some(record.key_hash.clone())).await? {
+        attempt.failed();
         return Err(invalid());
     }
+    attempt.succeeded();
     let role = record.role.parse().map_err(|e| ApiError::internal("api key role", e))?;
     let principal = Principal {
         user_id: record.user_id,
@@ -268,10 +355,15 @@ pub async fn authenticate_key(state: &AppState, key: &str) -> Result<Principal, 
 }
 
 /// The principal behind a credential: an API key (`vt-…`) or a token minted by this server;
-/// a token minted from a key is refused once that key is revoked.
-pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principal, ApiError> {
+/// a token minted from a key is refused once that key is revoked. `addr` is the client's
+/// address, for the sign-in throttle.
+pub async fn authenticate(
+    state: &AppState,
+    credential: &str,
+    addr: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
     if credential.starts_with(keys::KEY_PREFIX) {
-        return authenticate_key(state, credential).await;
+        return authenticate_key(state, credential, addr).await;
     }
     let claims =
         state.tokens.verify(credential).map_err(|e| ApiError::unauthorized(e.to_string()))?;
@@ -288,13 +380,14 @@ pub async fn authenticate(state: &AppState, credential: &str) -> Result<Principa
         }
         None => Via::PasswordToken { issued_at: claims.iat },
     };
-    Ok(Principal {
+    let principal = Principal {
         user_id: claims.sub,
         org_id: claims.org,
         role: claims.role,
         key_id: claims.kid,
         via,
-    })
+    };
+    cap_role(state, principal).await
 }
 
 impl FromRequestParts<AppState> for Principal {
@@ -319,11 +412,50 @@ impl FromRequestParts<AppState> for Principal {
                     })?
             }
             // The dashboard's session cookie (cross-origin writes are refused by `session::guard`).
-            None => session::session_token(&parts.headers)
-                .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?,
+            None => {
+                let id = session::session_token(&parts.headers).ok_or_else(|| {
+                    ApiError::unauthorized("missing Authorization: Bearer header")
+                })?;
+                let principal = session::authenticate_session(state, id).await?;
+                state.limiter.check(&principal.bucket()).map_err(ApiError::rate_limited)?;
+                return Ok(principal);
+            }
         };
-        let principal = authenticate(state, credential).await?;
+        let addr = state.trusted_proxies.client_addr(&parts.extensions, &parts.headers);
+        let principal = authenticate(state, credential, addr).await?;
         state.limiter.check(&principal.bucket()).map_err(ApiError::rate_limited)?;
         Ok(principal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_user_is_forgotten_with_their_keys() {
+        let cache = KeyCache::default();
+        cache.apply(KeyRevocation::Subscribed);
+        let (user, key) = (Uuid::new_v4(), Uuid::new_v4());
+        let principal = Principal {
+            user_id: user,
+            org_id: Uuid::new_v4(),
+            role: Role::Admin,
+            key_id: Some(key),
+            via: Via::ApiKey,
+        };
+        let generation = cache.generation();
+        cache.put([1; 32], principal, generation);
+        cache.put_live(key, generation);
+        cache.put_role(user, Role::Admin, generation);
+        assert!(cache.get(&[1; 32]).is_some() && cache.known_live(key));
+        assert_eq!(cache.known_role(user), Some(Role::Admin));
+        cache.apply(KeyRevocation::UserChanged(user));
+        assert!(cache.get(&[1; 32]).is_none());
+        assert!(!cache.known_live(key), "a deleted user's keys are deleted too");
+        assert_eq!(cache.known_role(user), None);
+        // A verdict read before the change is not cached after it.
+        cache.put_role(user, Role::Admin, generation);
+        assert_eq!(cache.known_role(user), None);
     }
 }

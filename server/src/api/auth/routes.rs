@@ -4,10 +4,11 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiJson;
 use crate::api::state::AppState;
 use axum::extract::State;
-use axum::http::Extensions;
+use axum::http::{Extensions, HeaderMap};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use utoipa::ToSchema;
 use verity_core::tenancy::Role;
 
@@ -45,6 +46,7 @@ pub fn router() -> Router<AppState> {
 pub async fn create_token(
     State(state): State<AppState>,
     extensions: Extensions,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<Json<TokenResponse>> {
     for (param, value) in
@@ -54,8 +56,8 @@ pub async fn create_token(
             crate::api::extract::reject_nul(param, value)?;
         }
     }
-    let ip = super::throttle::client_ip(&extensions);
-    let signed_in = sign_in(&state, request, ip.as_deref()).await?;
+    let addr = state.trusted_proxies.client_addr(&extensions, &headers);
+    let signed_in = sign_in(&state, request, addr).await?;
     let access_token = state
         .tokens
         .mint(signed_in.user_id, signed_in.org_id, signed_in.role, signed_in.key_id)
@@ -80,59 +82,57 @@ pub struct SignedIn {
     pub key_id: Option<uuid::Uuid>,
 }
 
-/// Checks a password or an API key, throttled per user name and client address: after too
-/// many failures the answer is 429 with `Retry-After`.
+/// Checks a password or an API key from client address `addr`. Each check that costs a hash is
+/// first reserved with the sign-in throttle (per account and address, and per address), so
+/// that parallel guesses are counted before any of them is checked: refused ones answer 429
+/// with `Retry-After`.
 pub async fn sign_in(
     state: &AppState,
     request: TokenRequest,
-    ip: Option<&str>,
+    addr: Option<IpAddr>,
 ) -> ApiResult<SignedIn> {
-    let user_name = request.email.clone().or_else(|| {
-        request.api_key.as_deref().and_then(super::keys::lookup_of).map(str::to_string)
-    });
-    state.login_throttle.check(user_name.as_deref(), ip).map_err(ApiError::rate_limited)?;
-    let outcome = check_credentials(state, request).await;
-    match &outcome {
-        Err(error) if error.status == axum::http::StatusCode::UNAUTHORIZED => {
-            tracing::warn!(user = user_name.as_deref().unwrap_or(""), "failed sign-in");
-            state.login_throttle.failed(user_name.as_deref(), ip);
-        }
-        Ok(_) => state.login_throttle.succeeded(user_name.as_deref()),
-        Err(_) => {}
-    }
-    outcome
-}
-
-async fn check_credentials(state: &AppState, request: TokenRequest) -> ApiResult<SignedIn> {
-    match (request.email, request.password, request.api_key) {
+    let outcome = match (request.email, request.password, request.api_key) {
         (None, None, Some(key)) => {
-            let principal = super::authenticate_key(state, &key).await?;
-            Ok(SignedIn {
+            super::authenticate_key(state, &key, addr).await.map(|principal| SignedIn {
                 user_id: principal.user_id,
                 org_id: principal.org_id,
                 role: principal.role,
                 key_id: principal.key_id,
             })
         }
-        (Some(email), Some(password), None) => {
-            let denied = || {
-                ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials")
-            };
-            let user = verity_core::tenancy::find_user_by_email(&state.pool, &email)
-                .await
-                .map_err(|e| ApiError::tenancy("user lookup", e))?;
-            let Some(user) = user else { return Err(denied()) };
-            let Some(hash) = user.password_hash.clone() else { return Err(denied()) };
-            let ok =
-                tokio::task::spawn_blocking(move || super::keys::verify_secret(&password, &hash))
-                    .await
-                    .map_err(|e| ApiError::internal("password verification", e))?;
-            if !ok {
-                return Err(denied());
-            }
-            let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
-            Ok(SignedIn { user_id: user.id, org_id: user.org_id, role, key_id: None })
-        }
+        (Some(email), Some(password), None) => check_password(state, &email, password, addr).await,
         _ => Err(ApiError::invalid("body", "send either email and password, or api_key")),
+    };
+    if let Err(error) = &outcome {
+        if error.status == axum::http::StatusCode::UNAUTHORIZED {
+            tracing::warn!(client = ?addr, "failed sign-in");
+        }
     }
+    outcome
+}
+
+/// Checks `email` and `password`. An unknown e-mail (or a user without a password) is checked
+/// against a dummy hash, so the answer takes as long as a wrong password's and is the same.
+async fn check_password(
+    state: &AppState,
+    email: &str,
+    password: String,
+    addr: Option<IpAddr>,
+) -> ApiResult<SignedIn> {
+    let attempt =
+        state.auth_throttle.reserve(&format!("email:{email}"), addr).map_err(super::throttled)?;
+    let user = verity_core::tenancy::find_user_by_email(&state.pool, email)
+        .await
+        .map_err(|e| ApiError::tenancy("user lookup", e))?;
+    let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+    let matches = state.hasher.verify(password, hash).await?;
+    let Some(user) = user.filter(|_| matches) else {
+        attempt.failed();
+        return Err(
+            ApiError::unauthorized("wrong e-mail or password").with_code("invalid_credentials")
+        );
+    };
+    attempt.succeeded();
+    let role: Role = user.role.parse().map_err(|e| ApiError::internal("user role", e))?;
+    Ok(SignedIn { user_id: user.id, org_id: user.org_id, role, key_id: None })
 }

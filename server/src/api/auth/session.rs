@@ -1,11 +1,22 @@
-//! The dashboard's session: an access token in an HttpOnly, SameSite=Strict cookie, accepted
-//! wherever a bearer credential is, and a guard refusing cross-origin writes made with it.
+//! The dashboard's session: a random session id in an HttpOnly, SameSite=Strict cookie (and
+//! `Secure` when the public URL is https), backed by a row (`verity_core::sessions`) that
+//! signing out revokes; accepted wherever a bearer credential is, and a guard refusing
+//! cross-origin writes made with it. Every request re-reads the session with its user's and
+//! key's current state, so a revoked key, a demoted or deleted user, or a sign-out takes effect
+//! at the next request.
 
 use axum::extract::Request;
 use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use super::keys;
+use super::routes::SignedIn;
+use super::{Principal, Via};
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "verity_session";
@@ -23,14 +34,73 @@ pub fn session_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|value| !value.is_empty())
 }
 
-/// `Set-Cookie` value holding `token` for `max_age_secs`.
-pub fn session_cookie(token: &str, max_age_secs: u64) -> String {
-    format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}")
+/// `Set-Cookie` value holding session id `id` for `max_age_secs` (`Secure` when `secure`).
+pub fn session_cookie(id: &str, max_age_secs: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    )
 }
 
 /// `Set-Cookie` value that removes the session.
-pub fn clear_cookie() -> String {
-    format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    session_cookie("", 0, secure)
+}
+
+/// Characters of a session id after its `vs-` prefix (about 238 random bits).
+const SESSION_ID_LEN: usize = 40;
+
+/// The stored form of session id `id`: its SHA-256 (a leaked table opens no session).
+fn id_hash(id: &str) -> [u8; 32] {
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(&Sha256::digest(id.as_bytes()));
+    digest
+}
+
+/// Opens a session for whoever just signed in, valid for the token lifetime; returns its id.
+pub async fn open_session(state: &AppState, signed_in: &SignedIn) -> Result<String, ApiError> {
+    let id = format!("vs-{}", keys::random_chars(SESSION_ID_LEN));
+    let ttl = chrono::Duration::from_std(state.tokens.ttl())
+        .map_err(|e| ApiError::internal("session lifetime", e))?;
+    verity_core::sessions::create_session(
+        &state.pool,
+        &id_hash(&id),
+        signed_in.user_id,
+        signed_in.key_id,
+        chrono::Utc::now() + ttl,
+    )
+    .await?;
+    Ok(id)
+}
+
+/// The principal of session `id` as it stands now: 401 when the session is unknown, signed out
+/// or expired, its user deleted, or its key revoked or expired.
+pub async fn authenticate_session(state: &AppState, id: &str) -> Result<Principal, ApiError> {
+    let session = verity_core::sessions::find_session(&state.pool, &id_hash(id))
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("no such session (signed out or expired)"))?;
+    if session.key_revoked {
+        return Err(ApiError::unauthorized("this API key was revoked"));
+    }
+    if let Some(at) = session.key_expires_at.filter(|at| *at <= chrono::Utc::now()) {
+        return Err(super::expired(at));
+    }
+    let role = session.role.parse().map_err(|e| ApiError::internal("session role", e))?;
+    Ok(Principal {
+        user_id: session.user_id,
+        org_id: session.org_id,
+        role,
+        key_id: session.key_id,
+        via: match session.key_id {
+            Some(_) => Via::ApiKey,
+            None => Via::PasswordToken { issued_at: session.created_at.timestamp() },
+        },
+    })
+}
+
+/// Revokes session `id` (signing out); false when it was not live.
+pub async fn close_session(state: &AppState, id: &str) -> Result<bool, ApiError> {
+    Ok(verity_core::sessions::revoke_session(&state.pool, &id_hash(id)).await?)
 }
 
 /// True unless the browser says the request came from another site: `Sec-Fetch-Site` must be
