@@ -13,11 +13,11 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verity_cli::commands::postgres_cluster::PrivateCluster;
+use verity_testkit::proxy::FaultProxy;
 use verity_core::storage::{ObjectStore, S3Store};
 
 const JWT_SECRET: &str = "cluster-test-secret-cluster-test-secret-0123";
@@ -125,16 +125,8 @@ async fn start_replica(site: &Site) -> (Process, String) {
         .spawn()
         .expect("spawning verity serve");
     let stdout = child.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map(|_| line)
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let listening: Value = serde_json::from_str(&line)
-        .unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
-    (Process(child), listening["listening"].as_str().unwrap().to_string())
+    let base = verity_testkit::serve::listening_address(stdout).await.unwrap();
+    (Process(child), base)
 }
 
 /// Starts worker `n` (its pod name, and so `HOSTNAME`, is `worker-n`) in its own working
@@ -153,46 +145,6 @@ fn start_worker(site: &Site, root: &Path, n: usize) -> Process {
     Process(child)
 }
 
-/// A TCP proxy on a fixed loopback port that can be stopped (refusing connections and closing
-/// the open ones) and started again.
-struct Proxy {
-    port: u16,
-    target: String,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Proxy {
-    async fn start(target: &str) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = Some(tokio::spawn(forward(listener, target.to_string())));
-        Proxy { port, target: target.to_string(), task }
-    }
-
-    fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-
-    async fn restart(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
-        self.task = Some(tokio::spawn(forward(listener, self.target.clone())));
-    }
-}
-
-/// Accepts connections and pipes each to `target`; aborting it closes them all.
-async fn forward(listener: tokio::net::TcpListener, target: String) {
-    let mut connections = tokio::task::JoinSet::new();
-    while let Ok((mut inbound, _)) = listener.accept().await {
-        let target = target.clone();
-        connections.spawn(async move {
-            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-            }
-        });
-    }
-}
 
 /// The API client: alternates between the replicas.
 struct Client {
@@ -466,8 +418,8 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     postgres.ensure_database().await.unwrap();
     let database_url = postgres.database_url();
 
-    let mut proxy = Proxy::start(moto.trim_start_matches("http://").trim_end_matches('/')).await;
-    let s3_endpoint = format!("http://127.0.0.1:{}", proxy.port);
+    let mut proxy = FaultProxy::start(moto.trim_start_matches("http://").trim_end_matches('/')).await.unwrap();
+    let s3_endpoint = format!("http://127.0.0.1:{}", proxy.port());
     let options = verity_core::testing::s3_test_options(&moto, "cluster", "verity");
     let store = S3Store::connect(options.clone()).await.unwrap();
     store.create_bucket_if_missing().await.unwrap();
@@ -701,7 +653,7 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     assert!(during <= before + 1, "steps went on without the store: {before} then {during}");
     let (status, _) = client.get(&format!("/v1/fine_tuning/jobs/{s3_job}")).await;
     assert_eq!(status, 200, "the API answers job reads without S3");
-    proxy.restart().await;
+    proxy.restart().await.unwrap();
     client.wait_all(std::slice::from_ref(&s3_job), "succeeded", Duration::from_secs(180)).await;
     assert_fenced(&pool, &s3_job, FAULT_STEPS as i32).await;
     assert_checkpoints_on_both(&client, &s3_job).await;

@@ -5,7 +5,6 @@
 //! come from `scripts/test-services.sh` (VERITY_TEST_PYTHON, VERITY_TEST_PYTHON_OLDEST,
 //! VERITY_TEST_SCHEMATHESIS); without them the tests say so and skip.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use verity_core::storage::{LocalStore, ObjectStore};
@@ -24,17 +23,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn database_url(pool: &sqlx::PgPool) -> String {
-    let options = pool.connect_options();
-    format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap_or("postgres")
-    )
 }
 
 /// Starts `verity serve` on a free port over the test database, with a base model `tiny`, a
@@ -76,7 +64,7 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
     let key = verity_cli::commands::admin::create_key(pool, "sdk@x.io", "sdk").await.unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_verity"))
         .arg("serve")
-        .env("DATABASE_URL", database_url(pool))
+        .env("DATABASE_URL", verity_testkit::db::database_url_of(pool).await.unwrap())
         .env("VERITY_BIND", "127.0.0.1:0")
         .env("VERITY_STORAGE", dir.path())
         .env("VERITY_CACHE_DIR", dir.path().join("cache"))
@@ -89,16 +77,7 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
         .spawn()
         .expect("spawning verity serve");
     let stdout = child.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map(|_| line)
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let listening: serde_json::Value = serde_json::from_str(&line)
-        .unwrap_or_else(|e| panic!("unexpected first line {line:?}: {e}"));
-    let base = listening["listening"].as_str().unwrap().to_string();
+    let base = verity_testkit::serve::listening_address(stdout).await.unwrap();
     (Server { child, base, _dir: dir }, key)
 }
 

@@ -176,7 +176,7 @@ async fn a_request_that_cannot_get_a_connection_answers_503_after_the_acquire_ti
     // A stopped server refuses at once (above); a hung one, a black-holed network or an
     // exhausted pool is what the acquire timeout bounds. Exhaust a one-connection pool.
     let key = user(&pool, "ops@x.io", "acme", "admin").await;
-    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let url = verity_testkit::db::database_url_of(&pool).await.unwrap();
     let timeout = Duration::from_secs(1);
     let small = verity_core::db::connect_with_timeout(&url, 1, timeout).await.unwrap();
     let app = app(small.clone()).await;

@@ -17,7 +17,7 @@ const STEPS: i32 = 40;
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
-    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let url = verity_testkit::db::database_url_of(&pool).await.unwrap();
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     let queue = Queue::new(pool.clone(), QueueSettings::default());

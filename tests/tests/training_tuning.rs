@@ -197,7 +197,7 @@ const STEPS: i32 = 60;
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_killed_dpo_job_resumes_from_its_checkpoint(pool: PgPool) {
-    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let url = verity_testkit::db::database_url_of(&pool).await.unwrap();
     let root = tempfile::tempdir().unwrap();
     let store = prepare_store(&pool, root.path()).await;
     put_files(store.as_ref(), pairs(8), pairs(2)).await;

@@ -36,7 +36,7 @@ where
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn sigkilled_worker_is_replaced_and_the_job_finishes(pool: PgPool) {
-    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let url = verity_testkit::db::database_url_of(&pool).await.unwrap();
     let org = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'crash')")
         .bind(org)
@@ -124,7 +124,7 @@ async fn twenty_sigkills_at_random_points_all_resume(pool: PgPool) {
     use rand::Rng;
     const STEPS: i64 = 10;
     const STEP_MS: u64 = 60;
-    let url = verity_tests::database_url_of(&pool).await.unwrap();
+    let url = verity_testkit::db::database_url_of(&pool).await.unwrap();
     let org = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO orgs (id, name) VALUES ($1, 'crash-resume')")
         .bind(org)

@@ -20,6 +20,7 @@ use training_support::{
     prepare_store,
 };
 use verity_cli::commands::postgres_cluster::PrivateCluster;
+use verity_testkit::proxy::FaultProxy;
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
 use verity_core::testing::{s3_test_endpoint, s3_test_options};
@@ -169,55 +170,14 @@ async fn a_job_survives_its_object_store_disappearing_mid_job(pool: PgPool) {
     verity_worker::load_model(&dir, &candle_core::Device::Cpu).expect("the checkpoint loads");
 }
 
-/// A TCP proxy on a fixed loopback port that can be stopped (refusing connections and closing
-/// the open ones) and started again.
-struct Proxy {
-    port: u16,
-    target: String,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Proxy {
-    async fn start(target: &str) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mut proxy = Proxy { port, target: target.to_string(), task: None };
-        proxy.task = Some(tokio::spawn(forward(listener, proxy.target.clone())));
-        proxy
-    }
-
-    fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-
-    async fn restart(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
-        self.task = Some(tokio::spawn(forward(listener, self.target.clone())));
-    }
-}
-
-/// Accepts connections and pipes each to `target`; aborting it closes them all.
-async fn forward(listener: tokio::net::TcpListener, target: String) {
-    let mut connections = tokio::task::JoinSet::new();
-    while let Ok((mut inbound, _)) = listener.accept().await {
-        let target = target.clone();
-        connections.spawn(async move {
-            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-            }
-        });
-    }
-}
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_job_survives_its_s3_server_being_unreachable_mid_job(pool: PgPool) {
     log_to_test_output();
     let Some(endpoint) = s3_test_endpoint("a job through an S3 outage") else { return };
     let target = endpoint.trim_start_matches("http://").trim_end_matches('/').to_string();
-    let mut proxy = Proxy::start(&target).await;
-    let proxied = format!("http://127.0.0.1:{}", proxy.port);
+    let mut proxy = FaultProxy::start(&target).await.unwrap();
+    let proxied = format!("http://127.0.0.1:{}", proxy.port());
     let s3 = S3Store::connect(S3Options {
         max_attempts: 2,
         ..s3_test_options(&proxied, "verity-outage", "")
@@ -236,7 +196,7 @@ async fn a_job_survives_its_s3_server_being_unreachable_mid_job(pool: PgPool) {
     proxy.stop();
     tokio::time::sleep(OUTAGE).await;
     let during = metric_rows(&pool, &job).await;
-    proxy.restart().await;
+    proxy.restart().await.unwrap();
     assert!(during <= before + 1, "steps went on without the store: {before} then {during}");
 
     let done = tokio::time::timeout(Duration::from_secs(300), worker).await.unwrap().unwrap();

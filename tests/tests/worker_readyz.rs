@@ -132,7 +132,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         app_with(pool.clone(), api_config(), move |state| state.worker = Some(embedded)).await;
     let config = TrainingWorkerConfig {
         database: DatabaseConfig {
-            database_url: verity_tests::database_url_of(&pool).await.unwrap(),
+            database_url: verity_testkit::db::database_url_of(&pool).await.unwrap(),
             max_connections: 2,
             acquire_timeout_seconds: 30,
         },

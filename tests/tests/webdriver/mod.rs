@@ -166,11 +166,6 @@ impl Drop for Driver {
     }
 }
 
-/// A free loopback port.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Driver {
     /// Starts chromedriver (`VERITY_TEST_CHROMEDRIVER`) and waits until it answers.
     pub async fn start() -> Driver {
@@ -180,7 +175,7 @@ impl Driver {
             std::path::Path::new(&path).exists(),
             "chromedriver not found at {path}: run `. scripts/test-services.sh` first"
         );
-        let port = free_port();
+        let port = verity_testkit::serve::free_port().unwrap();
         let child = Command::new(&path)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -274,10 +269,5 @@ pub async fn sign_in(c: &Browser, base: &str, path: &str) {
 
 /// Serves the app on a free loopback port; its base URL.
 pub async fn serve(state: verity_server::api::state::AppState) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = verity_server::app::app(state)
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base
+    verity_testkit::serve::spawn_app(verity_server::app::app(state)).await.unwrap()
 }

@@ -1,4 +1,4 @@
-//! Helpers shared by Verity's end-to-end tests (the tests themselves live in `tests/tests/`).
+//! The per-test database of `sqlx::test`, as child processes reach it.
 
 use sqlx::PgPool;
 
