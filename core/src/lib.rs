@@ -14,6 +14,7 @@ pub mod lineage;
 pub mod metrics_csv;
 pub mod models;
 pub mod monitor;
+pub mod names;
 pub mod queue;
 pub mod sampling_runs;
 pub mod serving;
