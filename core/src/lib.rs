@@ -22,5 +22,6 @@ pub mod spec;
 pub mod storage;
 pub mod tenancy;
 pub mod testing;
+pub mod urls;
 
 pub use job_state::{ControlSignal, JobState};
