@@ -49,6 +49,7 @@ pub fn api_config() -> ApiConfig {
             retries: 1,
             models_loaded: 1,
         },
+        limits: verity_server::api::limits::LimitArgs::default(),
     }
 }
 
