@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::spec::HyperparameterError;
+use crate::urls::{AllowList, OutboundUrl, UrlError};
 
 /// Most assistant turns an episode may be given.
 pub const MAX_TURNS: usize = 32;
@@ -83,9 +84,11 @@ fn default_http_retries() -> u32 {
     2
 }
 
-/// The operator's allow-list of HTTP tool endpoints (URL prefixes); empty allows none.
+/// The operator's allow-list of HTTP tool endpoints: URL prefixes compared as parsed URLs
+/// ([`crate::urls::AllowList`]: scheme, host and port exactly, whole decoded path segments, no
+/// userinfo); empty allows none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HttpAllowList(Vec<String>);
+pub struct HttpAllowList(AllowList);
 
 impl HttpAllowList {
     /// The list in [`HTTP_ALLOW_ENV`] (unset: none allowed).
@@ -93,16 +96,26 @@ impl HttpAllowList {
         Self::parse(&std::env::var(HTTP_ALLOW_ENV).unwrap_or_default())
     }
 
-    /// A list from comma-separated prefixes.
+    /// A list from comma-separated prefixes. A malformed list allows nothing (fail closed),
+    /// and says why in the log.
     pub fn parse(list: &str) -> Self {
-        HttpAllowList(
-            list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect(),
-        )
+        match AllowList::parse(list) {
+            Ok(list) => HttpAllowList(list),
+            Err((entry, error)) => {
+                tracing::error!(entry, %error, "{HTTP_ALLOW_ENV} is malformed; no HTTP tool is allowed");
+                HttpAllowList::default()
+            }
+        }
     }
 
-    /// Whether `url` starts with an allowed prefix.
+    /// `url` parsed and admitted by an entry, or why not.
+    pub fn check(&self, url: &str) -> Result<OutboundUrl, UrlError> {
+        self.0.check(url)
+    }
+
+    /// Whether `url` passes [`HttpAllowList::check`].
     pub fn allows(&self, url: &str) -> bool {
-        self.0.iter().any(|prefix| url.starts_with(prefix.as_str()))
+        self.0.allows(url)
     }
 }
 
@@ -203,14 +216,15 @@ impl ToolSpec {
                 }
             }
             (None, Some(http)) => {
-                if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
-                    return err("http.url", "must be an http:// or https:// URL".into());
-                }
-                if !allow.allows(&http.url) {
-                    return err(
-                        "http.url",
-                        format!("is not allowed by the operator ({HTTP_ALLOW_ENV})"),
-                    );
+                match allow.check(&http.url) {
+                    Ok(_) => {}
+                    Err(UrlError::NotAllowed) => {
+                        return err(
+                            "http.url",
+                            format!("is not allowed by the operator ({HTTP_ALLOW_ENV})"),
+                        )
+                    }
+                    Err(e) => return err("http.url", format!("must be an http(s) URL: {e}")),
                 }
                 if http.retries > MAX_HTTP_RETRIES {
                     return err("http.retries", format!("must be 0 to {MAX_HTTP_RETRIES}"));
@@ -467,5 +481,24 @@ mod tests {
         let allow = HttpAllowList::parse(" http://127.0.0.1:9/ , https://tools.internal/");
         assert!(allow.allows("https://tools.internal/x") && !allow.allows("http://127.0.0.2/"));
         e.validate("env", 64, &allow).unwrap();
+    }
+
+    #[test]
+    fn http_tools_that_walk_out_of_the_allowed_prefix_are_refused() {
+        let allow = HttpAllowList::parse("http://127.0.0.1:9/v1/");
+        for url in [
+            "http://127.0.0.1:9/v1/../internal",
+            "http://127.0.0.1:9/v1/%2e%2e/internal2",
+            "http://127.0.0.1:9@127.0.0.2:9/v1/",
+        ] {
+            let e = env(json!({"tools": [{"type": "function", "function": {"name": "t"},
+                "http": {"url": url}}]}));
+            let refused = e.validate("env", 64, &allow).unwrap_err();
+            assert_eq!(refused.param, "env.tools[0].http.url", "{url}");
+        }
+        assert_eq!(
+            HttpAllowList::parse("http://127.0.0.1:9/v1/, not a url"),
+            HttpAllowList::default()
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod lineage;
 pub mod metrics_csv;
 pub mod models;
 pub mod monitor;
+pub mod names;
 pub mod queue;
 pub mod sampling_runs;
 pub mod serving;
@@ -22,5 +23,6 @@ pub mod spec;
 pub mod storage;
 pub mod tenancy;
 pub mod testing;
+pub mod urls;
 
 pub use job_state::{ControlSignal, JobState};

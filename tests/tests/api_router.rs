@@ -893,7 +893,8 @@ async fn grader_runs_beyond_the_concurrency_limit_wait_then_get_503(pool: sqlx::
     assert_eq!(capped.json()["reward"], 1.0);
     let reason = capped.json()["metadata"]["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("compared only the first 20000 characters"), "{reason}");
-    // Many runs at once: each is answered (200) or refused with 503, none fails otherwise.
+    // Many runs at once: each is answered (200) or refused with 503 (every slot taken) or 429
+    // (the org runs as many as it may: one, half of the two slots), none fails otherwise.
     let runs: Vec<_> = (0..8)
         .map(|_| {
             let (router, key, body) = (app.router.clone(), key.clone(), body(&long, &long));
@@ -902,7 +903,8 @@ async fn grader_runs_beyond_the_concurrency_limit_wait_then_get_503(pool: sqlx::
         .collect();
     for run in runs {
         let status = run.await.unwrap();
-        assert!(status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE, "{status}");
+        let busy = [StatusCode::SERVICE_UNAVAILABLE, StatusCode::TOO_MANY_REQUESTS];
+        assert!(status == StatusCode::OK || busy.contains(&status), "{status}");
     }
     assert_eq!(slots.available_permits(), 2);
 }

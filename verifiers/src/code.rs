@@ -19,6 +19,10 @@ const MAX_CASE_OUTPUT: usize = 1 << 20;
 /// Most stdin/stdout cases per item.
 const MAX_CASES: usize = 1000;
 
+/// Longest whole sandboxed run, in milliseconds, however many cases it has: `timeout_ms` ×
+/// cases is capped here (10 minutes, the longest `timeout_ms` itself).
+pub const MAX_RUN_MS: u64 = 600_000;
+
 /// Resource limits of one sandboxed run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -26,17 +30,32 @@ pub struct Limits {
     pub timeout_ms: u64,
     /// Address-space limit in MiB.
     pub memory_mb: u64,
+    /// Cap on the whole run's wall-clock budget (`timeout_ms` × cases), in milliseconds.
+    pub max_run_ms: u64,
 }
 
 impl Limits {
-    /// Limits from optional spec values (defaults: 10 s, 512 MiB).
+    /// Limits from optional spec values (defaults: 10 s, 512 MiB; a run at most
+    /// [`MAX_RUN_MS`]).
     pub fn from_spec(timeout_ms: Option<u64>, memory_mb: Option<u64>) -> Self {
-        Self { timeout_ms: timeout_ms.unwrap_or(10_000), memory_mb: memory_mb.unwrap_or(512) }
+        Self {
+            timeout_ms: timeout_ms.unwrap_or(10_000),
+            memory_mb: memory_mb.unwrap_or(512),
+            max_run_ms: MAX_RUN_MS,
+        }
     }
 
-    /// Run limits for a run that does `units` timed pieces of work.
+    /// These limits with every run (and so every case) capped at `max_run_ms`.
+    pub fn capped(self, max_run_ms: u64) -> Self {
+        let max_run_ms = self.max_run_ms.min(max_run_ms.max(1));
+        Self { timeout_ms: self.timeout_ms.min(max_run_ms), max_run_ms, ..self }
+    }
+
+    /// Run limits for a run that does `units` timed pieces of work (at most
+    /// `max_run_ms` in all).
     pub fn run_limits(&self, units: u64) -> RunLimits {
-        let budget = Duration::from_millis(self.timeout_ms.saturating_mul(units.max(1)));
+        let total = self.timeout_ms.saturating_mul(units.max(1)).min(self.max_run_ms);
+        let budget = Duration::from_millis(total);
         let wall = budget + STARTUP_GRACE;
         // CPU time above the wall limit: a single-threaded spin hits the wall kill (reported as
         // a time limit); the CPU limit catches only multi-threaded burners.
@@ -335,6 +354,18 @@ fn grade_cases(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_capped_whatever_its_cases_and_timeout() {
+        let most = Limits::from_spec(Some(600_000), None);
+        let wall = |l: Limits, units| l.run_limits(units).wall - STARTUP_GRACE;
+        assert_eq!(wall(most, 1000), Duration::from_millis(MAX_RUN_MS));
+        let capped = most.capped(30_000);
+        assert_eq!(wall(capped, 1000), Duration::from_millis(30_000));
+        assert_eq!(wall(capped, 1), Duration::from_millis(30_000));
+        let small = Limits::from_spec(Some(100), None).capped(30_000);
+        assert_eq!(wall(small, 3), Duration::from_millis(300));
+    }
 
     #[test]
     fn program_is_the_last_fenced_block() {

@@ -155,6 +155,24 @@ impl Grader {
         self.with_judge_cache(&cache)
     }
 
+    /// This grader with every sandboxed run (here and inside a `multi`) capped at `max_run_ms`
+    /// of wall-clock time, whatever its `timeout_ms` and number of cases (the API's
+    /// `graders/run` caps what one request may take).
+    pub fn with_run_cap(mut self, max_run_ms: u64) -> Self {
+        match &mut self.compiled {
+            Compiled::Multi { graders, .. } => {
+                let taken = std::mem::take(graders);
+                *graders =
+                    taken.into_iter().map(|(k, g)| (k, g.with_run_cap(max_run_ms))).collect();
+            }
+            Compiled::Python { limits, .. } | Compiled::Code { limits, .. } => {
+                *limits = limits.capped(max_run_ms);
+            }
+            _ => {}
+        }
+        self
+    }
+
     fn with_judge_cache(mut self, cache: &Arc<JudgeCache>) -> Self {
         if let Compiled::Multi { graders, .. } = &mut self.compiled {
             let taken = std::mem::take(graders);

@@ -5,7 +5,7 @@
 
 use crate::embedding::{configured, BertEmbedder, EmbeddingModelError};
 use crate::job::artifacts::cached_folder;
-use crate::stack::folder_name;
+use crate::stack::model_folder;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -108,8 +108,9 @@ impl EmbeddingModels {
             return Ok(model.clone());
         }
         let load = |message: String| EmbeddingSetupError::Load { name: name.to_string(), message };
-        let dir = self.cache_dir.join("embeddings").join(folder_name(name));
-        let dir = cached_folder(store, &row.storage_prefix, &dir)
+        let root = self.cache_dir.join("embeddings");
+        let dir = model_folder(&root, name).map_err(|e| load(e.to_string()))?;
+        let dir = cached_folder(store, &row.storage_prefix, &root, &dir)
             .await
             .map_err(|e| load(format!("{e:#}")))?;
         let model = tokio::task::spawn_blocking(move || BertEmbedder::load_named(&dir, &row.id))

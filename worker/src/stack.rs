@@ -8,6 +8,7 @@ use crate::loader::{is_adapter, load_stack, LoadedModel};
 use candle_core::Device;
 use std::path::{Path, PathBuf};
 use verity_core::lineage::ModelStack;
+use verity_core::names::{child_folder, NameError};
 use verity_core::storage::ObjectStore;
 
 /// A stack's folders on local disk.
@@ -27,11 +28,21 @@ impl FetchedStack {
     }
 }
 
-/// A model name usable as a folder name.
-pub fn folder_name(id: &str) -> String {
-    id.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-        .collect()
+/// A model whose name breaks [`verity_core::names::check_name`]: a permanent error (the name
+/// can never become a cache folder).
+#[derive(Debug, thiserror::Error)]
+#[error("model name {name:?} {reason}")]
+pub struct BadModelName {
+    /// The name.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: NameError,
+}
+
+/// `cache_dir/{folder name of model}`, or [`BadModelName`].
+pub fn model_folder(cache_dir: &Path, model: &str) -> std::result::Result<PathBuf, BadModelName> {
+    child_folder(cache_dir, model)
+        .map_err(|reason| BadModelName { name: model.chars().take(80).collect(), reason })
 }
 
 /// Fetches `stack` into `cache_dir` (each model in `cache_dir/{its name}`, reused while its
@@ -44,8 +55,8 @@ pub async fn fetch_stack(
 ) -> anyhow::Result<FetchedStack> {
     let mut layers = Vec::new();
     for layer in stack.layers.iter().rev() {
-        let dir = cache_dir.join(folder_name(&layer.name));
-        let dir = cached_folder(store, &layer.storage_prefix, &dir).await?;
+        let dir = model_folder(cache_dir, &layer.name)?;
+        let dir = cached_folder(store, &layer.storage_prefix, cache_dir, &dir).await?;
         let full = !is_adapter(&dir);
         layers.push(dir);
         if full {
@@ -54,8 +65,8 @@ pub async fn fetch_stack(
         }
     }
     layers.reverse();
-    let dir = cache_dir.join(folder_name(&stack.base.id));
-    let dir = cached_folder(store, &stack.base.storage_prefix, &dir).await?;
+    let dir = model_folder(cache_dir, &stack.base.id)?;
+    let dir = cached_folder(store, &stack.base.storage_prefix, cache_dir, &dir).await?;
     let base = model_path(&dir, &stack.base.format)?;
     Ok(FetchedStack { base: Some(base), layers })
 }

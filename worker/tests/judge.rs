@@ -222,6 +222,9 @@ fn endpoints_parse_with_optional_key_variable() {
     assert_eq!(parsed[1].key_env, None);
     assert!(verity_worker::judge::parse_endpoints("noequals").is_err());
     assert!(verity_worker::judge::parse_endpoints("a=ftp://x").is_err());
+    // Issue #43: the outbound URL parser refuses userinfo and encoded dot segments here too.
+    assert!(verity_worker::judge::parse_endpoints("a=http://127.0.0.1:8080@127.0.0.2:9/").is_err());
+    assert!(verity_worker::judge::parse_endpoints("a=http://127.0.0.1/v1/a%2fb").is_err());
     assert!(verity_worker::judge::parse_endpoints("a=http://x,a=http://y").is_err());
     assert_eq!(verity_worker::judge::parse_endpoints("").unwrap(), vec![]);
 }

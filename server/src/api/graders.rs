@@ -4,8 +4,8 @@
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
-use super::jobs::validate::validate_judges;
-use super::state::AppState;
+use super::jobs::validate::{check_name_param, validate_judges};
+use super::state::{AppState, GraderSlot, SlotsBusy};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -44,6 +44,11 @@ pub async fn validate_embedding_models(
     param: &str,
     grader: &Grader,
 ) -> ApiResult<()> {
+    for (path, name) in grader.embedding_models() {
+        if let Some(name) = name {
+            check_name_param(&format!("{param}.{path}"), &name)?;
+        }
+    }
     let missing = EmbeddingModels::missing(&state.pool, principal.org_id, grader).await?;
     match missing {
         None => Ok(()),
@@ -78,9 +83,9 @@ async fn attach_embeddings(
         })
 }
 
-/// `grader` (at JSON path `param`) parsed, checked and ready to grade in this process: its
-/// judges and embedding models checked and attached.
-pub async fn ready_grader(
+/// `grader` (at JSON path `param`) parsed and checked (its names, judges and embedding models
+/// exist for the caller's org), nothing loaded yet.
+pub async fn checked_grader(
     state: &AppState,
     principal: &Principal,
     param: &str,
@@ -88,8 +93,36 @@ pub async fn ready_grader(
 ) -> ApiResult<Grader> {
     let grader = parse_grader(param, grader)?;
     validate_judges(state, principal, param, &grader).await?;
+    validate_embedding_models(state, principal, param, &grader).await?;
+    Ok(grader)
+}
+
+/// A checked `grader` made ready to grade in this process, by a request holding a grading slot
+/// (loading a judge or embedding model is the expensive part): its models attached, and each
+/// sandboxed run capped at `VERITY_GRADER_RUN_MAX_MS`.
+pub async fn load_grader_models(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: Grader,
+) -> ApiResult<Grader> {
     let grader = attach_embeddings(state, principal, param, grader).await?;
-    attach_judge(state, principal, param, grader).await
+    let grader = attach_judge(state, principal, param, grader).await?;
+    Ok(grader.with_run_cap(state.limits.grader_run_max_ms))
+}
+
+/// `grader` (at JSON path `param`) checked, then a grading slot taken, then its models loaded:
+/// the slot and the grader ready to grade with [`grade_in_slot`].
+pub async fn ready_grader(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    grader: &Value,
+) -> ApiResult<(GraderSlot, Grader)> {
+    let grader = checked_grader(state, principal, param, grader).await?;
+    let slot = grader_slot(state, principal).await?;
+    let grader = load_grader_models(state, principal, param, grader).await?;
+    Ok((slot, grader))
 }
 
 /// A model grader's judge is loaded in this process (kept for the next runs) and asked within
@@ -118,19 +151,27 @@ async fn attach_judge(
     Ok(grader.with_judge(judge))
 }
 
-/// Runs `work` on a blocking thread holding one grader slot (a 503 when every slot stayed
-/// taken); the slot goes with the work, so a grading whose client gave up still holds it.
-pub async fn with_grader_slot<T: Send + 'static>(
-    state: &AppState,
+/// A grading slot for the caller's org: 429 when the org already runs as many gradings as it
+/// may (`VERITY_GRADER_ORG_CONCURRENCY`), 503 when every slot stayed taken for the whole wait.
+pub async fn grader_slot(state: &AppState, principal: &Principal) -> ApiResult<GraderSlot> {
+    state.grader_slots.acquire(principal.org_id).await.map_err(|busy| {
+        tracing::warn!(org_id = %principal.org_id, ?busy, wait = ?state.grader_slots.wait, "no grader slot");
+        match busy {
+            SlotsBusy::Org => org_graders_busy(state.grader_slots.org_limit),
+            SlotsBusy::All => graders_busy(),
+        }
+    })
+}
+
+/// Runs `work` on a blocking thread holding `slot`; the slot goes with the work, so a grading
+/// whose client gave up still holds it.
+pub async fn grade_in_slot<T: Send + 'static>(
+    slot: GraderSlot,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> ApiResult<T> {
-    let Some(permit) = state.grader_slots.acquire().await else {
-        tracing::warn!(wait = ?state.grader_slots.wait, "every grader slot is taken; answering 503");
-        return Err(graders_busy());
-    };
     tokio::task::spawn_blocking(move || {
         let result = work();
-        drop(permit);
+        drop(slot);
         result
     })
     .await
@@ -198,6 +239,20 @@ fn graders_busy() -> ApiError {
     }
 }
 
+/// 429: the caller's org already runs `limit` gradings.
+fn org_graders_busy(limit: usize) -> ApiError {
+    ApiError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        message: format!(
+            "your organization is already grading {limit} sample(s) at once, the most it may; retry later"
+        ),
+        kind: "rate_limit_error",
+        param: None,
+        code: Some("org_graders_busy"),
+        retry_after: Some(BUSY_RETRY_AFTER_SECS),
+    }
+}
+
 /// Grades one sample.
 #[utoipa::path(post, path = "/v1/fine_tuning/alpha/graders/run", tag = "graders", request_body = RunGraderRequest,
     responses((status = 200, body = RunGraderResponse), (status = 400), (status = 401),
@@ -207,16 +262,17 @@ pub async fn run_grader(
     State(state): State<AppState>,
     ApiJson(request): ApiJson<RunGraderRequest>,
 ) -> ApiResult<Json<RunGraderResponse>> {
-    let grader = ready_grader(&state, &principal, "grader", &request.grader).await?;
-    let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let item = request.item.unwrap_or_else(|| json!({}));
     if !item.is_object() {
         return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"));
     }
+    // The slot is taken before any judge or embedding model is loaded.
+    let (slot, grader) = ready_grader(&state, &principal, "grader", &request.grader).await?;
+    let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
     let sample = Sample::from_text(request.model_sample);
     let started = Instant::now();
     // Grading is CPU work or a sandboxed process: keep it off the async threads.
-    let result = with_grader_slot(&state, move || grader.grade(&item, &sample)).await?;
+    let result = grade_in_slot(slot, move || grader.grade(&item, &sample)).await?;
     Ok(Json(RunGraderResponse {
         reward: result.score,
         sub_rewards: result.sub_scores.clone(),
@@ -255,9 +311,7 @@ pub async fn validate_grader_endpoint(
 ) -> ApiResult<Json<Value>> {
     // Validation is the grader's own checks; the probes below then need it ready to grade here
     // (a model grader's judge loaded), which only a probe run pays for.
-    let parsed = parse_grader("grader", &request.grader)?;
-    validate_judges(&state, &principal, "grader", &parsed).await?;
-    validate_embedding_models(&state, &principal, "grader", &parsed).await?;
+    let parsed = checked_grader(&state, &principal, "grader", &request.grader).await?;
     let item = match request.item {
         Some(item) if !item.is_object() => {
             return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"))
@@ -279,7 +333,8 @@ pub async fn validate_grader_endpoint(
             fields.join(", ")
         )));
     };
-    let grader = match ready_grader(&state, &principal, "grader", &request.grader).await {
+    let slot = grader_slot(&state, &principal).await?;
+    let grader = match load_grader_models(&state, &principal, "grader", parsed).await {
         Ok(grader) => grader,
         // The grader is valid; only its models could not be made ready in this process.
         Err(e) if e.status.is_server_error() => {
@@ -287,6 +342,6 @@ pub async fn validate_grader_endpoint(
         }
         Err(e) => return Err(e),
     };
-    let probes = with_grader_slot(&state, move || probes::run_probes(&grader, &item)).await?;
+    let probes = grade_in_slot(slot, move || probes::run_probes(&grader, &item)).await?;
     Ok(Json(json!({ "grader": request.grader, "verity_probes": probes })))
 }

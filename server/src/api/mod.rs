@@ -8,6 +8,7 @@ pub mod graders;
 pub mod health;
 pub mod inference;
 pub mod jobs;
+pub mod limits;
 pub mod loss_presets;
 pub mod models;
 pub mod objects;

@@ -115,14 +115,13 @@ pub struct RegisterModelRequest {
     pub config: Option<Value>,
 }
 
-/// Checks a new model's name: 1 to 200 characters, no whitespace, not starting with `ft:`.
-pub fn check_model_name(id: &str) -> Result<(), &'static str> {
-    if id.is_empty()
-        || id.len() > 200
-        || id.chars().any(|c| c.is_whitespace() || c.is_control())
-        || id.starts_with("ft:")
-    {
-        return Err("1 to 200 characters without whitespace, not starting with ft:");
+/// Checks a new model's name: the one name rule ([`verity_core::names::check_name`]: 1 to 200
+/// bytes, not `.` or `..`, no `/`, `\` or control characters), and no whitespace, not starting
+/// with `ft:`.
+pub fn check_model_name(id: &str) -> Result<(), String> {
+    verity_core::names::check_name(id).map_err(|e| format!("invalid name: {e}"))?;
+    if id.chars().any(char::is_whitespace) || id.starts_with("ft:") {
+        return Err("a name without whitespace, not starting with ft:".to_string());
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use super::auth::Principal;
 use super::error::ApiResult;
 use super::extract::ApiJson;
 use super::files::jsonl::LineError;
-use super::graders::{ready_grader, with_grader_slot};
+use super::graders::{grade_in_slot, ready_grader};
 use super::jobs::validate::{first_rows, row_problems};
 use super::jobs::{check_request, CreateJobRequest};
 use super::state::AppState;
@@ -106,9 +106,9 @@ pub async fn preflight(
     let (grader_runs, probes) = match (&checked.method.grader, grader_spec(&request)) {
         (Some(_), Some(spec)) => {
             let param = "method.reinforcement.grader";
-            let grader = ready_grader(&state, &principal, param, spec).await?;
             let rows = first_rows(&state, &checked.training, GRADED_ROWS).await?;
-            with_grader_slot(&state, move || grade_rows(&grader, &rows)).await?
+            let (slot, grader) = ready_grader(&state, &principal, param, spec).await?;
+            grade_in_slot(slot, move || grade_rows(&grader, &rows)).await?
         }
         _ => (Vec::new(), None),
     };

@@ -3,12 +3,15 @@
 use super::auth::ratelimit::RateLimiter;
 use super::auth::tokens::{TokenService, TokenSettings};
 use super::auth::KeyCache;
+use super::limits::LimitArgs;
 use super::telemetry::HttpMetrics;
 use axum::extract::FromRef;
 use clap::Args;
 use sqlx::PgPool;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use uuid::Uuid;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::queue::{Queue, QueueSettings, WorkerLiveness};
 use verity_core::storage::{ObjectStore, UrlSigner};
@@ -92,6 +95,9 @@ pub struct ApiConfig {
     /// Judges of model graders.
     #[command(flatten)]
     pub judges: JudgeArgs,
+    /// Bounds on what one request may read, return or run, and `/metrics` access.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// Routing, timeouts and retries of the judges of model graders (`score_model`, `label_model`),
@@ -134,6 +140,12 @@ impl JudgeArgs {
 pub struct RequestLimits {
     /// Largest upload in bytes.
     pub max_upload_bytes: u64,
+    /// Largest multipart text field in bytes.
+    pub max_form_field_bytes: usize,
+    /// Most bytes of one file row returned.
+    pub max_row_bytes: usize,
+    /// Longest sandboxed run of an API grading, in milliseconds.
+    pub grader_run_max_ms: u64,
 }
 
 /// Slots for grader runs of the API, so that a flood of expensive gradings cannot take every
@@ -147,6 +159,26 @@ pub struct GraderSlots {
     pub permits: Arc<tokio::sync::Semaphore>,
     /// How long a request waits for a permit.
     pub wait: Duration,
+    /// Gradings one org may run at once.
+    pub org_limit: usize,
+    /// Each org's share of the slots (one semaphore of `org_limit` permits per org that graded).
+    orgs: Arc<std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Semaphore>>>>,
+}
+
+/// One grading slot: one of the process's and one of the org's, both given back on drop.
+#[derive(Debug)]
+pub struct GraderSlot {
+    _org: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Why no grading slot was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotsBusy {
+    /// The org already runs as many gradings as it may.
+    Org,
+    /// Every slot of the process stayed taken.
+    All,
 }
 
 impl GraderSlots {
@@ -157,12 +189,40 @@ impl GraderSlots {
 
     /// Slots drawn from a shared budget, waited for at most `wait`.
     pub fn on_budget(budget: GradingBudget, wait: Duration) -> GraderSlots {
-        GraderSlots { permits: budget.semaphore(), budget, wait }
+        let org_limit = budget.size().div_ceil(2).max(1);
+        GraderSlots { permits: budget.semaphore(), budget, wait, org_limit, orgs: Arc::default() }
     }
 
-    /// A permit, or `None` when every slot stayed taken for the whole wait.
-    pub async fn acquire(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        tokio::time::timeout(self.wait, self.permits.clone().acquire_owned()).await.ok()?.ok()
+    /// These slots with at most `org_limit` gradings per org (0: half the slots, rounded up).
+    pub fn with_org_limit(mut self, org_limit: usize) -> GraderSlots {
+        if org_limit > 0 {
+            self.org_limit = org_limit;
+        }
+        self
+    }
+
+    /// A slot for org `org_id`: first one of the org's (so that one org cannot queue for every
+    /// slot), then one of the process's, each waited for at most `wait` in all.
+    pub async fn acquire(&self, org_id: Uuid) -> Result<GraderSlot, SlotsBusy> {
+        let org = {
+            let mut orgs = self.orgs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let limit = self.org_limit;
+            orgs.entry(org_id)
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(limit)))
+                .clone()
+        };
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let org = tokio::time::timeout_at(deadline, org.acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or(SlotsBusy::Org)?;
+        let all = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or(SlotsBusy::All)?;
+        Ok(GraderSlot { _org: org, _all: all })
     }
 }
 
@@ -199,6 +259,8 @@ pub struct AppState {
     pub job_cache: Arc<super::jobs::cache::JobCache>,
     /// Request size limits.
     pub limits: RequestLimits,
+    /// Bearer token `/metrics` requires (`None`: open).
+    pub metrics_token: Option<Arc<str>>,
     /// Liveness of the worker embedded in this process (`verity up`), reported by `/readyz`;
     /// `None` when the process runs no worker (`verity serve`).
     pub worker: Option<WorkerLiveness>,
@@ -275,12 +337,22 @@ impl AppState {
             )),
             limits: RequestLimits {
                 max_upload_bytes: api.max_upload_mib.saturating_mul(1024 * 1024),
+                max_form_field_bytes: api.limits.max_form_field_bytes.max(64),
+                max_row_bytes: api.limits.max_row_bytes.max(1024),
+                grader_run_max_ms: api.limits.grader_run_max_ms.max(1),
             },
+            metrics_token: api
+                .limits
+                .metrics_token
+                .clone()
+                .filter(|t| !t.is_empty())
+                .map(Arc::from),
             worker: None,
             grader_slots: GraderSlots::new(
                 api.grader_concurrency,
                 Duration::from_millis(api.grader_wait_ms),
-            ),
+            )
+            .with_org_limit(api.limits.grader_org_concurrency),
             judges: Arc::new(judges),
             embeddings: Arc::new(verity_worker::embedding_models::EmbeddingModels::new(
                 api.judge_cache_dir.clone(),

@@ -4,9 +4,11 @@
 use super::error::ApiError;
 use super::state::AppState;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -89,17 +91,35 @@ fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Middleware: times each request and records it under its route template.
+/// The `method` label of a request: one of the standard methods, every other one `other` (so
+/// that clients cannot grow the label set).
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+/// Middleware: times each request and records it under its route template (a bounded set:
+/// the router's templates, or `unmatched`) and its [`method_label`].
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_string();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let response = next.run(request).await;
     state.http_metrics.record(
-        &method,
+        method,
         &route,
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
@@ -110,8 +130,33 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
 /// Window within which a worker counts as alive.
 const WORKER_WINDOW_SECS: f64 = 120.0;
 
-/// `GET /metrics`: Prometheus text exposition.
-pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// Whether `headers` carry `Authorization: Bearer {token}` (compared as SHA-256 digests, so the
+/// time taken does not depend on how much of the token matched).
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let sent = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    Sha256::digest(sent.trim().as_bytes()) == Sha256::digest(token.as_bytes())
+}
+
+/// `GET /metrics`: Prometheus text exposition; with `VERITY_METRICS_TOKEN` set, only for a
+/// request bearing that token (401 otherwise).
+pub async fn prometheus(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(token) = &state.metrics_token {
+        if !bearer_matches(&headers, token) {
+            let mut refused = ApiError::unauthorized(
+                "/metrics needs the metrics token: Authorization: Bearer $VERITY_METRICS_TOKEN",
+            )
+            .into_response();
+            refused.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return Ok(refused);
+        }
+    }
     let stats = verity_core::jobs::queue_stats(&state.pool, WORKER_WINDOW_SECS).await?;
     let mut out = String::new();
     state.http_metrics.render(&mut out);

@@ -76,6 +76,10 @@ pub struct Preview {
 /// The preview of the org's file `id`.
 pub async fn preview(state: &AppState, user: &WebUser, id: &str) -> WebResult<Preview> {
     let (record, lines) = head_lines(state, &user.0, id, PREVIEW_ROWS).await?;
+    let lines = lines
+        .into_iter()
+        .map(|l| if l.truncated { format!("{} …", l.text) } else { l.text })
+        .collect();
     Ok(Preview { row: record.into(), lines })
 }
 
@@ -114,7 +118,9 @@ async fn delete(
 }
 
 /// Row `index` (0-based, blank lines not counted) of a file, as JSON: `{file, index, records,
-/// row}` (the playground's "Try a validation row"); an index past the end is a 400 naming it.
+/// row, truncated}` (the playground's "Try a validation row"); an index past the end is a 400
+/// naming it. A row longer than `VERITY_MAX_ROW_BYTES` is not returned whole: `row` is null,
+/// `truncated` true, and `text` holds its first bytes.
 async fn row(
     State(state): State<AppState>,
     user: WebUser,
@@ -123,12 +129,21 @@ async fn row(
     let index: usize = index
         .parse()
         .map_err(|_| ApiError::invalid("index", format!("{index:?} is not a row number")))?;
-    let (record, lines) = file_lines(&state, &user.0, &id, (index, 1), u64::MAX).await?;
+    let cap = state.limits.max_row_bytes;
+    let (record, lines) = file_lines(&state, &user.0, &id, (index, 1), u64::MAX, cap).await?;
     let Some(line) = lines.first() else {
         let rows = record.line_count.unwrap_or(0);
         return Err(ApiError::invalid("index", format!("{id} has {rows} rows, numbered from 0")));
     };
-    let row: Value = serde_json::from_str(line)
+    if line.truncated {
+        return Ok(Json(json!({
+            "file": id, "index": index, "records": record.line_count, "row": null,
+            "truncated": true, "max_bytes": cap, "text": line.text,
+        })));
+    }
+    let row: Value = serde_json::from_str(&line.text)
         .map_err(|e| ApiError::invalid("index", format!("row {index} is not JSON: {e}")))?;
-    Ok(Json(json!({"file": id, "index": index, "records": record.line_count, "row": row})))
+    Ok(Json(json!({
+        "file": id, "index": index, "records": record.line_count, "row": row, "truncated": false,
+    })))
 }

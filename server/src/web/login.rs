@@ -35,11 +35,22 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-/// Only local paths are followed after sign-in.
+/// Where a refused `next` leads: the dashboard's first page.
+const DEFAULT_NEXT: &str = "/jobs";
+
+/// Only same-origin absolute paths are followed after sign-in: one leading `/` (not `//`), no
+/// backslash, whitespace or control character (a tab or newline could make `/\t/evil.example`
+/// another host, or break the header). Anything else leads to [`DEFAULT_NEXT`].
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
-        _ => "/jobs".to_string(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.chars().any(|c| c == '\\' || c.is_control() || c.is_whitespace()) =>
+        {
+            n.to_string()
+        }
+        _ => DEFAULT_NEXT.to_string(),
     }
 }
 
@@ -126,4 +137,32 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
     }
     let cookie = clear_cookie(state.secure_cookies);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_is_a_same_origin_path_or_the_default() {
+        for ok in ["/jobs", "/jobs/ftjob-1?tab=metrics", "/", "/a%09b"] {
+            assert_eq!(safe_next(Some(ok)), ok);
+        }
+        for refused in [
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/x\r\nset-cookie: a=b",
+            "//evil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "https://evil.example",
+            "evil.example",
+            "/ /evil.example",
+            "/\u{0}",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(refused)), "/jobs", "{refused:?}");
+        }
+        assert_eq!(safe_next(None), "/jobs");
+    }
 }

@@ -53,6 +53,7 @@ pub fn api_config() -> ApiConfig {
             retries: 1,
             models_loaded: 1,
         },
+        limits: verity_server::api::limits::LimitArgs::default(),
     }
 }
 

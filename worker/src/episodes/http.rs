@@ -24,12 +24,16 @@ pub fn call(
     arguments: &Value,
     limits: &ToolLimits,
 ) -> ToolReply {
-    if !allow.allows(&endpoint.url) {
-        return ToolReply::error(format!(
-            "the endpoint {} is not on this worker's {HTTP_ALLOW_ENV}",
-            endpoint.url
-        ));
-    }
+    // The URL sent is the one checked: parsed once, `.`/`..` resolved, compared by parts.
+    let url = match allow.check(&endpoint.url) {
+        Ok(url) => url,
+        Err(e) => {
+            return ToolReply::error(format!(
+                "the endpoint {} is not on this worker's {HTTP_ALLOW_ENV}: {e}",
+                endpoint.url
+            ))
+        }
+    };
     let Some(client) = CLIENT.as_ref() else {
         return ToolReply::fatal("the worker has no HTTP client (TLS set-up failed)");
     };
@@ -46,7 +50,7 @@ pub fn call(
         if left.is_zero() {
             return time_limit();
         }
-        match client.post(&endpoint.url).timeout(left).json(arguments).send() {
+        match client.post(url.url().clone()).timeout(left).json(arguments).send() {
             Ok(response) if response.status().is_server_error() => {
                 last = format!("HTTP {}", response.status());
             }
@@ -195,5 +199,48 @@ mod tests {
             down.error && down.fatal.is_none() && down.content.contains("after 2 attempts"),
             "{down:?}"
         );
+    }
+    /// A loopback server that records request lines and answers each with a redirect to
+    /// `/internal`.
+    fn redirecting() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let (line, _) = read_request(&stream);
+                seen.lock().unwrap().push(line.trim_end().to_string());
+                let _ = std::io::Write::write_all(
+                    &mut stream,
+                    b"HTTP/1.1 302 Found\r\nlocation: /internal\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        (base, lines)
+    }
+
+    #[test]
+    fn urls_that_leave_the_allowed_prefix_send_nothing_and_redirects_are_not_followed() {
+        let (base, lines) = redirecting();
+        let port = base.rsplit(':').next().unwrap().to_string();
+        let allow = HttpAllowList::parse(&format!("{base}/v1/"));
+        for url in [
+            format!("{base}/v1/../internal"),
+            format!("{base}/v1/%2e%2e/internal2"),
+            format!("http://127.0.0.1:{port}@127.0.0.2:{port}/v1/"),
+        ] {
+            let endpoint = HttpTool { url: url.clone(), retries: 0 };
+            let refused = call(&allow, &endpoint, &Value::Null, &limits());
+            assert!(
+                refused.error && refused.content.contains(HTTP_ALLOW_ENV),
+                "{url}: {refused:?}"
+            );
+        }
+        assert!(lines.lock().unwrap().is_empty(), "refused URLs reach no listener");
+        let endpoint = HttpTool { url: format!("{base}/v1/tool"), retries: 0 };
+        let moved = call(&allow, &endpoint, &Value::Null, &limits());
+        assert!(moved.error && moved.content.contains("302"), "{moved:?}");
+        assert_eq!(*lines.lock().unwrap(), vec!["POST /v1/tool HTTP/1.1".to_string()]);
     }
 }

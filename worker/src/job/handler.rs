@@ -1,6 +1,8 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{append_metrics_line, cached_folder, file_key, write_results_file};
+use super::artifacts::{
+    append_metrics_line, cached_folder, file_key, remove_cache_dir, write_results_file,
+};
 use super::budget::{store_usage, usage_before, Meter};
 use super::progress::{JobPhase, LiveProgress};
 use super::watch::Watch;
@@ -226,9 +228,9 @@ impl TrainingHandler {
                 .map(|c| (c.step, c.storage_prefix));
         let checkpoint_dir = match &checkpoint {
             Some((step, prefix)) => {
-                let dir =
-                    self.config.cache_dir.join("jobs").join(&job.id).join(format!("resume-{step}"));
-                let fetch = || cached_folder(self.store.as_ref(), prefix, &dir);
+                let root = self.config.cache_dir.join("jobs");
+                let dir = root.join(&job.id).join(format!("resume-{step}"));
+                let fetch = || cached_folder(self.store.as_ref(), prefix, &root, &dir);
                 Some(
                     persist("downloading the checkpoint", heartbeat, transient_chain, fetch)
                         .await
@@ -360,15 +362,14 @@ impl TrainingHandler {
     ) -> Result<Trainer, Stop> {
         let job_id = lease.job().id.clone();
         let step = trainer.step();
-        let dir = self.config.cache_dir.join("jobs").join(&job_id).join(format!("step-{step}"));
+        let root = self.config.cache_dir.join("jobs");
+        let dir = root.join(&job_id).join(format!("step-{step}"));
+        remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
         let save_dir = dir.clone();
-        let trainer = tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(&save_dir);
-            trainer.save(&save_dir).map(|_| trainer)
-        })
-        .await
-        .map_err(|e| retryable("saving a checkpoint", e))?
-        .map_err(|e| retryable("saving a checkpoint", e))?;
+        let trainer = tokio::task::spawn_blocking(move || trainer.save(&save_dir).map(|_| trainer))
+            .await
+            .map_err(|e| retryable("saving a checkpoint", e))?
+            .map_err(|e| retryable("saving a checkpoint", e))?;
         let prefix = format!("jobs/{job_id}/checkpoints/step-{step}");
         let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
         let manifest =
@@ -383,7 +384,7 @@ impl TrainingHandler {
         let data = json!({"step": step, "checkpoint_id": id, "storage_prefix": prefix, "bytes": manifest.total_bytes});
         let message = format!("checkpoint saved at step {step}");
         event(lease, heartbeat, EventLevel::Info, "checkpoint", &message, Some(&data)).await?;
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = remove_cache_dir(&root, &dir);
         Ok(trainer)
     }
 

@@ -72,8 +72,10 @@ pub fn parse_endpoints(text: &str) -> Result<Vec<JudgeEndpoint>, EndpointsError>
         if name.is_empty() {
             return Err(bad("empty judge name"));
         }
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(bad("the URL must start with http:// or https://"));
+        // The same parser as every outbound allow-list: http(s), a host, no userinfo, no
+        // encoded dot segments.
+        if let Err(e) = verity_core::urls::OutboundUrl::parse(url) {
+            return Err(bad(&format!("the URL must be http:// or https://: {e}")));
         }
         if out.iter().any(|e| e.name == name) {
             return Err(bad("judge name given twice"));
@@ -181,13 +183,15 @@ impl EndpointJudge {
     }
 
     async fn ask_all(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
-        let client = match reqwest::Client::builder().build() {
-            Ok(c) => c,
-            Err(e) => {
-                let error = JudgeError::Unavailable(format!("HTTP client: {e}"));
-                return prompts.iter().map(|_| Err(error.clone())).collect();
-            }
-        };
+        // Redirects are not followed: the operator's URL is the only place a judge prompt goes.
+        let client =
+            match reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build() {
+                Ok(c) => c,
+                Err(e) => {
+                    let error = JudgeError::Unavailable(format!("HTTP client: {e}"));
+                    return prompts.iter().map(|_| Err(error.clone())).collect();
+                }
+            };
         let semaphore = tokio::sync::Semaphore::new(CONCURRENCY);
         let (client, semaphore) = (&client, &semaphore);
         let asks = prompts.iter().map(|p| async move {

@@ -302,8 +302,9 @@ impl Engine {
 
     /// Downloads (or finds in the cache) the published folder at `prefix`.
     async fn download(&self, prefix: &str) -> Result<PathBuf, ServeError> {
-        let dir = self.config.cache_dir.join("serving").join(sanitize(prefix));
-        cached_folder(self.store.as_ref(), prefix, &dir)
+        let root = self.config.cache_dir.join("serving");
+        let dir = root.join(sanitize(prefix));
+        cached_folder(self.store.as_ref(), prefix, &root, &dir)
             .await
             .map_err(|e| ServeError::ModelUnavailable(format!("{e:#}")))
     }

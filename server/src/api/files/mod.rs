@@ -180,40 +180,54 @@ pub async fn remove_file(state: &AppState, principal: &Principal, id: &str) -> A
     Ok(())
 }
 
+/// Bytes of one line kept in a preview.
+pub const PREVIEW_LINE_BYTES: usize = 64 * 1024;
+
+/// One line of a file as read: its first bytes, and whether more were cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLine {
+    /// The line (its kept bytes, lossily decoded), without the line break.
+    pub text: String,
+    /// Whether the line was longer than the cap and was cut.
+    pub truncated: bool,
+}
+
 /// The first `lines` non-blank lines of the org's file `id` (for previews, within its first
-/// MiB), or 404.
+/// MiB, each cut at [`PREVIEW_LINE_BYTES`]), or 404.
 pub async fn head_lines(
     state: &AppState,
     principal: &Principal,
     id: &str,
     lines: usize,
-) -> ApiResult<(FileRecord, Vec<String>)> {
-    file_lines(state, principal, id, (0, lines), 1024 * 1024).await
+) -> ApiResult<(FileRecord, Vec<FileLine>)> {
+    file_lines(state, principal, id, (0, lines), 1024 * 1024, PREVIEW_LINE_BYTES).await
 }
 
 /// Non-blank lines `skip .. skip + take` of the org's file `id` (blank lines are not counted,
-/// as records are not), read from at most its first `byte_limit` bytes; or 404.
+/// as records are not), read from at most its first `byte_limit` bytes, each kept up to
+/// `line_cap` bytes (the rest read past, never held); or 404.
 pub async fn file_lines(
     state: &AppState,
     principal: &Principal,
     id: &str,
     (skip, take): (usize, usize),
     byte_limit: u64,
-) -> ApiResult<(FileRecord, Vec<String>)> {
-    use tokio::io::AsyncBufReadExt;
+    line_cap: usize,
+) -> ApiResult<(FileRecord, Vec<FileLine>)> {
     let file = find_file(state, principal, id).await?;
     let reader = state.store.get_reader(&file.storage_key).await?;
     let mut reader = tokio::io::BufReader::new(reader.take(byte_limit));
     let (mut out, mut seen) = (Vec::new(), 0usize);
-    let mut line = String::new();
+    let mut line = Vec::new();
     while out.len() < take {
         line.clear();
-        match reader.read_line(&mut line).await {
-            Ok(0) => break,
-            Ok(_) if line.trim().is_empty() => {}
-            Ok(_) => {
+        match read_line_capped(&mut reader, &mut line, line_cap).await {
+            Ok((0, _)) => break,
+            Ok(_) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Ok((_, truncated)) => {
                 if seen >= skip {
-                    out.push(line.trim_end().to_string());
+                    let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                    out.push(FileLine { text, truncated });
                 }
                 seen += 1;
             }
@@ -224,4 +238,33 @@ pub async fn file_lines(
         }
     }
     Ok((file, out))
+}
+
+/// Reads one line (up to and including `\n`, or to the end) from `reader`, keeping at most
+/// `cap` bytes of it in `out` (without the `\n`); the bytes consumed, and whether the line was
+/// longer than `cap`.
+pub async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    out: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<(usize, bool)> {
+    use tokio::io::AsyncBufReadExt;
+    let (mut consumed, mut truncated) = (0, false);
+    loop {
+        let buffer = reader.fill_buf().await?;
+        if buffer.is_empty() {
+            return Ok((consumed, truncated));
+        }
+        let newline = buffer.iter().position(|&b| b == b'\n');
+        let content = &buffer[..newline.unwrap_or(buffer.len())];
+        let room = cap.saturating_sub(out.len());
+        out.extend_from_slice(&content[..content.len().min(room)]);
+        truncated |= content.len() > room;
+        let used = newline.map_or(buffer.len(), |i| i + 1);
+        reader.consume(used);
+        consumed += used;
+        if newline.is_some() {
+            return Ok((consumed, truncated));
+        }
+    }
 }

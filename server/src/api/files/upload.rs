@@ -18,6 +18,22 @@ use verity_core::files::FileRecord;
 /// The only purpose Verity accepts.
 pub const PURPOSE_FINE_TUNE: &str = "fine-tune";
 
+/// Longest file name kept (longer ones are cut).
+const MAX_FILENAME_CHARS: usize = 255;
+
+/// A multipart text field read whole only up to `cap` bytes: a longer one is a 400 naming
+/// `param` (and the cap), never repeating what was sent.
+async fn text_field(mut field: Field<'_>, param: &str, cap: usize) -> ApiResult<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        if bytes.len() + chunk.len() > cap {
+            return Err(ApiError::invalid(param, format!("longer than {cap} bytes")));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).map_err(|_| ApiError::invalid(param, "must be UTF-8 text"))
+}
+
 /// What streaming a part produced.
 struct Streamed {
     bytes: u64,
@@ -59,7 +75,10 @@ pub async fn upload_file(
         while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
             let name = field.name().map(str::to_string);
             match name.as_deref() {
-                Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
+                Some("purpose") => {
+                    let cap = state.limits.max_form_field_bytes;
+                    purpose = Some(text_field(field, "purpose", cap).await?);
+                }
                 Some("file") if stored.is_some() => {
                     return Err(ApiError::invalid("file", "send exactly one file per upload"))
                 }
@@ -68,6 +87,7 @@ pub async fn upload_file(
                         .file_name()
                         .unwrap_or("upload.jsonl")
                         .chars()
+                        .take(MAX_FILENAME_CHARS)
                         .map(|c| if c.is_control() { '_' } else { c })
                         .collect();
                     stored = Some((filename, stream_to_store(&state, &key, field).await?));
@@ -101,9 +121,10 @@ async fn finish_upload(
         ApiError::invalid("purpose", "missing form field `purpose` (use \"fine-tune\")")
     })?;
     if purpose != PURPOSE_FINE_TUNE {
+        // Never echoed: what the caller sent stays out of the answer.
         return Err(ApiError::invalid(
             "purpose",
-            format!("unsupported purpose {purpose:?}; use \"fine-tune\""),
+            format!("unsupported purpose; use \"{PURPOSE_FINE_TUNE}\""),
         ));
     }
     let (filename, streamed) =

@@ -35,6 +35,7 @@ async fn model_source(
     principal: &Principal,
     model: &str,
 ) -> Result<ModelSource, ApiError> {
+    crate::api::jobs::validate::check_name_param("model", model)?;
     let served = verity_core::serving::resolve_model(&state.pool, principal.org_id, model)
         .await?
         .ok_or_else(|| {

@@ -349,6 +349,11 @@ pub async fn validate_judges(
     param: &str,
     grader: &Grader,
 ) -> ApiResult<()> {
+    for (path, name) in grader.judge_models() {
+        if state.judges.settings().endpoint(&name).is_none() {
+            check_name_param(&format!("{param}.{path}"), &name)?;
+        }
+    }
     match state.judges.missing_judge(&state.pool, principal.org_id, grader).await? {
         None => Ok(()),
         Some((path, name)) => Err(ApiError::invalid(
@@ -362,14 +367,21 @@ pub async fn validate_judges(
     }
 }
 
+/// Checks a model, judge or other object name the request sent at `param` against the one
+/// name rule ([`verity_core::names::check_name`]); a 400 naming `param` (never echoing the
+/// name) when it breaks it.
+pub fn check_name_param(param: &str, name: &str) -> ApiResult<()> {
+    verity_core::names::check_name(name).map_err(|e| {
+        ApiError::invalid(param, format!("invalid name: {e}")).with_code("invalid_name")
+    })
+}
+
 /// Checks that `model` names a model the caller's org can train from: a base model, one of its
 /// jobs' `fine_tuned_model` (full weights or a LoRA adapter, merged into its base when the job
 /// starts) or checkpoint names (`…:ckpt-step-N`), over the model its job started from
 /// ([`verity_core::lineage::resolve_stack`]). Another org's model is as unknown as a missing one.
 pub async fn validate_model(state: &AppState, principal: &Principal, model: &str) -> ApiResult<()> {
-    if model.is_empty() {
-        return Err(ApiError::invalid("model", "must not be empty"));
-    }
+    check_name_param("model", model)?;
     verity_core::lineage::resolve_stack(&state.pool, principal.org_id, model).await?.ok_or_else(
         || {
             ApiError::invalid(

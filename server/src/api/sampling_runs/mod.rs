@@ -68,6 +68,7 @@ pub async fn resolve_run_model(
     param: &str,
     name: &str,
 ) -> ApiResult<RunModel> {
+    crate::api::jobs::validate::check_name_param(param, name)?;
     let served = verity_core::serving::resolve_model(&state.pool, principal.org_id, name)
         .await?
         .ok_or_else(|| {
@@ -230,7 +231,7 @@ fn check_names(param: &str, names: &[String], max: usize) -> ApiResult<()> {
         return Err(ApiError::invalid(param, format!("at most {max} models")));
     }
     for (i, name) in names.iter().enumerate() {
-        crate::api::extract::reject_nul(&format!("{param}[{i}]"), name)?;
+        crate::api::jobs::validate::check_name_param(&format!("{param}[{i}]"), name)?;
         if names[..i].contains(name) {
             return Err(ApiError::invalid(
                 format!("{param}[{i}]"),
