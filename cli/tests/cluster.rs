@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verity_cli::commands::postgres_cluster::PrivateCluster;
-use verity_testkit::proxy::FaultProxy;
 use verity_core::storage::{ObjectStore, S3Store};
+use verity_testkit::proxy::FaultProxy;
 
 const JWT_SECRET: &str = "cluster-test-secret-cluster-test-secret-0123";
 /// The lease of this site (the manifest's 60 s would make the kill scenario wait a minute).
@@ -144,7 +144,6 @@ fn start_worker(site: &Site, root: &Path, n: usize) -> Process {
         .expect("spawning verity worker");
     Process(child)
 }
-
 
 /// The API client: alternates between the replicas.
 struct Client {
@@ -418,7 +417,8 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     postgres.ensure_database().await.unwrap();
     let database_url = postgres.database_url();
 
-    let mut proxy = FaultProxy::start(moto.trim_start_matches("http://").trim_end_matches('/')).await.unwrap();
+    let mut proxy =
+        FaultProxy::start(moto.trim_start_matches("http://").trim_end_matches('/')).await.unwrap();
     let s3_endpoint = format!("http://127.0.0.1:{}", proxy.port());
     let options = verity_core::testing::s3_test_options(&moto, "cluster", "verity");
     let store = S3Store::connect(options.clone()).await.unwrap();

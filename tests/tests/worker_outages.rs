@@ -20,11 +20,11 @@ use training_support::{
     prepare_store,
 };
 use verity_cli::commands::postgres_cluster::PrivateCluster;
-use verity_testkit::proxy::FaultProxy;
 use verity_core::queue::{run_worker, DeviceKind, Queue, QueueSettings, RunnerOptions, WorkerInfo};
 use verity_core::storage::{download_folder, ObjectStore, S3Options, S3Store};
 use verity_core::testing::{s3_test_endpoint, s3_test_options};
 use verity_core::JobState;
+use verity_testkit::proxy::FaultProxy;
 
 const STEPS: i32 = 12;
 
@@ -169,7 +169,6 @@ async fn a_job_survives_its_object_store_disappearing_mid_job(pool: PgPool) {
     download_folder(store.as_ref(), &prefix, &dir).await.unwrap();
     verity_worker::load_model(&dir, &candle_core::Device::Cpu).expect("the checkpoint loads");
 }
-
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_job_survives_its_s3_server_being_unreachable_mid_job(pool: PgPool) {
