@@ -12,6 +12,7 @@ mod dynamic_tests;
 pub mod environment;
 pub mod error;
 pub mod eval;
+pub mod fixed_batch;
 pub mod learning;
 #[cfg(test)]
 mod partial_tests;
@@ -29,6 +30,7 @@ pub use bench::{bench_grpo_step, GrpoBenchRecipe};
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;
+pub use fixed_batch::{FixedBatch, FixedBatchReport};
 pub use learning::{learning_run, LearningRun};
 pub use phase::{Phase, PhaseObserver};
 pub use preference::{load_preferences, PreferencePair, ReferenceLogprobs};
