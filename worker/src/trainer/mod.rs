@@ -11,6 +11,7 @@ mod dynamic_tests;
 pub mod environment;
 pub mod error;
 pub mod eval;
+pub mod fixed_batch;
 #[cfg(test)]
 mod partial_tests;
 pub mod phase;
@@ -26,6 +27,7 @@ pub mod tuning;
 pub use dataset::{DataCursor, DataOrder, Dataset, Example};
 pub use error::{Result, TrainerError};
 pub use eval::EvalMetrics;
+pub use fixed_batch::{FixedBatch, FixedBatchReport};
 pub use phase::{Phase, PhaseObserver};
 pub use preference::{load_preferences, PreferencePair, ReferenceLogprobs};
 pub use state::TrainerProgress;

@@ -238,14 +238,14 @@ impl OldPolicyStats {
 }
 
 /// The flattened completions of a step, with everything the loss needs.
-struct Batch {
-    prompts: Vec<Vec<u32>>,
-    completions: Vec<Vec<u32>>,
-    sampler_logprobs: Vec<Vec<f32>>,
-    advantages: Vec<f32>,
-    keep: Vec<bool>,
+pub(super) struct Batch {
+    pub(super) prompts: Vec<Vec<u32>>,
+    pub(super) completions: Vec<Vec<u32>>,
+    pub(super) sampler_logprobs: Vec<Vec<f32>>,
+    pub(super) advantages: Vec<f32>,
+    pub(super) keep: Vec<bool>,
     /// Per completion, which tokens the model sampled (`None`: all; episodes with tools).
-    model_masks: Vec<Option<Vec<bool>>>,
+    pub(super) model_masks: Vec<Option<Vec<bool>>>,
 }
 
 impl Trainer {
@@ -608,7 +608,7 @@ impl Trainer {
     /// With a single pass (μ = 1) the old policy *is* the current one, so its log-probs are the
     /// detached log-probs of the differentiable forward itself (ratio exactly 1, as in TRL) and
     /// the separate no-grad forward is skipped.
-    fn optimise(&mut self, batch: &Batch, metrics: &mut StepMetrics) -> Result<()> {
+    pub(super) fn optimise(&mut self, batch: &Batch, metrics: &mut StepMetrics) -> Result<()> {
         self.model.seed_lora_dropout(mix_seed(self.seed, &[self.step, 0xd407]));
         let device = self.model.device().clone();
         let temperature = self.hp.temperature as f32;
