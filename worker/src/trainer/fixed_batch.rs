@@ -163,7 +163,7 @@ impl Trainer {
             keep,
             model_masks: vec![None; batch.completions.len()],
         };
-        crate::kernels::on_pool(|| self.optimise(&steps, &mut metrics))?;
+        verity_kernels::on_pool(|| self.optimise(&steps, &mut metrics))?;
         self.step += 1;
         let after = weights(self)?;
         let mut update_norms = BTreeMap::new();
