@@ -15,6 +15,7 @@ pub mod metrics_csv;
 pub mod models;
 pub mod monitor;
 pub mod queue;
+pub mod response_format;
 pub mod sampling_runs;
 pub mod serving;
 pub mod spec;

@@ -704,6 +704,10 @@ pub struct Reinforcement {
     /// Multi-turn episodes with tools (docs/tools.md); absent, one completion per rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<Box<crate::environment::Environment>>,
+    /// OpenAI's structured outputs: with a JSON format, graders read the completion parsed as
+    /// JSON as `sample.output_json` (`null` and absent mean free text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<crate::response_format::ResponseFormat>,
 }
 
 impl Reinforcement {
@@ -978,6 +982,7 @@ impl Method {
                                 .resolved(reinforcement.hyperparameters.max_completion_tokens()),
                         )
                     }),
+                    response_format: reinforcement.response_format.clone(),
                 },
             },
             Method::Supervised { supervised } => {
@@ -994,6 +999,12 @@ impl Method {
         match self {
             Method::Reinforcement { reinforcement } => {
                 reinforcement.hyperparameters.validate(&prefix)?;
+                if let Some(format) = &reinforcement.response_format {
+                    format.validate().map_err(|e| HyperparameterError {
+                        param: format!("method.reinforcement.response_format.{}", e.field),
+                        message: e.message,
+                    })?;
+                }
                 reinforcement.validate_environment()
             }
             Method::Supervised { supervised } => {
