@@ -1221,6 +1221,26 @@ mod tests {
         assert_eq!(e.param, "method.reinforcement.hyperparameters.partial_rollout_tokens");
     }
 
+    #[test]
+    fn a_response_format_is_optional_nullable_validated_and_echoed() {
+        let with = |format: Value| -> Method {
+            serde_json::from_value(json!({"type": "reinforcement", "reinforcement": {
+                "grader": {"type": "math"}, "response_format": format}}))
+            .unwrap()
+        };
+        let null = serde_json::to_value(with(Value::Null).resolved()).unwrap();
+        assert!(null["reinforcement"].get("response_format").is_none(), "null means free text");
+        let schema = json!({"type": "json_schema", "json_schema": {"name": "security_assistant",
+            "strict": true, "schema": {"type": "object"}}});
+        let echoed = serde_json::to_value(with(schema.clone()).resolved()).unwrap();
+        assert_eq!(echoed["reinforcement"]["response_format"], schema);
+        let bad = with(json!({"type": "json_schema", "json_schema": {"name": ""}}));
+        assert_eq!(
+            bad.validate().unwrap_err().param,
+            "method.reinforcement.response_format.json_schema.name"
+        );
+    }
+
     fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {
         serde_json::from_value(json!({"type": kind, kind: {"hyperparameters": hp}}))
     }

@@ -403,8 +403,12 @@ impl Grader {
         match self.grade_inner(item, sample) {
             Ok(result) => result,
             Err(MissingField(field)) => match sample_shape_error(sample, &field) {
-                Some(why) => GradeResult::unparsable_sample(format!("'{field}' cannot be read: {why}")),
-                None => GradeResult::failed(ErrorKind::MissingField, format!("missing field '{field}'")),
+                Some(why) => {
+                    GradeResult::unparsable_sample(format!("'{field}' cannot be read: {why}"))
+                }
+                None => {
+                    GradeResult::failed(ErrorKind::MissingField, format!("missing field '{field}'"))
+                }
             },
         }
     }
