@@ -891,7 +891,8 @@ async fn grader_runs_beyond_the_concurrency_limit_wait_then_get_503(pool: sqlx::
     let capped = post(&app.router, uri, &key, body(&long, &long)).await;
     assert_eq!(capped.status, StatusCode::OK, "{:?}", capped.json());
     assert_eq!(capped.json()["reward"], 1.0);
-    let reason = capped.json()["metadata"]["verity"]["reason"].as_str().unwrap_or_default().to_string();
+    let reason =
+        capped.json()["metadata"]["verity"]["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("compared only the first 20000 characters"), "{reason}");
     // Many runs at once: each is answered (200) or refused with 503, none fails otherwise.
     let runs: Vec<_> = (0..8)

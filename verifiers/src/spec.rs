@@ -477,7 +477,9 @@ pub struct JudgeContentPart {
 impl JudgeContent {
     /// The parts, in order: each part's type and its text (empty for a part without text).
     pub fn texts(&self) -> Vec<(&str, &str)> {
-        let part = |p: &'_ JudgeContentPart| (p.kind.as_str(), p.text.as_deref().unwrap_or(""));
+        fn part(p: &JudgeContentPart) -> (&str, &str) {
+            (p.kind.as_str(), p.text.as_deref().unwrap_or(""))
+        }
         match self {
             Self::Text(t) => vec![("input_text", t.as_str())],
             Self::Part(p) => vec![part(p)],
