@@ -289,7 +289,8 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("hyperparameters", json!({"n_epochs": 2})), "hyperparameters"),
         (json!({"training_file": file_id, "method": method()}), "model"),
         (json!({"model": "tiny", "method": method()}), "training_file"),
-        (json!({"model": "tiny", "training_file": file_id}), "method"),
+        // no `method` is OpenAI's legacy supervised job, which reads chats: these are prompts
+        (json!({"model": "tiny", "training_file": file_id}), "training_file"),
     ];
     for (body, param) in cases {
         assert_error(
@@ -1472,7 +1473,7 @@ async fn structured_outputs_tool_calls_and_the_legacy_job_shape(pool: sqlx::PgPo
         (job(grader("{{sample.score}}"), json!(null)), param, vec!["sample.score"]),
         (
             job(grader("{{sample.output_text}}"), json!({"type": "xml"})),
-            "method.reinforcement.response_format",
+            "method.reinforcement.response_format.type",
             vec![],
         ),
         (
