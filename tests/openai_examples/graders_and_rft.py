@@ -4,7 +4,7 @@ OPENAI_BASE_URL and OPENAI_API_KEY and then runs the jobs this script queues).
 
 Each body follows the example at its `source` URL. Only what cannot exist on a Verity test
 server is changed, and each change is marked: OpenAI's model names become the server's test
-models (`tiny` to train, `tiny-judge` to judge), and the long prose prompts of the RFT guide's
+models (`tiny-judge`, a tiny random model, trains and judges), and the long prose prompts of the RFT guide's
 judge are shortened. Every example must be accepted (200) and graded: for `graders/run`, the
 response is read field for field as the SDK types it (`result.metadata.errors.<flag>`).
 Prints `JOBS <id> …` (the RFT jobs to run) and `SDK OK`.
@@ -15,7 +15,9 @@ import json
 from openai import OpenAI
 
 client = OpenAI()
-TRAIN, JUDGE = "tiny", "tiny-judge"  # replace OpenAI's "o4-mini-…" / "gpt-4o-…" / "gpt-5-mini"
+# OpenAI's "o4-mini-…" / "gpt-4o-…" / "gpt-5-mini" become the server's tiny random model, which
+# both trains and judges
+TRAIN = JUDGE = "tiny-judge"
 
 GRADERS_GUIDE = "https://platform.openai.com/docs/guides/graders"
 RFT_GUIDE = "https://platform.openai.com/docs/guides/reinforcement-fine-tuning"
