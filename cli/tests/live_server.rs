@@ -551,13 +551,25 @@ messages = [{"role": "system", "content": "t5 t6"},
             {"role": "user", "content": "{{item.question}} t9 {{sample.output_text}}"}]
 score = {"type": "score_model", "name": "judge", "model": "tiny-judge", "input": messages,
          "range": [0, 100], "sampling_params": {"temperature": 0, "seed": 3, "max_completions_tokens": 4}}
+def failed(r):
+    """Whether any of OpenAI's error flags is set (typed access, as SDK users write it)."""
+    e = r.metadata.errors
+    return any([e.formula_parse_error, e.sample_parse_error, e.truncated_observation_error,
+                e.unresponsive_reward_error, e.invalid_variable_error, e.other_error,
+                e.python_grader_server_error, e.python_grader_runtime_error,
+                e.model_grader_server_error, e.model_grader_refusal_error, e.model_grader_parse_error])
+
+def verity(r):
+    return r.metadata.model_dump()["verity"]
+
 r = client.fine_tuning.alpha.graders.run(grader=score, model_sample="t44", item={"question": "t3 t8"})
-meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
-reason = meta["reason"] if isinstance(meta, dict) else meta.reason
-if meta.get("errors"):
-    assert meta["errors"]["kind"] == "judge_reply" and r.reward == 0, r
+assert r.metadata.name == "judge" and r.metadata.type == "score_model", r
+assert r.metadata.sampled_model_name == "tiny-judge", r
+if failed(r):
+    assert r.metadata.errors.model_grader_parse_error and r.reward == 0, r
+    assert verity(r)["error"]["kind"] == "judge_reply", r
 else:
-    assert 0 <= r.reward <= 1 and reason.startswith("judge tiny-judge scored"), r
+    assert 0 <= r.reward <= 1 and verity(r)["reason"].startswith("judge tiny-judge scored"), r
 again = client.fine_tuning.alpha.graders.run(grader=score, model_sample="t44", item={"question": "t3 t8"})
 assert again.reward == r.reward, (again, r)
 
@@ -565,16 +577,16 @@ labels = ["t%d" % i for i in range(3, 64)]
 label = {"type": "label_model", "name": "verdict", "model": "tiny-judge", "input": messages,
          "labels": labels, "passing_labels": labels[:30]}
 r = client.fine_tuning.alpha.graders.run(grader=label, model_sample="t44", item={"question": "t3 t8"})
-meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
 assert r.reward in (0, 1), r
-assert meta.get("errors") or meta["reason"].startswith("judge tiny-judge labelled"), r
+assert failed(r) or verity(r)["reason"].startswith("judge tiny-judge labelled"), r
 
 multi = {"type": "multi", "graders": {"s": score, "exact": {"type": "string_check", "name": "exact",
          "input": "{{sample.output_text}}", "reference": "t44", "operation": "eq"}},
          "calculate_output": "exact"}
 r = client.fine_tuning.alpha.graders.run(grader=multi, model_sample="t44", item={"question": "t3 t8"})
-meta = r.metadata if isinstance(r.metadata, dict) else r.metadata.model_dump()
-assert r.reward == 1 or meta.get("errors"), r
+assert r.reward == 1 or failed(r), r
+if not failed(r):
+    assert r.metadata.scores["exact"] == 1, r
 
 for g in (score, label):
     v = client.fine_tuning.alpha.graders.validate(grader=g)
@@ -589,6 +601,50 @@ for bad, param in ((dict(score, model="nope"), "grader.model"),
         assert e.param == param, (e.param, param)
 print("SDK OK")
 "#;
+
+/// After [`EXAMPLES_SCRIPT`]'s RFT jobs ran: each succeeded and graded every sample without an
+/// infrastructure error (the tiny random policy writes neither JSON nor tool calls, so each
+/// sample is a sample parse error scored 0, never masked as an error).
+const EXAMPLES_FINISHED_SCRIPT: &str = r#"
+import os
+from openai import OpenAI
+
+client = OpenAI()
+for job_id in os.environ["JOB"].split():
+    job = client.fine_tuning.jobs.retrieve(job_id)
+    assert job.status == "succeeded", job
+    page = client.get("/fine_tuning/jobs/%s/samples" % job_id, cast_to=object)
+    samples = [s["sample"] for s in page["data"]]
+    assert samples, page
+    for sample in samples:
+        assert sample["grader_error"] is None, sample
+        assert sample["score"] == 0 and "cannot be read" in sample["reason"], sample
+print("SDK OK")
+"#;
+
+/// OpenAI's own grader and RFT examples (tests/openai_examples, with their source URLs) through
+/// the newest and the oldest supported SDK: every body accepted, `graders/run` read field for
+/// field, and the RFT guide's flagship job (structured outputs, a multi grader over
+/// `sample.output_json`) and the graders guide's tool-call grader trained by a real worker.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPool) {
+    let pythons = sdk_pythons();
+    if pythons.is_empty() {
+        return;
+    }
+    let (server, key) = start(&pool).await;
+    let mut jobs = Vec::new();
+    for python in &pythons {
+        let stdout = run_sdk(python, EXAMPLES_SCRIPT, &server, &key, "").await;
+        let line = stdout.lines().find_map(|line| line.strip_prefix("JOBS "));
+        jobs.push(line.unwrap_or_else(|| panic!("no JOBS line in {stdout}")).to_string());
+    }
+    run_queued_jobs(&pool, &server, 2 * pythons.len()).await;
+    run_sdk(&pythons[0], EXAMPLES_FINISHED_SCRIPT, &server, &key, &jobs.join(" ")).await;
+}
+
+/// The documentation examples' script (see its docstring).
+const EXAMPLES_SCRIPT: &str = include_str!("../../tests/openai_examples/graders_and_rft.py");
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {

@@ -64,6 +64,9 @@ pub struct SamplingSettings {
     /// Texts that end a completion.
     #[serde(default)]
     pub stop: Vec<String>,
+    /// OpenAI's structured outputs (graders read `sample.output_json` with a JSON format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<crate::response_format::ResponseFormat>,
 }
 
 fn one() -> f64 {
@@ -76,7 +79,13 @@ fn default_max_tokens() -> usize {
 
 impl Default for SamplingSettings {
     fn default() -> Self {
-        SamplingSettings { temperature: 1.0, top_p: 1.0, max_tokens: 256, stop: Vec::new() }
+        SamplingSettings {
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: 256,
+            stop: Vec::new(),
+            response_format: None,
+        }
     }
 }
 
@@ -107,6 +116,12 @@ impl SamplingSettings {
         }
         if self.stop.len() > 4 || self.stop.iter().any(String::is_empty) {
             return Err(invalid("stop", "at most 4 non-empty strings"));
+        }
+        if let Some(Err(e)) = self.response_format.as_ref().map(|f| f.validate()) {
+            return Err(InvalidSetting {
+                param: format!("response_format.{}", e.field),
+                message: e.message,
+            });
         }
         Ok(())
     }

@@ -691,6 +691,10 @@ pub struct Reinforcement {
     /// Multi-turn episodes with tools (docs/tools.md); absent, one completion per rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<Box<crate::environment::Environment>>,
+    /// OpenAI's structured outputs: with a JSON format, graders read the completion parsed as
+    /// JSON as `sample.output_json` (`null` and absent mean free text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<crate::response_format::ResponseFormat>,
 }
 
 impl Reinforcement {
@@ -965,6 +969,7 @@ impl Method {
                                 .resolved(reinforcement.hyperparameters.max_completion_tokens()),
                         )
                     }),
+                    response_format: reinforcement.response_format.clone(),
                 },
             },
             Method::Supervised { supervised } => {
@@ -981,6 +986,12 @@ impl Method {
         match self {
             Method::Reinforcement { reinforcement } => {
                 reinforcement.hyperparameters.validate(&prefix)?;
+                if let Some(format) = &reinforcement.response_format {
+                    format.validate().map_err(|e| HyperparameterError {
+                        param: format!("method.reinforcement.response_format.{}", e.field),
+                        message: e.message,
+                    })?;
+                }
                 reinforcement.validate_environment()
             }
             Method::Supervised { supervised } => {
@@ -1195,6 +1206,26 @@ mod tests {
         let partial = json!({"partial_rollout_tokens": 32, "tis_cap": 2.0});
         let e = with(json!({"tools": [{"type": "python"}]}), partial).validate().unwrap_err();
         assert_eq!(e.param, "method.reinforcement.hyperparameters.partial_rollout_tokens");
+    }
+
+    #[test]
+    fn a_response_format_is_optional_nullable_validated_and_echoed() {
+        let with = |format: Value| -> Method {
+            serde_json::from_value(json!({"type": "reinforcement", "reinforcement": {
+                "grader": {"type": "math"}, "response_format": format}}))
+            .unwrap()
+        };
+        let null = serde_json::to_value(with(Value::Null).resolved()).unwrap();
+        assert!(null["reinforcement"].get("response_format").is_none(), "null means free text");
+        let schema = json!({"type": "json_schema", "json_schema": {"name": "security_assistant",
+            "strict": true, "schema": {"type": "object"}}});
+        let echoed = serde_json::to_value(with(schema.clone()).resolved()).unwrap();
+        assert_eq!(echoed["reinforcement"]["response_format"], schema);
+        let bad = with(json!({"type": "json_schema", "json_schema": {"name": ""}}));
+        assert_eq!(
+            bad.validate().unwrap_err().param,
+            "method.reinforcement.response_format.json_schema.name"
+        );
     }
 
     fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {

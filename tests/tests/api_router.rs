@@ -289,7 +289,8 @@ async fn job_creation_validates_every_field(pool: sqlx::PgPool) {
         (with("hyperparameters", json!({"n_epochs": 2})), "hyperparameters"),
         (json!({"training_file": file_id, "method": method()}), "model"),
         (json!({"model": "tiny", "method": method()}), "training_file"),
-        (json!({"model": "tiny", "training_file": file_id}), "method"),
+        // no `method` is OpenAI's legacy supervised job, which reads chats: these are prompts
+        (json!({"model": "tiny", "training_file": file_id}), "training_file"),
     ];
     for (body, param) in cases {
         assert_error(
@@ -891,7 +892,8 @@ async fn grader_runs_beyond_the_concurrency_limit_wait_then_get_503(pool: sqlx::
     let capped = post(&app.router, uri, &key, body(&long, &long)).await;
     assert_eq!(capped.status, StatusCode::OK, "{:?}", capped.json());
     assert_eq!(capped.json()["reward"], 1.0);
-    let reason = capped.json()["metadata"]["reason"].as_str().unwrap_or_default().to_string();
+    let reason =
+        capped.json()["metadata"]["verity"]["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("compared only the first 20000 characters"), "{reason}");
     // Many runs at once: each is answered (200) or refused with 503 (every slot taken) or 429
     // (the org runs as many as it may: one, half of the two slots), none fails otherwise.
@@ -938,7 +940,8 @@ async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
         post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run("\\boxed{3}", json!({})))
             .await;
     assert_eq!(missing.status, StatusCode::OK);
-    assert!(missing.json()["metadata"]["errors"]["kind"].is_string(), "{:?}", missing.json());
+    let errors = &missing.json()["metadata"]["errors"];
+    assert_eq!(errors["invalid_variable_error"], true, "{:?}", missing.json());
     let invalid = json!({"grader": {"type": "math", "reference": "1", "extract": "telepathy"}, "model_sample": "1"});
     assert_error(
         &post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, invalid).await,
@@ -1416,4 +1419,180 @@ async fn preflight_reports_rows_grader_runs_and_probes_and_enqueues_nothing(pool
     .json();
     assert!(bare["verity_probes"].is_null());
     assert!(bare["verity_probes_skipped"].as_str().unwrap().contains("item.reference_answer"));
+}
+
+/// OpenAI's structured outputs and tool calls (#50): `response_format` is accepted (and `null`),
+/// stored and echoed; every `sample.…` reference is checked at creation (a 400 naming the
+/// grader and the field), and pre-flight reports the same; `output_tools` needs rows with
+/// `tools`. A job without `method` is OpenAI's legacy supervised job.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn structured_outputs_tool_calls_and_the_legacy_job_shape(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let rows = "{\"prompt\": \"Is it compliant?\", \"compliant\": \"yes\"}\n";
+    let (file, _) = uploaded(&app, &key, rows).await;
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "security_assistant",
+        "strict": true, "schema": {"type": "object", "properties": {"compliant": {"type": "string"},
+        "explanation": {"type": "string"}}, "required": ["compliant", "explanation"],
+        "additionalProperties": false}}});
+    let grader = |input: &str| {
+        json!({"type": "string_check", "name": "compliance",
+        "input": input, "reference": "{{item.compliant}}", "operation": "eq"})
+    };
+    let job = |grader: Value, format: Value| {
+        let method = json!({"type": "reinforcement", "reinforcement": {"grader": grader,
+            "response_format": format, "hyperparameters": {"reasoning_effort": "medium"}}});
+        json!({"model": "tiny", "training_file": file, "method": method})
+    };
+    let create = |body: Value| post(&app.router, "/v1/fine_tuning/jobs", &key, body);
+    // The RFT guide's job: a JSON schema, a grader reading one of its properties.
+    let created = create(job(grader("{{sample.output_json.compliant}}"), schema.clone())).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    assert_eq!(created.json()["method"]["reinforcement"]["response_format"], schema);
+    // `null` and `text` are free text.
+    for format in [json!(null), json!({"type": "text"}), json!({"type": "json_object"})] {
+        let reply = create(job(grader("{{sample.output_text}}"), format.clone())).await;
+        assert_eq!(reply.status, StatusCode::OK, "{format}: {:?}", reply.json());
+    }
+    let refused = |reply: &Reply, param: &str, needles: &[&str]| {
+        assert_error(reply, StatusCode::BAD_REQUEST, Some(param));
+        let message = reply.json()["error"]["message"].as_str().unwrap().to_string();
+        for needle in needles {
+            assert!(message.contains(needle), "{needle:?} not in {message:?}");
+        }
+    };
+    let param = "method.reinforcement.grader";
+    let json_field = "{{sample.output_json.compliant}}";
+    for (body, param, needles) in [
+        (job(grader(json_field), json!(null)), param, vec!["compliance", "sample.output_json"]),
+        (job(grader(json_field), json!({"type": "text"})), param, vec!["response_format"]),
+        (
+            job(grader("{{sample.output_json.verdict}}"), schema.clone()),
+            param,
+            vec!["compliance", "verdict", "compliant, explanation"],
+        ),
+        (job(grader("{{sample.score}}"), json!(null)), param, vec!["sample.score"]),
+        (
+            job(grader("{{sample.output_text}}"), json!({"type": "xml"})),
+            "method.reinforcement.response_format.type",
+            vec![],
+        ),
+        (
+            job(
+                grader("{{sample.output_text}}"),
+                json!({"type": "json_schema", "json_schema": {"name": "a b"}}),
+            ),
+            "method.reinforcement.response_format.json_schema.name",
+            vec![],
+        ),
+    ] {
+        refused(&create(body.clone()).await, param, &needles);
+        // pre-flight answers the same 400
+        refused(&post(&app.router, "/v1/verity/preflight", &key, body).await, param, &needles);
+    }
+    // A grader over the tool calls needs rows that offer tools.
+    let tool_grader = grader("{{sample.output_tools[0].function.name}}");
+    refused(
+        &create(job(tool_grader.clone(), json!(null))).await,
+        "training_file",
+        &["tools", "compliance"],
+    );
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let row = json!({"prompt": "Look it up.", "compliant": "lookup", "tools": tools});
+    let (with_tools, _) = uploaded(&app, &key, &format!("{row}\n")).await;
+    let mut body = job(tool_grader, json!(null));
+    body["training_file"] = json!(with_tools);
+    let created = create(body).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    // No `method`: supervised, with the top-level hyperparameters (OpenAI's legacy shape).
+    let chats = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"hello\"}]}\n";
+    let (chat_file, _) = uploaded(&app, &key, chats).await;
+    let legacy =
+        json!({"model": "tiny", "training_file": chat_file, "hyperparameters": {"n_epochs": 2}});
+    let created = create(legacy).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    assert_eq!(created.json()["method"]["type"], "supervised");
+    assert_eq!(created.json()["method"]["supervised"]["hyperparameters"]["n_epochs"], 2);
+    let bad =
+        json!({"model": "tiny", "training_file": chat_file, "hyperparameters": {"n_epochs": 0}});
+    refused(&create(bad).await, "hyperparameters.n_epochs", &[]);
+}
+
+/// `graders/run` answers OpenAI's fields (every error flag, false on success), parses a JSON
+/// `model_sample` into `sample.output_json`, and a judge's image part is refused by its type.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn grader_run_answers_openais_fields_and_reads_json_samples(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let run = |grader: Value, sample: &str, item: Value| {
+        post(
+            &app.router,
+            "/v1/fine_tuning/alpha/graders/run",
+            &key,
+            json!({"grader": grader, "model_sample": sample, "item": item}),
+        )
+    };
+    let multi = json!({"type": "multi", "name": "both", "calculate_output": "0.5 * email + 0.5 * name",
+        "graders": {
+            "email": {"type": "string_check", "name": "email", "operation": "eq",
+                "input": "{{sample.output_json.email}}", "reference": "{{item.email}}"},
+            "name": {"type": "string_check", "name": "name", "operation": "eq",
+                "input": "{{sample.output_json.name}}", "reference": "{{item.name}}"}}});
+    let item = json!({"email": "a@b.c", "name": "Ann"});
+    let reply = run(multi.clone(), "{\"email\": \"a@b.c\", \"name\": \"Bob\"}", item.clone()).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    let body = reply.json();
+    assert_eq!(body["reward"], 0.5, "{body}");
+    let metadata = &body["metadata"];
+    assert_eq!(
+        (metadata["name"].as_str(), metadata["type"].as_str()),
+        (Some("both"), Some("multi"))
+    );
+    assert_eq!(metadata["scores"], json!({"email": 1.0, "name": 0.0}));
+    assert!(metadata["execution_time"].as_f64().is_some());
+    assert!(metadata["token_usage"].is_null() && metadata["sampled_model_name"].is_null());
+    assert!(body["model_grader_token_usage_per_model"].is_object());
+    assert_eq!(body["sub_rewards"]["email"], 1.0);
+    let flags = [
+        "formula_parse_error",
+        "sample_parse_error",
+        "truncated_observation_error",
+        "unresponsive_reward_error",
+        "invalid_variable_error",
+        "other_error",
+        "python_grader_server_error",
+        "python_grader_runtime_error",
+        "model_grader_server_error",
+        "model_grader_refusal_error",
+        "model_grader_parse_error",
+    ];
+    for flag in flags {
+        assert_eq!(metadata["errors"][flag], false, "{flag}: {body}");
+    }
+    for detail in [
+        "python_grader_server_error_type",
+        "python_grader_runtime_error_details",
+        "model_grader_server_error_details",
+    ] {
+        assert!(metadata["errors"].get(detail).is_some_and(Value::is_null), "{detail}: {body}");
+    }
+    assert!(metadata["verity"]["reason"].is_string());
+    // Not JSON: a sample parse error scored 0, not an infrastructure error.
+    let body = run(multi, "email: a@b.c", item).await.json();
+    assert_eq!(body["reward"], 0.0);
+    assert_eq!(body["metadata"]["errors"]["sample_parse_error"], true, "{body}");
+    assert!(body["metadata"]["verity"]["error"].is_null(), "{body}");
+    // A missing item field is OpenAI's invalid_variable_error (Verity's kind under `verity`).
+    let math = json!({"type": "math", "reference": "{{item.answer}}"});
+    let body = run(math, "\\boxed{3}", json!({})).await.json();
+    assert_eq!(body["metadata"]["errors"]["invalid_variable_error"], true, "{body}");
+    assert_eq!(body["metadata"]["verity"]["error"]["kind"], "missing_field");
+    // A judge's image part: refused by its type, naming what Verity reads.
+    let judge = json!({"type": "score_model", "name": "look", "model": "tiny", "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]});
+    let reply = run(judge, "x", json!({})).await;
+    assert_error(&reply, StatusCode::BAD_REQUEST, Some("grader.input.0.content"));
+    let message = reply.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("input_image") && message.contains("input_text"), "{message}");
 }

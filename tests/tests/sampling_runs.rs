@@ -352,6 +352,16 @@ async fn bad_runs_are_refused_naming_the_field_and_nothing_is_queued(pool: PgPoo
         (with(json!({"grader": {"type": "string_check", "name": "x"}})), "grader"),
         (with(json!({"grader": {"type": "no_such_grader"}})), "grader"),
         (with(json!({"job": "ftjob-missing", "models": null})), "job"),
+        (
+            with(json!({"response_format": {"type": "json_schema", "json_schema": {"name": ""}}})),
+            "response_format.json_schema.name",
+        ),
+        // a grader reading sample.output_json needs a JSON response_format
+        (
+            with(json!({"grader": {"type": "string_check", "name": "j", "operation": "eq",
+                "input": "{{sample.output_json.answer}}", "reference": "x"}})),
+            "grader",
+        ),
     ] {
         let reply = post(&s.router, "/v1/verity/evaluations", &s.key, body.clone()).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body}: {:?}", reply.json());

@@ -281,14 +281,33 @@ impl Grader {
 
     /// Every `item.…` field path the grader's templates read (for dataset validation).
     pub fn item_fields(&self) -> Vec<Vec<String>> {
-        let mut out = Vec::new();
-        self.collect_item_fields(&mut out);
+        let mut templates = Vec::new();
+        self.collect_templates("", &mut templates);
+        let mut out: Vec<Vec<String>> =
+            templates.iter().flat_map(|(_, t)| t.item_paths()).collect();
         out.sort();
         out.dedup();
         out
     }
 
-    fn collect_item_fields(&self, out: &mut Vec<Vec<String>>) {
+    /// Every `sample.…` field path the grader's templates read, each with the grader that
+    /// reads it: its name, or its JSON path (`graders.<name>` in a multi) when unnamed. For the
+    /// creation checks of `sample.output_json` and `sample.output_tools`.
+    pub fn sample_fields(&self) -> Vec<(String, Vec<String>)> {
+        let mut templates = Vec::new();
+        self.collect_templates("", &mut templates);
+        let mut out: Vec<(String, Vec<String>)> = templates
+            .iter()
+            .flat_map(|(grader, t)| t.sample_paths().into_iter().map(|p| (grader.clone(), p)))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The templates of this grader and its sub-graders, each with the name (or JSON path,
+    /// under `prefix`) of the grader holding it.
+    fn collect_templates<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Template)>) {
         let templates: Vec<&Template> = match &self.compiled {
             Compiled::StringCheck { input, reference, .. }
             | Compiled::TextSimilarity { input, reference, .. }
@@ -305,13 +324,18 @@ impl Grader {
                 prompt.templates().collect()
             }
             Compiled::Multi { graders, .. } => {
-                graders.values().for_each(|g| g.collect_item_fields(out));
+                for (name, grader) in graders {
+                    grader.collect_templates(&join_path(prefix, &format!("graders.{name}")), out);
+                }
                 vec![]
             }
         };
-        for t in templates {
-            out.extend(t.item_paths());
-        }
+        let label = match self.spec.name() {
+            Some(name) => name.to_string(),
+            None if prefix.is_empty() => self.spec.kind().to_string(),
+            None => prefix.to_string(),
+        };
+        out.extend(templates.into_iter().map(|t| (label.clone(), t)));
     }
 
     /// JSON paths (`evaluation_metric`, under `graders.<name>` in a multi) of the `cosine`
@@ -396,9 +420,14 @@ impl Grader {
     pub fn grade(&self, item: &Value, sample: &Sample) -> GradeResult {
         match self.grade_inner(item, sample) {
             Ok(result) => result,
-            Err(MissingField(field)) => {
-                GradeResult::failed(ErrorKind::MissingField, format!("missing field '{field}'"))
-            }
+            Err(MissingField(field)) => match sample_shape_error(sample, &field) {
+                Some(why) => {
+                    GradeResult::unparsable_sample(format!("'{field}' cannot be read: {why}"))
+                }
+                None => {
+                    GradeResult::failed(ErrorKind::MissingField, format!("missing field '{field}'"))
+                }
+            },
         }
     }
 
@@ -522,6 +551,24 @@ impl Grader {
     }
 }
 
+/// Why a missing `sample.output_json…` or `sample.output_tools…` field is the completion's
+/// fault (it is not JSON, or lacks that key or call): such a grading scores 0 as a sample parse
+/// error rather than an infrastructure error. `None` for any other missing field.
+fn sample_shape_error(sample: &Sample, field: &str) -> Option<String> {
+    let under = |root: &str| field == root || field.starts_with(&format!("{root}."));
+    if under("sample.output_json") {
+        return match &sample.output_json_error {
+            Some(why) => Some(why.clone()),
+            None if sample.extra.contains_key("output_json") => {
+                Some("the completion's JSON has no such field".into())
+            }
+            None => None,
+        };
+    }
+    (under("sample.output_tools") && sample.extra.contains_key("output_tools"))
+        .then(|| "the completion made no such tool call".into())
+}
+
 /// The result of a `text_similarity` grading: the metric is the score; the threshold, as in
 /// OpenAI's API, only decides `passed`.
 fn similarity_result(
@@ -579,6 +626,11 @@ fn grade_multi(
     let mut reasons = Vec::new();
     for (name, grader) in graders {
         let result = grader.grade(item, sample);
+        if let Some(why) = &result.sample_parse_error {
+            let mut unparsable = GradeResult::unparsable_sample(format!("grader '{name}': {why}"));
+            unparsable.sub_scores = values;
+            return unparsable;
+        }
         if let Some(error) = result.error {
             let mut failed =
                 GradeResult::failed(error.kind, format!("grader '{name}': {}", error.message));

@@ -55,13 +55,23 @@ pub struct GradeResult {
     pub sub_scores: BTreeMap<String, f64>,
     /// `null` unless the grading itself failed.
     pub error: Option<GradeError>,
+    /// Set when the grader read `sample.output_json` and the completion is not valid JSON:
+    /// the sample's fault, scored 0 (not an infrastructure error), OpenAI's `sample_parse_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_parse_error: Option<String>,
 }
 
 impl GradeResult {
     /// A successful grading; the score is clamped into [0, 1].
     pub fn scored(score: f64, reason: impl Into<String>) -> Self {
         let score = if score.is_nan() { 0.0 } else { score.clamp(0.0, 1.0) };
-        Self { score, reason: reason.into(), sub_scores: BTreeMap::new(), error: None }
+        Self {
+            score,
+            reason: reason.into(),
+            sub_scores: BTreeMap::new(),
+            error: None,
+            sample_parse_error: None,
+        }
     }
 
     /// A pass (1) or fail (0).
@@ -77,7 +87,15 @@ impl GradeResult {
             reason: format!("grading failed: {message}"),
             sub_scores: BTreeMap::new(),
             error: Some(GradeError { kind, message }),
+            sample_parse_error: None,
         }
+    }
+
+    /// A sample that cannot be read as the grader needs (its completion is not the JSON
+    /// `sample.output_json` asks for): score 0, `sample_parse_error` set, not an error.
+    pub fn unparsable_sample(message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self { sample_parse_error: Some(message.clone()), ..Self::scored(0.0, message) }
     }
 
     /// Adds named sub-scores.

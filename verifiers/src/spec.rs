@@ -451,24 +451,39 @@ pub enum JudgeContent {
     Parts(Vec<JudgeContentPart>),
 }
 
-/// A text part of a judge message (images and audio are not supported by text judges).
+/// A part of a judge message: OpenAI's `input_text`, `output_text`, `input_image` and
+/// `input_audio` parse, so that a part a text judge cannot read is refused by its type, naming
+/// what Verity supports (not with serde's "did not match any variant").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JudgeContentPart {
-    /// `input_text` or `output_text`.
+    /// `input_text` or `output_text` (`input_image` and `input_audio` are refused).
     #[serde(rename = "type")]
     pub kind: String,
-    /// The text (a template).
-    pub text: String,
+    /// The text (a template) of a text part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// An `input_image` part's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<serde_json::Value>,
+    /// An `input_image` part's detail level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+    /// An `input_audio` part's audio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_audio: Option<serde_json::Value>,
 }
 
 impl JudgeContent {
-    /// The text parts, in order.
+    /// The parts, in order: each part's type and its text (empty for a part without text).
     pub fn texts(&self) -> Vec<(&str, &str)> {
+        fn part(p: &JudgeContentPart) -> (&str, &str) {
+            (p.kind.as_str(), p.text.as_deref().unwrap_or(""))
+        }
         match self {
             Self::Text(t) => vec![("input_text", t.as_str())],
-            Self::Part(p) => vec![(p.kind.as_str(), p.text.as_str())],
-            Self::Parts(ps) => ps.iter().map(|p| (p.kind.as_str(), p.text.as_str())).collect(),
+            Self::Part(p) => vec![part(p)],
+            Self::Parts(ps) => ps.iter().map(part).collect(),
         }
     }
 }

@@ -85,6 +85,17 @@ impl Template {
             .collect()
     }
 
+    /// The `sample` field paths this template reads.
+    pub fn sample_paths(&self) -> Vec<Vec<String>> {
+        self.segments
+            .iter()
+            .filter_map(|s| match s {
+                Segment::Field { root: Root::Sample, path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// When the template is exactly one reference, the referenced JSON value (not stringified).
     pub fn resolve_single(
         &self,
@@ -113,8 +124,11 @@ impl Template {
     }
 }
 
+/// Parses `root.a.b`; an index may also be written `a[0]` (OpenAI's guides do:
+/// `sample.output_tools[0].function.arguments`).
 fn parse_reference(reference: &str) -> Result<Segment, TemplateError> {
-    let mut parts = reference.split('.');
+    let dotted = reference.replace('[', ".").replace(']', "");
+    let mut parts = dotted.split('.');
     let root = match parts.next() {
         Some("sample") => Root::Sample,
         Some("item") => Root::Item,
@@ -193,6 +207,16 @@ mod tests {
         assert_eq!(t.render(&json!({}), &sample).unwrap(), "calculator=42");
         let all = Template::parse("{{sample.tool_calls}}").unwrap();
         assert!(all.render(&json!({}), &sample).unwrap().contains("\"name\":\"calculator\""));
+    }
+
+    #[test]
+    fn bracket_indices_and_sample_paths() {
+        let t = Template::parse("{{sample.output_tools[0].function.name}}").unwrap();
+        assert_eq!(t.sample_paths(), [["output_tools", "0", "function", "name"]]);
+        let mut sample = Sample::from_text("");
+        sample.extra.insert("output_tools".into(), json!([{"function": {"name": "f"}}]));
+        assert_eq!(t.render(&json!({}), &sample).unwrap(), "f");
+        assert!(Template::parse("{{sample.a[]}}").is_err());
     }
 
     #[test]

@@ -219,3 +219,48 @@ fn cosine_graders_name_their_embedding_model() {
     assert_eq!(result.error.as_ref().map(|e| e.kind), Some(ErrorKind::Embedding));
     assert!(result.error.unwrap().message.contains("\"minilm\""));
 }
+
+/// The RFT guide's shape: a multi grader over `sample.output_json` fields and a tool call.
+#[test]
+fn output_json_and_output_tools_are_graded_and_a_non_json_completion_scores_zero() {
+    let grader = Grader::from_json(
+        &json!({"type": "multi", "calculate_output": "compliant * 0.5 + tool * 0.5", "graders": {
+            "compliant": {"type": "string_check", "name": "compliant", "operation": "eq",
+                "input": "{{sample.output_json.compliant}}", "reference": "{{item.compliant}}"},
+            "tool": {"type": "string_check", "name": "tool", "operation": "eq",
+                "input": "{{sample.output_tools[0].function.name}}", "reference": "lookup"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let fields: Vec<Vec<String>> = grader.sample_fields().into_iter().map(|(_, p)| p).collect();
+    assert!(fields.contains(&vec!["output_json".to_string(), "compliant".to_string()]));
+    let item = json!({"compliant": "yes"});
+    let call = verity_verifiers::sample::openai_tool_call("call_0", "lookup", &json!({}));
+    let good = Sample::from_text("{\"compliant\": \"yes\"}")
+        .with_output_json()
+        .with_output_tools(vec![call]);
+    let result = grader.grade(&item, &good);
+    assert_eq!((result.score, result.error.is_none()), (1.0, true), "{result:?}");
+    let bad = Sample::from_text("yes, compliant").with_output_json().with_output_tools(vec![]);
+    let result = grader.grade(&item, &bad);
+    assert_eq!(result.score, 0.0);
+    assert!(result.error.is_none(), "a non-JSON completion is the sample's fault: {result:?}");
+    assert!(result.sample_parse_error.unwrap().contains("not valid JSON"));
+}
+
+/// A completion without the JSON key or the tool call a grader reads scores 0 (the sample's
+/// fault); the same reference on a sample that never had the field is a missing-field error.
+#[test]
+fn a_missing_key_or_call_of_the_completion_scores_zero() {
+    let spec = |input: &str| json!({"type": "string_check", "input": input, "reference": "x", "operation": "eq"});
+    let no_key = Grader::from_json(&spec("{{sample.output_json.email}}").to_string()).unwrap();
+    let result = no_key.grade(&json!({}), &Sample::from_text("{\"name\": 1}").with_output_json());
+    assert_eq!((result.score, result.error.is_none()), (0.0, true), "{result:?}");
+    assert!(result.sample_parse_error.is_some());
+    let no_call =
+        Grader::from_json(&spec("{{sample.output_tools[0].function.name}}").to_string()).unwrap();
+    let result = no_call.grade(&json!({}), &Sample::from_text("x").with_output_tools(vec![]));
+    assert!(result.error.is_none() && result.sample_parse_error.is_some(), "{result:?}");
+    let never = no_call.grade(&json!({}), &Sample::from_text("x"));
+    assert_eq!(never.error.unwrap().kind, ErrorKind::MissingField);
+}

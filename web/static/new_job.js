@@ -168,8 +168,10 @@
         if (!res.ok) { show(out, '<p class="error" role="alert">' + text(apiError(res.body, "grader failed")) + "</p>"); return; }
         var b = res.body, subs = Object.keys(b.sub_rewards || {}).map(function (k) { return text(k) + " " + b.sub_rewards[k].toFixed(3); }).join(", ");
         var html = '<p class="reward" id="test-reward" data-reward="' + b.reward + '">reward <strong>' + b.reward.toFixed(3) + "</strong>" + (subs ? " · " + subs : "") + "</p>";
-        if (b.metadata && b.metadata.reason) html += '<p class="muted">' + text(b.metadata.reason) + "</p>";
-        if (b.metadata && b.metadata.errors) html += '<p class="error">' + text(JSON.stringify(b.metadata.errors)) + "</p>";
+        // OpenAI's metadata, with Verity's reason and error kind under metadata.verity
+        var v = (b.metadata && b.metadata.verity) || {};
+        if (v.reason) html += '<p class="muted">' + text(v.reason) + "</p>";
+        if (v.error) html += '<p class="error">' + text(JSON.stringify(v.error)) + "</p>";
         show(out, html);
       });
   });

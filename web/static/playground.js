@@ -140,7 +140,8 @@
       strong.textContent = res.body.reward.toFixed(3);
       p.score.append("score ", strong);
       p.score.dataset.reward = String(res.body.reward);
-      p.score.title = (res.body.metadata && res.body.metadata.reason) || "";
+      var verity = (res.body.metadata && res.body.metadata.verity) || {};
+      p.score.title = verity.reason || "";
     });
   }
 

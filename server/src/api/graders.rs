@@ -4,15 +4,15 @@
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
+pub use super::grader_run::RunGraderResponse;
 use super::jobs::validate::{check_name_param, validate_judges};
 use super::state::{AppState, GraderSlot, SlotsBusy};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::time::Instant;
 use utoipa::ToSchema;
 use verity_verifiers::{probes, Grader, Sample};
@@ -205,23 +205,11 @@ pub struct RunGraderRequest {
     /// The grader spec.
     #[schema(value_type = Object)]
     pub grader: Value,
-    /// The completion to grade (its text).
+    /// The completion to grade (its text; when it is JSON, also `sample.output_json`).
     pub model_sample: String,
     /// The dataset row the grader's `{{item.…}}` templates read.
     #[schema(value_type = Option<Object>)]
     pub item: Option<Value>,
-}
-
-/// Result of a grader run, in OpenAI's shape with Verity's reason and error.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RunGraderResponse {
-    /// The score in [0, 1].
-    pub reward: f64,
-    /// Named component scores.
-    pub sub_rewards: BTreeMap<String, f64>,
-    /// Details: type, reason, errors, execution time.
-    #[schema(value_type = Object)]
-    pub metadata: Value,
 }
 
 /// Seconds a client is told to wait when every grader slot is taken.
@@ -268,21 +256,13 @@ pub async fn run_grader(
     }
     // The slot is taken before any judge or embedding model is loaded.
     let (slot, grader) = ready_grader(&state, &principal, "grader", &request.grader).await?;
-    let kind = request.grader.get("type").cloned().unwrap_or(Value::Null);
-    let sample = Sample::from_text(request.model_sample);
+    // As OpenAI does: a `model_sample` that is JSON is also `sample.output_json`.
+    let sample = Sample::from_text(request.model_sample).with_output_json();
     let started = Instant::now();
     // Grading is CPU work or a sandboxed process: keep it off the async threads.
-    let result = grade_in_slot(slot, move || grader.grade(&item, &sample)).await?;
-    Ok(Json(RunGraderResponse {
-        reward: result.score,
-        sub_rewards: result.sub_scores.clone(),
-        metadata: json!({
-            "type": kind,
-            "reason": result.reason,
-            "errors": result.error,
-            "execution_time": started.elapsed().as_secs_f64(),
-        }),
-    }))
+    let graded = grader.clone();
+    let result = grade_in_slot(slot, move || graded.grade(&item, &sample)).await?;
+    Ok(Json(RunGraderResponse::of(&grader, result, started.elapsed().as_secs_f64())))
 }
 
 /// Body of `POST /v1/fine_tuning/alpha/graders/validate`.

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod files;
+pub mod grader_run;
 pub mod graders;
 pub mod health;
 pub mod inference;

@@ -16,8 +16,9 @@ use crate::template::{MissingField, Template};
 /// Longest judge reply by default, in tokens.
 pub const DEFAULT_MAX_COMPLETION_TOKENS: usize = 256;
 
-/// Longest judge reply a grader may ask for, in tokens.
-pub const MAX_COMPLETION_TOKENS: usize = 4096;
+/// Longest judge reply a grader may ask for, in tokens: no refusal below any real context
+/// (OpenAI's guide asks for 32768); a local judge clamps it to its model's context.
+pub const MAX_COMPLETION_TOKENS: usize = 1 << 20;
 
 /// Roles a judge message may have.
 const ROLES: [&str; 4] = ["system", "developer", "user", "assistant"];
@@ -63,9 +64,14 @@ impl JudgeTemplate {
             let mut text = Vec::new();
             for (kind, part) in message.content.texts() {
                 if kind != "input_text" && kind != "output_text" {
+                    let what = match kind {
+                        "input_image" => "image parts are not supported: Verity's judges read text",
+                        "input_audio" => "audio parts are not supported: Verity's judges read text",
+                        _ => "this part type is not supported",
+                    };
                     push(
                         at(&format!("input.{i}.content")),
-                        format!("'{kind}' parts are not supported (text judges read input_text and output_text)"),
+                        format!("'{kind}': {what} (parts of type input_text and output_text, or a string)"),
                     );
                 }
                 text.push(part);

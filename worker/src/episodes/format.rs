@@ -107,6 +107,21 @@ pub fn parse_tool_calls(turn: &str) -> Vec<std::result::Result<ToolCall, String>
     calls
 }
 
+/// The well-formed tool calls of a single-turn completion in OpenAI's shape (what graders read
+/// as `sample.output_tools`); a call without an id of its own gets `call_<i>`. Malformed calls
+/// are left out: the grader sees the calls a client would receive.
+pub fn openai_tool_calls(turn: &str) -> Vec<Value> {
+    parse_tool_calls(turn)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, call)| {
+            let id = call.id.clone().unwrap_or_else(|| format!("call_{i}"));
+            verity_verifiers::sample::openai_tool_call(&id, &call.name, &call.arguments)
+        })
+        .collect()
+}
+
 /// A call's JSON body: `name` and the arguments (`arguments`, or Llama's `parameters`);
 /// `expected` names the arguments field in the error message.
 fn parse_call_json(body: &str, expected: &str) -> std::result::Result<ToolCall, String> {
@@ -322,6 +337,20 @@ mod tests {
         ] {
             assert!(one(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn single_turn_calls_take_openais_shape_and_malformed_ones_are_left_out() {
+        let turn = "Let me look.\n<tool_call>{\"name\": \"get_weather\", \"arguments\":                     {\"city\": \"Paris\"}}</tool_call><tool_call>{oops}</tool_call>";
+        let calls = openai_tool_calls(turn);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0]["id"], "call_0");
+        assert_eq!(calls[0]["type"], "function");
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        let arguments: Value =
+            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(arguments, json!({"city": "Paris"}));
+        assert!(openai_tool_calls("just an answer").is_empty());
     }
 
     #[test]

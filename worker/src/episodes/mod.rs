@@ -100,6 +100,20 @@ pub fn grader_sample(tokenizer: &ChatTokenizer, episode: &Episode) -> Result<Sam
     Ok(sample)
 }
 
+/// What a grader sees of a single-turn completion of row `item` (OpenAI's RFT sample):
+/// `output_text`; `output_json`, the text parsed as JSON when it is JSON (graders read it only
+/// with a JSON `response_format`, which creation checks); and, when the row offers `tools`,
+/// `output_tools`, its calls in OpenAI's shape, with `output_text` the text before them.
+pub fn completion_sample(text: &str, item: &Value) -> Sample {
+    let offers_tools = item.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+    if !offers_tools {
+        return Sample::from_text(text).with_output_json();
+    }
+    let calls = format::openai_tool_calls(text);
+    let answer = if calls.is_empty() { text } else { text_before_call(text) };
+    Sample::from_text(answer).with_output_json().with_output_tools(calls)
+}
+
 /// Tool-use metrics of a step's episodes (fields of its metrics row).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeMetrics {
@@ -132,5 +146,26 @@ impl EpisodeMetrics {
             tool_seconds: episodes.iter().flat_map(|e| &e.tool_calls).map(|c| c.seconds).sum(),
             truncated_episode_fraction: mean(&|e| usize::from(e.end.truncated())),
         })
+    }
+}
+
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+
+    #[test]
+    fn a_single_turn_sample_has_output_json_and_with_tools_output_tools() {
+        let json = completion_sample("{\"email\": \"a@b.c\"}", &json!({"prompt": "x"}));
+        assert_eq!(json.extra["output_json"], json!({"email": "a@b.c"}));
+        assert!(!json.extra.contains_key("output_tools"));
+        let row =
+            json!({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]});
+        let text = "Calling.<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
+        let called = completion_sample(text, &row);
+        assert_eq!(called.output_text, "Calling.");
+        assert_eq!(called.extra["output_tools"][0]["function"]["name"], "f");
+        assert!(called.output_json_error.is_some());
+        let plain = completion_sample("no call", &row);
+        assert_eq!(plain.extra["output_tools"], json!([]));
     }
 }

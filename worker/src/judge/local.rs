@@ -87,8 +87,11 @@ fn chat_messages(prompt: &JudgePrompt) -> Vec<ChatMessage> {
 pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String, JudgeError>> {
     let Some(first) = prompts.first() else { return Vec::new() };
     let sampling = &first.sampling;
-    let max_new = sampling.max_completion_tokens;
-    let limit = lm.model.config.max_position_embeddings.saturating_sub(max_new);
+    let context = lm.model.config.max_position_embeddings;
+    // OpenAI's guides ask judges for up to 32768 reply tokens: the reply budget is clamped to
+    // what each batch's longest prompt leaves of this model's context, not refused.
+    let asked = sampling.max_completion_tokens;
+    let limit = context;
     let mut out: Vec<Option<Result<String, JudgeError>>> = vec![None; prompts.len()];
     let mut ready: Vec<(usize, Vec<u32>, u64)> = Vec::new();
     for (i, prompt) in prompts.iter().enumerate() {
@@ -108,26 +111,28 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String
             }
             Ok(ids) if ids.len() >= limit => {
                 out[i] = Some(Err(JudgeError::Failed(format!(
-                "the judge prompt has {} tokens; the judge allows {} with {max_new} reply tokens",
-                ids.len(),
-                limit.saturating_sub(1)
-            ))))
+                    "the judge prompt has {} tokens; the judge's context holds {}",
+                    ids.len(),
+                    limit.saturating_sub(1)
+                ))))
             }
             Ok(ids) => ready.push((i, ids, prompt_seed(prompt))),
             Err(e) => out[i] = Some(Err(JudgeError::Failed(format!("tokenizer: {e}")))),
         }
     }
-    let params = SamplingParams {
-        n: 1,
-        temperature: sampling.temperature as f32,
-        top_p: sampling.top_p as f32,
-        max_new_tokens: max_new,
-        ..SamplingParams::default()
-    };
     let eos = &lm.tokenizer.eos_token_ids;
     let pad = lm.tokenizer.pad_id();
     for chunk in ready.chunks(MAX_JUDGE_BATCH) {
         let ids: Vec<Vec<u32>> = chunk.iter().map(|(_, ids, _)| ids.clone()).collect();
+        let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
+        let room = context.saturating_sub(longest).max(1);
+        let params = SamplingParams {
+            n: 1,
+            temperature: sampling.temperature as f32,
+            top_p: sampling.top_p as f32,
+            max_new_tokens: asked.min(room),
+            ..SamplingParams::default()
+        };
         let seeds: Vec<u64> = chunk.iter().map(|(_, _, seed)| *seed).collect();
         match sample_seeded(&lm.model, &ids, &seeds, &params, eos, pad, Some(&lm.tokenizer)) {
             Ok(completions) => {

@@ -73,7 +73,17 @@ impl Dataset {
                 return Err(data_error(file, line, "each line must be a JSON object"));
             }
             let messages = row_messages(&item, file, line)?;
-            let prompt_text = match tokenizer.apply_chat_template(&messages, true) {
+            let offers_tools =
+                item.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+            let rendered = if offers_tools {
+                // The row's functions, shown as its chat template (or the Hermes text) shows
+                // them; the completion's calls become `sample.output_tools`.
+                crate::episodes::format::render_prompt(tokenizer, &item, &[])
+                    .map_err(|e| e.to_string())
+            } else {
+                tokenizer.apply_chat_template(&messages, true).map_err(|e| e.to_string())
+            };
+            let prompt_text = match rendered {
                 Ok(text) => text,
                 Err(_) if tokenizer.chat_template_source.is_none() => {
                     messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n")

@@ -4,7 +4,7 @@ use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
 use crate::episodes::tools::ToolHost;
-use crate::episodes::{grader_sample, Episode, EpisodeRunner};
+use crate::episodes::{completion_sample, grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
 use crate::sampler::{
     sample_stream, sample_with_progress, Completion, FinishReason, SamplingParams,
@@ -228,11 +228,12 @@ impl Rollout<'_> {
             .zip(&texts)
             .enumerate()
             .map(|(i, (c, text))| {
+                let item = &rows[examples[c.prompt_index]].item;
                 let sample = match episodes.get(i) {
                     Some(episode) => grader_sample(self.tokenizer, episode)?,
-                    None => Sample::from_text(text.clone()),
+                    None => completion_sample(text, item),
                 };
-                Ok((rows[examples[c.prompt_index]].item.clone(), sample))
+                Ok((item.clone(), sample))
             })
             .collect::<crate::error::Result<_>>()?;
         let grades = self.pool.grade_batch_blocking(self.grader, &batch);

@@ -60,6 +60,8 @@ pub struct JsonlValidator {
     overlong: bool,
     required: Vec<Vec<String>>,
     format: RowFormat,
+    /// The grader reading `sample.output_tools`, when one does (rows must offer `tools`).
+    tools_reader: Option<String>,
 }
 
 impl Default for JsonlValidator {
@@ -74,6 +76,7 @@ impl Default for JsonlValidator {
             overlong: false,
             required: Vec::new(),
             format: RowFormat::Any,
+            tools_reader: None,
         }
     }
 }
@@ -83,6 +86,13 @@ impl JsonlValidator {
     /// see `Grader::item_fields`) on every line, collecting up to [`MAX_LINE_ERRORS`] problems.
     pub fn requiring(required: Vec<Vec<String>>) -> Self {
         Self { required, max_errors: MAX_LINE_ERRORS, format: RowFormat::Prompt, ..Self::default() }
+    }
+
+    /// Also requires a non-empty `tools` list on every row, because grader `reader` (when set)
+    /// reads `sample.output_tools`.
+    pub fn with_tools_for(mut self, reader: Option<String>) -> Self {
+        self.tools_reader = reader;
+        self
     }
 
     /// The job check of a supervised or DPO file: rows of `format` on every line, collecting up
@@ -156,7 +166,9 @@ impl JsonlValidator {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match check_record(&line, &self.required, self.format) {
+        let checked = check_record(&line, &self.required, self.format)
+            .and_then(|()| check_tools_offered(&line, self.tools_reader.as_deref()));
+        match checked {
             Ok(()) => self.records += 1,
             Err((field, reason)) => self.fail(&field, reason),
         }
@@ -206,6 +218,24 @@ pub fn check_record(
         }
     }
     Ok(())
+}
+
+/// When grader `reader` reads `sample.output_tools`, the row must offer a non-empty `tools`
+/// list (single-turn completions call tools only when their row offers some).
+fn check_tools_offered(line: &[u8], reader: Option<&str>) -> Result<(), (String, String)> {
+    let Some(reader) = reader else { return Ok(()) };
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
+    match value.get("tools") {
+        Some(Value::Array(tools)) if !tools.is_empty() => Ok(()),
+        _ => Err((
+            "tools".into(),
+            format!(
+                "missing or empty; grader {reader:?} reads sample.output_tools, the tool calls of \
+                 a completion, and only rows with `tools` offer the model functions to call"
+            ),
+        )),
+    }
 }
 
 /// Whether a row is meant as a preference pair: it has an output, or an `input` and no prompt

@@ -118,7 +118,8 @@ pub struct ChatCompletionRequest {
     /// Not supported.
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
-    /// Only `{"type": "text"}`.
+    /// OpenAI's `text`, `json_object` or `json_schema` (checked; not yet enforced by
+    /// constrained decoding, see docs/inference.md).
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<Value>,
 }
@@ -245,16 +246,18 @@ impl ChatCompletionRequest {
         for (param, set) in [
             ("tools", self.tools.as_ref().is_some_and(|t| !t.is_null())),
             ("tool_choice", self.tool_choice.as_ref().is_some_and(|t| !t.is_null() && t != "none")),
-            (
-                "response_format",
-                self.response_format.as_ref().is_some_and(|f| {
-                    !f.is_null() && f.get("type").and_then(Value::as_str) != Some("text")
-                }),
-            ),
         ] {
             if set {
                 return Err(unsupported(param));
             }
+        }
+        if let Some(format) = self.response_format.as_ref().filter(|f| !f.is_null()) {
+            let format: verity_core::response_format::ResponseFormat =
+                serde_json::from_value(format.clone())
+                    .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+            format.validate().map_err(|e| {
+                ApiError::invalid(format!("response_format.{}", e.field), e.message)
+            })?;
         }
         if self.messages.is_empty() {
             return Err(ApiError::invalid("messages", "at least one message"));

@@ -68,7 +68,9 @@ pub struct CreateJobRequest {
     /// Refused unless null or empty: Verity has no integrations.
     #[schema(value_type = Option<Vec<Object>>)]
     pub integrations: Option<Value>,
-    /// Deprecated by OpenAI; refused unless null (use `method.{type}.hyperparameters`).
+    /// OpenAI's legacy shape: without `method`, the job is supervised with these
+    /// hyperparameters; beside a `method`, refused unless null (use
+    /// `method.{type}.hyperparameters`).
     #[schema(value_type = Option<Object>)]
     pub hyperparameters: Option<Value>,
     /// Verity extension: `{max_wall_seconds, max_tokens}`, caps at which the job pauses
@@ -148,8 +150,17 @@ pub async fn check_request(
     if let Some(metadata) = &request.metadata {
         reject_nul_json("metadata", metadata)?;
     }
-    validate::refuse_unsupported(request.integrations.as_ref(), request.hyperparameters.as_ref())?;
-    let method = validate::validate_method(request.method.as_ref())?;
+    let method = match request.method.as_ref().filter(|m| !m.is_null()) {
+        Some(method) => {
+            let hyperparameters = request.hyperparameters.as_ref();
+            validate::refuse_unsupported(request.integrations.as_ref(), hyperparameters)?;
+            validate::validate_method(Some(method))?
+        }
+        None => {
+            validate::refuse_unsupported(request.integrations.as_ref(), None)?;
+            validate::legacy_method(request.hyperparameters.as_ref())?
+        }
+    };
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
     let budget = match request.budget.as_ref().filter(|b| !b.is_null()) {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 use verity_core::environment::Environment;
 use verity_core::files::FileRecord;
+use verity_core::response_format::ResponseFormat;
 use verity_core::spec::{Hyperparameters, Method, MethodKind, TuningHyperparameters};
 use verity_verifiers::Grader;
 
@@ -45,6 +46,8 @@ pub struct CheckedMethod {
     pub kind: MethodKind,
     /// The compiled grader of a reinforcement job.
     pub grader: Option<Grader>,
+    /// The grader that reads `sample.output_tools`, when one does: every row must offer `tools`.
+    pub tools_reader: Option<String>,
 }
 
 impl CheckedMethod {
@@ -52,7 +55,8 @@ impl CheckedMethod {
     /// (reinforcement), a chat with an assistant message (supervised), a preference pair (DPO).
     pub fn rows(&self) -> JsonlValidator {
         match (&self.grader, self.kind) {
-            (Some(grader), _) => JsonlValidator::requiring(grader.item_fields()),
+            (Some(grader), _) => JsonlValidator::requiring(grader.item_fields())
+                .with_tools_for(self.tools_reader.clone()),
             (None, MethodKind::Dpo) => JsonlValidator::for_format(RowFormat::Preference),
             (None, _) => JsonlValidator::for_format(RowFormat::Supervised),
         }
@@ -132,11 +136,28 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
         Some(_) => return Err(ApiError::invalid(at, "must be an object")),
     };
     // Name the hyperparameter when it is what fails to parse, else the method's object.
+    let mut tools_reader = None;
     match kind {
         MethodKind::Reinforcement => {
             parse_at::<Hyperparameters>(&at, hyperparameters)?;
-            if let Some(environment) = settings.get("environment").filter(|e| !e.is_null()) {
+            let environment = settings.get("environment").filter(|e| !e.is_null());
+            if let Some(environment) = environment {
                 parse_at::<Environment>("method.reinforcement.environment", environment.clone())?;
+            }
+            let format = match settings.get("response_format").filter(|f| !f.is_null()) {
+                Some(format) => Some(parse_at::<ResponseFormat>(
+                    "method.reinforcement.response_format",
+                    format.clone(),
+                )?),
+                None => None,
+            };
+            if let Some(grader) = &grader {
+                tools_reader = check_sample_fields(
+                    grader,
+                    "method.reinforcement.grader",
+                    format.as_ref(),
+                    environment.is_some(),
+                )?;
             }
         }
         MethodKind::Supervised | MethodKind::Dpo => {
@@ -148,7 +169,92 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
     parsed.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
     let resolved = serde_json::to_value(parsed.resolved())
         .map_err(|e| ApiError::internal("resolving hyperparameters", e))?;
-    Ok(CheckedMethod { resolved, kind, grader })
+    Ok(CheckedMethod { resolved, kind, grader, tools_reader })
+}
+
+/// Checks every `sample.…` reference of `grader` (at JSON path `param`) against what the
+/// samples will hold: `output_text` always; `output_json.…` only with a JSON `format` (and,
+/// when its schema lists properties, one of them); `output_tools` only for single-turn jobs
+/// (their rows must then offer `tools`: the name of the grader reading it is returned for that
+/// row check); `messages` and `tool_calls` only with an `environment`. A 400 names the grader
+/// and the field.
+pub fn check_sample_fields(
+    grader: &Grader,
+    param: &str,
+    format: Option<&ResponseFormat>,
+    environment: bool,
+) -> ApiResult<Option<String>> {
+    let mut tools_reader = None;
+    for (name, path) in grader.sample_fields() {
+        let field = format!("sample.{}", path.join("."));
+        let refuse = |why: String| {
+            Err(ApiError::invalid(
+                param,
+                format!("grader {name:?} reads {{{{{field}}}}}, but {why}"),
+            ))
+        };
+        match path[0].as_str() {
+            "output_text" => {}
+            "output_json" => match format {
+                Some(format) if format.is_json() => {
+                    let properties = format.schema_properties();
+                    if let (Some(properties), Some(key)) = (properties, path.get(1)) {
+                        if !properties.contains(key) {
+                            return refuse(format!(
+                                "the response_format schema has no property {key:?} (it has {})",
+                                properties.join(", ")
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return refuse(
+                        "sample.output_json is only set with a JSON response_format: set \
+                         method.reinforcement.response_format to {\"type\": \"json_schema\", …} \
+                         or {\"type\": \"json_object\"}"
+                            .into(),
+                    )
+                }
+            },
+            "output_tools" if environment => {
+                return refuse(
+                    "a job with an environment records its calls in sample.tool_calls".into(),
+                )
+            }
+            "output_tools" => tools_reader = Some(name.clone()),
+            "messages" | "tool_calls" if environment => {}
+            other => {
+                return refuse(format!(
+                    "samples have no field {other:?}: they hold output_text, output_json (with a \
+                     JSON response_format), output_tools (rows with tools), and with an \
+                     environment messages and tool_calls"
+                ))
+            }
+        }
+    }
+    Ok(tools_reader)
+}
+
+/// A job without `method`, as OpenAI takes it (its legacy shape): supervised, with the
+/// top-level `hyperparameters` (`batch_size`, `learning_rate_multiplier`, `n_epochs`, …);
+/// errors name `hyperparameters.{field}`.
+pub fn legacy_method(hyperparameters: Option<&Value>) -> ApiResult<CheckedMethod> {
+    let hyperparameters = match hyperparameters {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(value @ Value::Object(_)) => value.clone(),
+        Some(_) => return Err(ApiError::invalid("hyperparameters", "must be an object")),
+    };
+    let method = serde_json::json!({
+        "type": "supervised",
+        "supervised": { "hyperparameters": hyperparameters },
+    });
+    validate_method(Some(&method)).map_err(|mut e| {
+        if let Some(param) = &e.param {
+            let prefix = "method.supervised.";
+            e.param = Some(param.strip_prefix(prefix).unwrap_or(param).to_string());
+        }
+        e
+    })
 }
 
 /// Checks the suffix: at most 64 characters of letters, digits, `-` and `_`.

@@ -169,6 +169,7 @@ pub async fn create_profile(
         top_p: hyperparameters.top_p,
         max_tokens: hyperparameters.max_completion_tokens(),
         stop: hyperparameters.stop.clone(),
+        response_format: method.reinforcement().and_then(|r| r.response_format.clone()),
     };
     let spec = RunSpec::DifficultyProfile(DifficultyProfileSpec {
         model,

@@ -158,6 +158,7 @@ async fn job_defaults(state: &AppState, principal: &Principal, id: &str) -> ApiR
             top_p: hp.top_p,
             max_tokens: hp.max_completion_tokens(),
             stop: hp.stop.clone(),
+            response_format: rl.response_format.clone(),
         },
     })
 }
@@ -229,7 +230,8 @@ pub async fn create(
     for (i, name) in names.iter().enumerate() {
         models.push(resolve_run_model(state, principal, &format!("models[{i}]"), name).await?);
     }
-    validate_file_and_grader(state, principal, &file, &grader).await?;
+    validate_file_and_grader(state, principal, &file, &grader, sampling.response_format.as_ref())
+        .await?;
     let spec =
         RunSpec::Evaluation(EvaluationSpec { models, grader, n, sampling, job_id: request.job });
     enqueue_run(state, principal, &spec, &file, request.seed).await

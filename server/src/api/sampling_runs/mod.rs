@@ -13,7 +13,9 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::reject_nul_json;
 use crate::api::files::jsonl::JsonlValidator;
 use crate::api::jobs::samples::{load_samples, SampleObject, SampleQuery};
-use crate::api::jobs::validate::{validate_file, validate_judges, validate_rows};
+use crate::api::jobs::validate::{
+    check_sample_fields, validate_file, validate_judges, validate_rows,
+};
 use crate::api::pagination::{Page, PageQuery};
 use crate::api::state::AppState;
 use axum::Router;
@@ -22,6 +24,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
+use verity_core::response_format::ResponseFormat;
 use verity_core::sampling_runs::{RunKind, RunModel, RunSpec, SamplingSettings};
 use verity_verifiers::Grader;
 
@@ -44,6 +47,10 @@ pub struct SamplingRequest {
     pub max_tokens: Option<usize>,
     /// Up to 4 texts that end a completion.
     pub stop: Option<Vec<String>>,
+    /// OpenAI's `response_format` (`text`, `json_object`, `json_schema`): with a JSON format
+    /// the grader reads `sample.output_json`.
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<ResponseFormat>,
 }
 
 impl SamplingRequest {
@@ -54,6 +61,7 @@ impl SamplingRequest {
             top_p: self.top_p.unwrap_or(defaults.top_p),
             max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens),
             stop: self.stop.clone().unwrap_or(defaults.stop),
+            response_format: self.response_format.clone().or(defaults.response_format),
         };
         settings.validate().map_err(|e| ApiError::invalid(e.param, e.message))?;
         Ok(settings)
@@ -86,13 +94,15 @@ pub async fn validate_file_and_grader(
     principal: &Principal,
     file: &str,
     grader: &Value,
+    format: Option<&ResponseFormat>,
 ) -> ApiResult<Grader> {
     reject_nul_json("grader", grader)?;
     let compiled = crate::api::graders::parse_grader("grader", grader)?;
+    let tools_reader = check_sample_fields(&compiled, "grader", format, false)?;
     validate_judges(state, principal, "grader", &compiled).await?;
     crate::api::graders::validate_embedding_models(state, principal, "grader", &compiled).await?;
     let record = validate_file(state, principal, "file", file).await?;
-    let rows = JsonlValidator::requiring(compiled.item_fields());
+    let rows = JsonlValidator::requiring(compiled.item_fields()).with_tools_for(tools_reader);
     validate_rows(state, "file", &record, rows).await?;
     Ok(compiled)
 }

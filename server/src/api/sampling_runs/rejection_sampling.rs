@@ -153,7 +153,8 @@ pub async fn create_run(
     };
     let sampling = request.sampling.settings(Default::default())?;
     let model = resolve_run_model(&state, &principal, "model", &model).await?;
-    validate_file_and_grader(&state, &principal, &file, &grader).await?;
+    validate_file_and_grader(&state, &principal, &file, &grader, sampling.response_format.as_ref())
+        .await?;
     // Graded scores below 1 only pass a `min_score` below 1.
     let min_score =
         if min_score >= 1.0 { verity_worker::trainer::step::SUCCESS_THRESHOLD } else { min_score };
