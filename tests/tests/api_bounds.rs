@@ -128,7 +128,20 @@ async fn multipart_text_is_capped_and_never_echoed_and_rows_are_capped(pool: sql
         format!("{{\"prompt\": \"{}\"}}\n{{\"prompt\": \"short\"}}\n", "y".repeat(100_000));
     let file = upload(&app.router, &key, "long.jsonl", long_row.as_bytes()).await;
     let id = file.json()["id"].as_str().unwrap().to_string();
-    let cookie = format!("verity_session={key}");
+    // A dashboard session (its cookie holds a session id, never the key): sign in with the key.
+    let signed_in = send(
+        &app.router,
+        Request::builder()
+            .method(Method::POST)
+            .uri("/login")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(format!("api_key={key}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(signed_in.status, StatusCode::SEE_OTHER);
+    let cookie =
+        signed_in.headers["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let row = |n: usize| {
         Request::builder()
             .uri(format!("/files/{id}/rows/{n}"))
