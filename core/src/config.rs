@@ -71,6 +71,12 @@ pub struct QueueConfig {
     /// Longest retry delay (seconds).
     #[arg(long = "retry-max-seconds", env = "VERITY_RETRY_MAX_SECONDS", default_value_t = QueueConfig::default().retry_max_seconds)]
     pub retry_max_seconds: u64,
+    /// Most jobs one org may have running at once (0: no limit); read by workers when claiming.
+    #[arg(long = "org-max-running", env = "VERITY_ORG_MAX_RUNNING", default_value_t = QueueConfig::default().org_max_running)]
+    pub org_max_running: u32,
+    /// Most jobs one org may have queued (0: no limit); the API answers 429 beyond it.
+    #[arg(long = "org-max-queued", env = "VERITY_ORG_MAX_QUEUED", default_value_t = QueueConfig::default().org_max_queued)]
+    pub org_max_queued: u32,
 }
 
 impl Default for QueueConfig {
@@ -81,6 +87,8 @@ impl Default for QueueConfig {
             poll_ms: defaults.poll_interval.as_millis() as u64,
             retry_base_ms: defaults.retry_base.as_millis() as u64,
             retry_max_seconds: defaults.retry_max.as_secs(),
+            org_max_running: defaults.org_max_running,
+            org_max_queued: defaults.org_max_queued,
         }
     }
 }
@@ -92,6 +100,8 @@ impl From<&QueueConfig> for QueueSettings {
             poll_interval: Duration::from_millis(config.poll_ms),
             retry_base: Duration::from_millis(config.retry_base_ms),
             retry_max: Duration::from_secs(config.retry_max_seconds),
+            org_max_running: config.org_max_running,
+            org_max_queued: config.org_max_queued,
         }
     }
 }
@@ -115,6 +125,8 @@ mod tests {
             "VERITY_POLL_MS",
             "VERITY_RETRY_BASE_MS",
             "VERITY_RETRY_MAX_SECONDS",
+            "VERITY_ORG_MAX_RUNNING",
+            "VERITY_ORG_MAX_QUEUED",
         ];
         if queue_vars.iter().all(|var| std::env::var_os(var).is_none()) {
             assert_eq!(QueueSettings::from(&parsed), QueueSettings::DEFAULT);

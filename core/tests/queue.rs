@@ -386,3 +386,104 @@ async fn polling_still_finds_jobs_when_the_listener_is_dead(pool: PgPool) {
     let lease = queue.claim(&cpu_worker()).await.unwrap().expect("the poll finds the job");
     assert_eq!(lease.job().id, job);
 }
+
+/// Claims the next job and completes it at once; returns the job's org.
+async fn claim_and_complete(queue: &Queue, worker: &WorkerInfo) -> Option<uuid::Uuid> {
+    let lease = queue.claim(worker).await.unwrap()?;
+    let org = lease.job().org_id;
+    lease.complete(&json!({}), None).await.unwrap();
+    Some(org)
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn one_orgs_backlog_does_not_starve_another(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let (a, b) = (org(&pool).await, org(&pool).await);
+    for i in 0..50 {
+        queue.enqueue(&NewJob::new(a, "m", json!({ "i": i }))).await.unwrap();
+    }
+    let worker = cpu_worker();
+    // A is being served: two of its jobs done, one running.
+    assert_eq!(claim_and_complete(&queue, &worker).await, Some(a));
+    assert_eq!(claim_and_complete(&queue, &worker).await, Some(a));
+    let running = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(running.job().org_id, a);
+    // B enqueues one job after A's 50 (47 still queued): the next claim is B's.
+    let mut late = NewJob::new(b, "m", json!({}));
+    late.priority = -10;
+    let late = queue.enqueue(&late).await.unwrap();
+    let next = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(next.job().id, late, "B's single job starts within the next claim");
+    // With nothing running, the orgs alternate: A (served less recently), then B's next job.
+    running.complete(&json!({}), None).await.unwrap();
+    next.complete(&json!({}), None).await.unwrap();
+    let again = queue.enqueue(&NewJob::new(b, "m", json!({}))).await.unwrap();
+    assert_eq!(claim_and_complete(&queue, &worker).await, Some(a));
+    let next = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(next.job().id, again, "B's second job comes before A's 45 others");
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn orgs_with_queued_work_are_served_round_robin(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), settings(0));
+    let orgs = [org(&pool).await, org(&pool).await, org(&pool).await];
+    // Each org enqueues in one burst, the first org first.
+    for org in orgs {
+        for i in 0..3 {
+            let mut job = NewJob::new(org, "m", json!({ "i": i }));
+            job.priority = i as i16;
+            queue.enqueue(&job).await.unwrap();
+        }
+    }
+    let worker = cpu_worker();
+    let mut served = Vec::new();
+    while let Some(org) = claim_and_complete(&queue, &worker).await {
+        served.push(org);
+    }
+    let expected: Vec<_> = (0..3).flat_map(|_| orgs).collect();
+    assert_eq!(served, expected);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_org_at_its_running_limit_waits_while_others_run(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), QueueSettings { org_max_running: 1, ..settings(0) });
+    let (a, b) = (org(&pool).await, org(&pool).await);
+    let a1 = queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap();
+    let a2 = queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap();
+    let b1 = queue.enqueue(&NewJob::new(b, "m", json!({}))).await.unwrap();
+    let worker = cpu_worker();
+    let first = queue.claim(&worker).await.unwrap().unwrap();
+    assert_eq!(first.job().id, a1);
+    assert_eq!(queue.claim(&worker).await.unwrap().unwrap().job().id, b1);
+    assert!(queue.claim(&worker).await.unwrap().is_none(), "A has one running, its limit");
+    assert_eq!(queue.state(&a2).await.unwrap(), JobState::Queued);
+    first.complete(&json!({}), None).await.unwrap();
+    assert_eq!(queue.claim(&worker).await.unwrap().unwrap().job().id, a2);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_org_at_its_queued_limit_is_refused_and_others_are_not(pool: PgPool) {
+    let queue = Queue::new(pool.clone(), QueueSettings { org_max_queued: 3, ..settings(0) });
+    let (a, b) = (org(&pool).await, org(&pool).await);
+    for _ in 0..3 {
+        queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap();
+    }
+    let refused = queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap_err();
+    assert!(matches!(refused, QueueError::OrgQueueFull { limit: 3 }), "{refused:?}");
+    assert!(refused.to_string().contains("VERITY_ORG_MAX_QUEUED"), "{refused}");
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE org_id = $1")
+        .bind(a)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 3, "the refused job left nothing behind");
+    queue.enqueue(&NewJob::new(b, "m", json!({}))).await.unwrap();
+    // Once one of A's jobs starts, A may queue another.
+    let worker = cpu_worker();
+    while let Some(lease) = queue.claim(&worker).await.unwrap() {
+        if lease.job().org_id == a {
+            break;
+        }
+    }
+    queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap();
+}

@@ -247,3 +247,31 @@ async fn metrics_labels_are_bounded_and_the_token_guards_them(pool: sqlx::PgPool
     assert!(!text.contains("XXXX"), "unknown methods collapse to other");
     assert!(text.contains("verity_jobs{"));
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_org_over_its_queued_limit_gets_429_and_another_org_does_not(pool: sqlx::PgPool) {
+    use verity_core::queue::{Queue, QueueSettings};
+    let app = app_with(pool.clone(), api_config(), |state| {
+        let settings = QueueSettings { org_max_queued: 1, ..QueueSettings::DEFAULT };
+        state.queue = Queue::new(state.pool.clone(), settings);
+    })
+    .await;
+    base_model(&app).await;
+    let a = user(&pool, "ada@a.io", "org-a", "member").await;
+    let b = user(&pool, "bob@b.io", "org-b", "member").await;
+    let (file, _job) = file_and_job(&app, &a).await;
+    let body = json!({"model": "tiny", "training_file": file, "method": method()});
+    let refused = post(&app.router, "/v1/fine_tuning/jobs", &a, body).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", refused.json());
+    assert_eq!(refused.json()["error"]["code"], "queue_limit_exceeded");
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("1 queued jobs") && message.contains("VERITY_ORG_MAX_QUEUED"),
+        "{message}"
+    );
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap(),
+        1
+    );
+    file_and_job(&app, &b).await;
+}

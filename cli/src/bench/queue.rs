@@ -20,6 +20,10 @@ pub struct QueueBenchArgs {
     /// Jobs claimed and completed per measurement.
     #[arg(long, default_value_t = 2000)]
     pub jobs: usize,
+    /// Numbers of orgs the jobs are spread over, comma-separated (the claim serves orgs by fair
+    /// share, so its cost may grow with the orgs that have queued work).
+    #[arg(long, value_delimiter = ',', default_value = "1,10")]
+    pub orgs: Vec<usize>,
 }
 
 /// Runs the benchmark and prints one JSON line per worker count.
@@ -34,46 +38,67 @@ async fn measure_all(args: &QueueBenchArgs, options: PgConnectOptions) -> anyhow
         .connect_with(options)
         .await?;
     verity_core::db::migrate(&pool).await?;
-    let org = verity_core::tenancy::ensure_org(&pool, "bench").await?;
+    let max_orgs = args.orgs.iter().copied().max().unwrap_or(1).max(1);
+    let mut orgs = Vec::with_capacity(max_orgs);
+    for n in 0..max_orgs {
+        orgs.push(verity_core::tenancy::ensure_org(&pool, &format!("bench-{n}")).await?);
+    }
     let queue = Queue::new(
         pool.clone(),
-        QueueSettings { lease: Duration::from_secs(300), ..QueueSettings::default() },
+        QueueSettings {
+            lease: Duration::from_secs(300),
+            org_max_queued: 0,
+            ..QueueSettings::default()
+        },
     );
-    for &workers in &args.workers {
-        for _ in 0..args.jobs {
-            queue.enqueue(&NewJob::new(org, "bench-model", serde_json::json!({}))).await?;
+    for &org_count in &args.orgs {
+        for &workers in &args.workers {
+            measure(&queue, &orgs[..org_count.max(1)], workers, args.jobs).await?;
         }
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..workers.max(1))
-            .map(|_| {
-                let queue = queue.clone();
-                tokio::spawn(async move { drain(queue).await })
-            })
-            .collect();
-        let mut latencies = Vec::with_capacity(args.jobs);
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        latencies.sort_by(f64::total_cmp);
-        let pct = |p: f64| {
-            latencies
-                .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-                .unwrap_or(0.0)
-        };
-        let line = serde_json::json!({
-            "bench": "queue",
-            "workers": workers,
-            "jobs": latencies.len(),
-            "claims_per_s": latencies.len() as f64 / elapsed,
-            "claim_p50_ms": pct(0.50),
-            "claim_p99_ms": pct(0.99),
-            "seconds": elapsed,
-        });
-        println!("{line}");
     }
     pool.close().await;
+    Ok(())
+}
+
+/// Enqueues `jobs` jobs spread round the `orgs`, drains them with `workers` concurrent workers
+/// and prints one JSON line.
+async fn measure(
+    queue: &Queue,
+    orgs: &[uuid::Uuid],
+    workers: usize,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    for (i, org) in orgs.iter().cycle().take(jobs).enumerate() {
+        let spec = serde_json::json!({ "i": i });
+        queue.enqueue(&NewJob::new(*org, "bench-model", spec)).await?;
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..workers.max(1))
+        .map(|_| {
+            let queue = queue.clone();
+            tokio::spawn(async move { drain(queue).await })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(jobs);
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        latencies.get(((latencies.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
+    };
+    let line = serde_json::json!({
+        "bench": "queue",
+        "orgs": orgs.len(),
+        "workers": workers,
+        "jobs": latencies.len(),
+        "claims_per_s": latencies.len() as f64 / elapsed,
+        "claim_p50_ms": pct(0.50),
+        "claim_p99_ms": pct(0.99),
+        "seconds": elapsed,
+    });
+    println!("{line}");
     Ok(())
 }
 

@@ -91,25 +91,59 @@ impl Queue {
         Ok(())
     }
 
-    /// Claims the highest-priority queued job this worker can run, or `None`.
+    /// Claims the next queued job this worker can run, or `None`, serving orgs by fair share.
     ///
-    /// One statement: the row is locked with `SKIP LOCKED`, moved to `running` with a new attempt
-    /// and a lease, and committed at once; no transaction stays open while the job runs.
+    /// The org with the fewest running jobs goes first, then the org whose last claim is oldest
+    /// (never-served orgs first), so one org's backlog cannot starve another's: round-robin
+    /// across orgs with claimable work. Within an org: priority, then age. Orgs at
+    /// [`QueueSettings::org_max_running`](super::QueueSettings) are skipped.
+    ///
+    /// One statement: the orgs with queued work are found by a skip scan of
+    /// `jobs_org_queued_idx`, each org's head job is locked with `SKIP LOCKED`, the chosen one is
+    /// moved to `running` with a new attempt and a lease, and committed at once; no transaction
+    /// stays open while the job runs.
     pub async fn claim(&self, worker: &WorkerInfo) -> Result<Option<Lease>, QueueError> {
         let row = sqlx::query!(
-            r#"WITH next AS (
-                   SELECT id FROM jobs
-                   WHERE state = 'queued' AND run_after <= now()
-                     AND (required_device = 'any' OR required_device = $2)
-                     AND required_memory_mb <= $3
-                   ORDER BY priority DESC, created_at, id
+            r#"WITH RECURSIVE orgs(org_id) AS (
+                   (SELECT org_id FROM jobs WHERE state = 'queued' ORDER BY org_id LIMIT 1)
+                   UNION ALL
+                   SELECT (SELECT j.org_id FROM jobs j
+                           WHERE j.state = 'queued' AND j.org_id > orgs.org_id
+                           ORDER BY j.org_id LIMIT 1)
+                   FROM orgs WHERE orgs.org_id IS NOT NULL
+               ),
+               heads AS (
+                   SELECT head.id, head.priority, head.created_at, running.n AS running,
+                          served.last_claimed
+                   FROM orgs
+                   CROSS JOIN LATERAL (
+                       SELECT count(*) AS n FROM jobs r
+                       WHERE r.org_id = orgs.org_id AND r.state = 'running'
+                   ) running
+                   CROSS JOIN LATERAL (
+                       SELECT max(c.claimed_at) AS last_claimed FROM jobs c
+                       WHERE c.org_id = orgs.org_id
+                   ) served
+                   CROSS JOIN LATERAL (
+                       SELECT q.id, q.priority, q.created_at FROM jobs q
+                       WHERE q.org_id = orgs.org_id AND q.state = 'queued' AND q.run_after <= now()
+                         AND (q.required_device = 'any' OR q.required_device = $2)
+                         AND q.required_memory_mb <= $3
+                       ORDER BY q.priority DESC, q.created_at, q.id
+                       LIMIT 1
+                       FOR UPDATE SKIP LOCKED
+                   ) head
+                   WHERE orgs.org_id IS NOT NULL AND ($5::int8 = 0 OR running.n < $5::int8)
+               ),
+               next AS (
+                   SELECT id FROM heads
+                   ORDER BY running, last_claimed NULLS FIRST, priority DESC, created_at, id
                    LIMIT 1
-                   FOR UPDATE SKIP LOCKED
                )
                UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, worker_id = $1,
                                lease_expires_at = now() + make_interval(secs => $4),
                                heartbeat_at = now(), started_at = coalesce(jobs.started_at, now()),
-                               error = NULL
+                               claimed_at = now(), error = NULL
                FROM next WHERE jobs.id = next.id
                RETURNING jobs.id, jobs.org_id, jobs.attempt, jobs.failures, jobs.model,
                          jobs.training_file, jobs.validation_file, jobs.seed, jobs.spec"#,
@@ -117,6 +151,7 @@ impl Queue {
             worker.device.as_str(),
             worker.memory_mb,
             secs(self.settings.lease),
+            i64::from(self.settings.org_max_running),
         )
         .fetch_optional(&self.pool)
         .await?;

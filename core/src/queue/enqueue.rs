@@ -76,12 +76,21 @@ impl Queue {
         self.enqueue_kind(job, kind.as_str()).await
     }
 
+    /// Inserts the job unless its org already has
+    /// [`QueueSettings::org_max_queued`](super::QueueSettings) jobs queued; the count and the
+    /// insert are one statement, so concurrent requests can pass the limit by at most their
+    /// number.
     async fn enqueue_kind(&self, job: &NewJob, kind: &str) -> Result<String, QueueError> {
-        sqlx::query!(
+        let limit = i64::from(self.settings.org_max_queued);
+        let inserted = sqlx::query!(
             r#"INSERT INTO jobs (id, org_id, created_by, model, training_file, validation_file, suffix,
                                  seed, spec, metadata, priority, required_device, required_memory_mb,
                                  max_attempts, state, kind)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"#,
+               SELECT $1::text, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text,
+                      $8::int8, $9::jsonb, $10::jsonb, $11::int2, $12::text, $13::int8, $14::int4,
+                      $15::text, $16::text
+               WHERE $17::int8 = 0
+                  OR (SELECT count(*) FROM jobs WHERE org_id = $2::uuid AND state = 'queued') < $17::int8"#,
             job.id,
             job.org_id,
             job.created_by,
@@ -98,9 +107,13 @@ impl Queue {
             job.max_attempts,
             JobState::Queued.as_str(),
             kind,
+            limit,
         )
         .execute(&self.pool)
         .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(QueueError::OrgQueueFull { limit: self.settings.org_max_queued });
+        }
         Ok(job.id.clone())
     }
 }

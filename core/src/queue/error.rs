@@ -29,6 +29,13 @@ pub enum QueueError {
         /// What was asked.
         action: &'static str,
     },
+    /// The org already has as many queued jobs as
+    /// [`QueueSettings::org_max_queued`](super::QueueSettings) allows.
+    #[error("this organization already has {limit} queued jobs, the most allowed (VERITY_ORG_MAX_QUEUED); wait for some to start or cancel some")]
+    OrgQueueFull {
+        /// The limit.
+        limit: u32,
+    },
     /// The database holds something the code does not understand.
     #[error("unexpected data in the jobs table: {0}")]
     Corrupt(String),

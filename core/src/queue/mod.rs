@@ -49,15 +49,22 @@ pub struct QueueSettings {
     pub retry_base: Duration,
     /// Upper bound on the retry delay.
     pub retry_max: Duration,
+    /// Most jobs one org may have running at once; its further jobs wait queued (0: no limit).
+    pub org_max_running: u32,
+    /// Most jobs one org may have queued; enqueueing more is refused (0: no limit).
+    pub org_max_queued: u32,
 }
 
 impl QueueSettings {
-    /// The defaults: 60 s leases, 5 s polling, retries after 10 s doubling up to an hour.
+    /// The defaults: 60 s leases, 5 s polling, retries after 10 s doubling up to an hour, no
+    /// limit on an org's running jobs (fair share interleaves orgs) and 1000 queued per org.
     pub const DEFAULT: QueueSettings = QueueSettings {
         lease: Duration::from_secs(60),
         poll_interval: Duration::from_secs(5),
         retry_base: Duration::from_secs(10),
         retry_max: Duration::from_secs(3600),
+        org_max_running: 0,
+        org_max_queued: 1000,
     };
 
     /// Time between a running job's heartbeats: a quarter of the lease (at least 200 ms), so

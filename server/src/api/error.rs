@@ -239,6 +239,11 @@ impl From<QueueError> for ApiError {
                 "invalid_job_state",
                 format!("job {job_id} is {state}; cannot {action}"),
             ),
+            QueueError::OrgQueueFull { .. } => ApiError {
+                message: error.to_string(),
+                code: Some("queue_limit_exceeded"),
+                ..ApiError::rate_limited(60)
+            },
             QueueError::Db(e) => e.into(),
             other => ApiError::internal("queue", other),
         }

@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
             retry_base: Duration::from_millis(0),
             retry_max: Duration::from_secs(1),
             poll_interval: Duration::from_millis(200),
+            ..QueueSettings::DEFAULT
         },
     );
     let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
