@@ -228,12 +228,25 @@ assert len(csv) == 3 and csv[2].startswith("2,0.4,0.5,"), csv
 assert checkpoint.fine_tuned_model_checkpoint == job.fine_tuned_model + ":ckpt-step-2", checkpoint
 assert checkpoint.step_number == 2 and checkpoint.fine_tuning_job_id == job.id, checkpoint
 assert job.fine_tuned_model in [m.id for m in client.models.list().data]
+model = client.models.retrieve(job.fine_tuned_model)
+assert model.id == job.fine_tuned_model and model.object == "model", model
+assert client.models.retrieve(checkpoint.fine_tuned_model_checkpoint).id == checkpoint.fine_tuned_model_checkpoint
+try:
+    client.models.retrieve("ft:tiny:someone-else:x:ftjob-nope")
+    raise SystemExit("expected 404")
+except openai.NotFoundError:
+    pass
 
 method = {"type": "reinforcement", "reinforcement": {"grader": job.method.reinforcement.grader.to_dict(),
           "hyperparameters": {"n_epochs": 1}}}
 child = client.fine_tuning.jobs.create(model=job.fine_tuned_model, training_file=job.training_file,
                                        method=method, suffix="child")
 assert child.status == "queued" and child.model == job.fine_tuned_model, child
+try:  # deleting a model is an admin's act (OpenAI: the owner's); this key is a member's
+    client.models.delete(job.fine_tuned_model)
+    raise SystemExit("expected 403")
+except openai.PermissionDeniedError:
+    pass
 print("SDK OK")
 "#;
 

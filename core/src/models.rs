@@ -122,6 +122,52 @@ pub async fn insert_model(
     Ok(inserted > 0)
 }
 
+/// What [`delete_org_model`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelDeletion {
+    /// The org's model is gone.
+    Deleted,
+    /// No model of that name that the org can see.
+    NotFound,
+    /// A shared model: only the operator may remove it.
+    Shared,
+    /// Jobs not yet finished (queued, running or paused) train from it: their ids, oldest first.
+    InUse(Vec<String>),
+}
+
+/// Deletes the org's own model `id` (OpenAI's `DELETE /v1/models/{model}`): its registration
+/// only — the stored folder stays, as do the checkpoints and the job that made it. Refused
+/// while unfinished jobs of the org start from it.
+pub async fn delete_org_model(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<ModelDeletion, sqlx::Error> {
+    let Some(model) = get_model(pool, org_id, id).await? else {
+        return Ok(ModelDeletion::NotFound);
+    };
+    if model.org_id.is_none() {
+        return Ok(ModelDeletion::Shared);
+    }
+    let users = sqlx::query_scalar!(
+        r#"SELECT id FROM jobs WHERE org_id = $1 AND model = $2
+             AND state IN ('queued', 'running', 'paused')
+           ORDER BY created_at, id LIMIT 10"#,
+        org_id,
+        id
+    )
+    .fetch_all(pool)
+    .await?;
+    if !users.is_empty() {
+        return Ok(ModelDeletion::InUse(users));
+    }
+    let deleted = sqlx::query!("DELETE FROM models WHERE id = $1 AND org_id = $2", id, org_id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(if deleted > 0 { ModelDeletion::Deleted } else { ModelDeletion::NotFound })
+}
+
 /// Prefix of every fine-tuned model name (OpenAI's convention).
 pub const FINE_TUNED_PREFIX: &str = "ft:";
 
@@ -206,8 +252,8 @@ fn within(inner: &str, outer: &str) -> bool {
 }
 
 /// Whether org `org_id` may register a model stored at `prefix` (already normalised with
-/// [`normalize_prefix`]): a published base folder under `models/` that no other org holds
-/// privately, a file the org uploaded (`files/…`), or a checkpoint of one of the org's jobs
+/// [`normalize_prefix`]): a folder under `models/` that the operator published (a shared model
+/// is stored there) or, if unpublished, that no other org registered privately, a file the org uploaded (`files/…`), or a checkpoint of one of the org's jobs
 /// (`jobs/<id>/checkpoints/step-N`, or a file inside it). Ownership comes from the database,
 /// not from the shape of the key; anything else (samples, metrics, another org's objects) is
 /// refused. Whether objects exist under the prefix is the caller's next check.
@@ -219,14 +265,24 @@ pub async fn org_may_register(
     let segments: Vec<&str> = prefix.split('/').collect();
     match segments.as_slice() {
         ["models", _, ..] => {
-            let claimed = sqlx::query_scalar!(
-                r#"SELECT storage_prefix AS "storage_prefix!" FROM models
-                   WHERE org_id IS NOT NULL AND org_id <> $1"#,
+            let registered = sqlx::query!(
+                r#"SELECT storage_prefix, org_id IS NULL AS "shared!" FROM models
+                   WHERE org_id IS NULL OR org_id <> $1"#,
                 org_id
             )
             .fetch_all(pool)
             .await?;
-            Ok(!claimed.iter().any(|other| within(prefix, other) || within(other, prefix)))
+            // A folder the operator published (shared) is every org's to register; an
+            // unpublished one that another org registered privately stays that org's.
+            let published = registered
+                .iter()
+                .any(|model| model.shared && within(prefix, &model.storage_prefix));
+            let held_elsewhere = registered.iter().any(|model| {
+                !model.shared
+                    && (within(prefix, &model.storage_prefix)
+                        || within(&model.storage_prefix, prefix))
+            });
+            Ok(published || !held_elsewhere)
         }
         ["files", _] => {
             sqlx::query_scalar!(

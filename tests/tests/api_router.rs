@@ -775,6 +775,7 @@ async fn models_register_and_roles(pool: sqlx::PgPool) {
     assert_eq!(registered.status, StatusCode::OK, "{:?}", registered.json());
     assert_eq!(registered.json()["kind"], "base");
     assert_error(&post(&app.router, "/v1/models", &admin, body).await, StatusCode::CONFLICT, None);
+    // Publishing to every org is the operator's act (`verity models share`), not an org admin's.
     let shared = post(
         &app.router,
         "/v1/models",
@@ -782,6 +783,19 @@ async fn models_register_and_roles(pool: sqlx::PgPool) {
         json!({"id": "shared-small", "storage_prefix": "models/small", "shared": true}),
     )
     .await;
+    assert_error(&shared, StatusCode::FORBIDDEN, Some("shared"));
+    assert!(shared.json()["error"]["message"].as_str().unwrap().contains("verity models share"));
+    verity_core::models::insert_base_model(
+        &pool,
+        None,
+        "shared-small",
+        "models/small",
+        "hf",
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    let shared = get(&app.router, "/v1/models/shared-small", &admin).await;
     assert_eq!(shared.json()["owned_by"], "verity");
     let other = user(&pool, "o@y.io", "other", "member").await;
     let ids: Vec<String> = get(&app.router, "/v1/models", &other).await.json()["data"]
@@ -791,6 +805,50 @@ async fn models_register_and_roles(pool: sqlx::PgPool) {
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(ids, vec!["shared-small"], "the org's private model is not visible elsewhere");
+    // `client.models.retrieve`: the org's own model, a shared one; another org's is a 404.
+    let own = get(&app.router, "/v1/models/small", &admin).await;
+    assert_eq!(own.status, StatusCode::OK, "{:?}", own.json());
+    assert_eq!(
+        (own.json()["id"].as_str(), own.json()["object"].as_str()),
+        (Some("small"), Some("model"))
+    );
+    assert_eq!(get(&app.router, "/v1/models/shared-small", &other).await.status, StatusCode::OK);
+    let hidden = get(&app.router, "/v1/models/small", &other).await;
+    assert_error(&hidden, StatusCode::NOT_FOUND, Some("model"));
+    assert_eq!(hidden.json()["error"]["code"], "model_not_found");
+
+    // `client.models.delete`: admins only; not while an unfinished job starts from it; never a
+    // shared model; the registration goes, another org's name stays hidden.
+    let delete = |key: &str, id: &str| {
+        let (router, key, uri) = (app.router.clone(), key.to_string(), format!("/v1/models/{id}"));
+        async move { call(&router, Method::DELETE, &uri, Some(&key), None).await }
+    };
+    assert_error(&delete(&member, "small").await, StatusCode::FORBIDDEN, None);
+    assert_error(&delete(&other, "small").await, StatusCode::FORBIDDEN, None);
+    let org: uuid::Uuid = sqlx::query_scalar("SELECT org_id FROM users WHERE email = 'a@x.io'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let user_job = app
+        .state
+        .queue
+        .enqueue(&verity_core::queue::NewJob::new(org, "small", json!({})))
+        .await
+        .unwrap();
+    let busy = delete(&admin, "small").await;
+    assert_error(&busy, StatusCode::CONFLICT, Some("model"));
+    assert!(busy.json()["error"]["message"].as_str().unwrap().contains(&user_job));
+    app.state.queue.cancel(&user_job).await.unwrap();
+    assert_error(&delete(&admin, "shared-small").await, StatusCode::FORBIDDEN, Some("model"));
+    let deleted = delete(&admin, "small").await;
+    assert_eq!(deleted.status, StatusCode::OK, "{:?}", deleted.json());
+    assert_eq!(deleted.json(), json!({"id": "small", "object": "model", "deleted": true}));
+    assert_error(
+        &get(&app.router, "/v1/models/small", &admin).await,
+        StatusCode::NOT_FOUND,
+        Some("model"),
+    );
+    assert_error(&delete(&admin, "small").await, StatusCode::NOT_FOUND, Some("model"));
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

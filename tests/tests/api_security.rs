@@ -123,6 +123,9 @@ async fn models_register_only_over_the_orgs_own_storage(pool: sqlx::PgPool) {
     // Members cannot register at all; an admin can use a shared published base folder.
     let reply = post(&app.router, "/v1/models", &member, register("mine", "models/tiny")).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    // Org B registering the published folder privately first does not lock org A out of it.
+    let reply = post(&app.router, "/v1/models", &bob, register("b-tiny", "models/tiny")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
     let reply = post(&app.router, "/v1/models", &alice, register("a-tiny", "models/tiny")).await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
 

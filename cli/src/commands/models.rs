@@ -18,6 +18,29 @@ pub enum ModelsCommand {
     /// object store under `models/{name}` and register it as a base model every org can use
     /// (`--kind embedding`: a sentence-transformers folder for `cosine` graders).
     Import(ImportArgs),
+    /// Publish a model folder (or GGUF file) already in the object store as a shared base model
+    /// every org can use: the operator's act, which the API refuses to org admins.
+    Share(ShareArgs),
+}
+
+/// Options of `verity models share`.
+#[derive(Debug, Args)]
+pub struct ShareArgs {
+    /// Name jobs use as `model`.
+    #[arg(long)]
+    pub name: String,
+    /// Where the model is in the object store (e.g. `models/qwen2.5-0.5b`).
+    #[arg(long = "storage-prefix")]
+    pub storage_prefix: String,
+    /// `hf`, `gguf` or `peft`.
+    #[arg(long, default_value = "hf", value_parser = ["hf", "gguf", "peft"])]
+    pub format: String,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
+    /// Object storage.
+    #[command(flatten)]
+    pub storage: StorageConfig,
 }
 
 /// Options of `verity models import`.
@@ -91,7 +114,51 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        ModelsCommand::Share(args) => {
+            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
+            verity_core::db::migrate(&pool).await.context("migrating the database")?;
+            let store = verity_core::storage::open_store(&args.storage)
+                .await
+                .context("opening the object store")?;
+            let prefix = share_model(&pool, store.as_ref(), args).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "model": args.name, "kind": "base", "format": args.format,
+                                    "storage_prefix": prefix, "shared": true })
+            );
+            Ok(())
+        }
     }
+}
+
+/// Registers the stored folder of `args` as a shared base model; returns its normalised prefix.
+pub async fn share_model(
+    pool: &sqlx::PgPool,
+    store: &dyn ObjectStore,
+    args: &ShareArgs,
+) -> anyhow::Result<String> {
+    verity_server::api::models::check_model_name(&args.name)
+        .map_err(|reason| anyhow::anyhow!("--name: {reason}"))?;
+    let prefix = verity_core::models::normalize_prefix(&args.storage_prefix)
+        .with_context(|| format!("--storage-prefix {:?}", args.storage_prefix))?;
+    let stored = store.head(&prefix).await?.is_some()
+        || !store.list(&format!("{prefix}/")).await?.is_empty();
+    if !stored {
+        bail!("nothing is stored under {prefix:?}");
+    }
+    let inserted = verity_core::models::insert_base_model(
+        pool,
+        None,
+        &args.name,
+        &prefix,
+        &args.format,
+        &serde_json::json!({}),
+    )
+    .await?;
+    if !inserted {
+        bail!("a model named {:?} already exists", args.name);
+    }
+    Ok(prefix)
 }
 
 /// Checks that `path` (an HF folder, or a GGUF file when `format` is `gguf`) loads, publishes it

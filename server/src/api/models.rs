@@ -6,7 +6,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
 use super::jobs::view::checkpoint_model_name;
 use super::state::AppState;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,9 @@ use verity_core::models::ModelRecord;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/models", get(list_models).post(register_model))
+    Router::new()
+        .route("/v1/models", get(list_models).post(register_model))
+        .route("/v1/models/{*model}", get(retrieve_model).delete(delete_model))
 }
 
 /// OpenAI's `model` object, with Verity's extra facts.
@@ -71,6 +73,80 @@ pub async fn list_models(
     Ok(Json(ModelList { object: "list", data }))
 }
 
+/// One model the caller can use (OpenAI's `client.models.retrieve`): a base or fine-tuned model,
+/// or a checkpoint's `…:ckpt-step-N` name; 404 for anything else, another org's included.
+#[utoipa::path(get, path = "/v1/models/{model}", tag = "models",
+    params(("model" = String, Path, description = "The model's id")),
+    responses((status = 200, body = ModelObject), (status = 401), (status = 404)))]
+pub async fn retrieve_model(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(model): Path<String>,
+) -> ApiResult<Json<ModelObject>> {
+    visible_models(&state, principal.org_id)
+        .await?
+        .into_iter()
+        .find(|candidate| candidate.id == model)
+        .map(Json)
+        .ok_or_else(|| ApiError {
+            param: Some("model".to_string()),
+            code: Some("model_not_found"),
+            ..ApiError::not_found("model", &model)
+        })
+}
+
+/// OpenAI's answer to `DELETE /v1/models/{model}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletedModel {
+    /// The model's id.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Always true.
+    pub deleted: bool,
+}
+
+/// Deletes one of the org's models (OpenAI's `client.models.delete`, admins only): its
+/// registration, not its files or the job that made it. A shared model is the operator's (403);
+/// a model unfinished jobs start from answers 409 naming them.
+#[utoipa::path(delete, path = "/v1/models/{model}", tag = "models",
+    params(("model" = String, Path, description = "The model's id")),
+    responses((status = 200, body = DeletedModel), (status = 401), (status = 403), (status = 404), (status = 409)))]
+pub async fn delete_model(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(model): Path<String>,
+) -> ApiResult<Json<DeletedModel>> {
+    principal.require_admin()?;
+    use verity_core::models::ModelDeletion;
+    match verity_core::models::delete_org_model(&state.pool, principal.org_id, &model).await? {
+        ModelDeletion::Deleted => {
+            Ok(Json(DeletedModel { id: model, object: "model", deleted: true }))
+        }
+        ModelDeletion::NotFound => Err(ApiError {
+            param: Some("model".to_string()),
+            code: Some("model_not_found"),
+            ..ApiError::not_found("model", &model)
+        }),
+        ModelDeletion::Shared => Err(ApiError {
+            param: Some("model".to_string()),
+            ..ApiError::forbidden(
+                "a shared model is the operator's; it cannot be deleted through the API",
+            )
+        }),
+        ModelDeletion::InUse(jobs) => Err(ApiError {
+            param: Some("model".to_string()),
+            ..ApiError::conflict(
+                "model_in_use",
+                format!(
+                    "unfinished jobs start from {model:?}: {}; cancel them or wait for them to end",
+                    jobs.join(", ")
+                ),
+            )
+        }),
+    }
+}
+
 /// What `org_id` may name as `model`: base and fine-tuned models (shared or its own), then its
 /// jobs' checkpoints, newest first.
 pub async fn visible_models(
@@ -107,7 +183,8 @@ pub struct RegisterModelRequest {
     pub storage_prefix: String,
     /// `hf` (default), `gguf` or `peft`.
     pub format: Option<String>,
-    /// Visible to every org.
+    /// Visible to every org: publishing is the operator's act (`verity models share` or
+    /// `verity models import` on the server), so `true` answers 403.
     #[serde(default)]
     pub shared: bool,
     /// Extra facts.
@@ -147,6 +224,16 @@ pub async fn register_model(
     ApiJson(request): ApiJson<RegisterModelRequest>,
 ) -> ApiResult<Json<ModelObject>> {
     principal.require_admin()?;
+    if request.shared {
+        return Err(ApiError {
+            param: Some("shared".to_string()),
+            ..ApiError::forbidden(
+                "publishing a model to every org is the operator's act: run `verity models share \
+                 --name NAME --storage-prefix PREFIX` (or `verity models import`) on the server; \
+                 register it for your org with shared: false",
+            )
+        });
+    }
     check_model_name(&request.id).map_err(|reason| ApiError::invalid("id", reason))?;
     let format = request.format.unwrap_or_else(|| "hf".to_string());
     if !matches!(format.as_str(), "hf" | "gguf" | "peft") {
@@ -169,10 +256,9 @@ pub async fn register_model(
     if !stored {
         return Err(no_model_storage());
     }
-    let org = (!request.shared).then_some(principal.org_id);
     if !verity_core::models::insert_base_model(
         &state.pool,
-        org,
+        Some(principal.org_id),
         &request.id,
         prefix,
         &format,

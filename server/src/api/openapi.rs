@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi};
         jobs::checkpoints::list_checkpoints, jobs::checkpoints::get_checkpoint, jobs::checkpoints::delete_checkpoint,
         jobs::checkpoints::checkpoint_content, jobs::metrics::job_metrics, jobs::samples::list_samples, jobs::warnings::job_warnings,
         jobs::budget::set_budget,
-        models::list_models, models::register_model, objects::get_object, prometheus_doc,
+        models::list_models, models::register_model, models::retrieve_model, models::delete_model, objects::get_object, prometheus_doc,
         graders::run_grader, graders::validate_grader_endpoint, loss_presets::list_loss_presets,
         preflight::preflight,
         inference::chat_completions, inference::completions,
