@@ -11,6 +11,7 @@
 //!   worker crate: a model registered in Verity, or an operator's OpenAI-compatible endpoint).
 //! - [`grader_json_schema`] exports the spec's JSON Schema (`verity graders run|validate` and
 //!   `verity bench graders` live in the `verity-cli` crate).
+//! - [`stop`]: a cooperative [`StopFlag`] that ends long batches early (a cancelled job).
 //! - [`sandbox`] runs untrusted programs under bubblewrap; [`SandboxConfig`] finds `bwrap` and
 //!   `python3` on `PATH` (overridable with `VERITY_SANDBOX_BWRAP` / `VERITY_SANDBOX_PYTHON`).
 
@@ -28,6 +29,7 @@ pub mod result;
 pub mod sample;
 pub mod sandbox;
 pub mod spec;
+pub mod stop;
 pub mod template;
 pub mod tools;
 
@@ -39,3 +41,4 @@ pub use result::{ErrorKind, GradeError, GradeResult};
 pub use sample::Sample;
 pub use sandbox::SandboxConfig;
 pub use spec::{grader_json_schema, GraderSpec};
+pub use stop::StopFlag;

@@ -107,13 +107,20 @@ impl GraderPool {
         let slots: Vec<Mutex<Option<GradeResult>>> =
             rows.iter().map(|_| Mutex::new(None)).collect();
         let threads = self.workers().min(rows.len());
+        // A raised stop flag (the job was cancelled) leaves the remaining rows ungraded.
+        let stop = crate::stop::current();
         std::thread::scope(|scope| {
             for _ in 0..threads {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((item, sample)) = rows.get(i) else { break };
-                    let result = self.grade_one(grader, item, sample);
-                    *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                scope.spawn(|| {
+                    crate::stop::within(stop.as_ref(), || loop {
+                        if crate::stop::requested() {
+                            break;
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((item, sample)) = rows.get(i) else { break };
+                        let result = self.grade_one(grader, item, sample);
+                        *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                    })
                 });
             }
         });

@@ -38,6 +38,10 @@ pub enum WorkerError {
     /// A caller passed an invalid argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The work was stopped before it finished (its job was cancelled; see
+    /// [`verity_verifiers::stop`]).
+    #[error("stopped: the job was cancelled")]
+    Stopped,
     /// The accumulated gradients have an infinite or NaN norm; no update was applied.
     #[error("the gradient norm is {norm}")]
     NonFiniteGradient {

@@ -312,7 +312,13 @@ impl Run<'_> {
         mut sink: Option<&mut GroupSink<'_, E>>,
     ) -> std::result::Result<Vec<Sequence>, E> {
         let device = self.model.device();
-        verity_kernels::on_pool_for_decoding(device, || -> std::result::Result<Vec<Sequence>, E> {
+        // The caller's stop flag (a cancelled job raises it), checked before each decode step.
+        let stop = verity_verifiers::stop::current();
+        let stopped = || stop.as_ref().is_some_and(verity_verifiers::StopFlag::is_raised);
+        let on_pool = || -> std::result::Result<Vec<Sequence>, E> {
+            if stopped() {
+                return Err(WorkerError::Stopped.into());
+            }
             self.validate()?;
             let g = self.params.n;
             // One set of weight copies serves every prefill of the call.
@@ -322,6 +328,9 @@ impl Run<'_> {
             slots.admit(self, prompts, &mut seqs)?;
             let stop_len = self.params.stop_strings.iter().map(|s| s.len()).max().unwrap_or(0);
             while !slots.rows.is_empty() {
+                if stopped() {
+                    return Err(WorkerError::Stopped.into());
+                }
                 let mut row_seqs: Vec<&mut Sequence> = Vec::with_capacity(slots.rows.len());
                 {
                     let mut by_index: Vec<Option<&mut Sequence>> =
@@ -348,6 +357,10 @@ impl Run<'_> {
                 slots.step(self, prompts, &mut seqs)?;
             }
             Ok(seqs)
+        };
+        // The model's forward checks the flag between layers on the pool's thread too.
+        verity_kernels::on_pool_for_decoding(device, || {
+            verity_verifiers::stop::within(stop.as_ref(), on_pool)
         })
     }
 }

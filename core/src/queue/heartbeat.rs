@@ -50,6 +50,18 @@ impl ProgressReporter {
 impl Heartbeat {
     /// Starts heartbeating `lease`.
     pub fn start(lease: Lease, interval: Duration) -> Heartbeat {
+        Heartbeat::start_woken(lease, interval, None)
+    }
+
+    /// Starts heartbeating `lease`, beating at once (to learn the request) whenever `control`
+    /// is notified: a cancel or pause announced by the database reaches the job within a
+    /// round trip instead of an interval (see [`super::JobWaker::control_wake`]).
+    pub fn start_woken(
+        lease: Lease,
+        interval: Duration,
+        control: Option<Arc<Notify>>,
+    ) -> Heartbeat {
+        let control = control.unwrap_or_default();
         let (tx, state) = watch::channel(HeartbeatState::Held(ControlSignal::Continue));
         let reporter = ProgressReporter {
             progress: Arc::new(Mutex::new(None)),
@@ -69,6 +81,7 @@ impl Heartbeat {
                 let early = tokio::select! {
                     _ = tokio::time::sleep(delay) => false,
                     _ = wake.notified(), if healthy => true,
+                    _ = control.notified() => true,
                 };
                 let snapshot = shared.lock().map(|p| p.clone()).unwrap_or(None);
                 match lease.heartbeat(snapshot.as_ref()).await {
@@ -111,6 +124,19 @@ impl Heartbeat {
         let seen =
             rx.wait_for(|s| *s != HeartbeatState::Held(ControlSignal::Continue)).await.map(|s| *s);
         // If the task ended without saying Lost, we can no longer vouch for the lease.
+        seen.unwrap_or(HeartbeatState::Lost)
+    }
+
+    /// Waits until the user cancels or the lease is lost (a pause is not waited for: pausing
+    /// lets the current unit of work finish so that it can be checkpointed).
+    pub async fn cancelled_or_lost(&self) -> HeartbeatState {
+        let mut rx = self.state.clone();
+        let seen = rx
+            .wait_for(|s| {
+                matches!(s, HeartbeatState::Lost | HeartbeatState::Held(ControlSignal::Cancel))
+            })
+            .await
+            .map(|s| *s);
         seen.unwrap_or(HeartbeatState::Lost)
     }
 

@@ -28,7 +28,7 @@ pub use lease::{
 };
 pub use liveness::{WorkerHealth, WorkerLiveness};
 pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions};
-pub use waker::{JobWaker, Wake};
+pub use waker::{ControlWake, JobWaker, Wake, CONTROL_CHANNEL};
 
 use sqlx::PgPool;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 use super::heartbeat::Heartbeat;
 use super::liveness::LoopGuard;
 use super::{
-    retry_transient, HeartbeatState, JobWaker, Lease, Queue, QueueError, RetryPolicy, TrainedModel,
-    WorkerInfo, WorkerLiveness,
+    retry_transient, ControlWake, HeartbeatState, JobWaker, Lease, Queue, QueueError, RetryPolicy,
+    TrainedModel, WorkerInfo, WorkerLiveness,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -98,8 +98,9 @@ pub async fn run_worker(
                 backoff.reset();
                 liveness.succeeded();
                 let span = tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
-                let run =
-                    run_one(&lease, handler.as_ref(), settings.heartbeat_interval(), &shutdown);
+                let control = waker.control_wake(&lease.job().id);
+                let interval = settings.heartbeat_interval();
+                let run = run_one(&lease, handler.as_ref(), interval, &control, &shutdown);
                 beating(&liveness, tick, run).instrument(span).await;
                 done += 1;
             }
@@ -157,9 +158,11 @@ async fn run_one(
     lease: &Lease,
     handler: &dyn JobHandler,
     heartbeat_interval: Duration,
+    control: &ControlWake,
     shutdown: &CancellationToken,
 ) {
-    let heartbeat = Heartbeat::start(lease.clone(), heartbeat_interval);
+    let heartbeat =
+        Heartbeat::start_woken(lease.clone(), heartbeat_interval, Some(control.notify()));
     let outcome = match AssertUnwindSafe(handler.run(lease, &heartbeat)).catch_unwind().await {
         Ok(outcome) => outcome,
         Err(panic) => {

@@ -231,10 +231,16 @@ impl EpisodeRunner<'_> {
         let parallel = self.environment.parallel_tool_calls;
         let stop_len =
             params.stop_strings.iter().map(String::len).max().unwrap_or(0).max(CALL_CLOSE.len());
+        let stop = verity_verifiers::stop::current();
         std::thread::scope(|scope| -> Result<()> {
             let (wake, woken) = mpsc::channel::<()>();
             let mut calls: Vec<(usize, ScopedJoinHandle<'_, Result<Live>>)> = Vec::new();
             loop {
+                // A cancelled job's episodes end here (tool calls still running are joined
+                // when the scope closes).
+                if stop.as_ref().is_some_and(verity_verifiers::StopFlag::is_raised) {
+                    return Err(WorkerError::Stopped);
+                }
                 // 1. Sample for every episode whose last fed token was its newest one.
                 let mut row_live = rows_of(&mut live, &rows.episodes);
                 row_live.par_iter_mut().zip(rows.logits.par_iter()).try_for_each(

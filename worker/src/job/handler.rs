@@ -4,6 +4,7 @@ use super::artifacts::{
     append_metrics_line, cached_folder, file_key, remove_cache_dir, write_results_file,
 };
 use super::budget::{store_usage, usage_before, Meter};
+use super::cancellable::blocking_until_cancelled;
 use super::progress::{JobPhase, LiveProgress};
 use super::watch::Watch;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
@@ -511,15 +512,15 @@ impl TrainingHandler {
     async fn evaluate(
         &self,
         trainer: Trainer,
+        heartbeat: &Heartbeat,
         progress: &LiveProgress,
     ) -> Result<(Trainer, Option<Evaluation>), Stop> {
         progress.phase(JobPhase::Trainer(Phase::Evaluating { done: 0, total: 0 }));
-        let (trainer, eval) = tokio::task::spawn_blocking(move || {
+        let (trainer, eval) = blocking_until_cancelled(heartbeat, "evaluation", move || {
             let eval = trainer.evaluation();
             (trainer, eval)
         })
-        .await
-        .map_err(|e| retryable("evaluation", e))?;
+        .await?;
         Ok((trainer, eval.map_err(trainer_error)?))
     }
 
@@ -688,7 +689,7 @@ impl TrainingHandler {
         let hp = trainer.hyperparameters().clone();
         let mut watch = Watch::new(self.monitor_rows(lease, heartbeat).await?, &hp.auto_pause_on);
         if hp.eval_on_start && resumed.is_none() {
-            let (returned, baseline) = self.evaluate(trainer, &progress).await?;
+            let (returned, baseline) = self.evaluate(trainer, heartbeat, &progress).await?;
             trainer = returned;
             if let Some(baseline) = baseline {
                 self.record_validation_samples(lease, heartbeat, 0, &baseline, 0).await?;
@@ -711,12 +712,11 @@ impl TrainingHandler {
                 }
                 HeartbeatState::Held(ControlSignal::Continue) => {}
             }
-            let (returned, out) = tokio::task::spawn_blocking(move || {
+            let (returned, out) = blocking_until_cancelled(heartbeat, "training step", move || {
                 let out = trainer.train_step();
                 (trainer, out)
             })
-            .await
-            .map_err(|e| retryable("training step", e))?;
+            .await?;
             trainer = returned;
             let out = match out {
                 // A judge outage is not a verdict: keep the progress and pause until it is back.
@@ -740,7 +740,7 @@ impl TrainingHandler {
             }
             let step = trainer.step();
             let eval = if trainer.eval_due() {
-                let (returned, eval) = self.evaluate(trainer, &progress).await?;
+                let (returned, eval) = self.evaluate(trainer, heartbeat, &progress).await?;
                 trainer = returned;
                 eval
             } else {

@@ -4,6 +4,7 @@
 //! step of the job timed on those prompts; the report ([`verity_core::difficulty`]) is the
 //! run's result.
 
+use super::cancellable::blocking_until_cancelled;
 use super::handler::{event, retryable, Stop, TrainingHandler};
 use super::runs::{interrupted, parse_dataset, run_seed, RunContext};
 use crate::loader::LoadedModel;
@@ -144,7 +145,7 @@ impl TrainingHandler {
             graders: self.graders.clone(),
         };
         let (grader, hp) = (ctx.grader.clone(), (*profile.hyperparameters).clone());
-        let step = tokio::task::spawn_blocking(move || {
+        let step = blocking_until_cancelled(heartbeat, "measuring a training step", move || {
             let mut trainer =
                 Trainer::new(loaded.model, loaded.tokenizer, grader, hp, train, None, options)?;
             let started = Instant::now();
@@ -158,8 +159,7 @@ impl TrainingHandler {
                 trained_tokens: m.trained_tokens,
             })
         })
-        .await
-        .map_err(|e| retryable("measuring a training step", e))?;
+        .await?;
         match step {
             Ok(step) => Ok(Some(step)),
             Err(error) => {

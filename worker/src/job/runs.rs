@@ -5,6 +5,7 @@
 //! difficulty profile runs in `super::profile` on the helpers here.
 
 use super::artifacts::file_key;
+use super::cancellable::blocking_until_cancelled;
 use super::handler::{
     event, lease_error, persist, retryable, trainer_error, user_error, Stop, TrainingHandler,
 };
@@ -230,7 +231,7 @@ impl TrainingHandler {
                 self.graders.clone(),
                 params.clone(),
             );
-            let (out, t) = tokio::task::spawn_blocking(move || {
+            let (out, t) = blocking_until_cancelled(ctx.heartbeat, "sampling", move || {
                 let rollout = Rollout {
                     model: &m.model,
                     tokenizer: &m.tokenizer,
@@ -242,8 +243,7 @@ impl TrainingHandler {
                 };
                 sample_and_grade(&rollout, &d, &chunk, &p)
             })
-            .await
-            .map_err(|e| retryable("sampling", e))?
+            .await?
             .map_err(trainer_error)?;
             groups.extend(out);
             times.add(t);

@@ -671,6 +671,10 @@ impl Transformer {
         let compact = cache.as_ref().and_then(|c| c.weights().cloned());
         let mut x = self.embed_rows(ids, track)?;
         for (li, layer) in self.layers.iter().enumerate() {
+            // A cancelled job's forward ends between layers (a long prefill takes seconds).
+            if verity_verifiers::stop::requested() {
+                return Err(WorkerError::Stopped);
+            }
             x = self.decoder_layer(layer, x, (track, compact.as_deref()), |qkv| {
                 let [q, k, v] = self.attention_heads(layer, qkv, (batch, t), &rope, track)?;
                 let (k, v) = match cache.as_deref_mut() {
