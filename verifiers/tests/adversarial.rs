@@ -3,12 +3,18 @@
 //! the verdict channel or the comparison — and must score 0 with `all_pass` and with `fraction`;
 //! the honest programs there must score 1, so the suite cannot pass by scoring everything 0.
 //! Runs through the real bubblewrap sandbox, several gradings at a time.
+//!
+//! The programs under `seccomp/` try every system call the sandbox's seccomp filter denies
+//! (`verity_verifiers::sandbox::seccomp::DENIED`) and report the errno each got, next to fork,
+//! threads and a subprocess, which must keep working.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
+use verity_verifiers::sandbox::seccomp::DENIED;
 use verity_verifiers::{GradeResult, Grader, Sample};
 
 /// The `tests` task: write `add(a, b)`. The asserts use `==`, a module function and built-ins
@@ -31,6 +37,8 @@ enum Kind {
     Tests,
     Cases,
     Grade,
+    /// A `seccomp/` program: `attempts()` must report what [`seccomp_tests`] expects.
+    Seccomp,
 }
 
 /// One grading to run and the score it must get.
@@ -80,6 +88,12 @@ fn grade(job: &Job) -> GradeResult {
                 job.text.clone(),
             )
         }
+        Kind::Seccomp => (
+            json!({"type": "code", "tests": "{{item.tests}}", "scoring": job.scoring,
+                   "timeout_ms": 10000, "memory_mb": 256}),
+            json!({ "tests": seccomp_tests() }),
+            job.text.clone(),
+        ),
         Kind::Grade => {
             let (source, completion) =
                 job.text.split_once(COMPLETION_MARK).expect("a grade/ file holds a completion");
@@ -186,4 +200,86 @@ fn every_adversarial_program_scores_zero_and_every_honest_one_scores_one() {
     let through = wrong.iter().filter(|w| w.contains("expected 0")).count();
     eprintln!("{adversarial} adversarial gradings, {through} with a score or pass rate above 0");
     assert!(wrong.is_empty(), "{} wrong verdicts:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOSYS => "ENOSYS",
+        _ => "an errno this test does not know",
+    }
+}
+
+/// What a `seccomp/` program's `attempts()` may report: each denied call (also through the x32
+/// ABI) fails with its errno, ordinary process work succeeds, and the filter is installed with
+/// its memory files closed. A key not listed here fails the test.
+fn seccomp_expectations() -> BTreeMap<String, String> {
+    let mut expect = BTreeMap::new();
+    for call in DENIED {
+        let errno = errno_name(call.errno).to_string();
+        expect.insert(call.name.to_string(), errno.clone());
+        expect.insert(format!("x32 {}", call.name), errno);
+    }
+    for (key, value) in [
+        ("clone without CLONE_NEW*", "ok"),
+        ("fork", "ok"),
+        ("threads", "ok"),
+        ("subprocess", "ok"),
+        ("seccomp mode", "2"),
+        ("seccomp filters", "at least 2"),
+        ("filter files", "closed"),
+        ("no_new_privs", "1"),
+    ] {
+        expect.insert(key.to_string(), value.to_string());
+    }
+    expect
+}
+
+/// The tests every `seccomp/` program runs under: one assert naming every unexpected answer.
+fn seccomp_tests() -> String {
+    let expect = serde_json::to_string(&seccomp_expectations()).expect("JSON text");
+    format!(
+        "got = attempts()\n\
+         EXPECT = {expect}\n\
+         wrong = {{k: v for k, v in got.items() if EXPECT.get(k) != v}}\n\
+         assert got and not wrong, 'unexpected: %r' % (wrong,)\n"
+    )
+}
+
+#[test]
+fn every_call_the_seccomp_filter_denies_fails_with_its_errno_and_ordinary_work_still_runs() {
+    let programs: Vec<(String, String)> = files("seccomp")
+        .into_iter()
+        .filter(|(name, _)| cfg!(target_arch = "x86_64") || !name.contains("x86_64"))
+        .collect();
+    let all_text: String = programs.iter().map(|(_, text)| text.as_str()).collect();
+    for call in DENIED.iter().filter(|c| c.number.is_some()) {
+        assert!(
+            all_text.contains(&format!("\"{}\"", call.name)),
+            "no seccomp/ program tries {}",
+            call.name
+        );
+    }
+    let jobs: Vec<Job> = programs
+        .iter()
+        .map(|(name, text)| {
+            assert!(text.starts_with("# technique: "), "{name} must name its technique");
+            Job {
+                name: name.clone(),
+                kind: Kind::Seccomp,
+                text: text.clone(),
+                scoring: "all_pass",
+                expect: 1.0,
+            }
+        })
+        .collect();
+    let results = run_all(&jobs);
+    let wrong: Vec<String> = jobs
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.score != 1.0 || r.error.is_some())
+        .map(|(job, r)| format!("{}: {} {:?}", job.name, r.reason, r.error))
+        .collect();
+    eprintln!("{} seccomp programs, {} wrong", jobs.len(), wrong.len());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

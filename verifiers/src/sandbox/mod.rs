@@ -4,7 +4,9 @@
 //! outlives the run), a read-only root with only `/usr` and the interpreter's prefix, size-capped
 //! tmpfs `/work` and `/tmp`, a cleared environment; rlimits (CPU, address space, processes, file
 //! size, no core) and, when Verity runs as root, a dedicated uid per concurrent run so the process
-//! limit holds; a wall-clock SIGKILL of the whole process group; capped stdout/stderr. Inputs
+//! limit holds; a seccomp filter ([`seccomp`]) refusing the system calls graders never need
+//! (namespaces, mounts, tracing, keyrings, bpf, perf, userfaultfd, io_uring, module loading);
+//! a wall-clock SIGKILL of the whole process group; capped stdout/stderr. Inputs
 //! (program, tests) travel through a pipe the harness reads before untrusted code runs, and the
 //! verdict travels back on a separate pipe in nonce-tagged lines, so exit codes and printed text
 //! cannot forge it. Inside, the harness (`harness.py`) never runs untrusted code: the program or
@@ -15,6 +17,7 @@
 
 mod config;
 mod run;
+pub mod seccomp;
 mod session;
 
 use thiserror::Error;
@@ -35,4 +38,7 @@ pub enum SandboxError {
     /// Pipes or randomness failed.
     #[error("sandbox I/O failed: {0}")]
     Io(std::io::Error),
+    /// The seccomp filter could not be built or passed to bwrap (nothing runs without it).
+    #[error("sandbox unavailable: {0}")]
+    Seccomp(#[from] seccomp::SeccompError),
 }

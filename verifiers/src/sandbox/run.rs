@@ -27,6 +27,8 @@ pub(super) const VERDICT_FD: RawFd = 3;
 pub(super) const INPUT_FD: RawFd = 4;
 /// The session's message pipe (framed messages after the request; session mode only).
 pub(super) const MESSAGES_FD: RawFd = 5;
+/// The first of the seccomp programs' fds, which only bwrap sees (it reads and closes them).
+const SECCOMP_FD: RawFd = 6;
 
 /// Limits of one run.
 #[derive(Debug, Clone, Copy)]
@@ -156,7 +158,8 @@ fn tasks_of_uid(uid: u32) -> u64 {
 
 /// bwrap arguments. As root, bwrap runs privileged without a user namespace and the harness
 /// drops to `run_uid` itself (so the process limit binds); otherwise a user namespace is used.
-fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
+/// `filters` seccomp programs wait at fds `SECCOMP_FD`, `SECCOMP_FD + 1`, ….
+fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>, filters: usize) -> Vec<String> {
     let namespaces: &[&str] = match run_uid {
         Some(_) => &[
             "--unshare-ipc",
@@ -241,6 +244,9 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>) -> Vec<String> {
         let root = root.to_string_lossy().into_owned();
         args.extend(["--ro-bind".into(), root.clone(), root]);
     }
+    for i in 0..filters {
+        args.extend(["--add-seccomp-fd".into(), (SECCOMP_FD + i as RawFd).to_string()]);
+    }
     let size = config.workdir_bytes.to_string();
     args.extend(
         [
@@ -278,13 +284,20 @@ fn next_uid(config: &SandboxConfig) -> u32 {
     config.uid_base + NEXT.fetch_add(1, Ordering::Relaxed) % config.uid_count.max(1)
 }
 
-/// Starts bwrap under `limits` with each `(fd, number)` of `pipes` as that fd number inside.
+/// Starts bwrap under `limits` with each `(fd, number)` of `pipes` as that fd number inside, and
+/// the seccomp filter ([`super::seccomp`]) for everything bwrap starts.
 pub(super) fn spawn(
     config: &SandboxConfig,
     limits: &RunLimits,
     pipes: &[(&OwnedFd, RawFd)],
-) -> io::Result<Child> {
-    let sources: Vec<(RawFd, RawFd)> = pipes.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
+) -> Result<Child, SandboxError> {
+    // kept open until bwrap has started; bwrap reads each and closes it before the harness runs
+    let filters = super::seccomp::filter_files()?;
+    let sources: Vec<(RawFd, RawFd)> = pipes
+        .iter()
+        .map(|(fd, to)| (fd.as_raw_fd(), *to))
+        .chain(filters.iter().zip(SECCOMP_FD..).map(|(fd, to)| (fd.as_raw_fd(), to)))
+        .collect();
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let run_uid = if is_root { Some(next_uid(config)) } else { None };
@@ -296,7 +309,7 @@ pub(super) fn spawn(
     let file_bytes = config.max_file_bytes;
     let mut command = Command::new(&config.bwrap);
     command
-        .args(bwrap_args(config, run_uid))
+        .args(bwrap_args(config, run_uid, filters.len()))
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -326,7 +339,7 @@ pub(super) fn spawn(
             Ok(())
         });
     }
-    command.spawn()
+    command.spawn().map_err(SandboxError::Spawn)
 }
 
 pub(super) struct Stream {
@@ -416,8 +429,7 @@ pub fn run_harness(
     let input = payload(config, request, &nonce)?;
     let (verdict_r, verdict_w) = pipe().map_err(SandboxError::Io)?;
     let (input_r, input_w) = pipe().map_err(SandboxError::Io)?;
-    let mut child = spawn(config, limits, &[(&verdict_w, VERDICT_FD), (&input_r, INPUT_FD)])
-        .map_err(SandboxError::Spawn)?;
+    let mut child = spawn(config, limits, &[(&verdict_w, VERDICT_FD), (&input_r, INPUT_FD)])?;
     drop((verdict_w, input_r));
     let pgid = child.id() as libc::pid_t;
     let outcome =

@@ -66,8 +66,7 @@ impl SandboxSession {
             config,
             limits,
             &[(&verdict_w, VERDICT_FD), (&input_r, INPUT_FD), (&messages_r, MESSAGES_FD)],
-        )
-        .map_err(SandboxError::Spawn)?;
+        )?;
         drop((verdict_w, input_r, messages_r));
         let pgid = child.id() as libc::pid_t;
         let take = |fd: Option<OwnedFd>| {
