@@ -155,6 +155,7 @@ async fn revoke_key(
             action: format!("/keys/{id}/revoke"),
             button: "Revoke key".into(),
             back: "/keys".into(),
+            affected: Vec::new(),
         }));
     }
     revoke(&state, &user.0, id).await?;

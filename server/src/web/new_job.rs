@@ -246,6 +246,8 @@ struct NewJobPage {
     fields: Vec<FieldRow>,
     losses: Vec<LossRow>,
     default_loss: &'static str,
+    /// Prefilled files that are gone (deleted since the continued job used them).
+    missing_files: Vec<String>,
 }
 
 /// The language models (not embedding models) the org may name, with `extra` (a prefilled
@@ -274,10 +276,15 @@ async fn new_job_page(
 ) -> WebResult<Response> {
     let prefill = prefill(&state, &user, query).await?;
     let models = language_models(&state, &user, &prefill.model).await?;
-    let files = org_files(&state, &user)
+    let files: Vec<FileRow> = org_files(&state, &user)
         .await?
         .into_iter()
         .filter(|f| f.file.status == "processed")
+        .collect();
+    let missing_files = [&prefill.training_file, &prefill.validation_file]
+        .into_iter()
+        .filter(|id| !id.is_empty() && !files.iter().any(|f| f.file.id == **id))
+        .cloned()
         .collect();
     Ok(render(&NewJobPage {
         nav: Nav::new("New job", "jobs"),
@@ -290,6 +297,7 @@ async fn new_job_page(
             .map(|l| LossRow { id: l.as_str(), label: l.label() })
             .collect(),
         default_loss: Loss::default().as_str(),
+        missing_files,
     }))
 }
 
