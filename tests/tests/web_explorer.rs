@@ -125,14 +125,6 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
         assert_eq!(per_group, true);
     }
 
-    // Row 0 does not exist (400 naming `row`); completions of a step count from #1 too.
-    c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
-    let numbers = until(&c, "document.querySelector('.completion') && Array.from(document.querySelectorAll('.completion header .mono:not(.c-row)')).map(n => n.textContent).sort()").await;
-    assert_eq!(numbers, json!(["#1", "#2", "#3", "#4"]), "2 prompts × 2 completions");
-    c.goto(&format!("{base}/jobs/{job_id}/completions?step=&row=0")).await;
-    let refused = until(&c, "document.body.innerText").await;
-    assert!(refused.as_str().unwrap().contains("numbered from 1"), "{refused}");
-
     // ChatML renders as role turns; no raw special tokens anywhere on the page.
     let roles = c.execute("return Array.from(document.querySelectorAll('.prompt .turn .role')).map(r => r.textContent)", vec![]).await;
     assert!(
@@ -146,6 +138,14 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
             && !body.as_str().unwrap().contains("<|im_end|>"),
         "{body}"
     );
+
+    // Row 0 does not exist (400 naming `row`); completions of a step count from #1 too.
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
+    let numbers = until(&c, "document.querySelector('.completion') && Array.from(document.querySelectorAll('.completion header .mono:not(.c-row)')).map(n => n.textContent).sort()").await;
+    assert_eq!(numbers, json!(["#1", "#2", "#3", "#4"]), "2 prompts × 2 completions");
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=&row=0")).await;
+    let refused = until(&c, "document.body.innerText").await;
+    assert!(refused.as_str().unwrap().contains("numbered from 1"), "{refused}");
 
     // Text search across steps finds only the row that contains it.
     c.goto(&format!("{base}/jobs/{job_id}/completions?step=&q=T12")).await;
