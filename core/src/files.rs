@@ -95,16 +95,62 @@ pub async fn list_files(
     .await
 }
 
-/// Deletes the org's file `id`; returns its storage key when it existed.
+/// A job or sampling run that reads a file (its `training_file` or `validation_file`; a
+/// sampling run's file is its `training_file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileUse {
+    /// The job's or run's id.
+    pub job_id: String,
+    /// `fine_tuning`, `evaluation`, `rejection_sampling` or `difficulty_profile`.
+    pub kind: String,
+    /// Its state (`queued`, `running`, `succeeded`, …).
+    pub state: String,
+    /// Whether it is the job's training file (a run's file).
+    pub training: bool,
+    /// Whether it is the job's validation file.
+    pub validation: bool,
+}
+
+/// The org's jobs and runs that read file `id`, newest first, at most `limit`.
+pub async fn file_uses(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+    limit: i64,
+) -> Result<Vec<FileUse>, sqlx::Error> {
+    sqlx::query_as!(
+        FileUse,
+        r#"SELECT id AS job_id, kind, state,
+                  training_file IS NOT DISTINCT FROM $2 AS "training!",
+                  validation_file IS NOT DISTINCT FROM $2 AS "validation!"
+           FROM jobs
+           WHERE org_id = $1 AND (training_file = $2 OR validation_file = $2)
+           ORDER BY created_at DESC, id DESC
+           LIMIT $3"#,
+        org_id,
+        id,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Deletes the org's file `id` unless a job or run reads it (then only with `force`); returns
+/// its storage key when it was deleted (`None`: no such file, or one in use without `force`).
 pub async fn delete_file(
     pool: &PgPool,
     org_id: Uuid,
     id: &str,
+    force: bool,
 ) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar!(
-        "DELETE FROM files WHERE org_id = $1 AND id = $2 RETURNING storage_key",
+        "DELETE FROM files f WHERE f.org_id = $1 AND f.id = $2
+           AND ($3 OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.org_id = $1
+                                  AND (j.training_file = $2 OR j.validation_file = $2)))
+         RETURNING f.storage_key",
         org_id,
-        id
+        id,
+        force
     )
     .fetch_optional(pool)
     .await

@@ -1,6 +1,7 @@
 //! Dashboard sessions: the rows behind the session cookie. The cookie holds a random id; only
 //! its SHA-256 (`id_hash`) is stored, with the user, the API key the session was opened with
-//! and the expiry (migration `0013_sessions.sql`).
+//! and the expiry (migration `0013_sessions.sql`), which activity moves later
+//! ([`renew_session`]).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -17,6 +18,8 @@ pub struct SessionState {
     pub key_id: Option<Uuid>,
     /// When the session was opened.
     pub created_at: DateTime<Utc>,
+    /// When it expires unless renewed.
+    pub expires_at: DateTime<Utc>,
     /// The role now: the user's, capped by the key's when opened with one.
     pub role: String,
     /// True once the session's key is revoked.
@@ -57,7 +60,7 @@ pub async fn find_session(
 ) -> Result<Option<SessionState>, sqlx::Error> {
     sqlx::query_as!(
         SessionState,
-        r#"SELECT s.user_id, u.org_id, s.key_id, s.created_at,
+        r#"SELECT s.user_id, u.org_id, s.key_id, s.created_at, s.expires_at,
                   CASE WHEN u.role = 'admin'
                         AND (s.key_id IS NULL OR COALESCE(k.role, 'admin') = 'admin')
                        THEN 'admin' ELSE 'member' END AS "role!",
@@ -71,6 +74,25 @@ pub async fn find_session(
     )
     .fetch_optional(pool)
     .await
+}
+
+/// Moves the expiry of the live session with this id hash later, to `expires_at` (never
+/// earlier); false when there is no live session to renew or it already lasts that long.
+pub async fn renew_session(
+    pool: &PgPool,
+    id_hash: &[u8],
+    expires_at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let renewed = sqlx::query!(
+        "UPDATE sessions SET expires_at = $2
+         WHERE id_hash = $1 AND revoked_at IS NULL AND expires_at > now() AND expires_at < $2",
+        id_hash,
+        expires_at
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(renewed > 0)
 }
 
 /// Revokes the session with this id hash; false when there is no live one.

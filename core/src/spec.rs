@@ -227,6 +227,8 @@ impl ReasoningEffort {
 const BASE_GROUP_SIZE: f64 = 8.0;
 /// Largest `compute_multiplier`.
 const MAX_COMPUTE_MULTIPLIER: f64 = 128.0;
+/// Largest sampling `temperature` (OpenAI's sampling range is 0 to 2; a job's must be above 0).
+pub const MAX_TEMPERATURE: f64 = 2.0;
 
 /// Most stop strings a job may set (as OpenAI's `stop`).
 /// Largest `max_staleness`: the asynchronous pipeline samples one step ahead.
@@ -267,7 +269,7 @@ pub struct Hyperparameters {
     /// OpenAI's reasoning effort: sets the completion-token budget (the default
     /// `max_completion_tokens`): low 128, medium (and default) 256, high 1024.
     pub reasoning_effort: Option<ReasoningEffort>,
-    /// Sampling temperature.
+    /// Sampling temperature, in (0, 2].
     pub temperature: f64,
     /// Nucleus sampling mass.
     pub top_p: f64,
@@ -539,8 +541,14 @@ impl Hyperparameters {
                 format!("must be in (0, 1] after the multiplier, got {lr}"),
             );
         }
-        if !(self.temperature.is_finite() && self.temperature > 0.0 && self.temperature <= 10.0) {
-            return err("temperature", format!("must be in (0, 10], got {}", self.temperature));
+        if !(self.temperature.is_finite()
+            && self.temperature > 0.0
+            && self.temperature <= MAX_TEMPERATURE)
+        {
+            return err(
+                "temperature",
+                format!("must be in (0, {MAX_TEMPERATURE}], got {}", self.temperature),
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
@@ -1124,6 +1132,9 @@ mod tests {
         assert_eq!(e.param, "method.reinforcement.hyperparameters.lora.rank");
         let e = method(json!({"temperature": 0.0})).unwrap().validate().unwrap_err();
         assert!(e.param.ends_with("temperature"));
+        let e = method(json!({"temperature": 5.0})).unwrap().validate().unwrap_err();
+        assert!(e.param.ends_with("temperature") && e.message.contains("(0, 2]"), "{e:?}");
+        method(json!({"temperature": 2.0})).unwrap().validate().unwrap();
         assert!(method(json!({"bogus": 1})).is_err(), "unknown fields are rejected");
         assert!(method(json!({"batch_size": "many"})).is_err());
         assert!(serde_json::from_value::<Method>(json!({"type": "rejection"})).is_err());

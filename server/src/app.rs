@@ -36,6 +36,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(crate::web::router())
         .route("/metrics", get(telemetry::prometheus))
         .fallback(crate::web::page::fallback)
+        .layer(axum::middleware::from_fn(auth::session::renew_cookie))
         .layer(axum::middleware::from_fn(auth::session::guard))
         .layer(axum::middleware::from_fn(extract::refuse_nul_in_uri))
         .layer(axum::middleware::from_fn_with_state(state.clone(), telemetry::track))

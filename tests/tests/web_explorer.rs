@@ -104,7 +104,8 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
         rows.as_array().unwrap().iter().all(|r| r.as_str().is_some_and(|r| !r.is_empty())),
         "every sample records its row: {rows}"
     );
-    for row in 0..4 {
+    // Rows are numbered from 1, like the file's lines (row 1 is the first line: t3 t10).
+    for row in 1..=4 {
         c.goto(&format!("{base}/jobs/{job_id}/completions?step=&row={row}")).await;
         let groups =
             until(&c, &format!("document.querySelector('.prompt-group') && {groups_of}")).await;
@@ -116,7 +117,7 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
         let want = row.to_string();
         assert!(groups.iter().all(|g| g[0].as_str() == Some(want.as_str())), "{groups:?}");
         assert_eq!(prompts.len(), 1, "row {row} shows one prompt across steps: {groups:?}");
-        let expected = format!("t{} t{}", 3 + row, 10 + 2 * row);
+        let expected = format!("t{} t{}", 2 + row, 8 + 2 * row);
         assert!(prompts.iter().next().unwrap().contains(&expected), "row {row}: {prompts:?}");
         assert!(steps.len() >= 2, "6 steps of 2 over 4 rows: row {row} recurs: {groups:?}");
         // The prompt once per group, its completions under it.
@@ -138,12 +139,20 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
         "{body}"
     );
 
+    // Row 0 does not exist (400 naming `row`); completions of a step count from #1 too.
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=6")).await;
+    let numbers = until(&c, "document.querySelector('.completion') && Array.from(document.querySelectorAll('.completion header .mono:not(.c-row)')).map(n => n.textContent).sort()").await;
+    assert_eq!(numbers, json!(["#1", "#2", "#3", "#4"]), "2 prompts × 2 completions");
+    c.goto(&format!("{base}/jobs/{job_id}/completions?step=&row=0")).await;
+    let refused = until(&c, "document.body.innerText").await;
+    assert!(refused.as_str().unwrap().contains("numbered from 1"), "{refused}");
+
     // Text search across steps finds only the row that contains it.
     c.goto(&format!("{base}/jobs/{job_id}/completions?step=&q=T12")).await;
     let found = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group')).map(g => [g.dataset.row, g.textContent.toLowerCase().includes('t12')])").await;
     let found = found.as_array().unwrap();
     assert!(found.iter().all(|g| g[1] == true), "every match contains the text: {found:?}");
-    assert!(found.iter().any(|g| g[0] == "1"), "row 1's prompt is t4 t12: {found:?}");
+    assert!(found.iter().any(|g| g[0] == "2"), "row 2's prompt is t4 t12: {found:?}");
 
     // Paged on the server: 12 groups (6 steps × 2) at 5 a page; next and previous keep filters.
     c.goto(&format!("{base}/jobs/{job_id}/completions?step=&max_score=1&per_page=5")).await;
@@ -184,7 +193,7 @@ async fn the_explorer_follows_dataset_rows_and_renders_chat_roles(pool: PgPool) 
     let validation = until(&c, "document.querySelector('.prompt-group') && Array.from(document.querySelectorAll('.prompt-group')).map(g => [g.dataset.row, g.dataset.step, g.querySelector('header').textContent.trim(), g.querySelectorAll('.completion').length])").await;
     let validation = validation.as_array().unwrap();
     let rows: Vec<&str> = validation.iter().map(|g| g[0].as_str().unwrap()).collect();
-    assert_eq!(rows, ["0", "1"], "{validation:?}");
+    assert_eq!(rows, ["1", "2"], "{validation:?}");
     for group in validation {
         assert_eq!(group[1], "6", "{group:?}");
         assert!(group[2].as_str().unwrap().starts_with("validation, step 6"), "{group:?}");

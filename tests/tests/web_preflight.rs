@@ -62,18 +62,19 @@ async fn preflight_shows_line_errors_and_probe_scores_in_a_real_browser(pool: Pg
     assert!(empty.as_str().unwrap().contains("scored 0"), "{empty}");
     shot(&c, "preflight-report").await;
 
-    // A non-numeric learning rate names its field ...
+    // A non-numeric learning rate names its field, next to it (the field marked) ...
     fill(&c, "#hp-learning_rate", "fast").await;
     click(&c, "#create-job").await;
-    let error = until(&c, "!document.querySelector('#form-error').hidden && document.querySelector('#form-error').textContent").await;
+    let error = until(&c, "document.querySelector('#hp-learning_rate[aria-invalid=true] + #hp-learning_rate-error') && document.querySelector('#hp-learning_rate-error').textContent").await;
     assert!(
         error.as_str().unwrap().contains("method.reinforcement.hyperparameters.learning_rate"),
         "{error}"
     );
-    // ... and once fixed, the resubmit shows only its own error: the file's line and field.
+    // ... and once fixed, the resubmit shows only its own error: the file's line and field,
+    // next to the training file.
     c.find("#hp-learning_rate").await.clear().await;
     click(&c, "#create-job").await;
-    let error = until(&c, "!document.querySelector('#form-error').textContent.includes('learning_rate') && document.querySelector('#form-error').textContent").await;
+    let error = until(&c, "!document.querySelector('#hp-learning_rate-error') && !document.querySelector('#hp-learning_rate[aria-invalid]') && document.querySelector('#training-file-error') && document.querySelector('#training-file-error').textContent").await;
     let error = error.as_str().unwrap();
     assert!(error.contains("line 2") && error.contains("`reference_answer`"), "{error}");
     let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&pool).await.unwrap();

@@ -48,11 +48,13 @@ window.Verity = {
   }
   function go(form) {
     form.dispatchEvent(new CustomEvent("verity:confirmed"));
-    form.submit();
+    HTMLFormElement.prototype.submit.call(form); // (a control named "submit" cannot shadow it)
   }
   document.addEventListener("submit", function (e) {
     var form = e.target;
-    if (!(form instanceof HTMLFormElement) || form.method.toLowerCase() !== "post") return;
+    // getAttribute, not form.method: a control named "method" (the new-job page's radio
+    // buttons) shadows the property.
+    if (!(form instanceof HTMLFormElement) || (form.getAttribute("method") || "get").toLowerCase() !== "post") return;
     if (!form.dataset.confirm) {
       form.dispatchEvent(new CustomEvent("verity:confirmed"));
       return;

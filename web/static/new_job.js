@@ -181,14 +181,58 @@
     var err = document.getElementById("form-error");
     err.textContent = "";
     err.hidden = true;
-    document.querySelectorAll("[aria-invalid]").forEach(function (el) { el.removeAttribute("aria-invalid"); });
+    form.querySelectorAll(".field-error").forEach(function (el) { el.remove(); });
+    document.querySelectorAll("[aria-invalid]").forEach(function (el) {
+      el.removeAttribute("aria-invalid");
+      el.removeAttribute("aria-describedby");
+    });
   }
+  // Shows `message` next to `field` (marked invalid, focused; a closed panel holding it opens),
+  // or under the form when no field is known.
   function fail(message, field) {
-    var err = document.getElementById("form-error");
-    err.textContent = message;
-    err.hidden = false;
-    if (field) { field.setAttribute("aria-invalid", "true"); field.focus(); }
-    err.scrollIntoView({ block: "center" });
+    if (!field) {
+      var err = document.getElementById("form-error");
+      err.textContent = message;
+      err.hidden = false;
+      err.scrollIntoView({ block: "center" });
+      return;
+    }
+    var panel = field.closest("details");
+    if (panel) panel.open = true;
+    var note = document.createElement("small");
+    note.className = "field-error";
+    note.id = (field.id || "field") + "-error";
+    note.setAttribute("role", "alert");
+    note.textContent = message;
+    field.insertAdjacentElement("afterend", note);
+    field.setAttribute("aria-invalid", "true");
+    field.setAttribute("aria-describedby", note.id);
+    field.focus();
+    field.scrollIntoView({ block: "center" });
+  }
+  // The form field an API error's `param` names, if the form has it (and shows it).
+  function fieldFor(param) {
+    if (!param) return null;
+    var ids = { model: "model", training_file: "training-file", validation_file: "validation-file", suffix: "suffix",
+                "budget.max_wall_seconds": "budget-max-wall-seconds", "budget.max_tokens": "budget-max-tokens",
+                "method.reinforcement.environment.max_turns": "env-max-turns",
+                "method.reinforcement.environment.episode_limits.max_tool_calls": "env-max-tool-calls" };
+    var el = ids[param] ? document.getElementById(ids[param]) : null;
+    var hp = /^method\.[a-z]+\.hyperparameters\.([a-z_]+)/.exec(param);
+    if (!el && hp) el = document.querySelector('[data-hp="' + hp[1] + '"]');
+    if (!el && /^method\.reinforcement\.grader/.test(param)) el = grader;
+    if (!el && /^method\.reinforcement\.environment/.test(param)) el = document.getElementById("env-json");
+    return el && !el.closest("[hidden]") ? el : null;
+  }
+  // A number outside the range the field declares (`min`, `max`; `data-min-exclusive`: above
+  // `min`): the API's range, as "must be in (0, 2]", else null.
+  function outOfRange(el, n) {
+    var min = el.getAttribute("min"), max = el.getAttribute("max");
+    if (min === null && max === null) return null;
+    var open = el.dataset.minExclusive === "true";
+    var low = min === null ? -Infinity : Number(min), high = max === null ? Infinity : Number(max);
+    if ((open ? n > low : n >= low) && n <= high) return null;
+    return "must be in " + (open ? "(" : "[") + (min === null ? "-inf" : min) + ", " + (max === null ? "inf" : max) + "], got " + n;
   }
   // A whole number from an input: undefined when empty, NaN when not a whole number.
   function whole(el) {
@@ -237,18 +281,20 @@
     if (m === "reinforcement") {
       try { spec = JSON.parse(grader.value); } catch (e) { fail("method.reinforcement.grader: not valid JSON: " + e.message, grader); return null; }
     }
-    var hp = {}, bad = null;
+    var hp = {}, bad = null, why = "";
     document.querySelectorAll("[data-hp]").forEach(function (el) {
       var v = el.value.trim();
       if (bad || v === "" || el.closest("[hidden]")) return;
       if (el.dataset.type === "number") {
-        if (v !== "auto" && !isFinite(Number(v))) { bad = el; return; }
+        if (v !== "auto" && !isFinite(Number(v))) { bad = el; why = "must be a number (or auto), got \"" + v + "\""; return; }
+        var range = v === "auto" ? null : outOfRange(el, Number(v));
+        if (range) { bad = el; why = range; return; }
         hp[el.dataset.hp] = v === "auto" ? "auto" : Number(v);
       } else if (el.dataset.type === "bool") hp[el.dataset.hp] = v === "true";
       else hp[el.dataset.hp] = v;
     });
     if (bad) {
-      fail("method." + m + ".hyperparameters." + bad.dataset.hp + ": must be a number (or auto), got \"" + bad.value.trim() + "\"", bad);
+      fail("method." + m + ".hyperparameters." + bad.dataset.hp + ": " + why, bad);
       return null;
     }
     var body = { model: document.getElementById("model").value, training_file: document.getElementById("training-file").value || null,
@@ -311,7 +357,12 @@
     show(out, '<p class="muted">Checking every row and trying the probes…</p>');
     postJson("/v1/verity/preflight", body)
       .then(function (res) {
-        if (!res.ok) { show(out, '<p class="error" id="preflight-verdict" data-ok="false" role="alert">' + text(apiError(res.body, "pre-flight failed")) + "</p>"); return; }
+        if (!res.ok) {
+          var message = apiError(res.body, "pre-flight failed"), field = fieldFor(res.body && res.body.error && res.body.error.param);
+          show(out, '<p class="error" id="preflight-verdict" data-ok="false" role="alert">' + text(message) + "</p>");
+          if (field) fail(message, field);
+          return;
+        }
         show(out, reportHtml(res.body));
       })
       .catch(function (e) { show(out, '<p class="error" role="alert">' + text(String(e)) + "</p>"); });
@@ -325,7 +376,7 @@
     postJson("/v1/fine_tuning/jobs", body)
       .then(function (res) {
         if (res.ok) { window.location.href = "/jobs/" + encodeURIComponent(res.body.id); return; }
-        fail(apiError(res.body, "could not create the job"));
+        fail(apiError(res.body, "could not create the job"), fieldFor(res.body && res.body.error && res.body.error.param));
       })
       .catch(function (e) { fail(String(e)); });
   });

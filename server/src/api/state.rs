@@ -53,6 +53,10 @@ pub struct ApiConfig {
     /// Lifetime of access tokens (seconds).
     #[arg(long = "token-ttl-seconds", env = "VERITY_TOKEN_TTL_SECONDS", default_value_t = 900)]
     pub token_ttl_seconds: u64,
+    /// Longest a dashboard session lasts from sign-in, however active (hours; activity renews
+    /// it for `VERITY_TOKEN_TTL_SECONDS` at a time up to this).
+    #[arg(long = "session-max-hours", env = "VERITY_SESSION_MAX_HOURS", default_value_t = 12)]
+    pub session_max_hours: u64,
     /// Largest accepted upload (MiB).
     #[arg(long = "max-upload-mib", env = "VERITY_MAX_UPLOAD_MIB", default_value_t = 512)]
     pub max_upload_mib: u64,
@@ -249,6 +253,8 @@ pub struct AppState {
     pub trusted_proxies: Arc<super::auth::client::TrustedProxies>,
     /// Session cookies carry `Secure` (the public URL, `VERITY_PUBLIC_URL`, is https).
     pub secure_cookies: bool,
+    /// How long dashboard sessions last idle and at most.
+    pub sessions: super::auth::session::SessionPolicy,
     /// Verifies signed object URLs of the local store (`None`: signed URLs disabled).
     pub signer: Option<UrlSigner>,
     /// Request counters and latencies.
@@ -274,6 +280,9 @@ pub struct AppState {
     pub inference_http: reqwest::Client,
 }
 
+/// Largest `VERITY_SESSION_MAX_HOURS` (a year).
+const MAX_SESSION_HOURS: u64 = 366 * 24;
+
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration: {0}")]
@@ -298,6 +307,11 @@ impl AppState {
             return Err(ConfigError(
                 "VERITY_AUTH_CHECKS_PER_MINUTE must be a non-negative number".into(),
             ));
+        }
+        if !(1..=MAX_SESSION_HOURS).contains(&api.session_max_hours) {
+            return Err(ConfigError(format!(
+                "VERITY_SESSION_MAX_HOURS must be 1 to {MAX_SESSION_HOURS}"
+            )));
         }
         let trusted_proxies = super::auth::client::TrustedProxies::parse(&api.trusted_proxies)
             .map_err(|e| ConfigError(e.to_string()))?;
@@ -329,6 +343,10 @@ impl AppState {
                 .public_url
                 .as_deref()
                 .is_some_and(|url| url.trim().to_ascii_lowercase().starts_with("https://")),
+            sessions: super::auth::session::SessionPolicy {
+                idle: Duration::from_secs(api.token_ttl_seconds.max(1)),
+                max: Duration::from_secs(api.session_max_hours * 3600),
+            },
             signer,
             http_metrics: Arc::new(HttpMetrics::default()),
             metrics_cache: Arc::default(),

@@ -1,5 +1,5 @@
 //! The completions explorer: a job's sampled completions keyed by dataset row (the `row` a
-//! sample records, the same at every step), filtered by step, score, finish reason, row and
+//! sample records, the same at every step; shown and filtered numbered from 1), filtered by step, score, finish reason, row and
 //! text; each prompt shown once per group with its chat turns as roles, its dataset row on
 //! every completion; paged server-side ([`GROUPS_PER_PAGE`] prompts a page, next / previous
 //! keeping the filters). The validation samples its evaluations during training kept (see
@@ -47,7 +47,7 @@ pub struct Filters {
     min_score: Option<String>,
     max_score: Option<String>,
     finish_reason: Option<String>,
-    /// Dataset row.
+    /// Dataset row, numbered from 1 (as shown).
     row: Option<String>,
     /// Text searched in prompt and completion (case-insensitive).
     q: Option<String>,
@@ -307,7 +307,13 @@ async fn completions_page(
     Query(filters): Query<Filters>,
 ) -> WebResult<Response> {
     find_job(&state, &user.0, &id).await?;
-    let row: Option<i64> = parse("row", &filters.row)?;
+    // Rows are shown and asked for from 1 (as file lines); samples record them from 0.
+    let row: Option<i64> = match parse::<i64>("row", &filters.row)? {
+        Some(shown) if shown < 1 => {
+            return Err(ApiError::invalid("row", "rows are numbered from 1").into());
+        }
+        shown => shown.map(|r| r - 1),
+    };
     let min_score: Option<f64> = parse("min_score", &filters.min_score)?;
     let max_score: Option<f64> = parse("max_score", &filters.max_score)?;
     let q = filters.q.clone().unwrap_or_default().trim().to_lowercase();

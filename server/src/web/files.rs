@@ -1,15 +1,22 @@
-//! Files: the list, a file's preview (first rows, or its validation error by line), delete.
+//! Files: the list, a file's preview (first rows, or its validation error by line), delete
+//! (asked first; a file that jobs use only when forced).
 
 use super::jobs::size;
+use super::jobs::{ConfirmForm, ConfirmPage};
 use super::page::{render, when, Nav, WebResult, WebUser};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::files::{file_lines, head_lines, remove_file, FileObject};
+use crate::api::extract::ApiQuery;
+use crate::api::files::{
+    describe_use, file_lines, file_uses, find_file, head_lines, remove_file, DeleteFileQuery,
+    FileObject, USES_NAMED,
+};
 use crate::api::state::AppState;
 use askama::Template;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Form, Json, Router};
 use serde_json::{json, Value};
 
 /// Rows shown in a preview.
@@ -108,13 +115,67 @@ async fn preview_fragment(
     Ok(render(&preview(&state, &user, &id).await?))
 }
 
+/// The page of a job or run that reads a file (empty: it has none).
+fn use_link(u: &verity_core::files::FileUse) -> String {
+    match u.kind.as_str() {
+        "fine_tuning" => format!("/jobs/{}", u.job_id),
+        "evaluation" => format!("/evaluations/{}", u.job_id),
+        "rejection_sampling" => format!("/rejection-sampling/{}", u.job_id),
+        _ => String::new(),
+    }
+}
+
+/// Deletes a file once confirmed (`confirm=yes`; without it, a page asks). A file that jobs or
+/// runs read is refused (409) on a page that names them and offers to delete it anyway
+/// (`?force=true`).
 async fn delete(
     State(state): State<AppState>,
     user: WebUser,
     Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<DeleteFileQuery>,
+    Form(form): Form<ConfirmForm>,
 ) -> WebResult<Response> {
-    remove_file(&state, &user.0, &id).await?;
-    Ok(Redirect::to("/files").into_response())
+    let force = query.force.unwrap_or(false);
+    if !form.confirmed() {
+        let file = find_file(&state, &user.0, &id).await?;
+        return Ok(render(&ConfirmPage {
+            nav: Nav::new("Delete file", "files"),
+            question: format!(
+                "Delete file {id} ({})? Its content is removed for good.",
+                file.filename
+            ),
+            action: format!("/files/{id}/delete{}", if force { "?force=true" } else { "" }),
+            button: "Delete file".into(),
+            back: "/files".into(),
+            affected: Vec::new(),
+        }));
+    }
+    match remove_file(&state, &user.0, &id, force).await {
+        Ok(()) => Ok(Redirect::to("/files").into_response()),
+        Err(error) if error.code == Some("file_in_use") => {
+            let uses = file_uses(&state, &user.0, &id).await?;
+            let mut affected: Vec<(String, String)> =
+                uses.iter().take(USES_NAMED).map(|u| (describe_use(u), use_link(u))).collect();
+            if uses.len() > USES_NAMED {
+                affected.push(("and more".into(), String::new()));
+            }
+            let mut response = render(&ConfirmPage {
+                nav: Nav::new("File in use", "files"),
+                question: format!(
+                    "File {id} was not deleted: these jobs use it. Deleting it anyway removes its \
+                     content for good; their pages then show it as deleted, and Continue \
+                     training starts without it."
+                ),
+                action: format!("/files/{id}/delete?force=true"),
+                button: "Delete anyway".into(),
+                back: "/files".into(),
+                affected,
+            });
+            *response.status_mut() = StatusCode::CONFLICT;
+            Ok(response)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Row `index` (0-based, blank lines not counted) of a file, as JSON: `{file, index, records,

@@ -282,6 +282,20 @@ struct JobPage {
     baseline: Option<String>,
     /// Evaluation reports created for this job, as `(id, state)`.
     evaluations: Vec<(String, String)>,
+    /// Whether the job's training / validation file has been deleted since (shown as such, not
+    /// linked).
+    training_deleted: bool,
+    validation_deleted: bool,
+}
+
+/// Whether the org's file `id` (when the job names one) no longer exists.
+async fn file_deleted(
+    state: &AppState,
+    user: &WebUser,
+    id: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let Some(id) = id else { return Ok(false) };
+    Ok(verity_core::files::get_file(&state.pool, user.0.org_id, id).await?.is_none())
 }
 
 /// A baseline `eval` event's data as `pass@1 0.250 · pass@4 0.600 · mean reward 0.310`.
@@ -374,7 +388,11 @@ async fn job_page(
         "paused" => "Paused before the first step.",
         _ => "Waiting for the first step…",
     };
+    let training_deleted = file_deleted(&state, &user, job.training_file.as_deref()).await?;
+    let validation_deleted = file_deleted(&state, &user, job.validation_file.as_deref()).await?;
     let page = JobPage {
+        training_deleted,
+        validation_deleted,
         nav: Nav::new(format!("Job {id}"), "jobs"),
         progress_json: script_json(&serde_json::to_value(&progress).unwrap_or(Value::Null)),
         progress,
@@ -427,6 +445,8 @@ pub struct ConfirmPage {
     pub button: String,
     /// Where "Keep" goes back to.
     pub back: String,
+    /// Things the action affects, listed under the question: `(text, link)` (empty link: none).
+    pub affected: Vec<(String, String)>,
 }
 
 async fn control(
@@ -445,6 +465,7 @@ async fn control(
             action: format!("/jobs/{id}/control/cancel"),
             button: "Cancel job".into(),
             back: format!("/jobs/{id}"),
+            affected: Vec::new(),
         }));
     }
     control_job(&state, &user.0, &id, control).await?;

@@ -39,6 +39,25 @@ struct KeysPage {
     admin: bool,
     secret: Option<String>,
     error: Option<String>,
+    /// The form field the error names (`name`, `role`, `expires_days`), shown next to it.
+    error_field: String,
+    /// The name typed, kept after an error.
+    name: String,
+}
+
+/// The create form's fields that show their own error.
+const FORM_FIELDS: [&str; 3] = ["name", "role", "expires_days"];
+
+impl KeysPage {
+    /// The error to show next to form field `field`, when it names that field.
+    fn field_error(&self, field: &str) -> Option<&str> {
+        self.error.as_deref().filter(|_| self.error_field == field)
+    }
+
+    /// The error to show above the form: one naming none of its fields.
+    fn form_error(&self) -> Option<&str> {
+        self.error.as_deref().filter(|_| !FORM_FIELDS.contains(&self.error_field.as_str()))
+    }
 }
 
 fn time(seconds: Option<i64>) -> String {
@@ -48,11 +67,20 @@ fn time(seconds: Option<i64>) -> String {
         .unwrap_or_else(|| "never".to_string())
 }
 
+/// What the create form shows again after a refusal: the error, the field it names and the
+/// name typed.
+#[derive(Default)]
+struct Refusal {
+    error: Option<String>,
+    field: String,
+    name: String,
+}
+
 async fn page(
     state: &AppState,
     user: &WebUser,
     secret: Option<String>,
-    error: Option<String>,
+    refusal: Refusal,
 ) -> WebResult<Response> {
     let keys = org_keys(state, &user.0)
         .await?
@@ -70,12 +98,14 @@ async fn page(
         keys,
         admin: user.is_admin(),
         secret,
-        error,
+        error: refusal.error,
+        error_field: refusal.field,
+        name: refusal.name,
     }))
 }
 
 async fn keys_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    page(&state, &user, None, None).await
+    page(&state, &user, None, Refusal::default()).await
 }
 
 /// The create form.
@@ -123,10 +153,15 @@ async fn create(
         Err(error) => Err(error),
     };
     match created {
-        Ok(created) => page(&state, &user, Some(created.secret), None).await,
+        Ok(created) => page(&state, &user, Some(created.secret), Refusal::default()).await,
         Err(error) if error.status.is_client_error() => {
             let status = error.status;
-            let mut response = page(&state, &user, None, Some(error.message)).await?;
+            let refusal = Refusal {
+                field: error.param.clone().unwrap_or_default(),
+                error: Some(error.message),
+                name: form.name.clone().unwrap_or_default(),
+            };
+            let mut response = page(&state, &user, None, refusal).await?;
             *response.status_mut() = status;
             Ok(response)
         }
@@ -155,6 +190,7 @@ async fn revoke_key(
             action: format!("/keys/{id}/revoke"),
             button: "Revoke key".into(),
             back: "/keys".into(),
+            affected: Vec::new(),
         }));
     }
     revoke(&state, &user.0, id).await?;

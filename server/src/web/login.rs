@@ -105,8 +105,8 @@ async fn login(
         Err(error) => Err(error),
     };
     match opened {
-        Ok(id) => {
-            let cookie = session_cookie(&id, state.tokens.ttl().as_secs(), state.secure_cookies);
+        Ok((id, max_age)) => {
+            let cookie = session_cookie(&id, max_age, state.secure_cookies);
             ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
         }
         Err(error) => {

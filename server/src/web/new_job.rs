@@ -41,6 +41,20 @@ struct FieldRow {
     help: &'static str,
     default: String,
     defaults: Vec<(&'static str, String)>,
+    /// The API's range of the field, checked by the form before sending: `min`, `max` (empty:
+    /// no range) and whether `min` itself is refused.
+    min: String,
+    max: String,
+    min_exclusive: bool,
+}
+
+/// The range the API accepts for hyperparameter `name`, where the form checks one:
+/// `(min, min excluded, max)`.
+fn bounds(name: &str) -> Option<(f64, bool, f64)> {
+    match name {
+        "temperature" => Some((0.0, true, verity_core::spec::MAX_TEMPERATURE)),
+        _ => None,
+    }
 }
 
 /// The resolved default hyperparameters of each method (`method.{type}.hyperparameters`).
@@ -77,11 +91,15 @@ fn field_rows() -> Vec<FieldRow> {
                 .iter()
                 .filter_map(|(name, hp)| hp.get(f.name).map(|v| (*name, shown(v))))
                 .collect();
+            let range = bounds(f.name);
             FieldRow {
                 name: f.name,
                 help: f.help,
                 default: defaults.first().map(|(_, d)| d.clone()).unwrap_or_default(),
                 defaults,
+                min: range.map(|(min, _, _)| min.to_string()).unwrap_or_default(),
+                max: range.map(|(_, _, max)| max.to_string()).unwrap_or_default(),
+                min_exclusive: range.is_some_and(|(_, exclusive, _)| exclusive),
             }
         })
         .collect()
@@ -100,7 +118,10 @@ pub const FIELDS: &[Field] = &[
     },
     Field { name: "learning_rate", help: "Peak learning rate." },
     Field { name: "max_completion_tokens", help: "Longest completion, in tokens." },
-    Field { name: "temperature", help: "Sampling temperature; lower explores less." },
+    Field {
+        name: "temperature",
+        help: "Sampling temperature, above 0 and at most 2; lower explores less.",
+    },
     Field {
         name: "beta",
         help: "Reinforcement: KL coefficient to the reference (0 = none). DPO: β, how far the \
@@ -246,6 +267,8 @@ struct NewJobPage {
     fields: Vec<FieldRow>,
     losses: Vec<LossRow>,
     default_loss: &'static str,
+    /// Prefilled files that are gone (deleted since the continued job used them).
+    missing_files: Vec<String>,
 }
 
 /// The language models (not embedding models) the org may name, with `extra` (a prefilled
@@ -274,10 +297,15 @@ async fn new_job_page(
 ) -> WebResult<Response> {
     let prefill = prefill(&state, &user, query).await?;
     let models = language_models(&state, &user, &prefill.model).await?;
-    let files = org_files(&state, &user)
+    let files: Vec<FileRow> = org_files(&state, &user)
         .await?
         .into_iter()
         .filter(|f| f.file.status == "processed")
+        .collect();
+    let missing_files = [&prefill.training_file, &prefill.validation_file]
+        .into_iter()
+        .filter(|id| !id.is_empty() && !files.iter().any(|f| f.file.id == **id))
+        .cloned()
         .collect();
     Ok(render(&NewJobPage {
         nav: Nav::new("New job", "jobs"),
@@ -290,6 +318,7 @@ async fn new_job_page(
             .map(|l| LossRow { id: l.as_str(), label: l.label() })
             .collect(),
         default_loss: Loss::default().as_str(),
+        missing_files,
     }))
 }
 

@@ -1,6 +1,6 @@
 //! What every page shares: the signed-in user extractor, rendering, errors as HTML pages.
 
-use crate::api::auth::session::{authenticate_session, session_token};
+use crate::api::auth::session::{authenticate_session, session_token, RenewalSlot};
 use crate::api::auth::Principal;
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
@@ -27,7 +27,10 @@ impl FromRequestParts<AppState> for WebUser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<WebUser, Response> {
         let principal = match session_token(&parts.headers) {
-            Some(id) => authenticate_session(state, id).await.ok(),
+            Some(id) => {
+                let renewal = parts.extensions.get::<RenewalSlot>();
+                authenticate_session(state, id, renewal).await.ok()
+            }
             None => None,
         };
         match principal {

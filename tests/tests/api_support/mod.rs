@@ -37,6 +37,7 @@ pub fn api_config() -> ApiConfig {
         jwt_issuer: "verity".into(),
         jwt_audience: "verity-api".into(),
         token_ttl_seconds: 600,
+        session_max_hours: 12,
         max_upload_mib: 512,
         rate_limit_rps: 0.0,
         rate_limit_burst: 1.0,

@@ -121,6 +121,12 @@ impl Browser {
             .to_string()
     }
 
+    /// When cookie `name` expires (Unix seconds; `None` for a session cookie).
+    pub async fn cookie_expiry(&self, name: &str) -> Option<i64> {
+        self.command(reqwest::Method::GET, &format!("/cookie/{name}"), None).await["expiry"]
+            .as_i64()
+    }
+
     /// Ends the session.
     pub async fn close(self) {
         let _ = self.http.delete(&self.base).send().await;

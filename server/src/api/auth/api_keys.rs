@@ -79,7 +79,9 @@ impl From<ApiKeyInfo> for ApiKeyObject {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
-    /// A label (at most 100 characters).
+    /// A label: 1 to 100 characters, not only spaces (a missing or empty name is a 400 naming
+    /// `name`).
+    #[schema(required = true)]
     pub name: Option<String>,
     /// `admin` or `member` (default: the creator's role, which is admin).
     pub role: Option<String>,
@@ -151,6 +153,9 @@ pub async fn new_key(
     principal.require_key_minting()?;
     reject_nul("name", name)?;
     let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::invalid("name", "must not be empty: name the key after its use"));
+    }
     if name.chars().count() > MAX_NAME_LEN {
         return Err(ApiError::invalid("name", format!("at most {MAX_NAME_LEN} characters")));
     }

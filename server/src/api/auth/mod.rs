@@ -416,7 +416,8 @@ impl FromRequestParts<AppState> for Principal {
                 let id = session::session_token(&parts.headers).ok_or_else(|| {
                     ApiError::unauthorized("missing Authorization: Bearer header")
                 })?;
-                let principal = session::authenticate_session(state, id).await?;
+                let renewal = parts.extensions.get::<session::RenewalSlot>();
+                let principal = session::authenticate_session(state, id, renewal).await?;
                 state.limiter.check(&principal.bucket()).map_err(ApiError::rate_limited)?;
                 return Ok(principal);
             }

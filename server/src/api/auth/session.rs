@@ -3,14 +3,18 @@
 //! signing out revokes; accepted wherever a bearer credential is, and a guard refusing
 //! cross-origin writes made with it. Every request re-reads the session with its user's and
 //! key's current state, so a revoked key, a demoted or deleted user, or a sign-out takes effect
-//! at the next request.
+//! at the next request. Activity renews a session (sliding expiry, up to a maximum from
+//! sign-in): the row at most about once a minute, the cookie's `Max-Age` with it.
 
 use axum::extract::Request;
-use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use super::keys;
 use super::routes::SignedIn;
@@ -57,33 +61,138 @@ fn id_hash(id: &str) -> [u8; 32] {
     digest
 }
 
-/// Opens a session for whoever just signed in, valid for the token lifetime; returns its id.
-pub async fn open_session(state: &AppState, signed_in: &SignedIn) -> Result<String, ApiError> {
+/// How long dashboard sessions last: `idle` after the last request (the token lifetime,
+/// `VERITY_TOKEN_TTL_SECONDS`), and never more than `max` after signing in
+/// (`VERITY_SESSION_MAX_HOURS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionPolicy {
+    /// Lifetime without activity; each request moves the expiry to this far ahead.
+    pub idle: Duration,
+    /// Longest lifetime from sign-in, whatever the activity.
+    pub max: Duration,
+}
+
+/// The longest wait between two renewals of an active session (each renewal is a write).
+const RENEW_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+
+fn delta(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or_else(|_| chrono::Duration::days(366))
+}
+
+impl SessionPolicy {
+    /// The expiry of a session opened `now`.
+    pub fn first_expiry(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now + delta(self.idle.min(self.max))
+    }
+
+    /// The expiry a session opened at `created_at`, expiring at `expires_at`, gets from a
+    /// request at `now`: `now + idle`, capped at `created_at + max`; `None` when that moves it
+    /// by less than a minute (or a quarter of `idle`, when shorter), so that an active session
+    /// is written at most about once a minute.
+    pub fn renewal(
+        &self,
+        created_at: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let target = (now + delta(self.idle)).min(created_at + delta(self.max));
+        let step =
+            delta((self.idle / 4).min(RENEW_AT_MOST_EVERY)).max(chrono::Duration::seconds(1));
+        (target - expires_at >= step).then_some(target)
+    }
+}
+
+/// Where a request's session renewal leaves its new cookie, for [`renew_cookie`] to send with
+/// the response (the extractors that authenticate a session fill it).
+#[derive(Debug, Clone, Default)]
+pub struct RenewalSlot(Arc<Mutex<Option<String>>>);
+
+impl RenewalSlot {
+    fn put(&self, cookie: String) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(cookie);
+    }
+
+    fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// Sends the cookie of a session the request renewed (see [`RenewalSlot`]) with its response,
+/// unless the response sets the session cookie itself (sign-in, sign-out).
+pub async fn renew_cookie(mut request: Request, next: Next) -> Response {
+    let slot = RenewalSlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let mut response = next.run(request).await;
+    if let Some(cookie) = slot.take() {
+        let prefix = format!("{SESSION_COOKIE}=");
+        let sets_own = response
+            .headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.starts_with(&prefix)));
+        if let (false, Ok(value)) = (sets_own, HeaderValue::from_str(&cookie)) {
+            response.headers_mut().append(SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+/// Opens a session for whoever just signed in (expiring after the idle lifetime); returns its
+/// id and its lifetime in seconds, the cookie's `Max-Age`.
+pub async fn open_session(
+    state: &AppState,
+    signed_in: &SignedIn,
+) -> Result<(String, u64), ApiError> {
     let id = format!("vs-{}", keys::random_chars(SESSION_ID_LEN));
-    let ttl = chrono::Duration::from_std(state.tokens.ttl())
-        .map_err(|e| ApiError::internal("session lifetime", e))?;
+    let now = chrono::Utc::now();
+    let expires_at = state.sessions.first_expiry(now);
     verity_core::sessions::create_session(
         &state.pool,
         &id_hash(&id),
         signed_in.user_id,
         signed_in.key_id,
-        chrono::Utc::now() + ttl,
+        expires_at,
     )
     .await?;
-    Ok(id)
+    Ok((id, seconds_until(expires_at, now)))
+}
+
+/// Whole seconds from `now` to `at` (0 when past).
+fn seconds_until(at: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
+    u64::try_from((at - now).num_seconds()).unwrap_or(0)
 }
 
 /// The principal of session `id` as it stands now: 401 when the session is unknown, signed out
-/// or expired, its user deleted, or its key revoked or expired.
-pub async fn authenticate_session(state: &AppState, id: &str) -> Result<Principal, ApiError> {
-    let session = verity_core::sessions::find_session(&state.pool, &id_hash(id))
+/// or expired, its user deleted, or its key revoked or expired. An active session is renewed
+/// (see [`SessionPolicy::renewal`]); its new cookie goes into `renewal` when given.
+pub async fn authenticate_session(
+    state: &AppState,
+    id: &str,
+    renewal: Option<&RenewalSlot>,
+) -> Result<Principal, ApiError> {
+    let hash = id_hash(id);
+    let session = verity_core::sessions::find_session(&state.pool, &hash)
         .await?
         .ok_or_else(|| ApiError::unauthorized("no such session (signed out or expired)"))?;
     if session.key_revoked {
         return Err(ApiError::unauthorized("this API key was revoked"));
     }
-    if let Some(at) = session.key_expires_at.filter(|at| *at <= chrono::Utc::now()) {
+    let now = chrono::Utc::now();
+    if let Some(at) = session.key_expires_at.filter(|at| *at <= now) {
         return Err(super::expired(at));
+    }
+    if let Some(expires_at) = state.sessions.renewal(session.created_at, session.expires_at, now) {
+        match verity_core::sessions::renew_session(&state.pool, &hash, expires_at).await {
+            Ok(true) => {
+                let max_age = seconds_until(expires_at, now);
+                if let Some(slot) = renewal {
+                    slot.put(session_cookie(id, max_age, state.secure_cookies));
+                }
+            }
+            Ok(false) => {}
+            // The session still holds until its current expiry; the next request tries again.
+            Err(error) => tracing::warn!(%error, "could not renew a session"),
+        }
     }
     let role = session.role.parse().map_err(|e| ApiError::internal("session role", e))?;
     Ok(Principal {
@@ -133,6 +242,28 @@ pub async fn guard(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activity_slides_the_expiry_up_to_the_maximum_writing_at_most_once_a_minute() {
+        let policy =
+            SessionPolicy { idle: Duration::from_secs(900), max: Duration::from_secs(12 * 3600) };
+        let opened = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let first = policy.first_expiry(opened);
+        assert_eq!(first, opened + chrono::Duration::seconds(900));
+        let at = |s: i64| opened + chrono::Duration::seconds(s);
+        // Within the first minute: nothing to write.
+        assert_eq!(policy.renewal(opened, first, at(59)), None);
+        // A minute later: 15 minutes from now.
+        assert_eq!(policy.renewal(opened, first, at(60)), Some(at(960)));
+        // Near the maximum: capped at 12 h from sign-in, then never renewed again.
+        let late = at(12 * 3600 - 300);
+        assert_eq!(policy.renewal(opened, at(12 * 3600 - 400), late), Some(at(12 * 3600)));
+        assert_eq!(policy.renewal(opened, at(12 * 3600), late), None);
+        // A short idle lifetime renews after a quarter of it.
+        let short = SessionPolicy { idle: Duration::from_secs(8), max: Duration::from_secs(60) };
+        assert_eq!(short.renewal(opened, at(8), at(1)), None);
+        assert_eq!(short.renewal(opened, at(8), at(2)), Some(at(10)));
+    }
 
     #[test]
     fn reads_the_cookie_and_judges_origins() {

@@ -157,23 +157,88 @@ pub async fn file_content(
         .into_response())
 }
 
-/// Deletes a file and its content.
-#[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files", params(("file_id" = String, Path)),
-    responses((status = 200, body = Deleted), (status = 401), (status = 404)))]
+/// Query of a file delete.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteFileQuery {
+    /// Delete the file even though jobs or runs read it (their pages then show it as deleted).
+    pub force: Option<bool>,
+}
+
+/// Deletes a file and its content. A file that a job or run names as its training or
+/// validation file is kept (409 `file_in_use`, naming them) unless `?force=true`.
+#[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files",
+    params(("file_id" = String, Path), DeleteFileQuery),
+    responses((status = 200, body = Deleted), (status = 401), (status = 404), (status = 409)))]
 pub async fn delete_file(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<DeleteFileQuery>,
 ) -> ApiResult<Json<Deleted>> {
-    remove_file(&state, &principal, &id).await?;
+    remove_file(&state, &principal, &id, query.force.unwrap_or(false)).await?;
     Ok(Json(Deleted { id, object: "file", deleted: true }))
 }
 
-/// Deletes the org's file `id` (row, then object), or 404.
-pub async fn remove_file(state: &AppState, principal: &Principal, id: &str) -> ApiResult<()> {
-    let key = verity_core::files::delete_file(&state.pool, principal.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("file", id))?;
+/// Jobs and runs named in a `file_in_use` refusal (the rest counted).
+pub const USES_NAMED: usize = 10;
+
+/// How a job or run uses a file, as a refusal names it: `ftjob-… (training file, succeeded)`.
+pub fn describe_use(u: &verity_core::files::FileUse) -> String {
+    let role = match (u.kind.as_str(), u.training, u.validation) {
+        ("fine_tuning", true, true) => "training and validation file",
+        ("fine_tuning", true, false) => "training file",
+        ("fine_tuning", false, _) => "validation file",
+        ("evaluation", ..) => "evaluation's file",
+        ("rejection_sampling", ..) => "rejection sampling's prompts",
+        ("difficulty_profile", ..) => "difficulty profile's prompts",
+        _ => "file",
+    };
+    format!("{} ({role}, {})", u.job_id, u.state)
+}
+
+/// The jobs and runs that read the org's file `id` (at most [`USES_NAMED`] + 1).
+pub async fn file_uses(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<Vec<verity_core::files::FileUse>> {
+    let limit = i64::try_from(USES_NAMED).unwrap_or(10) + 1;
+    Ok(verity_core::files::file_uses(&state.pool, principal.org_id, id, limit).await?)
+}
+
+/// Deletes the org's file `id` (row, then object); 404 when there is none, 409 `file_in_use`
+/// naming the jobs and runs that read it unless `force`.
+pub async fn remove_file(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    force: bool,
+) -> ApiResult<()> {
+    let Some(key) =
+        verity_core::files::delete_file(&state.pool, principal.org_id, id, force).await?
+    else {
+        find_file(state, principal, id).await?;
+        let uses = file_uses(state, principal, id).await?;
+        let mut named: Vec<String> = uses.iter().take(USES_NAMED).map(describe_use).collect();
+        if uses.len() > USES_NAMED {
+            named.push("more".to_string());
+        }
+        if named.is_empty() {
+            named.push("a job".to_string());
+        }
+        return Err(ApiError::conflict(
+            "file_in_use",
+            format!(
+                "file {id} is used by {}: delete it with force=true to delete it anyway (their \
+                 pages then show it as deleted)",
+                named.join(", ")
+            ),
+        ));
+    };
+    if force {
+        tracing::info!(file = %id, org_id = %principal.org_id, "file deleted with force");
+    }
     if let Err(error) = state.store.delete(&key).await {
         tracing::warn!(%error, key = %key, "file row deleted but its object was not");
     }
