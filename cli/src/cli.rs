@@ -44,6 +44,9 @@ pub enum Command {
     Up(crate::commands::up::UpArgs),
     /// `verity up --demo`: train SmolLM2-135M on the arithmetic example and follow it.
     Demo(crate::commands::up::UpArgs),
+    /// What this machine has for Verity (BLAS, the grader sandbox, Postgres, memory, disk,
+    /// models) and the command that fixes each missing piece.
+    Doctor(crate::commands::doctor::DoctorArgs),
     /// Upload and list dataset files on a running server (VERITY_URL, VERITY_API_KEY).
     Files(crate::commands::client::files::FilesArgs),
     /// Create, list, show, control and watch fine-tuning jobs on a running server.

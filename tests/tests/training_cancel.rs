@@ -13,12 +13,13 @@ use verity_core::queue::{NewJob, Queue, QueueSettings};
 use verity_core::JobState;
 use verity_worker::trainer::testing::target_token_jsonl;
 
-/// A judge that writes long replies (up to 128 tokens each), so that judging the evaluation's
-/// 160 completions takes far longer than the 5 s a cancel may take.
+/// A judge that writes long replies, so that judging the evaluation's 160 completions takes far
+/// longer than the 5 s a cancel may take. Its budget is the 32768 tokens OpenAI's graders guide
+/// asks for: more than SmolLM2's context, so it is clamped with a warning event.
 fn verbose_judge() -> Value {
     json!({"type": "score_model", "name": "judge", "model": "smollm2", "range": [0, 100],
            "input": [{"role": "user", "content": "Write a long, detailed essay on whether this answer is right, then a score from 0 to 100. Answer: {{sample.output_text}}"}],
-           "sampling_params": {"temperature": 0, "seed": 7, "max_completions_tokens": 128}})
+           "sampling_params": {"temperature": 0, "seed": 7, "max_completions_tokens": 32768}})
 }
 
 async fn progress(pool: &PgPool, job: &str) -> Value {
@@ -92,4 +93,14 @@ async fn a_job_cancelled_while_its_evaluation_is_judged_stops_within_seconds(poo
     assert!(training_support::metric_steps(&pool, &job).await.is_empty());
     let kinds = training_support::event_kinds(&pool, &job).await;
     assert!(!kinds.iter().any(|k| k == "eval"), "{kinds:?}");
+    // The judge's budget was accepted and clamped, with a warning naming the field.
+    let clamped: Vec<String> = sqlx::query_scalar(
+        "SELECT message FROM job_events WHERE job_id = $1 AND kind = 'judge_budget_clamped'",
+    )
+    .bind(&job)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(clamped.len(), 1, "{kinds:?}");
+    assert!(clamped[0].starts_with("sampling_params.max_completions_tokens: 32768"), "{clamped:?}");
 }

@@ -208,6 +208,31 @@ impl Grader {
         }
     }
 
+    /// Every model grader's reply budget: the JSON path of its `max_completions_tokens`, the
+    /// judge model it asks and the tokens it asks for.
+    pub fn judge_budgets(&self) -> Vec<(String, String, usize)> {
+        let mut out = Vec::new();
+        self.collect_judge_budgets("", &mut out);
+        out
+    }
+
+    fn collect_judge_budgets(&self, prefix: &str, out: &mut Vec<(String, String, usize)>) {
+        match &self.compiled {
+            Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
+                let path = join_path(prefix, "sampling_params.max_completions_tokens");
+                let model = prompt.model().to_string();
+                out.push((path, model, prompt.sampling().max_completion_tokens));
+            }
+            Compiled::Multi { graders, .. } => {
+                for (name, g) in graders {
+                    let prefix = join_path(&join_path(prefix, "graders"), name);
+                    g.collect_judge_budgets(&prefix, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Whether grading asks a judge model (a model grader, or a multi holding one).
     pub fn uses_judge(&self) -> bool {
         !self.judge_models().is_empty()

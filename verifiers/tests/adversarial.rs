@@ -260,6 +260,9 @@ fn every_call_the_seccomp_filter_denies_fails_with_its_errno_and_ordinary_work_s
             call.name
         );
     }
+    // Each program runs alone in the sandbox: the shared helpers go in front of it.
+    let helpers = std::fs::read_to_string(data_dir("").join("seccomp_helpers.py"))
+        .expect("readable seccomp_helpers.py");
     let jobs: Vec<Job> = programs
         .iter()
         .map(|(name, text)| {
@@ -267,7 +270,7 @@ fn every_call_the_seccomp_filter_denies_fails_with_its_errno_and_ordinary_work_s
             Job {
                 name: name.clone(),
                 kind: Kind::Seccomp,
-                text: text.clone(),
+                text: format!("{helpers}\n{text}"),
                 scoring: "all_pass",
                 expect: 1.0,
             }

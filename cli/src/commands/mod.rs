@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod client;
 pub mod demo;
+pub mod doctor;
 pub mod generate;
 pub mod graders;
 mod migrate;
@@ -31,6 +32,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Openapi(args) => openapi::run(&args),
         Command::Up(args) => up::run(args).await,
         Command::Demo(args) => up::run(up::UpArgs { demo: true, ..args }).await,
+        Command::Doctor(args) => tokio::task::spawn_blocking(move || doctor::run(&args)).await?,
         Command::Files(args) => client::files::run(&args).await,
         Command::Jobs(args) => client::jobs::run(&args).await,
         Command::Checkpoints(args) => client::checkpoints::run(&args).await,

@@ -49,6 +49,27 @@ fn parse_flags<T: Args>(flags: &[&str]) -> anyhow::Result<T> {
     Ok(Flags::<T>::try_parse_from(args).context("building the configuration")?.inner)
 }
 
+/// Prints, once, what this machine lacks (`verity doctor`'s problems) with the fix for each.
+/// The demo model's absence matters only to the demo (which fetches it).
+async fn report_problems(data: &std::path::Path, database_url: Option<&str>, demo: bool) {
+    let (data, url) = (data.to_path_buf(), database_url.map(str::to_string));
+    let Ok(checks) =
+        tokio::task::spawn_blocking(move || super::doctor::checks(&data, url.as_deref())).await
+    else {
+        return;
+    };
+    let problems: Vec<_> = checks
+        .into_iter()
+        .filter(|c| c.status != super::doctor::Status::Ok && (demo || c.name != "demo_model"))
+        .collect();
+    if !problems.is_empty() {
+        println!(
+            "verity up: this machine lacks something (`verity doctor` shows the full report):"
+        );
+        print!("{}", super::doctor::render(&problems, false));
+    }
+}
+
 /// Starts everything, prints how to reach it, and runs until ctrl-c / SIGTERM (or, with
 /// `--demo`, until the demo job ends).
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -58,6 +79,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .data_dir
         .canonicalize()
         .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    report_problems(&data, args.database_url.as_deref(), args.demo).await;
     let mut cluster: Option<PrivateCluster> = None;
     let database_url = match &args.database_url {
         Some(url) if !url.is_empty() => url.clone(),

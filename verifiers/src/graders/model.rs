@@ -120,6 +120,11 @@ impl JudgeTemplate {
         &self.model
     }
 
+    /// How the judge samples its reply (temperature, seed, reply budget, …).
+    pub fn sampling(&self) -> &JudgeSampling {
+        &self.sampling
+    }
+
     /// The message templates.
     pub fn templates(&self) -> impl Iterator<Item = &Template> {
         self.messages.iter().map(|(_, t)| t)

@@ -161,7 +161,12 @@ impl TrainingHandler {
     }
 
     /// Compiles a job's grader, with its embedding model and judge attached.
-    pub(super) async fn prepare_grader(&self, lease: &Lease, spec: &Value) -> Result<Grader, Stop> {
+    pub(super) async fn prepare_grader(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &Value,
+    ) -> Result<Grader, Stop> {
         let grader = Grader::from_json(&spec.to_string())
             .map_err(|e| user_error(format!("invalid grader: {e}")))?;
         let pool = lease.queue().pool();
@@ -188,6 +193,12 @@ impl TrainingHandler {
                 }
                 e => user_error(format!("grader: {e}")),
             })?;
+        for (path, message) in self.judges.budget_warnings(&grader) {
+            tracing::warn!(%message, "judge reply budget clamped");
+            let data = json!({"path": path});
+            let kind = "judge_budget_clamped";
+            event(lease, heartbeat, EventLevel::Warn, kind, &message, Some(&data)).await?;
+        }
         Ok(grader.with_judge(judge))
     }
 
@@ -208,7 +219,9 @@ impl TrainingHandler {
         method.validate().map_err(|e| user_error(format!("invalid hyperparameters: {e}")))?;
         let pool = lease.queue().pool();
         let grader = match method.reinforcement() {
-            Some(reinforcement) => Some(self.prepare_grader(lease, &reinforcement.grader).await?),
+            Some(reinforcement) => {
+                Some(self.prepare_grader(lease, heartbeat, &reinforcement.grader).await?)
+            }
             None => None,
         };
         let start = self.start_model(lease, heartbeat).await?;

@@ -62,7 +62,7 @@ impl TrainingHandler {
         let job = lease.job();
         let file = job.training_file.clone().ok_or_else(|| user_error("the run has no file"))?;
         let text = Arc::new(self.read_file(&file, heartbeat).await?);
-        let grader = self.prepare_grader(lease, spec.grader()).await?;
+        let grader = self.prepare_grader(lease, heartbeat, spec.grader()).await?;
         if let RunSpec::DifficultyProfile(profile) = &spec {
             let ctx = RunContext { lease, heartbeat, spec: &spec, grader: &grader, text: &text };
             return self.difficulty_profile(&ctx, profile).await;

@@ -137,6 +137,35 @@ impl JudgeProvider {
         Ok(None)
     }
 
+    /// The model graders of `grader` whose reply budget is more than their loaded judge
+    /// model's context (call after [`JudgeProvider::judge_for`]): each reply is cut to what its
+    /// prompt leaves of the context, as a warning to show the user — OpenAI's guides ask for up
+    /// to 32768 reply tokens, which is accepted, not refused. Endpoint judges are not checked.
+    pub fn budget_warnings(&self, grader: &Grader) -> Vec<(String, String)> {
+        let mut warnings = Vec::new();
+        for (path, name, asked) in grader.judge_budgets() {
+            if self.settings.endpoint(&name).is_some() {
+                continue;
+            }
+            let Some(model) = self.loaded.get(&name) else { continue };
+            let context = model
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .model
+                .config
+                .max_position_embeddings;
+            if asked >= context {
+                let message = format!(
+                    "{path}: {asked} reply tokens asked, more than the judge {name:?} holds \
+                     ({context} tokens of context); each reply is cut to what its prompt \
+                     leaves of the context"
+                );
+                warnings.push((path, message));
+            }
+        }
+        warnings
+    }
+
     /// The judge answering every model `grader` names for org `org_id` (loading models that
     /// are not loaded yet).
     pub async fn judge_for(

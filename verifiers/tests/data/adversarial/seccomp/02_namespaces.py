@@ -1,28 +1,6 @@
 # technique: make new namespaces (unshare, setns, clone with CLONE_NEW*, clone3) to gain
 # capabilities inside them; the filter refuses them (clone3 with ENOSYS) while fork, threads
 # and subprocesses, which use clone without those flags, keep working.
-import ctypes
-import errno
-import os
-
-LIBC = ctypes.CDLL(None, use_errno=True)
-LIBC.syscall.restype = ctypes.c_long
-MACHINE = os.uname().machine
-
-
-def call(numbers, *args):
-    """Makes the raw system call numbered for this machine in `numbers` (x86_64, aarch64):
-    "ok" when it succeeded (a returned fd is closed), else the errno name."""
-    ctypes.set_errno(0)
-    ret = LIBC.syscall(ctypes.c_long(numbers[MACHINE]), *[ctypes.c_long(a) for a in args])
-    if ret >= 0:
-        return "ok"
-    code = ctypes.get_errno()
-    return errno.errorcode.get(code, str(code))
-
-
-def addr(buffer):
-    return ctypes.cast(buffer, ctypes.c_void_p).value or 0
 
 import subprocess
 import sys

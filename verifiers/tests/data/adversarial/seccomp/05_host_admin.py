@@ -1,28 +1,6 @@
 # technique: administer the host (kexec, kernel modules, reboot, swap, process accounting,
 # I/O ports); every call gets EPERM. The arguments are invalid on purpose, so that nothing
 # would happen even where a call reached the kernel.
-import ctypes
-import errno
-import os
-
-LIBC = ctypes.CDLL(None, use_errno=True)
-LIBC.syscall.restype = ctypes.c_long
-MACHINE = os.uname().machine
-
-
-def call(numbers, *args):
-    """Makes the raw system call numbered for this machine in `numbers` (x86_64, aarch64):
-    "ok" when it succeeded (a returned fd is closed), else the errno name."""
-    ctypes.set_errno(0)
-    ret = LIBC.syscall(ctypes.c_long(numbers[MACHINE]), *[ctypes.c_long(a) for a in args])
-    if ret >= 0:
-        return "ok"
-    code = ctypes.get_errno()
-    return errno.errorcode.get(code, str(code))
-
-
-def addr(buffer):
-    return ctypes.cast(buffer, ctypes.c_void_p).value or 0
 
 
 def attempts():
