@@ -160,7 +160,7 @@ mod tests {
             micro_batch_size: 8,
             tis_cap: Some(1000.0),
             max_staleness,
-            temperature: 3.0,
+            temperature: 2.0,
             seed: Some(4),
             ..Hyperparameters::default()
         };
