@@ -97,7 +97,12 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
         &config.storage,
         &config.api,
     )?;
-    state.start_job_change_listener().await;
-    state.start_key_revocation_listener().await;
+    // The listeners stop with the state (see `AppState::background`).
+    if let Some(listener) = state.start_job_change_listener().await {
+        state.background.hold(listener);
+    }
+    if let Some(listener) = state.start_key_revocation_listener().await {
+        state.background.hold(listener);
+    }
     Ok(state)
 }

@@ -278,6 +278,27 @@ pub struct AppState {
     pub embeddings: Arc<verity_worker::embedding_models::EmbeddingModels>,
     /// HTTP client forwarding inference requests to inference workers.
     pub inference_http: reqwest::Client,
+    /// Tasks that live as long as the state (the change listeners): stopped when its last
+    /// clone drops, so a process that stops serving stops them before its database goes.
+    pub background: Arc<BackgroundTasks>,
+}
+
+/// Background tasks owned by an [`AppState`], aborted when it is dropped.
+#[derive(Debug, Default)]
+pub struct BackgroundTasks(std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>);
+
+impl BackgroundTasks {
+    /// Keeps `task` until the state drops.
+    pub fn hold(&self, task: tokio::task::JoinHandle<()>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(task);
+    }
+}
+
+impl Drop for BackgroundTasks {
+    fn drop(&mut self) {
+        let tasks = self.0.get_mut().unwrap_or_else(|p| p.into_inner());
+        tasks.drain(..).for_each(|task| task.abort());
+    }
 }
 
 /// Largest `VERITY_SESSION_MAX_HOURS` (a year).
@@ -379,6 +400,7 @@ impl AppState {
                 .connect_timeout(Duration::from_secs(3))
                 .build()
                 .map_err(|e| ConfigError(format!("inference HTTP client: {e}")))?,
+            background: Arc::default(),
         })
     }
 }
