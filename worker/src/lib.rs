@@ -48,6 +48,7 @@ pub mod loader;
 pub mod model;
 pub mod optim;
 pub mod policy_optimizer;
+pub mod pypi_models;
 pub mod runs;
 pub mod sampler;
 pub mod serving;

