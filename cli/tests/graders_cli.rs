@@ -15,6 +15,14 @@ fn verity(args: &[&str], model: Option<&str>) -> std::process::Output {
     command.output().expect("running verity")
 }
 
+/// A rows file with one pair whose all-MiniLM-L6-v2 cosine is known (0.768879).
+fn cat_rows(dir: &std::path::Path) -> std::path::PathBuf {
+    let rows = dir.join("rows.jsonl");
+    let row = r#"{"item": {"r": "A cat is sitting on a rug."}, "sample": {"output_text": "The cat sits on the mat."}}"#;
+    std::fs::write(&rows, format!("{row}\n")).unwrap();
+    rows
+}
+
 #[test]
 fn graders_run_scores_cosine_with_the_configured_model() {
     let Some(model) =
@@ -31,12 +39,7 @@ fn graders_run_scores_cosine_with_the_configured_model() {
                                 "reference": "{{item.r}}", "evaluation_metric": "cosine"}}}"#,
     )
     .unwrap();
-    let rows = dir.path().join("rows.jsonl");
-    std::fs::write(
-        &rows,
-        "{\"item\": {\"r\": \"A cat is sitting on a rug.\"}, \"sample\": {\"output_text\": \"The cat sits on the mat.\"}}\n",
-    )
-    .unwrap();
+    let rows = cat_rows(dir.path());
     let (grader, rows) = (grader.to_str().unwrap(), rows.to_str().unwrap());
     let model = model.to_str().unwrap();
     let out = verity(&["graders", "run", "--grader", grader, "--input", rows], Some(model));
@@ -74,12 +77,7 @@ fn without_a_setting_the_default_embedding_model_is_fetched_on_first_use() {
             "reference": "{{item.r}}", "evaluation_metric": "cosine"}"#,
     )
     .unwrap();
-    let rows = dir.path().join("rows.jsonl");
-    std::fs::write(
-        &rows,
-        "{\"item\": {\"r\": \"A cat is sitting on a rug.\"}, \"sample\": {\"output_text\": \"The cat sits on the mat.\"}}\n",
-    )
-    .unwrap();
+    let rows = cat_rows(dir.path());
     let cache = dir.path().join("models");
     let out = Command::new(env!("CARGO_BIN_EXE_verity"))
         .args([
