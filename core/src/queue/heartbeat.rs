@@ -48,19 +48,10 @@ impl ProgressReporter {
 }
 
 impl Heartbeat {
-    /// Starts heartbeating `lease`.
-    pub fn start(lease: Lease, interval: Duration) -> Heartbeat {
-        Heartbeat::start_woken(lease, interval, None)
-    }
-
     /// Starts heartbeating `lease`, beating at once (to learn the request) whenever `control`
     /// is notified: a cancel or pause announced by the database reaches the job within a
     /// round trip instead of an interval (see [`super::JobWaker::control_wake`]).
-    pub fn start_woken(
-        lease: Lease,
-        interval: Duration,
-        control: Option<Arc<Notify>>,
-    ) -> Heartbeat {
+    pub fn start(lease: Lease, interval: Duration, control: Option<Arc<Notify>>) -> Heartbeat {
         let control = control.unwrap_or_default();
         let (tx, state) = watch::channel(HeartbeatState::Held(ControlSignal::Continue));
         let reporter = ProgressReporter {

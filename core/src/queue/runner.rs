@@ -161,8 +161,7 @@ async fn run_one(
     control: &ControlWake,
     shutdown: &CancellationToken,
 ) {
-    let heartbeat =
-        Heartbeat::start_woken(lease.clone(), heartbeat_interval, Some(control.notify()));
+    let heartbeat = Heartbeat::start(lease.clone(), heartbeat_interval, Some(control.notify()));
     let outcome = match AssertUnwindSafe(handler.run(lease, &heartbeat)).catch_unwind().await {
         Ok(outcome) => outcome,
         Err(panic) => {
