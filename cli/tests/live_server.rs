@@ -253,6 +253,17 @@ print("SDK OK")
 /// Runs `script` under `python` against `server`; its stdout, after checking it printed
 /// `SDK OK`.
 async fn run_sdk(python: &str, script: &str, server: &Server, key: &str, job: &str) -> String {
+    run_sdk_with(python, script, (server, key), job, &[]).await
+}
+
+/// [`run_sdk`] with more environment variables for the script.
+async fn run_sdk_with(
+    python: &str,
+    script: &str,
+    (server, key): (&Server, &str),
+    job: &str,
+    env: &[(&str, &str)],
+) -> String {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), script).unwrap();
     let output = tokio::process::Command::new(python)
@@ -261,6 +272,7 @@ async fn run_sdk(python: &str, script: &str, server: &Server, key: &str, job: &s
         .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
         .env("OPENAI_MAX_RETRIES", "0")
         .env("JOB", job)
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
@@ -619,11 +631,13 @@ print("SDK OK")
 /// infrastructure error (the tiny random policy writes neither JSON nor tool calls, so each
 /// sample is a sample parse error scored 0, never masked as an error).
 const EXAMPLES_FINISHED_SCRIPT: &str = r#"
+import json
 import os
 from openai import OpenAI
 
 client = OpenAI()
-for job_id in os.environ["JOB"].split():
+# The JOBS lines name (flagship, tool-call) pairs.
+for index, job_id in enumerate(os.environ["JOB"].split()):
     job = client.fine_tuning.jobs.retrieve(job_id)
     assert job.status == "succeeded", job
     page = client.get("/fine_tuning/jobs/%s/samples" % job_id, cast_to=object)
@@ -631,7 +645,17 @@ for job_id in os.environ["JOB"].split():
     assert samples, page
     for sample in samples:
         assert sample["grader_error"] is None, sample
-        assert sample["score"] == 0 and "cannot be read" in sample["reason"], sample
+        if index % 2 == 0:
+            # constrained decoding: the schema's JSON, compact, from the first token; a complete
+            # one is read by the graders (`sample.output_json`), a cut one scores 0
+            assert sample["completion"].startswith('{"compliant": "'), sample
+            if sample["finish_reason"] != "length":
+                parsed = json.loads(sample["completion"])
+                assert set(parsed) == {"compliant", "explanation"}, sample
+                assert "cannot be read" not in (sample["reason"] or ""), sample
+        else:
+            # the tiny model calls no tool: the tool-call grader cannot read a call
+            assert sample["score"] == 0 and "cannot be read" in sample["reason"], sample
 print("SDK OK")
 "#;
 
@@ -645,10 +669,29 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     if pythons.is_empty() {
         return;
     }
+    // The flagship job's structured outputs need a tokenizer that can write JSON: SmolLM2.
+    let Some(smollm2) = verity_worker::testing::smollm2_dir(
+        "openai_documentation_examples_are_accepted_and_graded",
+    ) else {
+        return;
+    };
     let (server, key) = start(&pool).await;
+    let store = LocalStore::open(server._dir.path(), None).await.unwrap();
+    verity_core::storage::publish_folder(&store, &smollm2, "models/smollm2").await.unwrap();
+    verity_core::models::insert_base_model(
+        &pool,
+        None,
+        "smollm2",
+        "models/smollm2",
+        "hf",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
     let mut jobs = Vec::new();
     for python in &pythons {
-        let stdout = run_sdk(python, EXAMPLES_SCRIPT, &server, &key, "").await;
+        let env = [("VERITY_STRUCTURED_MODEL", "smollm2")];
+        let stdout = run_sdk_with(python, EXAMPLES_SCRIPT, (&server, &key), "", &env).await;
         let line = stdout.lines().find_map(|line| line.strip_prefix("JOBS "));
         jobs.push(line.unwrap_or_else(|| panic!("no JOBS line in {stdout}")).to_string());
     }

@@ -35,7 +35,10 @@ pub use blas::{blas_core, blas_in_use, matmul, serial_sgemm, sgemm, Product};
 pub use device::{attention_device, rms_norm_device};
 pub use embedding::embedding;
 pub use int8::{Int8Matrix, ScaleAxis};
-pub use logprob::{token_logprobs, token_logprobs_reference};
+pub use logprob::{
+    mask_allows, token_logprobs, token_logprobs_masked, token_logprobs_reference,
+    token_logprobs_reference_masked, VocabMask,
+};
 pub use lora::lora_matmul;
 pub use prefix::{after_prefix, after_prefix_reference};
 pub use rms_norm::{rms_norm, rms_norm_reference};

@@ -4,13 +4,15 @@ OPENAI_BASE_URL and OPENAI_API_KEY and then runs the jobs this script queues).
 
 Each body follows the example at its `source` URL. Only what cannot exist on a Verity test
 server is changed, and each change is marked: OpenAI's model names become the server's test
-models (`tiny-judge`, a tiny random model, trains and judges), and the long prose prompts of the RFT guide's
+models (`tiny-judge`, a tiny random model, trains and judges; the flagship job with structured
+outputs trains SmolLM2-135M-Instruct, whose tokenizer can write JSON), and the long prose prompts of the RFT guide's
 judge are shortened. Every example must be accepted (200) and graded: for `graders/run`, the
 response is read field for field as the SDK types it (`result.metadata.errors.<flag>`).
 Prints `JOBS <id> …` (the RFT jobs to run) and `SDK OK`.
 """
 import io
 import json
+import os
 
 from openai import OpenAI
 
@@ -18,6 +20,9 @@ client = OpenAI()
 # OpenAI's "o4-mini-…" / "gpt-4o-…" / "gpt-5-mini" become the server's tiny random model, which
 # both trains and judges
 TRAIN = JUDGE = "tiny-judge"
+# The flagship job's structured outputs need a tokenizer that can write JSON (the driving test
+# registers SmolLM2-135M-Instruct for it); OpenAI's guide trains "o4-mini-2025-04-16".
+STRUCTURED = os.environ.get("VERITY_STRUCTURED_MODEL", TRAIN)
 
 GRADERS_GUIDE = "https://platform.openai.com/docs/guides/graders"
 RFT_GUIDE = "https://platform.openai.com/docs/guides/reinforcement-fine-tuning"
@@ -145,12 +150,12 @@ def upload(rows):
 security = upload([{"messages": [{"role": "user", "content": "Is storing passwords in plain text compliant?"}],
                     "compliant": "no", "explanation": "Passwords must be hashed."}] * 2)
 flagship = client.fine_tuning.jobs.create(
-    model=TRAIN, training_file=security, validation_file=security,
+    model=STRUCTURED, training_file=security, validation_file=security,
     method={"type": "reinforcement", "reinforcement": {
         "grader": FLAGSHIP_GRADER, "response_format": RESPONSE_FORMAT,
         # the guide's `reasoning_effort`, and a single short step for the test
         "hyperparameters": {"reasoning_effort": "medium", "n_epochs": 1, "batch_size": 1,
-                            "max_steps": 1, "group_size": 2, "max_completion_tokens": 8,
+                            "max_steps": 1, "group_size": 2, "max_completion_tokens": 48,
                             "eval_interval": 1, "eval_samples": 1}}})
 echoed = flagship.method.reinforcement.model_dump()["response_format"]
 assert echoed == RESPONSE_FORMAT, flagship

@@ -1553,6 +1553,15 @@ async fn structured_outputs_tool_calls_and_the_legacy_job_shape(pool: sqlx::PgPo
         // pre-flight answers the same 400
         refused(&post(&app.router, "/v1/verity/preflight", &key, body).await, param, &needles);
     }
+    // Constrained decoding: a strict schema no output satisfies does not compile, and a JSON
+    // format is enforced on single completions only.
+    let impossible = json!({"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+        "schema": {"type": "integer", "minimum": 5, "maximum": 1}}});
+    let reply = create(job(grader("{{sample.output_text}}"), impossible)).await;
+    refused(&reply, "method.reinforcement.response_format.json_schema.schema", &[]);
+    let mut partial = job(grader("{{sample.output_text}}"), json!({"type": "json_object"}));
+    partial["method"]["reinforcement"]["hyperparameters"]["partial_rollout_tokens"] = json!(16);
+    refused(&create(partial).await, "method.reinforcement.response_format", &["partial_rollout"]);
     // A grader over the tool calls needs rows that offer tools.
     let tool_grader = grader("{{sample.output_tools[0].function.name}}");
     refused(

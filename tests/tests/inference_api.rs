@@ -276,6 +276,14 @@ async fn bad_models_and_budgets_are_refused_with_the_field_named(pool: PgPool) {
         assert_eq!(status, 400, "{field}: {body}");
         assert_eq!(body["error"]["param"], field, "{body}");
     }
+    // The tiny model's word-level tokenizer cannot write JSON: a structured output is refused
+    // by the worker before any token, naming the field (not a server error).
+    let format = json!({"type": "json_object"});
+    let body = json!({"model": BASE, "messages": messages, "response_format": format});
+    let (status, body) = chat(&stack, &key, body).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "response_format", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("cannot be constrained"), "{body}");
     let (status, body) =
         chat(&stack, &key, json!({"model": lora, "messages": messages, "max_tokens": 3})).await;
     assert_eq!(status, 200, "{body}");

@@ -90,6 +90,7 @@ pub fn generate_with(
         seed: opts.seed,
         rollout_dtype: opts.rollout_dtype,
         max_batch_rows: 0,
+        constraint: None,
     };
     let out = sample(
         &lm.model,

@@ -33,6 +33,7 @@ pub mod bench;
 pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
+pub mod constrained;
 pub mod convert;
 pub mod device;
 pub mod embedding;

@@ -14,6 +14,7 @@
 //! decodes: each prompt's samples are handed over as soon as they have all ended, and the caller
 //! may add prompts then (DAPO's dynamic sampling refills the batch this way).
 
+use crate::constrained::{mask_logits, OutputConstraint, SequenceConstraint, VocabMask};
 use crate::error::{Result, WorkerError};
 use crate::model::compact::{CompactWeights, RolloutDtype};
 use crate::model::decode::DecodeBatch;
@@ -49,6 +50,9 @@ pub struct SamplingParams {
     /// prompt's samples together.
     #[serde(default)]
     pub max_batch_rows: usize,
+    /// The grammar completions must follow (a JSON `response_format`); none is free text.
+    #[serde(skip)]
+    pub constraint: Option<OutputConstraint>,
 }
 
 impl Default for SamplingParams {
@@ -63,6 +67,7 @@ impl Default for SamplingParams {
             seed: 0,
             rollout_dtype: RolloutDtype::F32,
             max_batch_rows: 0,
+            constraint: None,
         }
     }
 }
@@ -93,6 +98,11 @@ pub struct Completion {
     pub logprobs: Vec<f32>,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// Under constrained decoding, the tokens each position could take (one mask per token,
+    /// the distribution `logprobs` were computed under); empty for free sampling. Kept in
+    /// memory only.
+    #[serde(skip)]
+    pub token_masks: Vec<VocabMask>,
 }
 
 struct Sequence {
@@ -102,6 +112,9 @@ struct Sequence {
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     finish: Option<FinishReason>,
+    /// Where the sequence stands in the output grammar, and the mask of each token so far.
+    constraint: Option<SequenceConstraint>,
+    masks: Vec<VocabMask>,
 }
 
 /// SplitMix64 finaliser, to derive independent per-sequence seeds.
@@ -167,10 +180,11 @@ pub fn pick_token(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> 
     }
     let mass: f32 = cand.iter().map(|&i| probs[i as usize]).sum();
     let mut r = rng.random::<f32>() * mass;
-    let mut chosen = *cand.last().unwrap_or(&0);
+    // A token of probability 0 (masked out by a grammar) is never chosen, even when r is 0.
+    let mut chosen = cand.iter().rev().copied().find(|&i| probs[i as usize] > 0.0).unwrap_or(0);
     for &i in &cand {
         r -= probs[i as usize];
-        if r <= 0.0 {
+        if r <= 0.0 && probs[i as usize] > 0.0 {
             chosen = i;
             break;
         }
@@ -373,7 +387,18 @@ impl Sequence {
             return Ok(());
         }
         let params = run.params;
-        let (tok, lp) = pick_token(logits, params, &mut self.rng);
+        let (tok, lp) = match self.constraint.as_mut() {
+            None => pick_token(logits, params, &mut self.rng),
+            Some(constraint) => {
+                let mask = constraint.allowed()?;
+                let mut masked = logits.to_vec();
+                mask_logits(&mut masked, &mask);
+                let picked = pick_token(&masked, params, &mut self.rng);
+                constraint.commit(picked.0)?;
+                self.masks.push(mask);
+                picked
+            }
+        };
         self.tokens.push(tok);
         self.logprobs.push(lp);
         if run.eos_ids.contains(&tok) {
@@ -399,6 +424,7 @@ impl Sequence {
             token_ids: self.tokens.clone(),
             logprobs: self.logprobs.clone(),
             finish_reason: self.finish.unwrap_or(FinishReason::Length),
+            token_masks: self.masks.clone(),
         }
     }
 
@@ -409,6 +435,7 @@ impl Sequence {
             token_ids: self.tokens,
             logprobs: self.logprobs,
             finish_reason: self.finish.unwrap_or(FinishReason::Length),
+            token_masks: self.masks,
         }
     }
 }
@@ -495,6 +522,8 @@ impl Slots {
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: None,
+                    constraint: run.params.constraint.as_ref().map(OutputConstraint::start),
+                    masks: Vec::new(),
                 });
             }
         }

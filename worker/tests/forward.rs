@@ -92,7 +92,7 @@ fn the_layer_by_layer_backward_gives_the_gradients_of_the_whole_graph() {
             }
         }
         let whole = loss(&model, true).backward().unwrap();
-        let (lp, tape) = model.completion_logprobs_layered(&p, &c, 0.7, 0).unwrap();
+        let (lp, tape) = model.completion_logprobs_layered(&p, &c, &[], 0.7, 0).unwrap();
         let layered_loss = weighted_loss(lp);
         // A plain backward stops at the last cut: only the final norm and the LM head get gradients.
         let cut_short = layered_loss.backward().unwrap();

@@ -25,7 +25,7 @@ fn tiny_model_trains_on_the_device() {
     assert!(params.iter().all(|(_, v)| grads.get(v.as_tensor()).is_some()));
     // The trainer's layer-by-layer backward gives the same gradients on the device.
     let (layered, tape) =
-        model.completion_logprobs_layered(&[vec![1, 2, 3]], &[vec![4, 5]], 1.0, 0).unwrap();
+        model.completion_logprobs_layered(&[vec![1, 2, 3]], &[vec![4, 5]], &[], 1.0, 0).unwrap();
     let layered_loss = (layered.logprobs * layered.mask).unwrap().sum_all().unwrap();
     let mut acc = verity_worker::optim::GradAccumulator::new(&params);
     acc.accumulate_layered(&layered_loss, tape, &params, 1.0).unwrap();

@@ -58,6 +58,10 @@ pub struct RolloutArgs {
     /// sample, instead of one continuous batch (the comparison for continuous batching).
     #[arg(long)]
     pub chunked: bool,
+    /// Constrain every sample to a JSON object (`response_format: json_object`), to measure
+    /// what constrained decoding's masks cost.
+    #[arg(long = "json-object")]
+    pub json_object: bool,
 }
 
 /// Options of `verity bench train-step`.
@@ -144,6 +148,7 @@ pub async fn rollout(args: &RolloutArgs) -> anyhow::Result<()> {
         samples: args.samples,
         stop_at_eos: args.stop_at_eos,
         chunked: args.chunked,
+        json_object: args.json_object,
     };
     print_blocking(move || Ok(verity_worker::bench::bench_rollout(&model, &bench)?)).await
 }

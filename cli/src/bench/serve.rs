@@ -107,6 +107,7 @@ impl Client {
                         seed: index as u64,
                         logprobs: None,
                         logit_bias: bias.clone(),
+                        response_format: None,
                     },
                 };
                 let mut generation = engine.generate(request).await?;
@@ -122,6 +123,9 @@ impl Client {
                         }
                         GenerationEvent::Failed { message } => {
                             bail!("generation failed: {message}")
+                        }
+                        GenerationEvent::Refused { param, message } => {
+                            bail!("request refused ({param}): {message}")
                         }
                         GenerationEvent::Started { .. } => {}
                     }

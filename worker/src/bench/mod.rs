@@ -127,6 +127,8 @@ pub struct RolloutBench {
     /// Decode the prompts in separate calls of `batch` rows each (each waits for its longest
     /// sample) instead of one continuous batch of `batch` rows.
     pub chunked: bool,
+    /// Constrain every sample to a JSON object (constrained decoding's cost).
+    pub json_object: bool,
 }
 
 impl RolloutBench {
@@ -140,6 +142,7 @@ impl RolloutBench {
             samples: 1,
             stop_at_eos: false,
             chunked: false,
+            json_object: false,
         }
     }
 }
@@ -148,8 +151,16 @@ impl RolloutBench {
 /// throughput as JSON (`tokens_per_s`, `seconds`, `prefill_tokens`, `peak_rss_mib`,
 /// `model_tflops`: 2 · parameters · generated tokens per second, ...).
 pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_json::Value> {
-    let RolloutBench { batch, new_tokens, rollout_dtype, samples, stop_at_eos, chunked, .. } =
-        *bench;
+    let RolloutBench {
+        batch,
+        new_tokens,
+        rollout_dtype,
+        samples,
+        stop_at_eos,
+        chunked,
+        json_object,
+        ..
+    } = *bench;
     if batch == 0 || new_tokens == 0 || samples == 0 || samples > batch {
         return Err(WorkerError::InvalidArgument(
             "batch, new_tokens and samples must be at least 1, samples at most batch".into(),
@@ -159,6 +170,16 @@ pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_j
     let prompt_count = if bench.prompts == 0 { per_batch } else { bench.prompts };
     let lm = model.load()?;
     let prompts = bench_prompts(&lm, prompt_count)?;
+    let constraint = if json_object {
+        let format = verity_core::response_format::ResponseFormat::JsonObject;
+        crate::constrained::OutputConstraint::compile(
+            &format,
+            &lm.tokenizer,
+            lm.model.config.vocab_size,
+        )?
+    } else {
+        None
+    };
     let params = SamplingParams {
         n: samples,
         temperature: 1.0,
@@ -166,6 +187,7 @@ pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_j
         seed: 1,
         rollout_dtype,
         max_batch_rows: batch,
+        constraint,
         ..Default::default()
     };
     let eos: &[u32] = if stop_at_eos { &lm.tokenizer.eos_token_ids } else { &[] };
@@ -192,6 +214,7 @@ pub fn bench_rollout(model: &BenchModel, bench: &RolloutBench) -> Result<serde_j
         "new_tokens": new_tokens,
         "stop_at_eos": stop_at_eos,
         "mode": if chunked { "chunked" } else { "continuous" },
+        "json_object": json_object,
         "rollout_dtype": rollout_dtype,
         "generated_tokens": generated,
         "prefill_tokens": prompts.iter().map(Vec::len).sum::<usize>(),
@@ -262,7 +285,8 @@ pub fn bench_train_step(
             acc.reset();
             reset_gpu_memory_peak(&dev);
             let t0 = Instant::now();
-            let (lp, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, 0)?;
+            let (lp, tape) =
+                model.completion_logprobs_layered(&prompts, &completions, &[], 1.0, 0)?;
             let n_tokens = lp.mask.sum_all()?.to_scalar::<f32>()?;
             let loss = ((lp.logprobs * lp.mask)?.sum_all()? / -(n_tokens as f64))?;
             model.device().synchronize()?;

@@ -110,6 +110,7 @@ impl Episode {
             token_ids: self.token_ids.clone(),
             logprobs: self.logprobs.clone(),
             finish_reason: self.end.finish_reason(),
+            token_masks: Vec::new(),
         }
     }
 }

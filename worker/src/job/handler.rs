@@ -317,6 +317,10 @@ impl TrainingHandler {
                 options,
             )
             .map_err(trainer_error)?;
+            // OpenAI's structured outputs, enforced while sampling (docs/graders.md)
+            if let Some(format) = method.reinforcement().and_then(|r| r.response_format.as_ref()) {
+                trainer = trainer.with_response_format(format).map_err(trainer_error)?;
+            }
             // Verity extension: multi-turn episodes with tools (docs/tools.md)
             if let Some(environment) = method.reinforcement().and_then(|r| r.environment.clone()) {
                 trainer = trainer.with_environment(*environment).map_err(trainer_error)?;

@@ -9,6 +9,7 @@ use super::cancellable::blocking_until_cancelled;
 use super::handler::{
     event, lease_error, persist, retryable, trainer_error, user_error, Stop, TrainingHandler,
 };
+use crate::constrained::OutputConstraint;
 use crate::loader::LoadedModel;
 use crate::runs::{prompt_chunks, sample_and_grade, sample_records, select, supervised_jsonl};
 use crate::sampler::SamplingParams;
@@ -219,17 +220,27 @@ impl TrainingHandler {
     ) -> Result<Option<(Vec<Group>, RolloutTimes)>, Stop> {
         let mut groups = Vec::with_capacity(rows.len());
         let mut times = RolloutTimes::default();
+        // OpenAI's structured outputs, enforced while sampling with this model's tokenizer
+        let constraint = match &ctx.spec.sampling().response_format {
+            Some(format) => {
+                let vocab = loaded.model.config.vocab_size;
+                OutputConstraint::compile(format, &loaded.tokenizer, vocab)
+                    .map_err(|e| user_error(e.to_string()))?
+            }
+            None => None,
+        };
         for chunk in prompt_chunks(rows.len(), params.n) {
             if interrupted(ctx.heartbeat).is_some() {
                 return Ok(None);
             }
             let chunk: Vec<usize> = chunk.into_iter().map(|i| rows[i]).collect();
-            let (m, d, g, pool, p) = (
+            let (m, d, g, pool, p, c) = (
                 loaded.clone(),
                 dataset.clone(),
                 ctx.grader.clone(),
                 self.graders.clone(),
                 params.clone(),
+                constraint.clone(),
             );
             let (out, t) = blocking_until_cancelled(ctx.heartbeat, "sampling", move || {
                 let rollout = Rollout {
@@ -240,6 +251,7 @@ impl TrainingHandler {
                     phases: None,
                     environment: None,
                     sampled: None,
+                    constraint: c.as_ref(),
                 };
                 sample_and_grade(&rollout, &d, &chunk, &p)
             })

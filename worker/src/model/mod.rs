@@ -62,6 +62,14 @@ struct Layer {
     k_norm: Option<Var>,
 }
 
+/// How completions are scored: the temperature, the padding id, and constrained decoding's masks.
+#[derive(Clone, Copy)]
+struct Scoring<'a> {
+    temperature: f32,
+    pad_id: u32,
+    masks: &'a [Vec<kernels::VocabMask>],
+}
+
 /// Per-token outputs of [`Transformer::completion_logprobs`], shaped `(batch, max_completion_len)`
 /// and zero where `mask` is 0.
 pub struct CompletionLogprobs {
@@ -833,28 +841,43 @@ impl Transformer {
         pad_id: u32,
         track: bool,
     ) -> Result<CompletionLogprobs> {
-        self.scored_completions(prompts, completions, (temperature, pad_id), track, None)
+        self.completion_logprobs_masked(prompts, completions, &[], temperature, pad_id, track)
+    }
+
+    /// [`Transformer::completion_logprobs`] under constrained decoding's masks: `masks` is empty
+    /// (no completion was constrained) or has one entry per completion, itself empty (free
+    /// sampling) or one mask per token; a masked token's distribution is the softmax over the
+    /// tokens its mask allows, the distribution the sampler drew it from.
+    pub fn completion_logprobs_masked(
+        &self,
+        prompts: &[Vec<u32>],
+        completions: &[Vec<u32>],
+        masks: &[Vec<kernels::VocabMask>],
+        temperature: f32,
+        pad_id: u32,
+        track: bool,
+    ) -> Result<CompletionLogprobs> {
+        let scoring = Scoring { temperature, pad_id, masks };
+        self.scored_completions(prompts, completions, &scoring, track, None)
     }
 
     /// [`Transformer::completion_logprobs`] with gradients, recorded for a layer-by-layer
     /// backward: back-propagate a loss built from `logprobs` with [`Tape::backward`] (a plain
     /// `backward()` would stop at the last layer). Same gradients; the activations of each layer
     /// are freed as soon as the backward has passed it, which lowers peak memory.
+    /// `masks` as in [`Transformer::completion_logprobs_masked`].
     pub fn completion_logprobs_layered(
         &self,
         prompts: &[Vec<u32>],
         completions: &[Vec<u32>],
+        masks: &[Vec<kernels::VocabMask>],
         temperature: f32,
         pad_id: u32,
     ) -> Result<(CompletionLogprobs, Tape)> {
         let mut tape = Tape::default();
-        let scored = self.scored_completions(
-            prompts,
-            completions,
-            (temperature, pad_id),
-            true,
-            Some(&mut tape),
-        )?;
+        let scoring = Scoring { temperature, pad_id, masks };
+        let scored =
+            self.scored_completions(prompts, completions, &scoring, true, Some(&mut tape))?;
         Ok((scored, tape))
     }
 
@@ -862,10 +885,19 @@ impl Transformer {
         &self,
         prompts: &[Vec<u32>],
         completions: &[Vec<u32>],
-        (temperature, pad_id): (f32, u32),
+        scoring: &Scoring<'_>,
         track: bool,
         tape: Option<&mut Tape>,
     ) -> Result<CompletionLogprobs> {
+        let Scoring { temperature, pad_id, masks } = *scoring;
+        if !masks.is_empty()
+            && (masks.len() != completions.len()
+                || masks.iter().zip(completions).any(|(m, c)| !m.is_empty() && m.len() != c.len()))
+        {
+            return Err(WorkerError::InvalidArgument(
+                "need no masks, or one list per completion with one mask per token".into(),
+            ));
+        }
         if prompts.len() != completions.len() || prompts.is_empty() {
             return Err(WorkerError::InvalidArgument(
                 "need as many prompts as completions (at least one)".into(),
@@ -885,6 +917,8 @@ impl Transformer {
         // Rows of `hidden` that predict each completion token, and the tokens themselves.
         let mut rows = Vec::new();
         let mut targets = Vec::new();
+        let mut vocab_masks = Vec::new();
+        let masked = masks.iter().any(|m| !m.is_empty());
         let mut slot = vec![0u32; b * max_c];
         let mut mask = vec![0f32; b * max_c];
         for (i, (c, predicting)) in completions.iter().zip(&layout.predicting_rows).enumerate() {
@@ -893,15 +927,24 @@ impl Transformer {
                 mask[i * max_c + j] = 1.0;
                 rows.push(row);
                 targets.push(tok);
+                if masked {
+                    vocab_masks.push(masks[i].get(j).cloned());
+                }
             }
         }
         let picked = hidden.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
         let lm = self.lm_weight(self.trains_base(track))?;
         let out = match self.kernels {
-            Kernels::Fused => kernels::token_logprobs(&picked, &lm, &targets, temperature)?,
-            Kernels::Device | Kernels::Reference => {
-                kernels::token_logprobs_reference(&picked, &lm, &targets, temperature)?
+            Kernels::Fused => {
+                kernels::token_logprobs_masked(&picked, &lm, &targets, &vocab_masks, temperature)?
             }
+            Kernels::Device | Kernels::Reference => kernels::token_logprobs_reference_masked(
+                &picked,
+                &lm,
+                &targets,
+                &vocab_masks,
+                temperature,
+            )?,
         };
         // Scatter the flat per-token values into (b, max_c), slot 0 being a zero pad.
         let padded = Tensor::cat(&[&Tensor::zeros((1, 2), DType::F32, &self.device)?, &out], 0)?;

@@ -6,6 +6,7 @@
 
 use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob, TopLogprob};
 use super::text::StopTextTracker;
+use crate::constrained::{mask_logits, GrammarCompiler, OutputConstraint, SequenceConstraint};
 use crate::error::Result;
 use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
@@ -58,6 +59,8 @@ struct Row {
     request: usize,
     choice: usize,
     rng: StdRng,
+    /// Where the choice stands in the request's output grammar, if it has one.
+    constraint: Option<SequenceConstraint>,
     tokens: Vec<u32>,
     text: StopTextTracker,
     done: bool,
@@ -82,6 +85,7 @@ pub(crate) fn run_batcher(
         logits: Vec::new(),
         requests: Vec::new(),
         waiting: VecDeque::new(),
+        grammars: None,
     };
     loop {
         if state.rows.is_empty() && state.waiting.is_empty() {
@@ -147,6 +151,8 @@ struct Batcher {
     logits: Vec<Vec<f32>>,
     requests: Vec<Option<Live>>,
     waiting: VecDeque<Admission>,
+    /// Compiles requests' `response_format`s; built at the first request that has one.
+    grammars: Option<GrammarCompiler>,
 }
 
 impl Batcher {
@@ -168,6 +174,37 @@ impl Batcher {
         taken
     }
 
+    /// The compiled `response_format` of each of `taken`, refusing the requests whose format
+    /// does not compile; the requests left, each with its grammar (if any).
+    fn with_grammars(
+        &mut self,
+        taken: Vec<Admission>,
+    ) -> Vec<(Admission, Option<OutputConstraint>)> {
+        let mut out = Vec::with_capacity(taken.len());
+        for a in taken {
+            let Some(format) = a.params.response_format.clone() else {
+                out.push((a, None));
+                continue;
+            };
+            let compiled = match self.grammars.as_ref() {
+                Some(g) => g.compile(&format),
+                None => GrammarCompiler::new(&self.tokenizer, self.model.config.vocab_size)
+                    .and_then(|g| self.grammars.insert(g).compile(&format)),
+            };
+            match compiled {
+                Ok(constraint) => out.push((a, constraint)),
+                Err(e) => {
+                    let (param, message) = ("response_format".to_string(), e.to_string());
+                    let _ = a.events.send(GenerationEvent::Refused { param, message });
+                    self.count(|c| {
+                        c.requests.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Ends `requests` (not yet admitted) with a failure.
     fn refuse(&self, requests: Vec<Admission>, message: &str) {
         for a in requests {
@@ -186,6 +223,11 @@ impl Batcher {
             let taken = self.take_admissible();
             if taken.is_empty() {
                 return;
+            }
+            let (taken, grammars): (Vec<Admission>, Vec<Option<OutputConstraint>>) =
+                self.with_grammars(taken).into_iter().unzip();
+            if taken.is_empty() {
+                continue;
             }
             let pad = self.tokenizer.pad_id();
             let (model, compact) = (&self.model, &self.compact);
@@ -220,14 +262,14 @@ impl Batcher {
                 self.refuse(taken, &e.to_string());
                 continue;
             }
-            for (a, logits) in taken.into_iter().zip(logits) {
-                self.join(a, logits);
+            for ((a, logits), grammar) in taken.into_iter().zip(logits).zip(grammars) {
+                self.join(a, logits, grammar);
             }
         }
     }
 
     /// Adds the rows of prefilled request `a` (its `n` choices, all starting from `logits`).
-    fn join(&mut self, a: Admission, logits: Vec<f32>) {
+    fn join(&mut self, a: Admission, logits: Vec<f32>, grammar: Option<OutputConstraint>) {
         let n = a.params.n.max(1);
         let index = self.requests.len();
         for choice in 0..n {
@@ -235,6 +277,7 @@ impl Batcher {
                 request: index,
                 choice,
                 rng: sequence_rng(a.params.seed, 0, choice),
+                constraint: grammar.as_ref().map(OutputConstraint::start),
                 tokens: Vec::new(),
                 text: StopTextTracker::default(),
                 done: false,
@@ -254,6 +297,7 @@ impl Batcher {
             seed: a.params.seed,
             rollout_dtype: Default::default(),
             max_batch_rows: 0,
+            constraint: None,
         };
         self.requests.push(Some(Live {
             params: a.params,
@@ -282,7 +326,7 @@ impl Batcher {
             }
         }
         let requests = &self.requests;
-        let picks: Vec<Option<(u32, Option<TokenLogprob>)>> = {
+        let picks: Vec<Option<Result<(u32, Option<TokenLogprob>)>>> = {
             let tokenizer = &self.tokenizer;
             self.rows
                 .par_iter_mut()
@@ -305,15 +349,31 @@ impl Batcher {
                         biased = l;
                         biased.as_slice()
                     };
-                    let (token, _) = pick_token(logits, &live.sampling, &mut row.rng);
+                    let token = match row.constraint.as_mut() {
+                        None => pick_token(logits, &live.sampling, &mut row.rng).0,
+                        Some(constraint) => {
+                            let picked = constraint.allowed().and_then(|mask| {
+                                let mut masked = logits.to_vec();
+                                mask_logits(&mut masked, &mask);
+                                let token = pick_token(&masked, &live.sampling, &mut row.rng).0;
+                                constraint.commit(token).map(|()| token)
+                            });
+                            match picked {
+                                Ok(token) => token,
+                                Err(e) => return Some(Err(e)),
+                            }
+                        }
+                    };
+                    // Reported log-probabilities are the model's own (temperature 1, no mask).
                     let lp =
                         live.params.logprobs.map(|k| token_logprob(tokenizer, logits, token, k));
-                    Some((token, lp))
+                    Some(Ok((token, lp)))
                 })
                 .collect()
         };
         for (k, pick) in picks.into_iter().enumerate() {
-            let Some((token, logprob)) = pick else { continue };
+            let Some(pick) = pick else { continue };
+            let (token, logprob) = pick?;
             self.advance_row(k, token, logprob)?;
         }
         let live: Vec<usize> = (0..self.rows.len()).filter(|&k| !self.rows[k].done).collect();
@@ -464,6 +524,7 @@ mod tests {
                 seed: 0,
                 logprobs: None,
                 logit_bias: Default::default(),
+                response_format: None,
             };
             queue.push_back(Admission { prompt: vec![7; len], params, max_tokens: 4, events });
             receivers.push(receiver);

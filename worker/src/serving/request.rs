@@ -71,6 +71,10 @@ pub struct GenerationParams {
     /// Added to the logits of these token ids before sampling.
     #[serde(default)]
     pub logit_bias: BTreeMap<u32, f32>,
+    /// OpenAI's structured outputs: with a JSON format the completion follows it (constrained
+    /// decoding); absent is free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<verity_core::response_format::ResponseFormat>,
 }
 
 /// One inference request.
@@ -146,6 +150,14 @@ pub enum GenerationEvent {
     /// The generation broke off (a failure of the worker, not of the request).
     Failed {
         /// What went wrong.
+        message: String,
+    },
+    /// The request asks what this model cannot do (e.g. a `response_format` its tokenizer
+    /// cannot be constrained to): the client's to change, before any token.
+    Refused {
+        /// The request field at fault.
+        param: String,
+        /// Why.
         message: String,
     },
 }

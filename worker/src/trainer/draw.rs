@@ -60,6 +60,7 @@ pub fn sampling_params(hp: &Hyperparameters, n: usize, seed: u64) -> SamplingPar
         seed,
         rollout_dtype: hp.rollout_dtype,
         max_batch_rows: hp.max_batch_rows(),
+        constraint: None,
     }
 }
 

@@ -1,15 +1,17 @@
-//! Turning a reinforcement trainer's rollouts into multi-turn tool episodes
-//! ([`crate::episodes`]): the environment joins the objective and every prompt is rendered
-//! again with the tools' schemas.
+//! What shapes a reinforcement trainer's rollouts: multi-turn tool episodes
+//! ([`crate::episodes`]; the environment joins the objective and every prompt is rendered
+//! again with the tools' schemas), or a grammar the completions follow (`response_format`).
 
 use super::dataset::Dataset;
 use super::error::{Result, TrainerError};
 use super::step::Trainer;
 use super::tuning::Objective;
+use crate::constrained::OutputConstraint;
 use crate::episodes::format::render_prompt;
 use crate::episodes::tools::schemas;
 use crate::tokenizer::ChatTokenizer;
 use verity_core::environment::{Environment, HttpAllowList};
+use verity_core::response_format::ResponseFormat;
 
 impl Trainer {
     /// Makes every rollout (training and evaluation) a multi-turn episode in `environment`;
@@ -17,6 +19,11 @@ impl Trainer {
     /// leave room for the episode's token budget. HTTP tools must be on this worker's
     /// allow-list.
     pub fn with_environment(mut self, environment: Environment) -> Result<Trainer> {
+        if self.constraint.is_some() {
+            return Err(TrainerError::Config(
+                "a JSON response_format does not apply to tool episodes".into(),
+            ));
+        }
         let max_completion = self.hp.max_completion_tokens();
         environment
             .validate("environment", max_completion, &HttpAllowList::from_env())
@@ -32,6 +39,28 @@ impl Trainer {
             render_all(validation, &self.tokenizer, &tools, max_prompt, "validation file")?;
         }
         *slot = Some(Box::new(environment));
+        Ok(self)
+    }
+
+    /// Makes every rollout (training and evaluation) follow `format` by constrained decoding
+    /// ([`crate::constrained`]); free text changes nothing. Tool episodes and partial rollouts,
+    /// which the grammar cannot follow, are refused with it.
+    pub fn with_response_format(mut self, format: &ResponseFormat) -> Result<Trainer> {
+        let vocab = self.model.config.vocab_size;
+        let compiled = OutputConstraint::compile(format, &self.tokenizer, vocab)
+            .map_err(|e| TrainerError::Config(e.to_string()))?;
+        let Some(constraint) = compiled else { return Ok(self) };
+        if let Objective::Reinforcement { environment: Some(_), .. } = &self.objective {
+            return Err(TrainerError::Config(
+                "a JSON response_format does not apply to tool episodes".into(),
+            ));
+        }
+        if self.hp.partial_rollout_tokens.is_some() {
+            return Err(TrainerError::Config(
+                "a JSON response_format cannot be combined with partial_rollout_tokens".into(),
+            ));
+        }
+        self.constraint = Some(constraint);
         Ok(self)
     }
 }

@@ -162,6 +162,7 @@ impl Trainer {
             advantages: advantages.advantages.iter().map(|&a| a as f32).collect(),
             keep,
             model_masks: vec![None; batch.completions.len()],
+            token_masks: vec![Vec::new(); batch.completions.len()],
         };
         verity_kernels::on_pool(|| self.optimise(&steps, &mut metrics))?;
         self.step += 1;

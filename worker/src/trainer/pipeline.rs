@@ -45,6 +45,7 @@ pub(super) struct Pipeline {
     grader: Grader,
     examples: Arc<Vec<Example>>,
     environment: Option<Environment>,
+    constraint: Option<crate::constrained::OutputConstraint>,
     rollout_pool: Arc<rayon::ThreadPool>,
     training_pool: Arc<rayon::ThreadPool>,
 }
@@ -70,6 +71,7 @@ impl Pipeline {
             grader: (**grader).clone(),
             examples: Arc::new(trainer.train.examples.clone()),
             environment: environment.as_deref().cloned(),
+            constraint: trainer.constraint.clone(),
             rollout_pool: thread_pool(rollout, "rollout")?,
             training_pool: thread_pool(threads.saturating_sub(rollout).max(1), "training")?,
         })
@@ -124,6 +126,7 @@ impl Trainer {
                         phases: None,
                         environment: pipeline.environment.as_ref(),
                         sampled: None,
+                        constraint: pipeline.constraint.as_ref(),
                     };
                     Drawer { rollout, examples: &pipeline.examples, hp: &hp, seed }
                         .draw(&mut order, next)

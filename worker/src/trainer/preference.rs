@@ -265,7 +265,8 @@ pub fn dpo_backward(
     for chunk in pairs.chunks((micro / 2).max(1)) {
         let batch: Vec<&PreferencePair> = chunk.iter().map(|(p, _)| *p).collect();
         let (prompts, completions) = scoring_batch(&batch);
-        let (scored, tape) = model.completion_logprobs_layered(&prompts, &completions, 1.0, pad)?;
+        let (scored, tape) =
+            model.completion_logprobs_layered(&prompts, &completions, &[], 1.0, pad)?;
         let policy = columns(&pair_sums(&scored, chunk.len())?)?;
         let reference: Vec<f32> =
             chunk.iter().flat_map(|(_, r)| [r[0] as f32, r[1] as f32]).collect();

@@ -3,6 +3,7 @@
 use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
+use crate::constrained::OutputConstraint;
 use crate::episodes::tools::ToolHost;
 use crate::episodes::{completion_sample, grader_sample, Episode, EpisodeRunner};
 use crate::model::Transformer;
@@ -104,9 +105,16 @@ pub struct Rollout<'a> {
     pub environment: Option<&'a Environment>,
     /// Told how many prompts are fully sampled each time that number grows.
     pub sampled: Option<&'a (dyn Fn(usize) + Sync)>,
+    /// The grammar every completion follows (a JSON `response_format`), if any.
+    pub constraint: Option<&'a OutputConstraint>,
 }
 
 impl Rollout<'_> {
+    /// `params` with the rollout's output grammar, if it has one.
+    fn constrained(&self, params: &SamplingParams) -> SamplingParams {
+        SamplingParams { constraint: self.constraint.cloned(), ..params.clone() }
+    }
+
     /// Samples `params.n` plain completions (no tools) of each of `prompts`, prompt-major.
     pub fn sample_prompts(
         &self,
@@ -116,7 +124,7 @@ impl Rollout<'_> {
         let mut completions = sample_with_progress(
             self.model,
             prompts,
-            params,
+            &self.constrained(params),
             (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
             Some(self.tokenizer),
             self.sampled.unwrap_or(&|_| {}),
@@ -181,7 +189,7 @@ impl Rollout<'_> {
         sample_stream(
             self.model,
             first.iter().map(prompt_of).collect(),
-            params,
+            &self.constrained(params),
             (&self.tokenizer.eos_token_ids, self.tokenizer.pad_id()),
             (Some(self.tokenizer), self.sampled),
             &mut |index, mut completions| -> Result<Vec<Vec<u32>>> {

@@ -135,6 +135,8 @@ pub struct Trainer {
     pub(super) partial: Vec<super::draw::PartialGroup>,
     /// The pipeline's shared copies and thread pools, once it has run.
     pub(super) pipeline: Option<Pipeline>,
+    /// The grammar rollouts follow (a JSON `response_format`), if any.
+    pub(super) constraint: Option<crate::constrained::OutputConstraint>,
 }
 
 /// A frozen copy of the model's current (base) weights, for the KL reference.
@@ -144,6 +146,21 @@ fn frozen_copy(model: &Transformer) -> Result<Transformer> {
         map.insert(name, tensor)?;
     }
     Ok(Transformer::from_weights(model.config.clone(), map, model.device())?)
+}
+
+/// The masks of completions `start..start + len`; empty when no completion was constrained, so
+/// that free batches take the unmasked path.
+fn masked_slice(
+    masks: &[Vec<crate::constrained::VocabMask>],
+    start: usize,
+    len: usize,
+) -> &[Vec<crate::constrained::VocabMask>] {
+    let slice = &masks[start..start + len];
+    if slice.iter().all(Vec::is_empty) {
+        &[]
+    } else {
+        slice
+    }
 }
 
 /// Rows `[N, T]` (f32) of per-token values padded with zeros to the longest row.
@@ -246,6 +263,9 @@ pub(super) struct Batch {
     pub(super) keep: Vec<bool>,
     /// Per completion, which tokens the model sampled (`None`: all; episodes with tools).
     pub(super) model_masks: Vec<Option<Vec<bool>>>,
+    /// Per completion, the vocabulary mask each token was sampled under (constrained
+    /// decoding; empty when free), so the loss sees the distribution the sampler drew from.
+    pub(super) token_masks: Vec<Vec<crate::constrained::VocabMask>>,
 }
 
 impl Trainer {
@@ -328,6 +348,7 @@ impl Trainer {
             in_flight: None,
             partial: Vec::new(),
             pipeline: None,
+            constraint: None,
         })
     }
 
@@ -387,6 +408,7 @@ impl Trainer {
             phases: self.phases.as_ref(),
             environment: environment.as_deref(),
             sampled: None,
+            constraint: self.constraint.as_ref(),
         })
     }
 
@@ -529,6 +551,7 @@ impl Trainer {
                 advantages: advantages.iter().map(|&a| a as f32).collect(),
                 keep,
                 model_masks: groups.iter().flat_map(Group::model_masks).collect(),
+                token_masks: completions.iter().map(|c| c.token_masks.clone()).collect(),
             };
             metrics.trained_tokens = batch
                 .prompts
@@ -624,6 +647,7 @@ impl Trainer {
         for &(start, len) in &ranges {
             let prompts = &batch.prompts[start..start + len];
             let comps = &batch.completions[start..start + len];
+            let masks = masked_slice(&batch.token_masks, start, len);
             let truncated: Vec<bool> = batch.keep[start..start + len].iter().map(|k| !k).collect();
             // tool outputs and template tokens fed into episodes are not the model's: no loss
             let model_masks: Vec<Option<&[bool]>> =
@@ -631,7 +655,7 @@ impl Trainer {
             let logp_ref = match &self.reference {
                 Some(reference) => Some(
                     reference
-                        .completion_logprobs(prompts, comps, temperature, pad, false)?
+                        .completion_logprobs_masked(prompts, comps, masks, temperature, pad, false)?
                         .logprobs,
                 ),
                 None => None,
@@ -643,8 +667,14 @@ impl Trainer {
                 let mask = crate::episodes::mask_tool_tokens(&mask, &model_masks)?;
                 Micro { logp_old: None, logp_ref, mask, advantages, is_weights: None }
             } else {
-                let old =
-                    self.model.completion_logprobs(prompts, comps, temperature, pad, false)?;
+                let old = self.model.completion_logprobs_masked(
+                    prompts,
+                    comps,
+                    masks,
+                    temperature,
+                    pad,
+                    false,
+                )?;
                 let mask = mask_truncated(&old.mask, &truncated)?;
                 let mask = crate::episodes::mask_tool_tokens(&mask, &model_masks)?;
                 let is_weights = old_stats.observe(
@@ -671,6 +701,7 @@ impl Trainer {
                 let (current, tape) = self.model.completion_logprobs_layered(
                     &batch.prompts[start..start + len],
                     &batch.completions[start..start + len],
+                    masked_slice(&batch.token_masks, start, len),
                     temperature,
                     pad,
                 )?;

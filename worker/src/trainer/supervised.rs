@@ -149,7 +149,7 @@ pub fn supervised_backward(
     let mut loss = 0.0;
     for chunk in examples.chunks(micro.max(1)) {
         let (prompts, rests, mask) = scoring_batch(chunk, model.device())?;
-        let (scored, tape) = model.completion_logprobs_layered(&prompts, &rests, 1.0, pad)?;
+        let (scored, tape) = model.completion_logprobs_layered(&prompts, &rests, &[], 1.0, pad)?;
         let micro_loss = (masked_nll_sum(&scored.logprobs, &mask)? / normaliser)?;
         loss += micro_loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         optimizer.backward_layered(&micro_loss, tape, 1.0)?;

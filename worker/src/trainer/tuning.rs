@@ -407,6 +407,7 @@ impl Trainer {
             seed: self.seed,
             rollout_dtype: RolloutDtype::F32,
             max_batch_rows: 0,
+            constraint: None,
         };
         let tokenizer = &self.tokenizer;
         let mut completions = sample(

@@ -232,6 +232,7 @@ impl Sampling {
                 seed: self.seed.map_or_else(rand::random, |s| s as u64),
                 logprobs,
                 logit_bias,
+                response_format: None,
             },
             stream,
             include_usage,
@@ -251,14 +252,16 @@ impl ChatCompletionRequest {
                 return Err(unsupported(param));
             }
         }
-        if let Some(format) = self.response_format.as_ref().filter(|f| !f.is_null()) {
-            let format: verity_core::response_format::ResponseFormat =
-                serde_json::from_value(format.clone())
-                    .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
-            format.validate().map_err(|e| {
-                ApiError::invalid(format!("response_format.{}", e.field), e.message)
-            })?;
-        }
+        let response_format = match self.response_format.as_ref().filter(|f| !f.is_null()) {
+            Some(format) => {
+                let format: verity_core::response_format::ResponseFormat =
+                    serde_json::from_value(format.clone())
+                        .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+                crate::api::jobs::validate::validate_response_format("response_format", &format)?;
+                Some(format)
+            }
+            None => None,
+        };
         if self.messages.is_empty() {
             return Err(ApiError::invalid("messages", "at least one message"));
         }
@@ -318,6 +321,7 @@ impl ChatCompletionRequest {
             e
         })?;
         checked.max_tokens_field = field;
+        checked.params.response_format = response_format;
         Ok((messages, checked))
     }
 }

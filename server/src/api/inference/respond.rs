@@ -210,6 +210,9 @@ impl Reply {
                     }
                 }
                 GenerationEvent::Failed { message } => return Err(broke_off(&message)),
+                GenerationEvent::Refused { param, message } => {
+                    return Err(ApiError::invalid(param, message))
+                }
                 GenerationEvent::Started { .. } => {}
             }
         }
@@ -339,6 +342,13 @@ impl Reply {
                         Some(GenerationEvent::Failed { message }) => {
                             tracing::error!(%message, "inference stream failed");
                             let error = json!({"error": {"message": format!("the generation failed: {message}"), "type": "server_error", "param": null, "code": null}});
+                            return Some((
+                                vec![data(&error)],
+                                (reply, events, offsets, tokens, true),
+                            ));
+                        }
+                        Some(GenerationEvent::Refused { param, message }) => {
+                            let error = json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}});
                             return Some((
                                 vec![data(&error)],
                                 (reply, events, offsets, tokens, true),

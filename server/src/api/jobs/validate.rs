@@ -139,7 +139,7 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
     let mut tools_reader = None;
     match kind {
         MethodKind::Reinforcement => {
-            parse_at::<Hyperparameters>(&at, hyperparameters)?;
+            parse_at::<Hyperparameters>(&at, hyperparameters.clone())?;
             let environment = settings.get("environment").filter(|e| !e.is_null());
             if let Some(environment) = environment {
                 parse_at::<Environment>("method.reinforcement.environment", environment.clone())?;
@@ -151,6 +151,27 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
                 )?),
                 None => None,
             };
+            if let Some(format) = format.as_ref() {
+                validate_response_format("method.reinforcement.response_format", format)?;
+                // The grammar follows one completion: not tool episodes, not continued ones.
+                let partial = hyperparameters
+                    .get("partial_rollout_tokens")
+                    .is_some_and(|p| !p.is_null() && p != "auto");
+                if format.is_json() && (environment.is_some() || partial) {
+                    let other = if partial {
+                        "method.reinforcement.hyperparameters.partial_rollout_tokens"
+                    } else {
+                        "method.reinforcement.environment"
+                    };
+                    return Err(ApiError::invalid(
+                        "method.reinforcement.response_format",
+                        format!(
+                            "a JSON response_format is enforced on single completions; it \
+                             cannot be combined with {other}"
+                        ),
+                    ));
+                }
+            }
             if let Some(grader) = &grader {
                 tools_reader = check_sample_fields(
                     grader,
@@ -254,6 +275,20 @@ pub fn legacy_method(hyperparameters: Option<&Value>) -> ApiResult<CheckedMethod
             e.param = Some(param.strip_prefix(prefix).unwrap_or(param).to_string());
         }
         e
+    })
+}
+
+/// Checks a `response_format` (at `param`): its fields, and that its schema compiles into the
+/// grammar constrained decoding enforces (a strict schema with keywords the engine cannot
+/// enforce, or one no output satisfies, is refused naming `{param}.json_schema.schema`).
+pub fn validate_response_format(param: &str, format: &ResponseFormat) -> ApiResult<()> {
+    format.validate().map_err(|e| ApiError::invalid(format!("{param}.{}", e.field), e.message))?;
+    verity_worker::constrained::check_format(format).map_err(|message| {
+        let field = match format {
+            ResponseFormat::JsonSchema { .. } => ".json_schema.schema",
+            _ => "",
+        };
+        ApiError::invalid(format!("{param}{field}"), message)
     })
 }
 

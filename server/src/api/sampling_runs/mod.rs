@@ -97,6 +97,9 @@ pub async fn validate_file_and_grader(
     format: Option<&ResponseFormat>,
 ) -> ApiResult<Grader> {
     reject_nul_json("grader", grader)?;
+    if let Some(format) = format {
+        crate::api::jobs::validate::validate_response_format("response_format", format)?;
+    }
     let compiled = crate::api::graders::parse_grader("grader", grader)?;
     let tools_reader = check_sample_fields(&compiled, "grader", format, false)?;
     validate_judges(state, principal, "grader", &compiled).await?;
