@@ -590,6 +590,10 @@ def verity(r):
 r = client.fine_tuning.alpha.graders.run(grader=score, model_sample="t44", item={"question": "t3 t8"})
 assert r.metadata.name == "judge" and r.metadata.type == "score_model", r
 assert r.metadata.sampled_model_name == "tiny-judge", r
+# the judge's tokens: the rendered prompt and at most the 4 reply tokens asked for
+usage = r.model_grader_token_usage_per_model["tiny-judge"]
+assert usage["prompt_tokens"] > 0 and 1 <= usage["completion_tokens"] <= 4, r
+assert r.metadata.token_usage == usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"], r
 if failed(r):
     assert r.metadata.errors.model_grader_parse_error and r.reward == 0, r
     assert verity(r)["error"]["kind"] == "judge_reply", r
@@ -644,7 +648,6 @@ for index, job_id in enumerate(os.environ["JOB"].split()):
     samples = [s["sample"] for s in page["data"]]
     assert samples, page
     for sample in samples:
-        assert sample["grader_error"] is None, sample
         if index % 2 == 0:
             # constrained decoding: the schema's JSON, compact, from the first token; a complete
             # one is read by the graders (`sample.output_json`), a cut one scores 0
@@ -653,8 +656,15 @@ for index, job_id in enumerate(os.environ["JOB"].split()):
                 parsed = json.loads(sample["completion"])
                 assert set(parsed) == {"compliant", "explanation"}, sample
                 assert "cannot be read" not in (sample["reason"] or ""), sample
+                # the string check read `output_json.compliant` ("no" is the reference)
+                compliant = 1.0 if parsed["compliant"] == "no" else 0.0
+                assert sample["per_grader"]["compliant"] == compliant, sample
+            # the random-weight judge may answer a score outside the range: the judge's fault
+            error = sample["grader_error"]
+            assert error is None or "grader 'explanation': judge" in error, sample
         else:
             # the tiny model calls no tool: the tool-call grader cannot read a call
+            assert sample["grader_error"] is None, sample
             assert sample["score"] == 0 and "cannot be read" in sample["reason"], sample
 print("SDK OK")
 "#;

@@ -648,18 +648,21 @@ fn grade_multi(
 ) -> GradeResult {
     let mut values = BTreeMap::new();
     let mut reasons = Vec::new();
+    // What the sub-graders' judges spent, reported whatever the outcome.
+    let mut usage = BTreeMap::new();
     for (name, grader) in graders {
         let result = grader.grade(item, sample);
+        crate::judge::merge_usage(&mut usage, &result.judge_usage);
         if let Some(why) = &result.sample_parse_error {
             let mut unparsable = GradeResult::unparsable_sample(format!("grader '{name}': {why}"));
             unparsable.sub_scores = values;
-            return unparsable;
+            return unparsable.with_usage_of(&usage);
         }
         if let Some(error) = result.error {
             let mut failed =
                 GradeResult::failed(error.kind, format!("grader '{name}': {}", error.message));
             failed.sub_scores = values;
-            return failed;
+            return failed.with_usage_of(&usage);
         }
         for (sub, v) in &result.sub_scores {
             values.insert(format!("{name}.{sub}"), *v);
@@ -672,7 +675,7 @@ fn grade_multi(
         Err(e) => {
             let mut failed = GradeResult::failed(ErrorKind::Formula, e.to_string());
             failed.sub_scores = values;
-            return failed;
+            return failed.with_usage_of(&usage);
         }
     };
     let score = match range {
@@ -682,6 +685,7 @@ fn grade_multi(
     let clamped = if (0.0..=1.0).contains(&score) { "" } else { " (clamped to [0, 1])" };
     GradeResult::scored(score, format!("formula = {raw:.4}{clamped}; {}", reasons.join("; ")))
         .with_sub_scores(values)
+        .with_usage_of(&usage)
 }
 
 /// Parses one spec value so that errors inside nested graders keep their JSON path

@@ -91,10 +91,60 @@ impl JudgeError {
     }
 }
 
+/// Tokens a judge spent on one reply (OpenAI's `usage` fields).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct TokenUsage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens of the reply.
+    pub completion_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Prompt and reply tokens together.
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    /// Adds `other`'s tokens to these.
+    pub fn add(&mut self, other: TokenUsage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// Adds the per-model token counts of `from` to those of `into`.
+pub fn merge_usage(
+    into: &mut std::collections::BTreeMap<String, TokenUsage>,
+    from: &std::collections::BTreeMap<String, TokenUsage>,
+) {
+    for (model, usage) in from {
+        into.entry(model.clone()).or_default().add(*usage);
+    }
+}
+
+/// A judge's reply: its text and what it cost.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JudgeReply {
+    /// The reply text.
+    pub text: String,
+    /// Tokens spent on it.
+    pub usage: TokenUsage,
+}
+
+impl JudgeReply {
+    /// A reply whose cost is unknown (counted as 0 tokens).
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { text: text.into(), usage: TokenUsage::default() }
+    }
+}
+
 /// Something that answers judge prompts, in batches (one call = one batched generation).
 pub trait Judge: Send + Sync {
     /// One reply per prompt, in order.
-    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>>;
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>>;
 }
 
 /// Entries a [`JudgeCache`] keeps by default.
@@ -110,7 +160,7 @@ pub struct JudgeCache {
 
 #[derive(Default)]
 struct CacheState {
-    replies: HashMap<PromptKey, Result<String, JudgeError>>,
+    replies: HashMap<PromptKey, Result<JudgeReply, JudgeError>>,
     order: VecDeque<PromptKey>,
     hits: u64,
     misses: u64,
@@ -148,7 +198,7 @@ impl JudgeCache {
 }
 
 impl Judge for JudgeCache {
-    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
         let keys: Vec<PromptKey> = prompts.iter().map(JudgePrompt::key).collect();
         let mut misses: Vec<usize> = Vec::new();
         {
@@ -163,7 +213,7 @@ impl Judge for JudgeCache {
                 }
             }
         }
-        let mut fresh: HashMap<PromptKey, Result<String, JudgeError>> = HashMap::new();
+        let mut fresh: HashMap<PromptKey, Result<JudgeReply, JudgeError>> = HashMap::new();
         if !misses.is_empty() {
             let batch: Vec<JudgePrompt> = misses.iter().map(|&i| prompts[i].clone()).collect();
             let mut replies = self.inner.complete(&batch).into_iter();
@@ -175,7 +225,7 @@ impl Judge for JudgeCache {
             }
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let out: Vec<Result<String, JudgeError>> = keys
+        let out: Vec<Result<JudgeReply, JudgeError>> = keys
             .iter()
             .map(|k| {
                 fresh.get(k).or_else(|| state.replies.get(k)).cloned().unwrap_or_else(|| {
@@ -343,9 +393,9 @@ mod tests {
     struct Echo(Mutex<usize>);
 
     impl Judge for Echo {
-        fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
+        fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
             *self.0.lock().unwrap() += prompts.len();
-            prompts.iter().map(|p| Ok(p.messages[0].content.clone())).collect()
+            prompts.iter().map(|p| Ok(JudgeReply::text(p.messages[0].content.clone()))).collect()
         }
     }
 
@@ -363,12 +413,53 @@ mod tests {
         }
     }
 
+    /// Answers every prompt with a score of 7 for 10 prompt tokens and 3 reply tokens.
+    struct Sevens;
+
+    impl Judge for Sevens {
+        fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
+            let usage = TokenUsage { prompt_tokens: 10, completion_tokens: 3 };
+            prompts.iter().map(|_| Ok(JudgeReply { text: "7".into(), usage })).collect()
+        }
+    }
+
+    #[test]
+    fn a_multi_grader_reports_each_judges_tokens() {
+        let judge = |name: &str, model: &str| {
+            serde_json::json!({"type": "score_model", "name": name, "model": model,
+                "range": [0, 10], "input": [{"role": "user", "content": "{{sample.output_text}}"}]})
+        };
+        let spec = serde_json::json!({"type": "multi", "calculate_output": "a + b + c",
+            "graders": {"a": judge("a", "big"), "b": judge("b", "big"), "c": judge("c", "small")}});
+        let grader =
+            crate::Grader::from_json(&spec.to_string()).unwrap().with_judge(Arc::new(Sevens));
+        let result = grader.grade(&serde_json::json!({}), &crate::Sample::from_text("x"));
+        assert!(result.error.is_none(), "{result:?}");
+        // the two prompts to "big" are identical: the cache judges them once, but each grading
+        // reports what its judgment cost
+        assert_eq!(
+            result.judge_usage["big"],
+            TokenUsage { prompt_tokens: 20, completion_tokens: 6 }
+        );
+        assert_eq!(result.judge_usage["small"].total(), 13);
+        let plain = crate::Grader::from_json(
+            r#"{"type": "string_check", "name": "s",
+            "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}"#,
+        )
+        .unwrap();
+        assert!(plain
+            .grade(&serde_json::json!({}), &crate::Sample::from_text("x"))
+            .judge_usage
+            .is_empty());
+    }
+
     #[test]
     fn cache_judges_identical_prompts_once() {
         let inner = Arc::new(Echo(Mutex::new(0)));
         let cache = JudgeCache::new(inner.clone(), 2);
         let out = cache.complete(&[prompt("a"), prompt("b"), prompt("a")]);
-        assert_eq!(out, vec![Ok("a".into()), Ok("b".into()), Ok("a".into())]);
+        let texts: Vec<String> = out.into_iter().map(|r| r.unwrap().text).collect();
+        assert_eq!(texts, ["a", "b", "a"]);
         assert_eq!(*inner.0.lock().unwrap(), 2);
         cache.complete(&[prompt("b")]);
         assert_eq!(*inner.0.lock().unwrap(), 2);

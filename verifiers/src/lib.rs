@@ -35,7 +35,9 @@ pub mod tools;
 
 pub use embed::{EmbedError, Embedder, Embedding, SharedEmbedder};
 pub use grader::{Grader, InvalidGrader, SpecError};
-pub use judge::{Judge, JudgeCache, JudgeError, JudgeMessage, JudgePrompt, JudgeSampling};
+pub use judge::{
+    Judge, JudgeCache, JudgeError, JudgeMessage, JudgePrompt, JudgeReply, JudgeSampling, TokenUsage,
+};
 pub use pool::{GraderPool, GradingBudget};
 pub use result::{ErrorKind, GradeError, GradeResult};
 pub use sample::Sample;

@@ -59,6 +59,9 @@ pub struct GradeResult {
     /// the sample's fault, scored 0 (not an infrastructure error), OpenAI's `sample_parse_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_parse_error: Option<String>,
+    /// Tokens the judges of model graders spent on this grading, per judge model.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub judge_usage: BTreeMap<String, crate::judge::TokenUsage>,
 }
 
 impl GradeResult {
@@ -71,6 +74,7 @@ impl GradeResult {
             sub_scores: BTreeMap::new(),
             error: None,
             sample_parse_error: None,
+            judge_usage: BTreeMap::new(),
         }
     }
 
@@ -88,6 +92,7 @@ impl GradeResult {
             sub_scores: BTreeMap::new(),
             error: Some(GradeError { kind, message }),
             sample_parse_error: None,
+            judge_usage: BTreeMap::new(),
         }
     }
 
@@ -101,6 +106,18 @@ impl GradeResult {
     /// Adds named sub-scores.
     pub fn with_sub_scores(mut self, sub_scores: BTreeMap<String, f64>) -> Self {
         self.sub_scores = sub_scores;
+        self
+    }
+
+    /// Adds the tokens judge `model` spent (a model grader's reply, or a sub-grader's).
+    pub fn with_judge_usage(mut self, model: &str, usage: crate::judge::TokenUsage) -> Self {
+        self.judge_usage.entry(model.to_string()).or_default().add(usage);
+        self
+    }
+
+    /// Adds every judge's tokens of `other` (a sub-grader's result) to these.
+    pub fn with_usage_of(mut self, other: &BTreeMap<String, crate::judge::TokenUsage>) -> Self {
+        crate::judge::merge_usage(&mut self.judge_usage, other);
         self
     }
 

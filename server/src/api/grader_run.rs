@@ -103,7 +103,7 @@ pub struct RunMetadata {
     pub execution_time: f64,
     /// The score of each sub-grader of a `multi` (empty for the other graders).
     pub scores: BTreeMap<String, f64>,
-    /// Judge tokens of a model grader (`null`: Verity's judges do not report them yet).
+    /// Tokens the judges of model graders spent (prompt and reply; `null` without a judge).
     pub token_usage: Option<u64>,
     /// The judge model of a model grader (its first, for a `multi` holding several).
     pub sampled_model_name: Option<String>,
@@ -121,7 +121,8 @@ pub struct RunGraderResponse {
     /// Named component scores: a multi's sub-graders (and their own sub-scores, dotted), a
     /// grader's checks.
     pub sub_rewards: BTreeMap<String, f64>,
-    /// Judge token usage per judge model (empty: Verity's judges do not report usage yet).
+    /// Judge tokens per judge model: `{prompt_tokens, completion_tokens, total_tokens}` (empty
+    /// without a model grader).
     #[schema(value_type = Object)]
     pub model_grader_token_usage_per_model: BTreeMap<String, serde_json::Value>,
 }
@@ -139,6 +140,16 @@ impl RunGraderResponse {
                 .collect(),
             _ => BTreeMap::new(),
         };
+        let usage = &result.judge_usage;
+        let token_usage = (!usage.is_empty()).then(|| usage.values().map(|u| u.total()).sum());
+        let per_model = usage
+            .iter()
+            .map(|(model, u)| {
+                let counts = serde_json::json!({"prompt_tokens": u.prompt_tokens,
+                    "completion_tokens": u.completion_tokens, "total_tokens": u.total()});
+                (model.clone(), counts)
+            })
+            .collect();
         RunGraderResponse {
             reward: result.score,
             metadata: RunMetadata {
@@ -147,7 +158,7 @@ impl RunGraderResponse {
                 errors: GraderErrors::of(&result),
                 execution_time,
                 scores,
-                token_usage: None,
+                token_usage,
                 sampled_model_name: grader.judge_models().into_iter().next().map(|(_, m)| m),
                 verity: VerityDetail {
                     reason: result.reason,
@@ -157,7 +168,7 @@ impl RunGraderResponse {
                 },
             },
             sub_rewards: result.sub_scores,
-            model_grader_token_usage_per_model: BTreeMap::new(),
+            model_grader_token_usage_per_model: per_model,
         }
     }
 }

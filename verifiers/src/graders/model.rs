@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::grader::SpecError;
-use crate::judge::{parse_label, parse_score, Judge, JudgeMessage, JudgePrompt, JudgeSampling};
+use crate::judge::{
+    parse_label, parse_score, Judge, JudgeMessage, JudgePrompt, JudgeReply, JudgeSampling,
+};
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
 use crate::spec::{JudgeInputMessage, JudgeSamplingParams};
@@ -144,7 +146,7 @@ impl JudgeTemplate {
 }
 
 /// Asks the judge one prompt (answered from the cache when the batch was prefetched).
-fn ask(judge: Option<&dyn Judge>, prompt: &JudgePrompt) -> Result<String, GradeResult> {
+fn ask(judge: Option<&dyn Judge>, prompt: &JudgePrompt) -> Result<JudgeReply, GradeResult> {
     let Some(judge) = judge else {
         return Err(GradeResult::failed(
             ErrorKind::Judge,
@@ -176,15 +178,25 @@ pub fn grade_score(
     range: [f64; 2],
     pass_threshold: Option<f64>,
 ) -> GradeResult {
-    let reply = match ask(judge, prompt) {
-        Ok(reply) => reply,
+    let (reply, usage) = match ask(judge, prompt) {
+        Ok(reply) => (reply.text, reply.usage),
         Err(failed) => return failed,
     };
+    score_reply(prompt, &reply, range, pass_threshold).with_judge_usage(&prompt.model, usage)
+}
+
+/// The `score_model` grading of one judge reply.
+fn score_reply(
+    prompt: &JudgePrompt,
+    reply: &str,
+    range: [f64; 2],
+    pass_threshold: Option<f64>,
+) -> GradeResult {
     let [lo, hi] = range;
-    let Some(parsed) = parse_score(&reply) else {
+    let Some(parsed) = parse_score(reply) else {
         return GradeResult::failed(
             ErrorKind::JudgeReply,
-            format!("judge reply holds no score: {}", shortened(&reply)),
+            format!("judge reply holds no score: {}", shortened(reply)),
         );
     };
     if !(lo..=hi).contains(&parsed.value) {
@@ -193,7 +205,7 @@ pub fn grade_score(
             format!(
                 "judge score {} is outside range [{lo}, {hi}]: {}",
                 parsed.value,
-                shortened(&reply)
+                shortened(reply)
             ),
         );
     }
@@ -211,7 +223,7 @@ pub fn grade_score(
             prompt.model,
             parsed.value,
             parsed.source,
-            shortened(&reply)
+            shortened(reply)
         ),
     )
     .with_sub_scores(subs)
@@ -224,11 +236,11 @@ pub fn grade_label(
     labels: &[String],
     passing: &[String],
 ) -> GradeResult {
-    let reply = match ask(judge, prompt) {
-        Ok(reply) => reply,
+    let (reply, usage) = match ask(judge, prompt) {
+        Ok(reply) => (reply.text, reply.usage),
         Err(failed) => return failed,
     };
-    match parse_label(&reply, labels) {
+    let graded = match parse_label(&reply, labels) {
         Some(label) => GradeResult::pass_fail(
             passing.iter().any(|p| p == label),
             format!("judge {} labelled '{label}': {}", prompt.model, shortened(&reply)),
@@ -237,5 +249,6 @@ pub fn grade_label(
             ErrorKind::JudgeReply,
             format!("judge reply names none (or several) of {labels:?}: {}", shortened(&reply)),
         ),
-    }
+    };
+    graded.with_judge_usage(&prompt.model, usage)
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use verity_verifiers::{Judge, JudgeError, JudgePrompt};
+use verity_verifiers::{Judge, JudgeError, JudgePrompt, JudgeReply, TokenUsage};
 
 /// Requests in flight at once to one endpoint.
 const CONCURRENCY: usize = 8;
@@ -131,7 +131,7 @@ impl EndpointJudge {
         &self,
         client: &reqwest::Client,
         prompt: &JudgePrompt,
-    ) -> Result<String, JudgeError> {
+    ) -> Result<JudgeReply, JudgeError> {
         let url = format!("{}/chat/completions", self.endpoint.base_url);
         let body = self.body(prompt);
         let mut last = String::new();
@@ -168,12 +168,16 @@ impl EndpointJudge {
             }
             let value: Value = serde_json::from_str(&text)
                 .map_err(|e| JudgeError::Failed(format!("{url}: reply is not JSON: {e}")))?;
-            return value["choices"][0]["message"]["content"]
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    JudgeError::Failed(format!("{url}: reply has no choices[0].message.content"))
-                });
+            let text = value["choices"][0]["message"]["content"].as_str().ok_or_else(|| {
+                JudgeError::Failed(format!("{url}: reply has no choices[0].message.content"))
+            })?;
+            // OpenAI's `usage` (absent from some servers: then the cost is unknown, 0)
+            let count = |field: &str| value["usage"][field].as_u64().unwrap_or(0);
+            let usage = TokenUsage {
+                prompt_tokens: count("prompt_tokens"),
+                completion_tokens: count("completion_tokens"),
+            };
+            return Ok(JudgeReply { text: text.to_string(), usage });
         }
         Err(JudgeError::Unavailable(format!(
             "judge '{}' failed {} time(s); last: {last}",
@@ -182,7 +186,7 @@ impl EndpointJudge {
         )))
     }
 
-    async fn ask_all(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
+    async fn ask_all(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
         // Redirects are not followed: the operator's URL is the only place a judge prompt goes.
         let client =
             match reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build() {
@@ -203,7 +207,7 @@ impl EndpointJudge {
 }
 
 impl Judge for EndpointJudge {
-    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
         // Graders call judges from plain threads; the requests run on a runtime of their own,
         // on a thread of their own, whatever runtime (if any) the caller is inside.
         std::thread::scope(|scope| {

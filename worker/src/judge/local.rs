@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use verity_verifiers::judge::SamplingKey;
-use verity_verifiers::{Judge, JudgeError, JudgePrompt};
+use verity_verifiers::{Judge, JudgeError, JudgePrompt, JudgeReply, TokenUsage};
 
 /// Most prompts generated in one batch (larger batches are split).
 pub const MAX_JUDGE_BATCH: usize = 64;
@@ -84,7 +84,7 @@ fn chat_messages(prompt: &JudgePrompt) -> Vec<ChatMessage> {
 }
 
 /// Generates the replies of `prompts` (same sampling settings) on one model, in batches.
-pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String, JudgeError>> {
+pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
     let Some(first) = prompts.first() else { return Vec::new() };
     let sampling = &first.sampling;
     let context = lm.model.config.max_position_embeddings;
@@ -92,7 +92,7 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String
     // what each batch's longest prompt leaves of this model's context, not refused.
     let asked = sampling.max_completion_tokens;
     let limit = context;
-    let mut out: Vec<Option<Result<String, JudgeError>>> = vec![None; prompts.len()];
+    let mut out: Vec<Option<Result<JudgeReply, JudgeError>>> = vec![None; prompts.len()];
     let mut ready: Vec<(usize, Vec<u32>, u64)> = Vec::new();
     for (i, prompt) in prompts.iter().enumerate() {
         let text = match lm.tokenizer.apply_chat_template(&chat_messages(prompt), true) {
@@ -137,10 +137,15 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String
         match sample_seeded(&lm.model, &ids, &seeds, &params, eos, pad, Some(&lm.tokenizer)) {
             Ok(completions) => {
                 for c in completions {
-                    let (i, _, _) = chunk[c.prompt_index];
+                    let (i, ref prompt_ids, _) = chunk[c.prompt_index];
+                    let usage = TokenUsage {
+                        prompt_tokens: prompt_ids.len() as u64,
+                        completion_tokens: c.token_ids.len() as u64,
+                    };
                     out[i] = Some(
                         lm.tokenizer
                             .decode(&c.token_ids, true)
+                            .map(|text| JudgeReply { text, usage })
                             .map_err(|e| JudgeError::Failed(format!("decoding: {e}"))),
                     );
                 }
@@ -158,8 +163,8 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<String
 }
 
 impl Judge for LocalJudge {
-    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
-        let mut out: Vec<Option<Result<String, JudgeError>>> = vec![None; prompts.len()];
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
+        let mut out: Vec<Option<Result<JudgeReply, JudgeError>>> = vec![None; prompts.len()];
         // one batch per (model, sampling settings)
         let mut groups: HashMap<(&str, SamplingKey), Vec<usize>> = HashMap::new();
         for (i, p) in prompts.iter().enumerate() {

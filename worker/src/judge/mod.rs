@@ -18,7 +18,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 use verity_core::lineage::ModelStack;
 use verity_core::storage::{ObjectStore, StorageError};
-use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt};
+use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt, JudgeReply};
 
 /// Why the judge of a grader cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +61,8 @@ pub struct JudgeRouter {
 }
 
 impl Judge for JudgeRouter {
-    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<String, JudgeError>> {
-        let mut out: Vec<Option<Result<String, JudgeError>>> = vec![None; prompts.len()];
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
+        let mut out: Vec<Option<Result<JudgeReply, JudgeError>>> = vec![None; prompts.len()];
         let mut local: Vec<usize> = Vec::new();
         let mut remote: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, p) in prompts.iter().enumerate() {
