@@ -19,4 +19,12 @@ fi
 if ! scripts/fetch-embedding-model.sh; then
   echo "test.sh: WARNING: could not fetch the all-MiniLM-L6-v2 embedding model; its tests will be skipped" >&2
 fi
+# The grader image's Python packages (OpenAI's list, pinned in verifiers/grader-image/), installed
+# once into the cache so no test downloads them mid-run; their tests say SKIPPED loudly when the
+# install failed, and fail when it succeeded (VERITY_REQUIRE_GRADER_PACKAGES).
+if "$target_dir/debug/verity" graders install-packages; then
+  export VERITY_REQUIRE_GRADER_PACKAGES=1
+else
+  echo "test.sh: WARNING: could not install the grader image's packages; their tests will be skipped" >&2
+fi
 cargo test --workspace --locked --no-fail-fast "$@"

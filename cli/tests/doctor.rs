@@ -1,6 +1,7 @@
 //! `verity doctor` reports each thing Verity needs from the machine, with a fix for what is
-//! missing, and fails when something is missing: here the real sandbox works, and a sandbox
-//! pointed at a bubblewrap that does not exist is reported missing with the command to fix it.
+//! missing, and fails when something is missing: here the real sandbox works, the grader
+//! image's packages missing are a warning naming the install command, and a sandbox pointed at
+//! a bubblewrap that does not exist is reported missing with the command to fix it.
 
 use serde_json::Value;
 use std::process::Command;
@@ -29,7 +30,16 @@ fn doctor_reports_every_check_and_names_the_fix_for_a_missing_sandbox() {
     let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["blas", "sandbox", "postgres", "memory", "disk", "demo_model", "embedding_model"]
+        [
+            "blas",
+            "sandbox",
+            "grader_packages",
+            "postgres",
+            "memory",
+            "disk",
+            "demo_model",
+            "embedding_model"
+        ]
     );
     assert_eq!(check(&checks, "sandbox")["status"], "ok", "{checks:?}");
     assert_eq!(check(&checks, "postgres")["status"], "ok", "DATABASE_URL is set");
@@ -38,6 +48,13 @@ fn doctor_reports_every_check_and_names_the_fix_for_a_missing_sandbox() {
         assert!(c["detail"].as_str().is_some_and(|d| !d.is_empty()), "{c}");
         assert_eq!(c["status"] == "ok", c["fix"].is_null(), "a problem comes with its fix: {c}");
     }
+
+    // the grader image's packages: a layer folder that holds none is a warning with the command
+    let empty = tempfile::tempdir().unwrap();
+    let (_, checks) = doctor(&[("VERITY_GRADER_PACKAGES", empty.path().to_str().unwrap())]);
+    let packages = check(&checks, "grader_packages");
+    assert_eq!(packages["status"], "warn", "{packages}");
+    assert!(packages["fix"].as_str().unwrap().contains("verity graders install-packages"));
 
     let (ok, checks) = doctor(&[("VERITY_SANDBOX_BWRAP", "/nonexistent/bwrap")]);
     let sandbox = check(&checks, "sandbox");

@@ -14,6 +14,7 @@ import io
 import json
 import os
 
+import openai
 from openai import OpenAI
 
 client = OpenAI()
@@ -61,6 +62,15 @@ RUNS = [
                 "    reference_answer = item[\"reference_answer\"]\n"
                 "    return 1.0 if output_text == reference_answer else 0.0\n"},
      "fuzzy wuzzy", {"reference_answer": "fuzzy wuzzy"}, 1.0),
+    # the guide's python grader over rapidfuzz, a package of the grader image (docs/graders.md#packages)
+    ("python rapidfuzz", GRADERS_GUIDE,
+     {"type": "python",
+      "source": "from rapidfuzz import fuzz, utils\n\n"
+                "def grade(sample, item) -> float:\n"
+                "    output_text = sample[\"output_text\"]\n"
+                "    reference_answer = item[\"reference_answer\"]\n"
+                "    return fuzz.WRatio(output_text, reference_answer, processor=utils.default_process) / 100.0\n"},
+     "fuzzy wuzzy was a bear", {"reference_answer": "fuzzy wuzzy had no hair"}, 0.7555555555555555),
     ("score_model", RUN_REFERENCE,
      {"type": "score_model", "name": "Example score model grader",
       "input": [{"role": "user", "content": [{"type": "input_text", "text":
@@ -110,6 +120,14 @@ for name, source, grader, sample, item, expected in RUNS:
         assert meta.sampled_model_name == JUDGE, (name, result)
     else:
         assert raised(result) == [] and result.reward == expected, (name, source, result)
+
+# graders/validate runs a python grader once, as OpenAI does: an import that fails is a 400.
+try:
+    client.fine_tuning.alpha.graders.validate(grader={
+        "type": "python", "source": "import some_missing_module\n\ndef grade(sample, item):\n    return 1.0\n"})
+    raise AssertionError("a python grader importing a missing module was validated")
+except openai.BadRequestError as e:
+    assert "some_missing_module" in str(e) and e.param == "grader.source", e
 
 # A model_sample that is not JSON: output_json is unset and the grader reading it scores 0.
 multi = RUNS[-1][2]

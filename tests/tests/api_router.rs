@@ -1028,6 +1028,42 @@ async fn grader_run_and_validate_endpoints(pool: sqlx::PgPool) {
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// graders/validate runs a python grader once in the real sandbox, as OpenAI does (#50): a
+/// source that does not load is a 400 naming its `source` and the problem; a `grade()` failing
+/// only on the trial's empty row passes; other grader kinds are not run.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn validate_runs_python_graders_once(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    let validate = |grader: Value| {
+        let router = app.router.clone();
+        let key = key.clone();
+        async move {
+            post(&router, "/v1/fine_tuning/alpha/graders/validate", &key, json!({"grader": grader}))
+                .await
+        }
+    };
+    let python = |source: &str| json!({"type": "python", "source": source});
+    let missing = validate(python(
+        "import some_missing_module\n\ndef grade(sample, item):\n    return 1.0\n",
+    ))
+    .await;
+    assert_error(&missing, StatusCode::BAD_REQUEST, Some("grader.source"));
+    let message = missing.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("No module named 'some_missing_module'"), "{message}");
+    let syntax = validate(python("def grade(sample, item)\n    return 1.0\n")).await;
+    assert_error(&syntax, StatusCode::BAD_REQUEST, Some("grader.source"));
+    assert!(syntax.json()["error"]["message"].as_str().unwrap_or_default().contains("SyntaxError"));
+    let nested = json!({"type": "multi", "calculate_output": "a",
+        "graders": {"a": python("import some_missing_module\ndef grade(s, i):\n    return 1\n")}});
+    assert_error(&validate(nested).await, StatusCode::BAD_REQUEST, Some("grader.graders.a.source"));
+    // OpenAI's own validation example: grade() reads item fields the trial row lacks
+    let reads_item = python("def grade(sample, item) -> float:\n    return 1.0 if sample['output_text'] == item['reference_answer'] else 0.0\n");
+    let valid = validate(reads_item.clone()).await;
+    assert_eq!(valid.status, StatusCode::OK, "{:?}", valid.json());
+    assert_eq!(valid.json()["grader"], reads_item);
+}
+
 /// Polls `GET uri` until `check` holds for its answer (change announcements are asynchronous);
 /// the last answer, or `None` if it never held.
 async fn answer_becomes(

@@ -399,6 +399,35 @@ impl Grader {
         }
     }
 
+    /// Whether a `python` grader is here or inside a `multi`.
+    pub fn runs_python(&self) -> bool {
+        match &self.compiled {
+            Compiled::Python { .. } => true,
+            Compiled::Multi { graders, .. } => graders.values().any(Grader::runs_python),
+            _ => false,
+        }
+    }
+
+    /// Runs every `python` grader (here and inside a `multi`) once on `item` and an empty
+    /// sample, as OpenAI's validation does ([`python::trial`]): the first whose source does not
+    /// load or whose `grade()` fails an import, as (JSON path of its `source`, why).
+    pub fn python_trial(&self, item: &Value) -> Result<(), (String, String)> {
+        self.python_trial_at("", item)
+    }
+
+    fn python_trial_at(&self, prefix: &str, item: &Value) -> Result<(), (String, String)> {
+        match &self.compiled {
+            Compiled::Python { source, limits } => {
+                python::trial(&self.sandbox, source, item, limits)
+                    .map_err(|why| (join_path(prefix, "source"), why))
+            }
+            Compiled::Multi { graders, .. } => graders.iter().try_for_each(|(name, grader)| {
+                grader.python_trial_at(&join_path(&join_path(prefix, "graders"), name), item)
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// This grader with `embedder` as the model of every `cosine` grader in it that uses the
     /// default model.
     pub fn with_embedder(self, model: SharedEmbedder) -> Self {

@@ -1,4 +1,5 @@
-//! `python`: a user `grade(sample, item) -> float` run in the sandbox.
+//! `python`: a user `grade(sample, item) -> float` run in the sandbox, with the grader image's
+//! packages ([`crate::sandbox::packages`]).
 //!
 //! The grader's own failures (exception, non-number, time limit) are errors, not zero scores.
 
@@ -7,7 +8,7 @@ use serde_json::{json, Value};
 use crate::code::{malformed, startup_failure, Limits};
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
-use crate::sandbox::{run_harness, SandboxConfig};
+use crate::sandbox::{packages, run_harness, RunOutcome, SandboxConfig};
 
 /// Runs the user's grader on one row.
 pub fn grade(
@@ -17,26 +18,13 @@ pub fn grade(
     sample: &Sample,
     limits: &Limits,
 ) -> GradeResult {
-    let request =
-        json!({"mode": "grade", "program": source, "sample": sample.to_json(), "item": item});
-    let outcome = match run_harness(sandbox, &request, &limits.run_limits(1)) {
+    let sandbox = packages::for_python_grader(sandbox, source);
+    let outcome = match run(&sandbox, source, item, sample, limits) {
         Ok(outcome) => outcome,
-        Err(e) => return GradeResult::failed(ErrorKind::Sandbox, e.to_string()),
+        Err(failure) => return failure,
     };
-    if let Some(failure) = startup_failure(&outcome) {
-        return failure;
-    }
-    if let Err(why) = outcome.check_shape(&["grade", "grade_error"]) {
-        return malformed(&why);
-    }
-    if outcome.of_kind("grade").count() + outcome.of_kind("grade_error").count() > 1 {
-        return malformed("more than one result");
-    }
     if let Some(e) = outcome.of_kind("grade_error").next() {
-        return GradeResult::failed(
-            ErrorKind::GraderCode,
-            e["message"].as_str().unwrap_or("grade() failed").to_string(),
-        );
+        return GradeResult::failed(ErrorKind::GraderCode, error_message(&sandbox, e));
     }
     let score = outcome.of_kind("grade").next().and_then(|e| e["score"].as_f64());
     match score {
@@ -54,5 +42,62 @@ pub fn grade(
             ErrorKind::GraderCode,
             format!("grade() ended without a result (exit code {:?})", outcome.exit_code),
         ),
+    }
+}
+
+/// Runs the grader once on `item` and an empty sample, as OpenAI's validation does: an error
+/// loading the source (a syntax error, a failed import, no `grade`) or an import failing in
+/// `grade()` is the message returned. Anything else — `grade()` failing on the trial data, a
+/// time-out, a sandbox that cannot start — is no verdict on the source and passes.
+pub fn trial(
+    sandbox: &SandboxConfig,
+    source: &str,
+    item: &Value,
+    limits: &Limits,
+) -> Result<(), String> {
+    let sandbox = packages::for_python_grader(sandbox, source);
+    let Ok(outcome) = run(&sandbox, source, item, &Sample::from_text(""), limits) else {
+        return Ok(());
+    };
+    let Some(e) = outcome.of_kind("grade_error").next() else { return Ok(()) };
+    let message = error_message(&sandbox, e);
+    let import = message.starts_with("ModuleNotFoundError") || message.starts_with("ImportError");
+    match e["phase"].as_str() {
+        Some("load") => Err(format!("the source does not load: {message}")),
+        _ if import => Err(format!("grade() fails to import: {message}")),
+        _ => Ok(()),
+    }
+}
+
+/// One harness run of the grader; a failure to run is the grading's result.
+fn run(
+    sandbox: &SandboxConfig,
+    source: &str,
+    item: &Value,
+    sample: &Sample,
+    limits: &Limits,
+) -> Result<RunOutcome, GradeResult> {
+    let request =
+        json!({"mode": "grade", "program": source, "sample": sample.to_json(), "item": item});
+    let outcome = run_harness(sandbox, &request, &limits.run_limits(1))
+        .map_err(|e| GradeResult::failed(ErrorKind::Sandbox, e.to_string()))?;
+    if let Some(failure) = startup_failure(&outcome) {
+        return Err(failure);
+    }
+    if let Err(why) = outcome.check_shape(&["grade", "grade_error"]) {
+        return Err(malformed(&why));
+    }
+    if outcome.of_kind("grade").count() + outcome.of_kind("grade_error").count() > 1 {
+        return Err(malformed("more than one result"));
+    }
+    Ok(outcome)
+}
+
+/// A `grade_error` event's message, with how to get a missing module of the grader image.
+fn error_message(sandbox: &SandboxConfig, event: &Value) -> String {
+    let message = event["message"].as_str().unwrap_or("grade() failed").to_string();
+    match packages::missing_module_hint(&message, sandbox.grader_packages.as_deref()) {
+        Some(hint) => format!("{message} ({hint})"),
+        None => message,
     }
 }

@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where fetched models are cached: `VERITY_MODEL_CACHE`, else `~/.cache/verity/models`
-/// (shared with `scripts/fetch-test-model.sh` and `scripts/fetch-embedding-model.sh`).
+/// Where fetched models are cached: `VERITY_MODEL_CACHE`, else `models` in Verity's cache
+/// folder, `~/.cache/verity/models` (shared with `scripts/fetch-test-model.sh` and
+/// `scripts/fetch-embedding-model.sh`; the grader image's packages are its sibling).
 pub fn model_cache() -> PathBuf {
     std::env::var_os("VERITY_MODEL_CACHE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/verity/models")))
-        .unwrap_or_else(|| PathBuf::from(".verity/cache/models"))
+        .unwrap_or_else(|| verity_verifiers::sandbox::packages::cache_root().join("models"))
 }
 
 /// Why a model could not be fetched.

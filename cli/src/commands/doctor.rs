@@ -61,6 +61,7 @@ pub fn checks(data_dir: &Path, database_url: Option<&str>) -> Vec<Check> {
     vec![
         blas(),
         sandbox(),
+        grader_packages(),
         postgres(database_url),
         memory(),
         disk(data_dir),
@@ -108,6 +109,51 @@ fn sandbox() -> Check {
             Status::Missing,
             format!("python and code graders and tools fail: {}", error.message),
             fix,
+        ),
+    }
+}
+
+/// Whether python graders have the grader image's packages (numpy, rapidfuzz, …).
+fn grader_packages() -> Check {
+    use verity_verifiers::sandbox::packages::{self, PackageLayer, INSTALL_COMMAND};
+    const NAME: &str = "grader_packages";
+    let sandbox = verity_verifiers::SandboxConfig::default();
+    let layer = match PackageLayer::for_sandbox(&sandbox) {
+        Ok(layer) => layer,
+        Err(e) => {
+            return Check::problem(
+                NAME,
+                Status::Warn,
+                format!("{e}: python graders import only the standard library"),
+                &format!("unset {} and fix the sandbox above", packages::PACKAGES_ENV),
+            )
+        }
+    };
+    if !layer.is_installed() {
+        return Check::problem(
+            NAME,
+            Status::Warn,
+            format!(
+                "not installed yet: the first python grader importing numpy, rapidfuzz, … \
+                 installs OpenAI's grader image packages (about 860 MB with pip) into {}",
+                layer.dir.display()
+            ),
+            &format!("nothing to do (python3 -m pip must work), or run `{INSTALL_COMMAND}` now"),
+        );
+    }
+    match packages::missing_pins(&layer.dir) {
+        missing if missing.is_empty() => Check::ok(
+            NAME,
+            format!("python graders import OpenAI's grader image packages from {}", layer.dir.display()),
+        ),
+        missing => Check::problem(
+            NAME,
+            Status::Warn,
+            format!("installed without {}", missing.join(", ")),
+            &format!(
+                "install what pip needs to build them (e.g. a C compiler), delete {} and run `{INSTALL_COMMAND}`",
+                layer.dir.display()
+            ),
         ),
     }
 }

@@ -277,7 +277,31 @@ pub struct ValidateGraderRequest {
     pub item: Option<Value>,
 }
 
-/// Checks a grader; answers it back when valid, else a 400 naming the JSON path. Verity adds
+/// Runs each `python` grader of `grader` once (on `item`, else an empty row, and an empty
+/// sample), as OpenAI's validation does: a source that does not load (a syntax error, an import
+/// that fails, no `grade`) is a 400 naming its `source`; a `grade()` failing on the trial data
+/// is not.
+async fn python_trial(
+    state: &AppState,
+    principal: &Principal,
+    grader: &Grader,
+    item: Option<&Value>,
+) -> ApiResult<()> {
+    if !grader.runs_python() {
+        return Ok(());
+    }
+    let item = match item {
+        Some(item) if item.is_object() => item.clone(),
+        _ => json!({}),
+    };
+    let slot = grader_slot(state, principal).await?;
+    let grader = grader.clone().with_run_cap(state.limits.grader_run_max_ms);
+    let tried = grade_in_slot(slot, move || grader.python_trial(&item)).await?;
+    tried.map_err(|(path, why)| ApiError::invalid(format!("grader.{path}"), why))
+}
+
+/// Checks a grader; answers it back when valid, else a 400 naming the JSON path; a `python`
+/// grader is run once first (a source that does not load is a 400). Verity adds
 /// `verity_probes`: known reward hacks graded by it (`verity_verifiers::probes`), on `item` or,
 /// when the grader reads no `item` field, on an empty row; otherwise `verity_probes` is null
 /// and `verity_probes_skipped` says why.
@@ -292,6 +316,7 @@ pub async fn validate_grader_endpoint(
     // Validation is the grader's own checks; the probes below then need it ready to grade here
     // (a model grader's judge loaded), which only a probe run pays for.
     let parsed = checked_grader(&state, &principal, "grader", &request.grader).await?;
+    python_trial(&state, &principal, &parsed, request.item.as_ref()).await?;
     let item = match request.item {
         Some(item) if !item.is_object() => {
             return Err(ApiError::invalid("item", "must be a JSON object (a dataset row)"))

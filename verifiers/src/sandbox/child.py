@@ -25,6 +25,8 @@ def describe(e):
         args = e.args
         if len(args) == 1 and type(args[0]) in (str, int, float):
             message = str(args[0])[:300]
+        elif isinstance(e, SyntaxError) and type(e.msg) is str and type(e.lineno) is int:
+            message = (e.msg + " (line " + str(e.lineno) + ")")[:300]
     return [base.__name__, message, base is not t]
 
 
@@ -117,10 +119,19 @@ def serve_tests(request, rfd, wfd):
 
 
 def run_grade(request, wfd):
+    """Loads the user's source, then calls its grade(); an error while loading (a syntax error,
+    a failed import, no grade) is marked so, for graders/validate."""
     namespace = {"__name__": "grader", "__builtins__": _builtins}
     try:
         exec(compile(request["program"], "grader.py", "exec"), namespace)
-        value = namespace["grade"](request["sample"], request["item"])
+        grade = namespace.get("grade")
+        if not callable(grade):
+            raise NameError("the source defines no grade(sample, item) function")
+    except BaseException as e:  # noqa: B036
+        send(wfd, {"error": describe(e), "phase": "load"})
+        return
+    try:
+        value = grade(request["sample"], request["item"])
     except BaseException as e:  # noqa: B036
         send(wfd, {"error": describe(e)})
         return

@@ -17,6 +17,12 @@ pub struct SandboxConfig {
     /// The interpreter's site-packages directories: the sandbox starts Python without `site`
     /// (`-S`, twice as fast: no `.pth` hooks) and puts these on `sys.path` itself.
     pub python_site_paths: Vec<PathBuf>,
+    /// The interpreter's version tag (`cpython-3.11.7-x86_64`): the grader image's packages
+    /// are installed per tag ([`super::packages`]).
+    pub python_tag: String,
+    /// The grader image's packages ([`super::packages`]) when this run gets them: bound
+    /// read-only and first on `sys.path` (python graders only).
+    pub grader_packages: Option<PathBuf>,
     /// Most processes (threads included) one run may have.
     pub max_processes: u64,
     /// Largest file a run may write, in bytes.
@@ -53,6 +59,8 @@ impl SandboxConfig {
             python: PathBuf::new(),
             python_roots: Vec::new(),
             python_site_paths: Vec::new(),
+            python_tag: String::new(),
+            grader_packages: None,
             max_processes: 64,
             max_file_bytes: 16 << 20,
             workdir_bytes: 64 << 20,
@@ -82,6 +90,7 @@ impl SandboxConfig {
                         config.python = found.executable;
                         config.python_roots = found.roots;
                         config.python_site_paths = found.site_paths;
+                        config.python_tag = found.tag;
                     }
                     Err(e) => config.unavailable = Some(e),
                 }
@@ -100,6 +109,7 @@ impl SandboxConfig {
                 self.python = found.executable;
                 self.python_roots = found.roots;
                 self.python_site_paths = found.site_paths;
+                self.python_tag = found.tag;
             }
             Err(e) => self.unavailable = Some(e),
         }
@@ -121,14 +131,16 @@ struct FoundPython {
     executable: PathBuf,
     roots: Vec<PathBuf>,
     site_paths: Vec<PathBuf>,
+    tag: String,
 }
 
-/// Asks the interpreter (possibly a shim script) for its real executable, prefixes and
-/// site-packages directories.
+/// Asks the interpreter (possibly a shim script) for its real executable, prefixes,
+/// site-packages directories and version tag.
 fn resolve_python(python: &Path) -> Result<FoundPython, String> {
-    let script =
-        "import sys, site\nprint(sys.executable)\nprint(sys.prefix)\nprint(sys.base_prefix)\n\
-                  for p in site.getsitepackages():\n    print('site:' + p)";
+    let script = "import os, sys, site\nprint(sys.executable)\nprint(sys.prefix)\n\
+                  print(sys.base_prefix)\nv = sys.version_info\n\
+                  print('tag:%s-%d.%d.%d-%s' % (sys.implementation.name, v[0], v[1], v[2], \
+                  os.uname().machine))\nfor p in site.getsitepackages():\n    print('site:' + p)";
     let output = Command::new(python)
         .args(["-I", "-c", script])
         .output()
@@ -146,7 +158,12 @@ fn resolve_python(python: &Path) -> Result<FoundPython, String> {
     let exe = std::fs::canonicalize(exe).map_err(|e| format!("cannot resolve {exe}: {e}"))?;
     let mut roots: Vec<PathBuf> = Vec::new();
     let mut site_paths = Vec::new();
+    let mut tag = String::new();
     for line in lines {
+        if let Some(found) = line.strip_prefix("tag:") {
+            tag = found.to_string();
+            continue;
+        }
         if let Some(site) = line.strip_prefix("site:") {
             if Path::new(site).is_dir() {
                 site_paths.push(PathBuf::from(site));
@@ -164,5 +181,5 @@ fn resolve_python(python: &Path) -> Result<FoundPython, String> {
             roots.push(dir.to_path_buf());
         }
     }
-    Ok(FoundPython { executable: exe, roots, site_paths })
+    Ok(FoundPython { executable: exe, roots, site_paths, tag })
 }

@@ -339,11 +339,13 @@ def run_grade(request, verdict):
             verdict.emit("grade", score=score)
         else:
             verdict.emit("grade_error", message="grade() returned a non-finite number")
-    elif type(reply) is dict and len(reply) == 1 and "error" in reply:
+    elif type(reply) is dict and "error" in reply and set(reply) <= {"error", "phase"}:
+        # where it failed only guides graders/validate: loading the source, or in grade()
+        phase = "load" if reply.get("phase") == "load" else "grade"
         try:
-            verdict.emit("grade_error", message=describe(program_exception(reply["error"])))
+            verdict.emit("grade_error", message=describe(program_exception(reply["error"])), phase=phase)
         except ProgramGone as e:
-            verdict.emit("grade_error", message=str(e))
+            verdict.emit("grade_error", message=str(e), phase=phase)
     else:
         verdict.emit("grade_error", message="grade() sent a malformed result")
 

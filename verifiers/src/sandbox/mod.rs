@@ -14,8 +14,11 @@
 //! the nonce and answers only in plain data (`wire.py`); the tests run in the harness's clean
 //! interpreter on that data (docs/security.md, "Grader integrity"). A [`SandboxSession`] keeps
 //! one sandbox open across exchanges (a tool's session over an episode), with the same layers.
+//! A python grader also gets the grader image's packages ([`packages`]), one more read-only
+//! bind.
 
 mod config;
+pub mod packages;
 mod run;
 pub mod seccomp;
 mod session;

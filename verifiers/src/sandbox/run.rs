@@ -206,6 +206,14 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>, filters: usize) -> V
             "--setenv",
             "PYTHONDONTWRITEBYTECODE",
             "1",
+            // one BLAS/OpenMP thread: the grader image's numpy would otherwise start one per
+            // core, past the run's process and address-space limits
+            "--setenv",
+            "OPENBLAS_NUM_THREADS",
+            "1",
+            "--setenv",
+            "OMP_NUM_THREADS",
+            "1",
             "--ro-bind",
             "/usr",
             "/usr",
@@ -228,7 +236,7 @@ fn bwrap_args(config: &SandboxConfig, run_uid: Option<u32>, filters: usize) -> V
             _ => {}
         }
     }
-    for root in &config.python_roots {
+    for root in config.python_roots.iter().chain(&config.grader_packages) {
         // parents such as /root must be traversable by the unprivileged run uid
         let mut parents: Vec<&Path> =
             root.ancestors().skip(1).filter(|p| p.parent().is_some()).collect();
@@ -383,7 +391,8 @@ impl Stream {
     }
 }
 
-/// The harness's input: `request` with the run's nonce, the site paths and the child's source.
+/// The harness's input: `request` with the run's nonce, the site paths (the grader image's
+/// packages first) and the child's source.
 pub(super) fn payload(
     config: &SandboxConfig,
     request: &Value,
@@ -392,9 +401,11 @@ pub(super) fn payload(
     let mut payload = request.clone();
     if let Value::Object(map) = &mut payload {
         map.insert("nonce".into(), Value::String(nonce.to_string()));
+        // the grader image's pins come before whatever the interpreter has installed
         let site: Vec<Value> = config
-            .python_site_paths
+            .grader_packages
             .iter()
+            .chain(&config.python_site_paths)
             .map(|p| Value::String(p.to_string_lossy().into_owned()))
             .collect();
         map.insert("site_paths".into(), Value::Array(site));

@@ -1,4 +1,5 @@
-//! `verity graders run|validate`: try a grader on local files before paying for a job.
+//! `verity graders run|validate`: try a grader on local files before paying for a job;
+//! `verity graders install-packages`: install the grader image's Python packages ahead of time.
 
 pub mod files;
 
@@ -20,6 +21,11 @@ pub enum GradersCommand {
     Run(RunArgs),
     /// Check a grader (and optionally a dataset against it); errors carry JSON paths and lines.
     Validate(ValidateArgs),
+    /// Install the Python packages of OpenAI's grader image (pinned in
+    /// verifiers/grader-image/requirements.txt) for python graders, from PyPI with pip, into
+    /// the cache (`VERITY_GRADER_PACKAGES`, else ~/.cache/verity/grader-packages); prints the
+    /// layer's folder. Otherwise the first python grader importing one of them installs them.
+    InstallPackages,
 }
 
 /// Options of `verity graders run`.
@@ -112,6 +118,7 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             eprintln!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
+        GradersCommand::InstallPackages => install_packages(),
         GradersCommand::Validate(args) => {
             let spec = read_grader(&args.grader)?;
             let report = validate(&spec, args.dataset.as_deref());
@@ -125,4 +132,24 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Installs the grader image's packages for the sandbox's Python, unless they are there.
+fn install_packages() -> anyhow::Result<()> {
+    use verity_verifiers::sandbox::packages::PackageLayer;
+    let sandbox = verity_verifiers::SandboxConfig::default();
+    let layer = PackageLayer::for_sandbox(&sandbox)?;
+    if layer.is_installed() {
+        eprintln!("the grader image's packages are already installed");
+    } else {
+        eprintln!(
+            "installing the grader image's packages with {} -m pip (about 860 MB, a few minutes)",
+            layer.python.display()
+        );
+        let started = std::time::Instant::now();
+        layer.install()?;
+        eprintln!("installed in {:.0} s", started.elapsed().as_secs_f64());
+    }
+    println!("{}", layer.dir.display());
+    Ok(())
 }
