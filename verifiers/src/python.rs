@@ -21,7 +21,7 @@ pub fn grade(
     let sandbox = packages::for_python_grader(sandbox, source);
     let outcome = match run(&sandbox, source, item, sample, limits) {
         Ok(outcome) => outcome,
-        Err(failure) => return failure,
+        Err(failure) => return *failure,
     };
     if let Some(e) = outcome.of_kind("grade_error").next() {
         return GradeResult::failed(ErrorKind::GraderCode, error_message(&sandbox, e));
@@ -76,19 +76,19 @@ fn run(
     item: &Value,
     sample: &Sample,
     limits: &Limits,
-) -> Result<RunOutcome, GradeResult> {
+) -> Result<RunOutcome, Box<GradeResult>> {
     let request =
         json!({"mode": "grade", "program": source, "sample": sample.to_json(), "item": item});
     let outcome = run_harness(sandbox, &request, &limits.run_limits(1))
         .map_err(|e| GradeResult::failed(ErrorKind::Sandbox, e.to_string()))?;
     if let Some(failure) = startup_failure(&outcome) {
-        return Err(failure);
+        return Err(Box::new(failure));
     }
     if let Err(why) = outcome.check_shape(&["grade", "grade_error"]) {
-        return Err(malformed(&why));
+        return Err(Box::new(malformed(&why)));
     }
     if outcome.of_kind("grade").count() + outcome.of_kind("grade_error").count() > 1 {
-        return Err(malformed("more than one result"));
+        return Err(Box::new(malformed("more than one result")));
     }
     Ok(outcome)
 }

@@ -446,7 +446,7 @@ pub enum JudgeContent {
     /// Plain text (a template).
     Text(String),
     /// One text part.
-    Part(JudgeContentPart),
+    Part(Box<JudgeContentPart>),
     /// Several text parts, joined by newlines.
     Parts(Vec<JudgeContentPart>),
 }

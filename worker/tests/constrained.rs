@@ -91,7 +91,7 @@ fn the_trainer_scores_constrained_tokens_under_the_samplers_masks() {
     let params = constrained_params(&lm, &verdict_format(), 3);
     let (eos, pad) = (&lm.tokenizer.eos_token_ids, lm.tokenizer.pad_id());
     let prompt = prompt(&lm);
-    let out = sample(&lm.model, &[prompt.clone()], &params, eos, pad, None).unwrap();
+    let out = sample(&lm.model, std::slice::from_ref(&prompt), &params, eos, pad, None).unwrap();
     let prompts = vec![prompt; out.len()];
     let tokens: Vec<Vec<u32>> = out.iter().map(|c| c.token_ids.clone()).collect();
     let masks: Vec<_> = out.iter().map(|c| c.token_masks.clone()).collect();

@@ -146,20 +146,17 @@ impl JudgeTemplate {
 }
 
 /// Asks the judge one prompt (answered from the cache when the batch was prefetched).
-fn ask(judge: Option<&dyn Judge>, prompt: &JudgePrompt) -> Result<JudgeReply, GradeResult> {
+fn ask(judge: Option<&dyn Judge>, prompt: &JudgePrompt) -> Result<JudgeReply, Box<GradeResult>> {
     let Some(judge) = judge else {
-        return Err(GradeResult::failed(
-            ErrorKind::Judge,
-            format!("no judge is attached to grade with model '{}'", prompt.model),
-        ));
+        let why = format!("no judge is attached to grade with model '{}'", prompt.model);
+        return Err(Box::new(GradeResult::failed(ErrorKind::Judge, why)));
     };
+    let failed = |kind, message: String| Err(Box::new(GradeResult::failed(kind, message)));
     match judge.complete(std::slice::from_ref(prompt)).pop() {
         Some(Ok(reply)) => Ok(reply),
-        Some(Err(e)) if e.is_outage() => {
-            Err(GradeResult::failed(ErrorKind::JudgeUnavailable, e.to_string()))
-        }
-        Some(Err(e)) => Err(GradeResult::failed(ErrorKind::Judge, e.to_string())),
-        None => Err(GradeResult::failed(ErrorKind::Judge, "the judge returned no reply")),
+        Some(Err(e)) if e.is_outage() => failed(ErrorKind::JudgeUnavailable, e.to_string()),
+        Some(Err(e)) => failed(ErrorKind::Judge, e.to_string()),
+        None => failed(ErrorKind::Judge, "the judge returned no reply".into()),
     }
 }
 
@@ -180,7 +177,7 @@ pub fn grade_score(
 ) -> GradeResult {
     let (reply, usage) = match ask(judge, prompt) {
         Ok(reply) => (reply.text, reply.usage),
-        Err(failed) => return failed,
+        Err(failed) => return *failed,
     };
     score_reply(prompt, &reply, range, pass_threshold).with_judge_usage(&prompt.model, usage)
 }
@@ -238,7 +235,7 @@ pub fn grade_label(
 ) -> GradeResult {
     let (reply, usage) = match ask(judge, prompt) {
         Ok(reply) => (reply.text, reply.usage),
-        Err(failed) => return failed,
+        Err(failed) => return *failed,
     };
     let graded = match parse_label(&reply, labels) {
         Some(label) => GradeResult::pass_fail(

@@ -55,6 +55,10 @@ struct Live {
     remaining: usize,
 }
 
+/// A row's pick of one decode step: its token with the log-probabilities asked for (`None` for a
+/// finished row; an error when its grammar fails).
+type RowPick = Option<Result<(u32, Option<TokenLogprob>)>>;
+
 struct Row {
     request: usize,
     choice: usize,
@@ -326,7 +330,7 @@ impl Batcher {
             }
         }
         let requests = &self.requests;
-        let picks: Vec<Option<Result<(u32, Option<TokenLogprob>)>>> = {
+        let picks: Vec<RowPick> = {
             let tokenizer = &self.tokenizer;
             self.rows
                 .par_iter_mut()
