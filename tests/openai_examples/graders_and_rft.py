@@ -24,6 +24,7 @@ TRAIN = JUDGE = "tiny-judge"
 # The flagship job's structured outputs need a tokenizer that can write JSON (the driving test
 # registers SmolLM2-135M-Instruct for it); OpenAI's guide trains "o4-mini-2025-04-16".
 STRUCTURED = os.environ.get("VERITY_STRUCTURED_MODEL", TRAIN)
+FLAGSHIP_SEED = int(os.environ.get("VERITY_FLAGSHIP_SEED", "1"))
 
 GRADERS_GUIDE = "https://platform.openai.com/docs/guides/graders"
 RFT_GUIDE = "https://platform.openai.com/docs/guides/reinforcement-fine-tuning"
@@ -167,8 +168,11 @@ def upload(rows):
 
 security = upload([{"messages": [{"role": "user", "content": "Is storing passwords in plain text compliant?"}],
                     "compliant": "no", "explanation": "Passwords must be hashed."}] * 2)
+# A pinned seed (Verity's job seed): the judge here is a random-weight model whose replies are
+# scores only by chance; with this seed every step has a reply it can read, so the job runs to
+# the end (an unseeded job may see every judge reply of a step out of range, which fails a job).
 flagship = client.fine_tuning.jobs.create(
-    model=STRUCTURED, training_file=security, validation_file=security,
+    model=STRUCTURED, training_file=security, validation_file=security, seed=FLAGSHIP_SEED,
     method={"type": "reinforcement", "reinforcement": {
         "grader": FLAGSHIP_GRADER, "response_format": RESPONSE_FORMAT,
         # the guide's `reasoning_effort`, and a single short step for the test
