@@ -62,6 +62,25 @@ fn validate_reports_paths_and_dataset_lines() {
 }
 
 #[test]
+fn validate_runs_python_graders_once() {
+    let python = |source: &str| {
+        serde_json::json!({"type": "multi", "calculate_output": "p",
+            "graders": {"p": {"type": "python", "source": source}}})
+        .to_string()
+    };
+    let broken = validate(&python("def grade(sample, item) -> float:\n    return 1 +\n"), None);
+    assert!(!broken.valid);
+    assert_eq!(broken.errors[0].path, "graders.p.source");
+    assert!(broken.errors[0].message.contains("SyntaxError"), "{:?}", broken.errors);
+    let missing =
+        validate(&python("import not_a_module_anywhere\ndef grade(s, i):\n    return 1.0\n"), None);
+    assert!(!missing.valid && missing.errors[0].message.contains("not_a_module_anywhere"));
+    // grade() failing on the trial's empty row is no verdict on the source
+    let fine = validate(&python("def grade(sample, item):\n    return float(item['x'])\n"), None);
+    assert!(fine.valid, "{:?}", fine.errors);
+}
+
+#[test]
 fn bench_reports_rates() {
     let report = bench(&BenchOptions { jobs: 2, math_rounds: 1, code_gradings: 2 });
     assert!(report["math"]["single_thread_gradings_per_s"].as_f64().unwrap() > 0.0);

@@ -160,6 +160,11 @@ pub fn validate(grader_json: &str, dataset: Option<&Path>) -> ValidationReport {
     if let Some(path) = dataset {
         check_dataset(&grader, path, &mut report);
     }
+    // As the API's validate (and OpenAI's): every python grader runs once in the sandbox, so a
+    // source that does not load or fails an import is reported here, not at the first grading.
+    if let Err((path, message)) = grader.python_trial(&Value::Object(Default::default())) {
+        report.errors.push(ValidationIssue { path, line: None, message });
+    }
     report.valid = report.errors.is_empty();
     report
 }
