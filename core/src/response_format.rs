@@ -84,6 +84,54 @@ impl ResponseFormat {
         }
         Ok(())
     }
+
+    /// What this format cannot be combined with: a JSON grammar follows one completion from
+    /// its first token, so neither tool episodes nor partial rollouts (continued across
+    /// steps) can follow it. Free text combines with everything.
+    pub fn conflict(&self, tool_episodes: bool, partial_rollouts: bool) -> Option<FormatConflict> {
+        if !self.is_json() {
+            return None;
+        }
+        if tool_episodes {
+            Some(FormatConflict::ToolEpisodes)
+        } else if partial_rollouts {
+            Some(FormatConflict::PartialRollouts)
+        } else {
+            None
+        }
+    }
+}
+
+/// A setting a JSON `response_format` cannot be combined with ([`ResponseFormat::conflict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormatConflict {
+    /// Multi-turn episodes with tools (`method.reinforcement.environment`).
+    ToolEpisodes,
+    /// Completions continued across steps (`hyperparameters.partial_rollout_tokens`).
+    PartialRollouts,
+}
+
+impl FormatConflict {
+    /// The job field that conflicts with the format.
+    pub fn field(self) -> &'static str {
+        match self {
+            FormatConflict::ToolEpisodes => "method.reinforcement.environment",
+            FormatConflict::PartialRollouts => {
+                "method.reinforcement.hyperparameters.partial_rollout_tokens"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for FormatConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a JSON response_format is enforced on single completions; it cannot be combined \
+             with {}",
+            self.field()
+        )
+    }
 }
 
 #[cfg(test)]
@@ -118,5 +166,17 @@ mod tests {
         let bad = parse(json!({"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}))
             .unwrap();
         assert_eq!(bad.validate().unwrap_err().field, "json_schema.schema");
+    }
+
+    #[test]
+    fn a_json_format_conflicts_with_tool_episodes_and_partial_rollouts_only() {
+        let text = parse(json!({"type": "text"})).unwrap();
+        let json_object = parse(json!({"type": "json_object"})).unwrap();
+        assert_eq!(text.conflict(true, true), None, "free text combines with everything");
+        assert_eq!(json_object.conflict(false, false), None);
+        assert_eq!(json_object.conflict(true, true), Some(FormatConflict::ToolEpisodes));
+        let partial = json_object.conflict(false, true).unwrap();
+        assert_eq!(partial, FormatConflict::PartialRollouts);
+        assert!(partial.to_string().ends_with("partial_rollout_tokens"), "{partial}");
     }
 }

@@ -993,13 +993,22 @@ impl Method {
         let prefix = format!("method.{}.hyperparameters", self.kind().as_str());
         match self {
             Method::Reinforcement { reinforcement } => {
-                reinforcement.hyperparameters.validate(&prefix)?;
+                // The format first: its conflicts are what a user combining them must hear.
                 if let Some(format) = &reinforcement.response_format {
                     format.validate().map_err(|e| HyperparameterError {
                         param: format!("method.reinforcement.response_format.{}", e.field),
                         message: e.message,
                     })?;
+                    let tools = reinforcement.environment.is_some();
+                    let partial = reinforcement.hyperparameters.partial_rollout_tokens.is_some();
+                    if let Some(conflict) = format.conflict(tools, partial) {
+                        return Err(HyperparameterError {
+                            param: "method.reinforcement.response_format".into(),
+                            message: conflict.to_string(),
+                        });
+                    }
                 }
+                reinforcement.hyperparameters.validate(&prefix)?;
                 reinforcement.validate_environment()
             }
             Method::Supervised { supervised } => {
@@ -1237,6 +1246,27 @@ mod tests {
             bad.validate().unwrap_err().param,
             "method.reinforcement.response_format.json_schema.name"
         );
+    }
+
+    #[test]
+    fn a_json_response_format_is_refused_beside_tools_or_partial_rollouts_before_hyperparameters() {
+        let json_format = json!({"type": "json_object"});
+        let with = |extra: Value| -> Method {
+            let mut reinforcement =
+                json!({"grader": {"type": "math"}, "response_format": json_format});
+            reinforcement.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(json!({"type": "reinforcement", "reinforcement": reinforcement}))
+                .unwrap()
+        };
+        // Without tis_cap the hyperparameters alone are invalid too: the format's conflict wins.
+        let partial = with(json!({"hyperparameters": {"partial_rollout_tokens": 32}}));
+        let e = partial.validate().unwrap_err();
+        assert_eq!(e.param, "method.reinforcement.response_format");
+        assert!(e.message.contains("partial_rollout_tokens"), "{}", e.message);
+        let tools = with(json!({"environment": {"tools": [{"type": "python"}]}}));
+        let e = tools.validate().unwrap_err();
+        assert!(e.message.ends_with("method.reinforcement.environment"), "{}", e.message);
+        with(json!({})).validate().unwrap();
     }
 
     fn tuning(kind: &str, hp: Value) -> Result<Method, serde_json::Error> {

@@ -130,6 +130,23 @@ pub fn sequence_rng(seed: u64, prompt: usize, sample: usize) -> StdRng {
     StdRng::seed_from_u64(mix(mix(mix(seed) ^ prompt as u64) ^ sample as u64))
 }
 
+/// Picks the next token a grammar allows: masks `logits` with the constraint's current mask,
+/// picks as [`pick_token`] does, and advances the grammar. Returns the token, its
+/// log-probability under the mask, and the mask (the trainer scores the token under it).
+pub fn pick_constrained(
+    logits: &[f32],
+    params: &SamplingParams,
+    rng: &mut StdRng,
+    constraint: &mut SequenceConstraint,
+) -> Result<(u32, f32, VocabMask)> {
+    let mask = constraint.allowed()?;
+    let mut masked = logits.to_vec();
+    mask_logits(&mut masked, &mask);
+    let (token, logprob) = pick_token(&masked, params, rng);
+    constraint.commit(token)?;
+    Ok((token, logprob, mask))
+}
+
 /// Picks the next token from a logits row; returns it with its log-probability.
 pub fn pick_token(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
     let greedy = params.temperature <= 0.0;
@@ -390,13 +407,10 @@ impl Sequence {
         let (tok, lp) = match self.constraint.as_mut() {
             None => pick_token(logits, params, &mut self.rng),
             Some(constraint) => {
-                let mask = constraint.allowed()?;
-                let mut masked = logits.to_vec();
-                mask_logits(&mut masked, &mask);
-                let picked = pick_token(&masked, params, &mut self.rng);
-                constraint.commit(picked.0)?;
+                let (token, logprob, mask) =
+                    pick_constrained(logits, params, &mut self.rng, constraint)?;
                 self.masks.push(mask);
-                picked
+                (token, logprob)
             }
         };
         self.tokens.push(tok);

@@ -6,10 +6,9 @@
 //! lock file, so concurrent installers (threads or processes) never see a partial layer.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -306,16 +305,8 @@ fn lock(path: &Path) -> Result<File, PackagesError> {
         .write(true)
         .open(path)
         .map_err(io_error("opening", path))?;
-    loop {
-        // SAFETY: flock on an fd the file owns for the duration of the call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(file);
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(io_error("locking", path)(err));
-        }
-    }
+    file.lock().map_err(io_error("locking", path))?;
+    Ok(file)
 }
 
 /// Makes every file readable and every folder traversable by all (the sandbox may run as
@@ -343,7 +334,7 @@ fn readable_by_all(dir: &Path) -> Result<(), PackagesError> {
 }
 
 /// When an install failed in this process, per layer folder.
-static FAILED: Mutex<Option<HashMap<PathBuf, Instant>>> = Mutex::new(None);
+static FAILED: Mutex<BTreeMap<PathBuf, Instant>> = Mutex::new(BTreeMap::new());
 
 /// The layer's folder when it is complete, installing it first when `install` is true and no
 /// install of it failed in this process in the last ten minutes (a failure is logged; python
@@ -359,8 +350,7 @@ pub fn ready(layer: &PackageLayer, install: bool) -> Option<PathBuf> {
     if layer.is_installed() {
         return Some(layer.dir.clone());
     }
-    let failures = failed.get_or_insert_with(HashMap::new);
-    if failures.get(&layer.dir).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+    if failed.get(&layer.dir).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
         return None;
     }
     tracing::info!(dir = %layer.dir.display(), "installing the grader image's Python packages from PyPI (once; `{INSTALL_COMMAND}` does it ahead of time)");
@@ -368,12 +358,12 @@ pub fn ready(layer: &PackageLayer, install: bool) -> Option<PathBuf> {
     match layer.install() {
         Ok(()) => {
             tracing::info!(dir = %layer.dir.display(), seconds = started.elapsed().as_secs(), "grader image packages installed");
-            failures.remove(&layer.dir);
+            failed.remove(&layer.dir);
             Some(layer.dir.clone())
         }
         Err(e) => {
             tracing::warn!(error = %e, "python graders run with the standard library only");
-            failures.insert(layer.dir.clone(), Instant::now());
+            failed.insert(layer.dir.clone(), Instant::now());
             None
         }
     }

@@ -6,12 +6,12 @@
 
 use super::request::{GenerationEvent, GenerationParams, StopReason, TokenLogprob, TopLogprob};
 use super::text::StopTextTracker;
-use crate::constrained::{mask_logits, GrammarCompiler, OutputConstraint, SequenceConstraint};
+use crate::constrained::{GrammarCompiler, OutputConstraint, SequenceConstraint};
 use crate::error::Result;
 use crate::model::compact::CompactWeights;
 use crate::model::decode::DecodeBatch;
 use crate::model::Transformer;
-use crate::sampler::{pick_token, sequence_rng, SamplingParams};
+use crate::sampler::{pick_constrained, pick_token, sequence_rng, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
 use rand::rngs::StdRng;
 use rayon::prelude::*;
@@ -356,14 +356,9 @@ impl Batcher {
                     let token = match row.constraint.as_mut() {
                         None => pick_token(logits, &live.sampling, &mut row.rng).0,
                         Some(constraint) => {
-                            let picked = constraint.allowed().and_then(|mask| {
-                                let mut masked = logits.to_vec();
-                                mask_logits(&mut masked, &mask);
-                                let token = pick_token(&masked, &live.sampling, &mut row.rng).0;
-                                constraint.commit(token).map(|()| token)
-                            });
-                            match picked {
-                                Ok(token) => token,
+                            match pick_constrained(logits, &live.sampling, &mut row.rng, constraint)
+                            {
+                                Ok((token, _, _)) => token,
                                 Err(e) => return Some(Err(e)),
                             }
                         }

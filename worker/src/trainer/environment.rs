@@ -11,7 +11,7 @@ use crate::episodes::format::render_prompt;
 use crate::episodes::tools::schemas;
 use crate::tokenizer::ChatTokenizer;
 use verity_core::environment::{Environment, HttpAllowList};
-use verity_core::response_format::ResponseFormat;
+use verity_core::response_format::{FormatConflict, ResponseFormat};
 
 impl Trainer {
     /// Makes every rollout (training and evaluation) a multi-turn episode in `environment`;
@@ -20,9 +20,7 @@ impl Trainer {
     /// allow-list.
     pub fn with_environment(mut self, environment: Environment) -> Result<Trainer> {
         if self.constraint.is_some() {
-            return Err(TrainerError::Config(
-                "a JSON response_format does not apply to tool episodes".into(),
-            ));
+            return Err(TrainerError::Config(FormatConflict::ToolEpisodes.to_string()));
         }
         let max_completion = self.hp.max_completion_tokens();
         environment
@@ -50,15 +48,10 @@ impl Trainer {
         let compiled = OutputConstraint::compile(format, &self.tokenizer, vocab)
             .map_err(|e| TrainerError::Config(e.to_string()))?;
         let Some(constraint) = compiled else { return Ok(self) };
-        if let Objective::Reinforcement { environment: Some(_), .. } = &self.objective {
-            return Err(TrainerError::Config(
-                "a JSON response_format does not apply to tool episodes".into(),
-            ));
-        }
-        if self.hp.partial_rollout_tokens.is_some() {
-            return Err(TrainerError::Config(
-                "a JSON response_format cannot be combined with partial_rollout_tokens".into(),
-            ));
+        let tools =
+            matches!(&self.objective, Objective::Reinforcement { environment: Some(_), .. });
+        if let Some(conflict) = format.conflict(tools, self.hp.partial_rollout_tokens.is_some()) {
+            return Err(TrainerError::Config(conflict.to_string()));
         }
         self.constraint = Some(constraint);
         Ok(self)

@@ -139,7 +139,7 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
     let mut tools_reader = None;
     match kind {
         MethodKind::Reinforcement => {
-            parse_at::<Hyperparameters>(&at, hyperparameters.clone())?;
+            parse_at::<Hyperparameters>(&at, hyperparameters)?;
             let environment = settings.get("environment").filter(|e| !e.is_null());
             if let Some(environment) = environment {
                 parse_at::<Environment>("method.reinforcement.environment", environment.clone())?;
@@ -153,24 +153,6 @@ pub fn validate_method(method: Option<&Value>) -> ApiResult<CheckedMethod> {
             };
             if let Some(format) = format.as_ref() {
                 validate_response_format("method.reinforcement.response_format", format)?;
-                // The grammar follows one completion: not tool episodes, not continued ones.
-                let partial = hyperparameters
-                    .get("partial_rollout_tokens")
-                    .is_some_and(|p| !p.is_null() && p != "auto");
-                if format.is_json() && (environment.is_some() || partial) {
-                    let other = if partial {
-                        "method.reinforcement.hyperparameters.partial_rollout_tokens"
-                    } else {
-                        "method.reinforcement.environment"
-                    };
-                    return Err(ApiError::invalid(
-                        "method.reinforcement.response_format",
-                        format!(
-                            "a JSON response_format is enforced on single completions; it \
-                             cannot be combined with {other}"
-                        ),
-                    ));
-                }
             }
             if let Some(grader) = &grader {
                 tools_reader = check_sample_fields(
