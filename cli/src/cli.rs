@@ -80,8 +80,9 @@ pub enum BenchCommand {
     /// Seconds per GRPO step (sampling, grading, training) on arithmetic prompts, math grader.
     GrpoStep(crate::bench::model::GrpoStepArgs),
     /// A learning-quality run: validation pass@1 before and after a recipe, with the curve
-    /// (defaults: the arithmetic example set and `examples/arithmetic/recipe.json`).
-    Learn(crate::bench::model::LearnArgs),
+    /// (defaults: the arithmetic example set and `examples/arithmetic/recipe.json`); with
+    /// `--seeds`/`--set`, a resumable sweep over seeds and settings with a table and plots.
+    Learn(crate::bench::learn::LearnArgs),
     /// Serving throughput at 1, 8 and 32 concurrent chat clients: requests/s, tokens/s, time
     /// to first token and latency (an in-process inference engine, or `--url` a server).
     Serve(crate::bench::serve::ServeBenchArgs),

@@ -1,6 +1,5 @@
-//! `verity bench rollout|train-step|graders`: model and grader throughput (JSON lines).
+//! `verity bench rollout|train-step|grpo-step`: model and grader throughput (JSON lines).
 
-use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
 use verity_core::spec::RolloutDtype;
@@ -183,56 +182,6 @@ pub async fn grpo_step(args: &GrpoStepArgs) -> anyhow::Result<()> {
     };
     print_blocking(move || {
         Ok(verity_worker::bench::grpo_step::bench_grpo_step(&model, shape, recipe)?)
-    })
-    .await
-}
-
-/// Options of `verity bench learn`.
-#[derive(Debug, Args)]
-pub struct LearnArgs {
-    /// HF folder or GGUF file.
-    #[arg(long)]
-    pub model: PathBuf,
-    /// Training rows (JSONL).
-    #[arg(long, default_value = "examples/arithmetic/train.jsonl")]
-    pub train: PathBuf,
-    /// Held-out rows (JSONL).
-    #[arg(long, default_value = "examples/arithmetic/validation.jsonl")]
-    pub validation: PathBuf,
-    /// The grader spec (JSON).
-    #[arg(long, default_value = "examples/arithmetic/grader.json")]
-    pub grader: PathBuf,
-    /// The hyperparameters (JSON object, as in a job's `method.reinforcement.hyperparameters`).
-    #[arg(long, default_value = "examples/arithmetic/recipe.json")]
-    pub hyperparameters: PathBuf,
-}
-
-fn read_text(path: &PathBuf) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-}
-
-/// A learning-quality run: validation pass@1 before and after a fixed recipe, and the curve.
-pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
-    let train = read_text(&args.train)?;
-    let validation = read_text(&args.validation)?;
-    let grader = verity_verifiers::Grader::from_json(&read_text(&args.grader)?)
-        .map_err(|e| anyhow::anyhow!("grader {}: {e}", args.grader.display()))?;
-    let hyperparameters: verity_core::spec::Hyperparameters =
-        serde_json::from_str(&read_text(&args.hyperparameters)?)
-            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
-    hyperparameters
-        .validate("hyperparameters")
-        .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
-    let model = args.model.clone();
-    print_blocking(move || {
-        let run = verity_worker::bench::learning::LearningRun {
-            model_dir: &model,
-            train_jsonl: &train,
-            validation_jsonl: &validation,
-            grader,
-            hyperparameters,
-        };
-        Ok(verity_worker::bench::learning::learning_run(run, |line| println!("{line}"))?)
     })
     .await
 }

@@ -50,7 +50,8 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             crate::bench::model::train_step(&args).await
         }
         Command::Bench(BenchCommand::GrpoStep(args)) => crate::bench::model::grpo_step(&args).await,
-        Command::Bench(BenchCommand::Learn(args)) => crate::bench::model::learn(&args).await,
+        Command::Bench(BenchCommand::Learn(args)) => crate::bench::learn::learn(&args).await,
         Command::Bench(BenchCommand::Serve(args)) => crate::bench::serve::run(&args).await,
     }
 }
+

@@ -27,13 +27,16 @@ pub struct LearningRun<'a> {
     pub hyperparameters: Hyperparameters,
 }
 
-fn eval_line(eval: &EvalMetrics, elapsed: f64) -> Value {
+/// An evaluation's line: pass@k and mean reward after `generated_tokens` completion tokens
+/// (every completion the run's steps sampled so far) and `elapsed` seconds.
+fn eval_line(eval: &EvalMetrics, generated_tokens: u64, elapsed: f64) -> Value {
     json!({"kind": "eval", "step": eval.step, "pass_at_k": eval.pass_at_k, "mean_reward": eval.mean_reward,
-           "grader_errors": eval.grader_errors, "elapsed_s": elapsed})
+           "grader_errors": eval.grader_errors, "generated_tokens": generated_tokens, "elapsed_s": elapsed})
 }
 
 /// Runs the recipe, handing each step's and each evaluation's line to `report`; returns the
-/// summary (validation pass@1 and mean reward before and after, steps, wall time).
+/// summary (validation pass@k and mean reward before and after, steps, completion tokens
+/// generated, wall time). The recipe's `seed` (else 0) seeds the data order and sampling.
 pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Result<Value> {
     let started = Instant::now();
     let loaded = crate::loader::load_model(run.model_dir, &candle_core::Device::Cpu)?;
@@ -61,31 +64,37 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
         Some(validation),
         options,
     )?;
-    let evaluate =
-        |trainer: &Trainer, report: &mut dyn FnMut(&Value)| -> Result<Option<EvalMetrics>> {
-            let eval = trainer.evaluate()?;
-            if let Some(e) = &eval {
-                report(&eval_line(e, started.elapsed().as_secs_f64()));
-            }
-            Ok(eval)
-        };
-    let before = evaluate(&trainer, &mut report)?;
+    let evaluate = |trainer: &Trainer,
+                    generated: u64,
+                    report: &mut dyn FnMut(&Value)|
+     -> Result<Option<EvalMetrics>> {
+        let eval = trainer.evaluate()?;
+        if let Some(e) = &eval {
+            report(&eval_line(e, generated, started.elapsed().as_secs_f64()));
+        }
+        Ok(eval)
+    };
+    let mut generated = 0;
+    let before = evaluate(&trainer, generated, &mut report)?;
     let mut after = before.clone();
     while !trainer.finished() {
         let out = trainer.train_step()?;
         let m = &out.metrics;
+        generated += m.generated_tokens;
         report(
             &json!({"kind": "step", "step": m.step, "reward_mean": m.reward_mean, "accuracy": m.accuracy,
                        "completion_length_mean": m.completion_length_mean, "truncated_fraction": m.truncated_fraction,
                        "zero_advantage_group_fraction": m.zero_advantage_group_fraction, "entropy": m.entropy,
-                       "grad_norm": m.grad_norm, "elapsed_s": started.elapsed().as_secs_f64()}),
+                       "grad_norm": m.grad_norm, "step_generated_tokens": m.generated_tokens,
+                       "generated_tokens": generated, "elapsed_s": started.elapsed().as_secs_f64()}),
         );
         if trainer.finished() || (eval_interval > 0 && trainer.step() % eval_interval == 0) {
-            after = evaluate(&trainer, &mut report)?;
+            after = evaluate(&trainer, generated, &mut report)?;
         }
     }
     let pass1 = |e: &Option<EvalMetrics>| e.as_ref().map(EvalMetrics::pass_at_1);
     let reward = |e: &Option<EvalMetrics>| e.as_ref().map(|e| e.mean_reward);
+    let pass_k = |e: &Option<EvalMetrics>| e.as_ref().map(|e| e.pass_at_k.clone());
     Ok(json!({
         "kind": "summary",
         "model": run.model_dir.display().to_string(),
@@ -94,6 +103,9 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
         "validation_pass_at_1_after": pass1(&after),
         "validation_reward_before": reward(&before),
         "validation_reward_after": reward(&after),
+        "validation_pass_at_k_before": pass_k(&before),
+        "validation_pass_at_k_after": pass_k(&after),
+        "generated_tokens": generated,
         "wall_s": started.elapsed().as_secs_f64(),
         "peak_rss_mib": super::peak_rss_mib(),
     }))

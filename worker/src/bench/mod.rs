@@ -4,6 +4,7 @@
 
 pub mod grpo_step;
 pub mod learning;
+pub mod sweep;
 
 use crate::chat_template::ChatMessage;
 use crate::device::{gpu_memory_peak_mib, parse_device, reset_gpu_memory_peak};

@@ -1,0 +1,174 @@
+//! `verity bench learn`: one learning-quality run (JSON lines on stdout), or with `--seeds`,
+//! `--seed-list` or `--set` a sweep over seeds and a grid of hyperparameters, recorded in
+//! `--out` and resumed from there ([`verity_worker::bench::sweep`]).
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use verity_worker::bench::learning::{learning_run, LearningRun};
+use verity_worker::bench::sweep::grid::Axis;
+use verity_worker::bench::sweep::{Sweep, SweepInputs};
+
+/// Options of `verity bench learn`.
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// HF folder or GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Training rows (JSONL).
+    #[arg(long, default_value = "examples/arithmetic/train.jsonl")]
+    pub train: PathBuf,
+    /// Held-out rows (JSONL).
+    #[arg(long, default_value = "examples/arithmetic/validation.jsonl")]
+    pub validation: PathBuf,
+    /// The grader spec (JSON).
+    #[arg(long, default_value = "examples/arithmetic/grader.json")]
+    pub grader: PathBuf,
+    /// The hyperparameters (JSON object, as in a job's `method.reinforcement.hyperparameters`);
+    /// in a sweep, the recipe each setting's values override.
+    #[arg(long, default_value = "examples/arithmetic/recipe.json")]
+    pub hyperparameters: PathBuf,
+    /// Sweep: run every setting with seeds 1 to N.
+    #[arg(long, value_name = "N", conflicts_with = "seed_list")]
+    pub seeds: Option<u64>,
+    /// Sweep: run every setting with these seeds (e.g. 11,23,37).
+    #[arg(long, value_name = "S1,S2,…", value_delimiter = ',')]
+    pub seed_list: Vec<u64>,
+    /// Sweep: a grid axis, a hyperparameter and its values (e.g. `--set loss=grpo,dapo --set
+    /// group_size=4,8`); the grid is every combination. Values are JSON where they parse.
+    #[arg(long = "set", value_name = "KEY=V1,V2,…")]
+    pub axes: Vec<String>,
+    /// Sweep: the folder of its runs, table (table.md, table.json) and plots; a sweep started
+    /// again over it keeps the finished runs.
+    #[arg(long, default_value = "learn-sweep")]
+    pub out: PathBuf,
+    /// Sweep: only write the table and plots from the runs already in --out.
+    #[arg(long)]
+    pub report_only: bool,
+}
+
+impl LearnArgs {
+    fn is_sweep(&self) -> bool {
+        self.seeds.is_some() || !self.seed_list.is_empty() || !self.axes.is_empty() || self.report_only
+    }
+
+    /// The sweep's seeds: --seed-list, else 1..=--seeds, else the recipe's own seed (or 0).
+    fn sweep_seeds(&self, recipe: &Map<String, Value>) -> Vec<u64> {
+        if !self.seed_list.is_empty() {
+            return self.seed_list.clone();
+        }
+        match self.seeds {
+            Some(n) => (1..=n).collect(),
+            None => vec![recipe.get("seed").and_then(Value::as_u64).unwrap_or(0)],
+        }
+    }
+}
+
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The files a learning run reads.
+struct Inputs {
+    train: String,
+    validation: String,
+    grader_text: String,
+    recipe: Map<String, Value>,
+}
+
+impl Inputs {
+    fn read(args: &LearnArgs) -> anyhow::Result<Inputs> {
+        let recipe_text = read_text(&args.hyperparameters)?;
+        let recipe: Map<String, Value> = serde_json::from_str(&recipe_text)
+            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
+        Ok(Inputs {
+            train: read_text(&args.train)?,
+            validation: read_text(&args.validation)?,
+            grader_text: read_text(&args.grader)?,
+            recipe,
+        })
+    }
+
+    fn grader(&self, path: &Path) -> anyhow::Result<verity_verifiers::Grader> {
+        verity_verifiers::Grader::from_json(&self.grader_text)
+            .map_err(|e| anyhow::anyhow!("grader {}: {e}", path.display()))
+    }
+}
+
+/// A learning-quality run (validation pass@1 before and after a fixed recipe, and the curve),
+/// or a sweep of them.
+pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
+    let inputs = Inputs::read(args)?;
+    if args.is_sweep() {
+        return sweep(args, inputs).await;
+    }
+    let grader = inputs.grader(&args.grader)?;
+    let hyperparameters: verity_core::spec::Hyperparameters =
+        serde_json::from_value(Value::Object(inputs.recipe.clone()))
+            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
+    hyperparameters
+        .validate("hyperparameters")
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
+    let model = args.model.clone();
+    let summary = tokio::task::spawn_blocking(move || {
+        let run = LearningRun {
+            model_dir: &model,
+            train_jsonl: &inputs.train,
+            validation_jsonl: &inputs.validation,
+            grader,
+            hyperparameters,
+        };
+        learning_run(run, |line| println!("{line}"))
+    })
+    .await??;
+    println!("{summary}");
+    Ok(())
+}
+
+/// Runs the grid's pending runs one after another (or only reports), then prints the table.
+async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
+    let axes = args.axes.iter().map(|a| Axis::parse(a)).collect::<Result<Vec<_>, _>>()?;
+    let seeds = args.sweep_seeds(&inputs.recipe);
+    let sweep_inputs = SweepInputs::new(
+        &args.model,
+        &inputs.train,
+        &inputs.validation,
+        &inputs.grader_text,
+        inputs.recipe.clone(),
+    );
+    let sweep = Sweep::open(&args.out, sweep_inputs, &axes, seeds)?;
+    inputs.grader(&args.grader)?;
+    let report_only = args.report_only;
+    let (model, grader_path) = (args.model.clone(), args.grader.clone());
+    let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        if report_only {
+            return Ok(sweep.report()?);
+        }
+        let runner = |spec: &verity_worker::bench::sweep::RunSpec,
+                      report: &mut dyn FnMut(&Value)|
+         -> anyhow::Result<Value> {
+            let run = LearningRun {
+                model_dir: &model,
+                train_jsonl: &inputs.train,
+                validation_jsonl: &inputs.validation,
+                grader: inputs.grader(&grader_path)?,
+                hyperparameters: spec.hyperparameters.clone(),
+            };
+            Ok(learning_run(run, report)?)
+        };
+        Ok(sweep.run(runner, |line| eprintln!("bench learn: {line}"))?)
+    })
+    .await??;
+    let unfinished = rows.iter().filter(|row| row.seeds_finished < row.seeds_planned).count();
+    print!("{}", read_text(&args.out.join("table.md"))?);
+    if unfinished > 0 {
+        eprintln!("bench learn: {unfinished} settings have unfinished runs; run the same command again to finish them");
+    }
+    eprintln!(
+        "bench learn: table in {0}/table.md and {0}/table.json, plots in {0}/pass_at_1_vs_tokens.svg \
+         and {0}/pass_at_1_vs_seconds.svg",
+        args.out.display()
+    );
+    Ok(())
+}
