@@ -4,8 +4,10 @@
 //! On the 2-core AMD EPYC test machine OpenBLAS 0.3 reaches ~145–165 GFLOP/s on the model's
 //! shapes where `gemm` reaches ~70, and matrix products are three quarters of a training step.
 //! Nothing links against BLAS: `libopenblas.so.0` (Debian/Ubuntu `libopenblas0`) is opened on
-//! first use; `VERITY_BLAS=/path/to/libopenblas.so` picks another build, `VERITY_BLAS=off` keeps
-//! everything on `gemm`.
+//! first use; where the machine has none, the OpenBLAS build a caller registered with
+//! [`set_fetched_openblas`] (the worker fetches SciPy's, `scipy-openblas32`, from PyPI once).
+//! `VERITY_BLAS=/path/to/libopenblas.so` picks another build, `VERITY_BLAS=pypi` the fetched
+//! one only, `VERITY_BLAS=off` keeps everything on `gemm`.
 
 use super::{f32_slice, use_cpu_kernel};
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
@@ -41,10 +43,67 @@ struct Blas {
     core: Option<String>,
     /// The family Verity asked for through `OPENBLAS_CORETYPE` (none when the user set it).
     requested_core: Option<&'static str>,
+    /// The library's file or soname, as it was opened.
+    name: String,
     _library: libloading::Library,
 }
 
 static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
+
+/// Fetches an OpenBLAS shared library to the given path (an error says why it could not).
+pub type FetchOpenblas = fn(&std::path::Path) -> std::result::Result<(), String>;
+
+/// An OpenBLAS build kept by Verity: where it is, and how to get it when it is not there.
+struct FetchedOpenblas {
+    path: std::path::PathBuf,
+    fetch: Option<FetchOpenblas>,
+}
+
+static FETCHED: OnceLock<FetchedOpenblas> = OnceLock::new();
+
+/// Registers the OpenBLAS build at `path`, tried when no system OpenBLAS loads (and alone with
+/// `VERITY_BLAS=pypi`); `fetch`, if given, gets it there first when it is missing. Call before
+/// the first matrix product; only the first registration counts.
+pub fn set_fetched_openblas(path: std::path::PathBuf, fetch: Option<FetchOpenblas>) {
+    let _ = FETCHED.set(FetchedOpenblas { path, fetch });
+}
+
+/// The registered build's path when it is there, fetching it first if it may.
+fn fetched_openblas() -> Option<String> {
+    let fetched = FETCHED.get()?;
+    if !fetched.path.is_file() {
+        let fetch = fetched.fetch?;
+        tracing::info!(path = %fetched.path.display(), "no OpenBLAS on this machine: fetching SciPy's build from PyPI (once)");
+        if let Err(error) = fetch(&fetched.path) {
+            tracing::warn!(%error, "OpenBLAS could not be fetched; matrix products use gemm (slower)");
+            return None;
+        }
+    }
+    Some(fetched.path.display().to_string())
+}
+
+/// The prefixes OpenBLAS builds give their symbols: none, and SciPy's wheels' `scipy_`.
+const SYMBOL_PREFIXES: [&str; 2] = ["", "scipy_"];
+
+/// `symbol` of `library` under the first prefix that has it (else the last lookup's error).
+///
+/// # Safety
+/// `T` must be the symbol's type.
+unsafe fn symbol<T: Copy>(
+    library: &libloading::Library,
+    symbol: &str,
+) -> std::result::Result<T, libloading::Error> {
+    let mut last = libloading::Error::DlSymUnknown;
+    for prefix in SYMBOL_PREFIXES {
+        let name = format!("{prefix}{symbol}\0");
+        // SAFETY: the caller names the symbol's type.
+        match unsafe { library.get::<T>(name.as_bytes()) } {
+            Ok(found) => return Ok(*found),
+            Err(error) => last = error,
+        }
+    }
+    Err(last)
+}
 
 /// The BLAS in use, loading it on first call.
 fn blas() -> Option<&'static Blas> {
@@ -54,6 +113,11 @@ fn blas() -> Option<&'static Blas> {
 /// Whether matrix products go through a BLAS library.
 pub fn blas_in_use() -> bool {
     blas().is_some()
+}
+
+/// The BLAS library matrix products go through (its soname or path), if any.
+pub fn blas_library() -> Option<&'static str> {
+    blas().map(|b| b.name.as_str())
 }
 
 /// The matrix-product backend, for benchmark reports: `openblas:<kernel family>` or `gemm`.
@@ -100,33 +164,38 @@ fn load_blas() -> Option<Blas> {
             requested_core = Some(core);
         }
     }
+    let system = ["libopenblas.so.0", "libopenblas.so"];
     let candidates: Vec<String> = match requested.as_deref() {
         Some("off") => return None,
+        Some("pypi") => fetched_openblas().into_iter().collect(),
         Some(path) => vec![path.to_string()],
-        None => vec!["libopenblas.so.0".into(), "libopenblas.so".into()],
+        None => system.iter().map(|name| name.to_string()).collect(),
     };
-    for name in &candidates {
+    // The fetched build only where no system one loads (it may be fetched just then).
+    let fallback = requested.is_none();
+    let fetched = std::iter::once_with(move || fallback.then(fetched_openblas).flatten()).flatten();
+    for name in candidates.into_iter().chain(fetched) {
         // SAFETY: loading OpenBLAS runs only its library initialisers; the symbol types below
         // are the CBLAS and OpenBLAS C interfaces.
         let loaded = unsafe {
-            libloading::Library::new(name).and_then(|library| {
-                let sgemm = *library.get::<CblasSgemm>(b"cblas_sgemm\0")?;
+            libloading::Library::new(&name).and_then(|library| {
+                let sgemm = symbol::<CblasSgemm>(&library, "cblas_sgemm")?;
                 if let Ok(set_threads) =
-                    library.get::<unsafe extern "C" fn(i32)>(b"openblas_set_num_threads\0")
+                    symbol::<unsafe extern "C" fn(i32)>(&library, "openblas_set_num_threads")
                 {
                     // Products are split across rayon's threads (see `blas_sgemm`): one
                     // thread pool, not two contending for the same cores.
                     set_threads(1);
                 }
-                let core = library
-                    .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(
-                        b"openblas_get_corename\0",
-                    )
-                    .ok()
-                    .map(|corename| corename())
-                    .filter(|name| !name.is_null())
-                    .map(|name| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned());
-                Ok(Blas { sgemm, core, requested_core, _library: library })
+                let core = symbol::<unsafe extern "C" fn() -> *const std::ffi::c_char>(
+                    &library,
+                    "openblas_get_corename",
+                )
+                .ok()
+                .map(|corename| corename())
+                .filter(|name| !name.is_null())
+                .map(|name| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned());
+                Ok(Blas { sgemm, core, requested_core, name: name.clone(), _library: library })
             })
         };
         match loaded {
@@ -142,7 +211,7 @@ fn load_blas() -> Option<Blas> {
         }
     }
     tracing::info!(
-        "no OpenBLAS found (install libopenblas0 for faster training); matrix products use gemm"
+        "no OpenBLAS found or fetched (install libopenblas0 for faster training); matrix products use gemm"
     );
     None
 }

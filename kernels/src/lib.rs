@@ -31,7 +31,10 @@ mod tiles;
 pub use attention::attention_nograd;
 pub use attention_train::{attention, attention_reference};
 pub use bf16::Bf16Matrix;
-pub use blas::{blas_core, blas_in_use, matmul, serial_sgemm, sgemm, Product};
+pub use blas::{
+    blas_core, blas_in_use, blas_library, matmul, serial_sgemm, set_fetched_openblas, sgemm,
+    FetchOpenblas, Product,
+};
 pub use device::{attention_device, rms_norm_device};
 pub use embedding::embedding;
 pub use int8::{Int8Matrix, ScaleAxis};

@@ -49,6 +49,7 @@ pub mod loader;
 pub mod model;
 pub mod optim;
 pub mod policy_optimizer;
+pub mod pypi_blas;
 pub mod pypi_models;
 pub mod runs;
 pub mod sampler;

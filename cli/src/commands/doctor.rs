@@ -46,8 +46,13 @@ impl Check {
         Check { name, status: Status::Ok, detail: detail.into(), fix: None }
     }
 
-    fn problem(name: &'static str, status: Status, detail: impl Into<String>, fix: &str) -> Check {
-        Check { name, status, detail: detail.into(), fix: Some(fix.to_string()) }
+    fn problem(
+        name: &'static str,
+        status: Status,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check { name, status, detail: detail.into(), fix: Some(fix.into()) }
     }
 }
 
@@ -71,15 +76,30 @@ pub fn checks(data_dir: &Path, database_url: Option<&str>) -> Vec<Check> {
 }
 
 fn blas() -> Check {
-    if verity_kernels::blas_in_use() {
-        Check::ok("blas", verity_kernels::blas_core())
-    } else {
-        Check::problem(
+    let fetched = verity_worker::pypi_blas::library_path();
+    match verity_kernels::blas_library() {
+        Some(library) if Path::new(library) == fetched => Check::ok(
+            "blas",
+            format!(
+                "{} ({} from PyPI, in {})",
+                verity_kernels::blas_core(),
+                verity_worker::pypi_blas::OPENBLAS_PACKAGE,
+                fetched.display()
+            ),
+        ),
+        Some(library) => Check::ok("blas", format!("{} ({library})", verity_kernels::blas_core())),
+        None => Check::problem(
             "blas",
             Status::Warn,
-            "no OpenBLAS: matrix products use the built-in gemm, training steps about 2-3x slower",
-            "apt install libopenblas0-pthread (Debian/Ubuntu), dnf install openblas (Fedora)",
-        )
+            "no OpenBLAS yet: matrix products use the built-in gemm, training steps about 2-3x \
+             slower",
+            format!(
+                "nothing to do where PyPI is reachable: `verity up`, `verity worker` and the demo \
+                 fetch {} once; or apt install libopenblas0-pthread (Debian/Ubuntu), dnf install \
+                 openblas (Fedora)",
+                verity_worker::pypi_blas::OPENBLAS_PACKAGE
+            ),
+        ),
     }
 }
 
@@ -125,7 +145,7 @@ fn grader_packages() -> Check {
                 NAME,
                 Status::Warn,
                 format!("{e}: python graders import only the standard library"),
-                &format!("unset {} and fix the sandbox above", packages::PACKAGES_ENV),
+                format!("unset {} and fix the sandbox above", packages::PACKAGES_ENV),
             )
         }
     };
@@ -138,7 +158,7 @@ fn grader_packages() -> Check {
                  installs OpenAI's grader image packages (about 860 MB with pip) into {}",
                 layer.dir.display()
             ),
-            &format!("nothing to do (python3 -m pip must work), or run `{INSTALL_COMMAND}` now"),
+            format!("nothing to do (python3 -m pip must work), or run `{INSTALL_COMMAND}` now"),
         );
     }
     match packages::missing_pins(&layer.dir) {
@@ -150,7 +170,7 @@ fn grader_packages() -> Check {
             NAME,
             Status::Warn,
             format!("installed without {}", missing.join(", ")),
-            &format!(
+            format!(
                 "install what pip needs to build them (e.g. a C compiler), delete {} and run `{INSTALL_COMMAND}`",
                 layer.dir.display()
             ),

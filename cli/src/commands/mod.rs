@@ -18,6 +18,13 @@ use crate::cli::{BenchCommand, Command};
 
 /// Runs one subcommand.
 pub async fn run(command: Command) -> anyhow::Result<()> {
+    // Matrix products open OpenBLAS on first use; a machine without one gets SciPy's build
+    // from PyPI then (`verity doctor` only reports). Commands that train or serve open it at
+    // start, so the one fetch happens before any work and is logged there.
+    verity_worker::pypi_blas::register(!matches!(command, Command::Doctor(_)));
+    if computes(&command) {
+        tokio::task::spawn_blocking(verity_kernels::blas_in_use).await?;
+    }
     match command {
         Command::Migrate(db) => migrate::run(&db).await,
         Command::Serve(config) => serve::run(&config).await,
@@ -55,3 +62,21 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
+/// Whether the command trains, samples or serves models (and so multiplies matrices).
+fn computes(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Worker(_)
+            | Command::Generate(_)
+            | Command::Inference(_)
+            | Command::Up(_)
+            | Command::Demo(_)
+            | Command::Bench(
+                BenchCommand::Rollout(_)
+                    | BenchCommand::TrainStep(_)
+                    | BenchCommand::GrpoStep(_)
+                    | BenchCommand::Learn(_)
+                    | BenchCommand::Serve(_)
+            )
+    )
+}
