@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 use verity_worker::config::Family;
-use verity_worker::trainer::testing::{first_token_grader, target_token_jsonl, write_tiny_model_dir};
+use verity_worker::trainer::testing::{
+    first_token_grader, target_token_jsonl, write_tiny_model_dir,
+};
 
 fn bench_learn(dir: &Path, extra: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_verity"))

@@ -18,7 +18,11 @@ fn the_pypi_openblas_is_fetched_opened_and_multiplies_as_gemm_does() {
     let path = verity_worker::pypi_blas::library_path();
     assert!(path.is_file() && path.with_file_name("LICENSE.txt").is_file(), "{path:?}");
     assert_eq!(verity_kernels::blas_library(), path.to_str());
-    assert!(verity_kernels::blas_core().starts_with("openblas:"), "{}", verity_kernels::blas_core());
+    assert!(
+        verity_kernels::blas_core().starts_with("openblas:"),
+        "{}",
+        verity_kernels::blas_core()
+    );
     let a = Tensor::randn(0f32, 1.0, (37, 300), &Device::Cpu).unwrap();
     let b = Tensor::randn(0f32, 1.0, (300, 29), &Device::Cpu).unwrap();
     let ours = verity_kernels::matmul(&a, &b).unwrap();

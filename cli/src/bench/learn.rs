@@ -50,7 +50,10 @@ pub struct LearnArgs {
 
 impl LearnArgs {
     fn is_sweep(&self) -> bool {
-        self.seeds.is_some() || !self.seed_list.is_empty() || !self.axes.is_empty() || self.report_only
+        self.seeds.is_some()
+            || !self.seed_list.is_empty()
+            || !self.axes.is_empty()
+            || self.report_only
     }
 
     /// The sweep's seeds: --seed-list, else 1..=--seeds, else the recipe's own seed (or 0).

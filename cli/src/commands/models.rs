@@ -1,5 +1,8 @@
-//! `verity models convert` (a GGUF file to an HF folder that transformers loads unchanged) and
-//! `verity models import` (a checked model published to the store and registered).
+//! `verity models convert` (a GGUF file to an HF folder that transformers loads unchanged),
+//! `verity models import` (a checked model published to the store and registered) and `verity
+//! models pull` (a model from a Hugging Face-compatible hub, then imported: [`pull`]).
+
+pub mod pull;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -18,6 +21,10 @@ pub enum ModelsCommand {
     /// object store under `models/{name}` and register it as a base model every org can use
     /// (`--kind embedding`: a sentence-transformers folder for `cosine` graders).
     Import(ImportArgs),
+    /// Fetch a model by its hub name (`Qwen/Qwen3-1.7B`, `OWNER/NAME@REVISION`) from a Hugging
+    /// Face-compatible hub (`HF_ENDPOINT`, `HF_TOKEN`, the shared `HF_HOME` cache), check each
+    /// file's SHA-256, and import it as `import --hf` does.
+    Pull(PullArgs),
     /// Publish a model folder (or GGUF file) already in the object store as a shared base model
     /// every org can use: the operator's act, which the API refuses to org admins.
     Share(ShareArgs),
@@ -35,6 +42,23 @@ pub struct ShareArgs {
     /// `hf`, `gguf` or `peft`.
     #[arg(long, default_value = "hf", value_parser = ["hf", "gguf", "peft"])]
     pub format: String,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
+    /// Object storage.
+    #[command(flatten)]
+    pub storage: StorageConfig,
+}
+
+/// Options of `verity models pull`.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The hub's name of the model, `OWNER/NAME` or `OWNER/NAME@REVISION` (branch, tag or
+    /// commit; default `main`).
+    pub model: String,
+    /// Name jobs use as `model` (default: the part after the `/`, e.g. `Qwen3-1.7B`).
+    #[arg(long)]
+    pub name: Option<String>,
     /// Database.
     #[command(flatten)]
     pub db: DatabaseConfig,
@@ -111,6 +135,24 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                 "{}",
                 serde_json::json!({ "model": args.name, "kind": args.kind, "format": format,
                                     "storage_prefix": prefix })
+            );
+            Ok(())
+        }
+        ModelsCommand::Pull(args) => {
+            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
+            verity_core::db::migrate(&pool).await.context("migrating the database")?;
+            let store = verity_core::storage::open_store(&args.storage)
+                .await
+                .context("opening the object store")?;
+            let hub = pull::Hub::from_env();
+            let (name, prefix, fetched) =
+                pull::pull(&pool, store.as_ref(), &hub, &args.model, args.name.as_deref()).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "model": name, "kind": "base", "format": "hf",
+                    "storage_prefix": prefix, "hub_model": fetched.repo,
+                    "revision": fetched.revision, "commit": fetched.commit,
+                    "cache": fetched.dir, "files": fetched.files, "downloaded": fetched.downloaded })
             );
             Ok(())
         }

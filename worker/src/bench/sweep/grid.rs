@@ -21,7 +21,8 @@ impl Axis {
     /// `null`, `[0.2,0.28]`), else as a string (`dapo`); commas inside brackets or braces do not
     /// split values.
     pub fn parse(arg: &str) -> Result<Axis, SweepError> {
-        let bad = |message: &str| SweepError::Setting { arg: arg.to_string(), message: message.into() };
+        let bad =
+            |message: &str| SweepError::Setting { arg: arg.to_string(), message: message.into() };
         let (key, values) = arg.split_once('=').ok_or_else(|| bad("expected KEY=V1,V2,…"))?;
         let key = key.trim();
         if key.is_empty() {
@@ -161,8 +162,7 @@ mod tests {
 
     #[test]
     fn the_grid_is_every_combination_with_the_first_axis_slowest() {
-        let axes =
-            [Axis::parse("loss=grpo,dapo").unwrap(), Axis::parse("group_size=4,8").unwrap()];
+        let axes = [Axis::parse("loss=grpo,dapo").unwrap(), Axis::parse("group_size=4,8").unwrap()];
         let labels: Vec<String> = settings(&axes).iter().map(Setting::label).collect();
         assert_eq!(
             labels,

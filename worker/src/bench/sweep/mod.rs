@@ -253,7 +253,8 @@ impl Sweep {
                 }
             }
         };
-        let header = serde_json::json!({"kind": "run", "setting": spec.setting.values, "seed": spec.seed});
+        let header =
+            serde_json::json!({"kind": "run", "setting": spec.setting.values, "seed": spec.seed});
         write(&header);
         let outcome = runner(spec, &mut write);
         if let Ok(summary) = &outcome {
@@ -379,7 +380,9 @@ mod tests {
         assert!((rows[0].gain.unwrap().mean - 0.15).abs() < 1e-9, "{:?}", rows[0]);
         let error = dir.path().join("runs/loss=dapo__seed=2.jsonl.error");
         assert_eq!(std::fs::read_to_string(&error).unwrap(), "out of memory");
-        for file in ["table.md", "table.json", "pass_at_1_vs_tokens.svg", "pass_at_1_vs_seconds.svg"] {
+        for file in
+            ["table.md", "table.json", "pass_at_1_vs_tokens.svg", "pass_at_1_vs_seconds.svg"]
+        {
             assert!(dir.path().join(file).is_file(), "{file}");
         }
         // A crash in the middle of a run leaves a partial file: the run starts over.

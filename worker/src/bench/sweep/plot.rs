@@ -126,7 +126,11 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert_eq!(svg.matches("<circle").count(), 4);
-        assert!(svg.contains("loss=dapo") && svg.contains("a&lt;b") && svg.contains("pass@1 &amp; tokens"));
+        assert!(
+            svg.contains("loss=dapo")
+                && svg.contains("a&lt;b")
+                && svg.contains("pass@1 &amp; tokens")
+        );
         assert!(svg.contains(">20k<"), "the x axis reaches the largest x");
         let empty = line_chart("t", "x", "y", &[]);
         assert!(!empty.contains("<polyline") && !empty.contains("NaN"));

@@ -47,7 +47,8 @@ pub fn read_run(path: &Path) -> Result<Option<RunRecord>, SweepError> {
     };
     let (mut evals, mut wall_s) = (Vec::new(), None);
     for (index, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let value: Value = serde_json::from_str(line).map_err(|e| corrupt(index + 1, e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| corrupt(index + 1, e.to_string()))?;
         match value["kind"].as_str() {
             Some("eval") => {
                 let pass_at_k = serde_json::from_value(value["pass_at_k"].clone())
@@ -146,7 +147,12 @@ fn largest_k(eval: &EvalPoint) -> Option<String> {
 }
 
 /// The row of `setting` over its finished `runs` (of `planned` in the grid, `failed` failed).
-pub fn aggregate(setting: &Setting, runs: &[RunRecord], planned: usize, failed: usize) -> SettingRow {
+pub fn aggregate(
+    setting: &Setting,
+    runs: &[RunRecord],
+    planned: usize,
+    failed: usize,
+) -> SettingRow {
     let ends: Vec<(&EvalPoint, &EvalPoint)> =
         runs.iter().filter_map(|r| Some((r.evals.first()?, r.evals.last()?))).collect();
     let of = |f: &dyn Fn(&(&EvalPoint, &EvalPoint)) -> f64| {
@@ -175,7 +181,9 @@ pub fn aggregate(setting: &Setting, runs: &[RunRecord], planned: usize, failed: 
                 step: at[0].step,
                 generated_tokens: mean(&|e| e.generated_tokens as f64),
                 elapsed_s: mean(&|e| e.elapsed_s),
-                pass_at_1: Spread::of(&at.iter().map(|e| pass_at(e, "pass@1")).collect::<Vec<_>>())?,
+                pass_at_1: Spread::of(
+                    &at.iter().map(|e| pass_at(e, "pass@1")).collect::<Vec<_>>(),
+                )?,
             })
         })
         .collect();
@@ -199,7 +207,9 @@ fn spread_cell(spread: Option<Spread>, decimals: usize) -> String {
     match spread {
         None => "–".into(),
         Some(s) if s.min == s.max => format!("{:.*}", decimals, s.mean),
-        Some(s) => format!("{:.*} ({:.*}–{:.*})", decimals, s.mean, decimals, s.min, decimals, s.max),
+        Some(s) => {
+            format!("{:.*} ({:.*}–{:.*})", decimals, s.mean, decimals, s.min, decimals, s.max)
+        }
     }
 }
 
@@ -271,7 +281,10 @@ mod tests {
         assert_eq!((row.curve[1].step, row.curve[1].generated_tokens), (2, 2000.0));
         assert!((row.curve[2].pass_at_1.mean - 0.4).abs() < 1e-9);
         let table = markdown(&[row], "t");
-        assert!(table.contains("| loss=dapo | 2/3, 1 failed | 0.100 | 0.400 (0.300–0.500) |"), "{table}");
+        assert!(
+            table.contains("| loss=dapo | 2/3, 1 failed | 0.100 | 0.400 (0.300–0.500) |"),
+            "{table}"
+        );
     }
 
     #[test]
