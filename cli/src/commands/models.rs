@@ -114,11 +114,7 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ModelsCommand::Import(args) => {
-            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
-            verity_core::db::migrate(&pool).await.context("migrating the database")?;
-            let store = verity_core::storage::open_store(&args.storage)
-                .await
-                .context("opening the object store")?;
+            let (pool, store) = database_and_store(&args.db, &args.storage).await?;
             let (path, format) = match (&args.hf, &args.gguf) {
                 (Some(dir), _) => (dir.as_path(), "hf"),
                 (None, Some(file)) => (file.as_path(), "gguf"),
@@ -139,11 +135,7 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ModelsCommand::Pull(args) => {
-            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
-            verity_core::db::migrate(&pool).await.context("migrating the database")?;
-            let store = verity_core::storage::open_store(&args.storage)
-                .await
-                .context("opening the object store")?;
+            let (pool, store) = database_and_store(&args.db, &args.storage).await?;
             let hub = pull::Hub::from_env();
             let (name, prefix, fetched) =
                 pull::pull(&pool, store.as_ref(), &hub, &args.model, args.name.as_deref()).await?;
@@ -157,11 +149,7 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ModelsCommand::Share(args) => {
-            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
-            verity_core::db::migrate(&pool).await.context("migrating the database")?;
-            let store = verity_core::storage::open_store(&args.storage)
-                .await
-                .context("opening the object store")?;
+            let (pool, store) = database_and_store(&args.db, &args.storage).await?;
             let prefix = share_model(&pool, store.as_ref(), args).await?;
             println!(
                 "{}",
@@ -171,6 +159,18 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The database (migrated) and the object store a command that registers models talks to.
+async fn database_and_store(
+    db: &DatabaseConfig,
+    storage: &StorageConfig,
+) -> anyhow::Result<(sqlx::PgPool, std::sync::Arc<dyn ObjectStore>)> {
+    let pool = verity_core::db::connect(&db.database_url, 2).await?;
+    verity_core::db::migrate(&pool).await.context("migrating the database")?;
+    let store =
+        verity_core::storage::open_store(storage).await.context("opening the object store")?;
+    Ok((pool, store))
 }
 
 /// Registers the stored folder of `args` as a shared base model; returns its normalised prefix.
