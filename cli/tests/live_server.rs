@@ -253,21 +253,24 @@ print("SDK OK")
 /// Runs `script` under `python` against `server`; its stdout, after checking it printed
 /// `SDK OK`.
 async fn run_sdk(python: &str, script: &str, server: &Server, key: &str, job: &str) -> String {
-    run_sdk_with(python, script, (server, key), job, &[]).await
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), script).unwrap();
+    run_python(python, file.path().to_str().unwrap(), &[], (server, key), job, &[]).await
 }
 
-/// [`run_sdk`] with more environment variables for the script.
-async fn run_sdk_with(
+/// Runs the script file `script` with `args` under `python` against `server` (the SDK pointed
+/// at it, `JOB` set to `job`, and `env`); its stdout, after checking it printed `SDK OK`.
+async fn run_python(
     python: &str,
     script: &str,
+    args: &[&str],
     (server, key): (&Server, &str),
     job: &str,
     env: &[(&str, &str)],
 ) -> String {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), script).unwrap();
     let output = tokio::process::Command::new(python)
-        .arg(file.path())
+        .arg(script)
+        .args(args)
         .env("OPENAI_API_KEY", key)
         .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
         .env("OPENAI_MAX_RETRIES", "0")
@@ -631,48 +634,13 @@ for bad, param in ((dict(score, model="nope"), "grader.model"),
 print("SDK OK")
 "#;
 
-/// After [`EXAMPLES_SCRIPT`]'s RFT jobs ran: each succeeded and graded every sample without an
-/// infrastructure error (the tiny random policy writes neither JSON nor tool calls, so each
-/// sample is a sample parse error scored 0, never masked as an error).
-const EXAMPLES_FINISHED_SCRIPT: &str = r#"
-import json
-import os
-from openai import OpenAI
-
-client = OpenAI()
-# The JOBS lines name (flagship, tool-call) pairs.
-for index, job_id in enumerate(os.environ["JOB"].split()):
-    job = client.fine_tuning.jobs.retrieve(job_id)
-    assert job.status == "succeeded", job
-    page = client.get("/fine_tuning/jobs/%s/samples" % job_id, cast_to=object)
-    samples = [s["sample"] for s in page["data"]]
-    assert samples, page
-    for sample in samples:
-        if index % 2 == 0:
-            # constrained decoding: the schema's JSON, compact, from the first token; a complete
-            # one is read by the graders (`sample.output_json`), a cut one scores 0
-            assert sample["completion"].startswith('{"compliant": "'), sample
-            if sample["finish_reason"] != "length":
-                parsed = json.loads(sample["completion"])
-                assert set(parsed) == {"compliant", "explanation"}, sample
-                assert "cannot be read" not in (sample["reason"] or ""), sample
-                # the string check read `output_json.compliant` ("no" is the reference)
-                compliant = 1.0 if parsed["compliant"] == "no" else 0.0
-                assert sample["per_grader"]["compliant"] == compliant, sample
-            # the random-weight judge may answer a score outside the range: the judge's fault
-            error = sample["grader_error"]
-            assert error is None or "grader 'explanation': judge" in error, sample
-        else:
-            # the tiny model calls no tool: the tool-call grader cannot read a call
-            assert sample["grader_error"] is None, sample
-            assert sample["score"] == 0 and "cannot be read" in sample["reason"], sample
-print("SDK OK")
-"#;
-
-/// OpenAI's own grader and RFT examples (tests/openai_examples, with their source URLs) through
-/// the newest and the oldest supported SDK: every body accepted, `graders/run` read field for
-/// field, and the RFT guide's flagship job (structured outputs, a multi grader over
-/// `sample.output_json`) and the graders guide's tool-call grader trained by a real worker.
+/// OpenAI's documented examples (tests/openai_examples: graders guide, RFT, supervised and DPO
+/// guides, API reference, cookbooks, each with its source URL) through the newest and the oldest
+/// supported SDK: every body accepted and graded, or refused with a 400 naming its field where
+/// the collection says so, each response compared field by field with the documented one; then
+/// the jobs it queues (the RFT guide's flagship with structured outputs, the graders guide's
+/// tool-call grader, the supervised and DPO guides' jobs, the API reference's RFT job) trained by
+/// a real worker and their results read back.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPool) {
     let pythons = sdk_pythons();
@@ -685,7 +653,11 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     ) else {
         return;
     };
-    let (server, key) = start(&pool).await;
+    // `cosine` is graded with all-MiniLM-L6-v2 when it is fetched, and refused without it.
+    let minilm = verity_worker::testing::minilm_dir("the examples' cosine grader");
+    let embedding = minilm.as_ref().map_or("off".into(), |dir| dir.to_string_lossy().into_owned());
+    let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &embedding)]).await;
+    let env = [("VERITY_EXAMPLES_EMBEDDING", if minilm.is_some() { "1" } else { "0" })];
     let store = LocalStore::open(server._dir.path(), None).await.unwrap();
     verity_core::storage::publish_folder(&store, &smollm2, "models/smollm2").await.unwrap();
     verity_core::models::insert_base_model(
@@ -700,17 +672,29 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     .unwrap();
     let mut jobs = Vec::new();
     for python in &pythons {
-        let env = [("VERITY_STRUCTURED_MODEL", "smollm2")];
-        let stdout = run_sdk_with(python, EXAMPLES_SCRIPT, (&server, &key), "", &env).await;
+        let stdout = run_examples(python, &[], (&server, &key), "", &env).await;
         let line = stdout.lines().find_map(|line| line.strip_prefix("JOBS "));
-        jobs.push(line.unwrap_or_else(|| panic!("no JOBS line in {stdout}")).to_string());
+        let line = line.unwrap_or_else(|| panic!("no JOBS line in {stdout}"));
+        jobs.extend(line.split(' ').map(str::to_string));
     }
-    run_queued_jobs(&pool, &server, 2 * pythons.len()).await;
-    run_sdk(&pythons[0], EXAMPLES_FINISHED_SCRIPT, &server, &key, &jobs.join(" ")).await;
+    run_queued_jobs(&pool, &server, jobs.len()).await;
+    for python in &pythons {
+        run_examples(python, &["finished"], (&server, &key), &jobs.join(" "), &env).await;
+    }
 }
 
-/// The documentation examples' script (see its docstring).
-const EXAMPLES_SCRIPT: &str = include_str!("../../tests/openai_examples/graders_and_rft.py");
+/// Runs tests/openai_examples/run.py with `args` under `python` against `server`; its stdout,
+/// after checking it printed `SDK OK`.
+async fn run_examples(
+    python: &str,
+    args: &[&str],
+    (server, key): (&Server, &str),
+    job: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/openai_examples/run.py");
+    run_python(python, script, args, (server, key), job, env).await
+}
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {

@@ -94,17 +94,48 @@ pub async fn list_jobs(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
-    list_jobs_of_kind(pool, org_id, "fine_tuning", after, limit).await
+    list_jobs_matching(pool, org_id, after, limit, &MetadataFilter::Any).await
 }
 
-/// The org's queue rows of kind `kind`, newest first, after `after` (exclusive); at most `limit`.
+/// Which jobs a listing keeps by their metadata: OpenAI's `metadata[k]=v` and `metadata=null`
+/// filters of `GET /v1/fine_tuning/jobs`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum MetadataFilter {
+    /// Every job.
+    #[default]
+    Any,
+    /// The jobs whose metadata holds every one of these pairs.
+    Holds(serde_json::Map<String, Value>),
+    /// The jobs without metadata (none, or an empty object).
+    Without,
+}
+
+/// [`list_jobs`] keeping only the jobs `filter` keeps.
+pub async fn list_jobs_matching(
+    pool: &PgPool,
+    org_id: Uuid,
+    after: Option<&str>,
+    limit: i64,
+    filter: &MetadataFilter,
+) -> Result<Vec<JobRecord>, sqlx::Error> {
+    list_jobs_of_kind(pool, org_id, "fine_tuning", after, limit, filter).await
+}
+
+/// The org's queue rows of kind `kind` that `filter` keeps, newest first, after `after`
+/// (exclusive); at most `limit`.
 pub async fn list_jobs_of_kind(
     pool: &PgPool,
     org_id: Uuid,
     kind: &str,
     after: Option<&str>,
     limit: i64,
+    filter: &MetadataFilter,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
+    let (holds, without) = match filter {
+        MetadataFilter::Any => (None, false),
+        MetadataFilter::Holds(pairs) => (Some(Value::Object(pairs.clone())), false),
+        MetadataFilter::Without => (None, true),
+    };
     sqlx::query_as!(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
@@ -115,12 +146,16 @@ pub async fn list_jobs_of_kind(
            WHERE j.org_id = $1 AND j.kind = $2
              AND ($3::text IS NULL OR (j.created_at, j.id) <
                   (SELECT created_at, id FROM jobs a WHERE a.org_id = $1 AND a.id = $3))
+             AND ($5::jsonb IS NULL OR j.metadata @> $5)
+             AND (NOT $6 OR j.metadata IS NULL OR j.metadata = '{}'::jsonb)
            ORDER BY j.created_at DESC, j.id DESC
            LIMIT $4"#,
         org_id,
         kind,
         after,
-        limit
+        limit,
+        holds,
+        without
     )
     .fetch_all(pool)
     .await

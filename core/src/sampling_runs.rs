@@ -317,7 +317,8 @@ pub async fn list_runs(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
-    crate::jobs::list_jobs_of_kind(pool, org_id, kind.as_str(), after, limit).await
+    let any = crate::jobs::MetadataFilter::Any;
+    crate::jobs::list_jobs_of_kind(pool, org_id, kind.as_str(), after, limit, &any).await
 }
 
 /// The org's evaluations created for fine-tuning job `job_id`, newest first, as `(id, state)`.

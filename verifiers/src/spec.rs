@@ -466,6 +466,10 @@ pub struct JudgeContentPart {
     /// An `input_image` part's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_url: Option<serde_json::Value>,
+    /// An `input_image` part's uploaded file, the alternative to `image_url` (OpenAI's examples
+    /// send it as `null` beside a URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<serde_json::Value>,
     /// An `input_image` part's detail level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<serde_json::Value>,

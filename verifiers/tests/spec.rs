@@ -45,6 +45,20 @@ fn semantic_errors_name_their_path() {
     assert_eq!(err.0[0].path, "pattern");
 }
 
+/// OpenAI's API reference sends an image part as `{type, image_url, file_id: null, detail}`:
+/// every field of it parses, so the refusal names the part's type, not serde's "did not match
+/// any variant".
+#[test]
+fn a_judge_image_part_is_refused_by_its_type() {
+    let image = json!({"type": "input_image", "image_url": "https://example.com/reference.png",
+                       "file_id": null, "detail": "auto"});
+    let spec = json!({"type": "score_model", "name": "look", "model": "judge", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Score it"}, image]}]});
+    let err = Grader::from_json(&spec.to_string()).unwrap_err();
+    assert_eq!(err.0[0].path, "input.0.content", "{err}");
+    assert!(err.0[0].message.contains("'input_image': image parts are not supported"), "{err}");
+}
+
 #[test]
 fn schema_is_exported() {
     let schema = grader_json_schema().to_string();

@@ -25,7 +25,7 @@ use utoipa::ToSchema;
 pub use validate::validate_grader;
 use verity_core::budget::Caps;
 use verity_core::files::FileRecord;
-use verity_core::jobs::JobRecord;
+use verity_core::jobs::{JobRecord, MetadataFilter};
 use verity_core::queue::NewJob;
 use view::{EventObject, JobObject, EVENT_PREFIX};
 
@@ -215,24 +215,63 @@ pub async fn create_job(
     Ok(Json(find_job(&state, &principal, &id).await?.into()))
 }
 
-/// Lists jobs, newest first.
-#[utoipa::path(get, path = "/v1/fine_tuning/jobs", tag = "fine_tuning", params(PageQuery),
+/// Lists jobs, newest first; `metadata[k]=v` keeps the jobs whose metadata has `k` = `v` (every
+/// pair given), `metadata=null` those without metadata, as OpenAI's filter.
+#[utoipa::path(get, path = "/v1/fine_tuning/jobs", tag = "fine_tuning",
+    params(PageQuery, ("metadata[key]" = Option<String>, Query,
+        description = "Keep the jobs whose metadata has `key` = this value (repeat for more pairs); `metadata=null` keeps the jobs without metadata")),
     responses((status = 200, body = Page<JobObject>), (status = 400), (status = 401)))]
 pub async fn list_jobs(
     State(state): State<AppState>,
     principal: Principal,
     ApiQuery(query): ApiQuery<PageQuery>,
+    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
 ) -> ApiResult<Json<Page<JobObject>>> {
     let limit = query.limit()?;
-    let rows = verity_core::jobs::list_jobs(
+    let filter = metadata_filter(&pairs)?;
+    let rows = verity_core::jobs::list_jobs_matching(
         &state.pool,
         principal.org_id,
         query.after.as_deref(),
         limit + 1,
+        &filter,
     )
     .await?;
     let jobs = rows.into_iter().map(JobObject::from).collect();
     Ok(Json(Page::from_fetched(jobs, limit, |j: &JobObject| j.id.clone())))
+}
+
+/// The metadata filter of a job listing's query pairs: `metadata[k]=v` (each pair must match)
+/// or `metadata=null` (no metadata); both at once, or `metadata=` anything else, is a 400.
+fn metadata_filter(pairs: &[(String, String)]) -> ApiResult<MetadataFilter> {
+    let mut holds = serde_json::Map::new();
+    let mut without = false;
+    for (name, value) in pairs {
+        if name.starts_with("metadata") {
+            reject_nul("metadata", name)?;
+            reject_nul("metadata", value)?;
+        }
+        if name == "metadata" {
+            if value != "null" {
+                return Err(ApiError::invalid(
+                    "metadata",
+                    "filter with metadata[key]=value, or metadata=null for jobs without metadata",
+                ));
+            }
+            without = true;
+        } else if let Some(key) = name.strip_prefix("metadata[").and_then(|k| k.strip_suffix(']')) {
+            holds.insert(key.to_string(), Value::String(value.clone()));
+        }
+    }
+    match (without, holds.is_empty()) {
+        (true, false) => Err(ApiError::invalid(
+            "metadata",
+            "metadata=null (jobs without metadata) cannot be combined with metadata[key]=value",
+        )),
+        (true, true) => Ok(MetadataFilter::Without),
+        (false, false) => Ok(MetadataFilter::Holds(holds)),
+        (false, true) => Ok(MetadataFilter::Any),
+    }
 }
 
 /// One job.
@@ -359,4 +398,29 @@ pub async fn list_events(
     let rows = verity_core::jobs::list_events(&state.pool, &id, before, limit + 1).await?;
     let events = rows.into_iter().map(EventObject::from).collect();
     Ok(Json(Page::from_fetched(events, limit, |e: &EventObject| e.id.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(query: &[(&str, &str)]) -> ApiResult<MetadataFilter> {
+        let pairs: Vec<(String, String)> =
+            query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        metadata_filter(&pairs)
+    }
+
+    #[test]
+    fn metadata_filters_read_openai_query_syntax() {
+        assert_eq!(filter(&[("limit", "2")]).unwrap(), MetadataFilter::Any);
+        let pairs = json!({"key": "value", "team": "rl"});
+        let Value::Object(pairs) = pairs else { unreachable!() };
+        let query = [("metadata[key]", "value"), ("limit", "2"), ("metadata[team]", "rl")];
+        assert_eq!(filter(&query).unwrap(), MetadataFilter::Holds(pairs));
+        assert_eq!(filter(&[("metadata", "null")]).unwrap(), MetadataFilter::Without);
+        for bad in [&[("metadata", "x")][..], &[("metadata", "null"), ("metadata[k]", "v")]] {
+            assert_eq!(filter(bad).unwrap_err().param.as_deref(), Some("metadata"), "{bad:?}");
+        }
+        assert!(filter(&[("metadata[k]", "a\0b")]).is_err());
+    }
 }

@@ -83,13 +83,19 @@ pub struct JobObject {
 }
 
 /// The job's method with its hyperparameters resolved (jobs stored before resolution existed
-/// are resolved when shown; a method that no longer parses is shown as stored).
+/// are resolved when shown; a method that no longer parses is shown as stored). A
+/// reinforcement method always shows `response_format`, `null` for free text, as OpenAI's job
+/// object does.
 fn resolved_method(spec: &Value) -> Value {
     let method = spec.get("method").cloned().unwrap_or(Value::Null);
-    serde_json::from_value::<Method>(method.clone())
+    let mut resolved = serde_json::from_value::<Method>(method.clone())
         .ok()
         .and_then(|parsed| serde_json::to_value(parsed.resolved()).ok())
-        .unwrap_or(method)
+        .unwrap_or(method);
+    if let Some(Value::Object(settings)) = resolved.get_mut("reinforcement") {
+        settings.entry("response_format").or_insert(Value::Null);
+    }
+    resolved
 }
 
 /// A whole number field of the worker's progress or result.
