@@ -581,11 +581,22 @@ JOBS = [
                  "hyperparameters": {"compute_multiplier": 1.0, "etest_samples": 1, "eval_interval": 5,
                                      "n_epochs": 5, "reasoning_effort": "medium"}}},
              "seed": 42},
+            refused("test_file", by="verity",
+                    message="Unrecognized request argument supplied: test_file",
+                    why="the notebook sends `test_file` for `validation_file` (and misspells `eval_samples`); "
+                        "Verity refuses an unknown field by name rather than dropping it, as OpenAI's API "
+                        "does for unrecognized arguments")),
+    example("medical job, the notebook's hyperparameters", COOKBOOK_RFT, "jobs.create",
+            {"training_file": "@medical", "validation_file": "@medical", "model": TRAIN,
+             "method": {"type": "reinforcement", "reinforcement": {
+                 "grader": COOKBOOK_JUDGE, "response_format": None,
+                 "hyperparameters": {"compute_multiplier": 1.0, "etest_samples": 1, "eval_interval": 5,
+                                     "n_epochs": 5, "reasoning_effort": "medium"}}},
+             "seed": 42},
             refused("method.reinforcement.hyperparameters.etest_samples", by="verity",
                     message="unknown field `etest_samples`",
-                    why="the notebook misspells `eval_samples` (and sends `test_file` for `validation_file`); "
-                        "Verity refuses an unknown hyperparameter rather than dropping it. Whether OpenAI "
-                        "ignores the misspelling is not documented")),
+                    why="the notebook misspells `eval_samples`; Verity refuses an unknown hyperparameter "
+                        "rather than dropping it. Whether OpenAI ignores the misspelling is not documented")),
     example("health follow-up job", COOKBOOK_HEALTHBENCH, "jobs.create",
             {"training_file": "@healthbench", "validation_file": "@healthbench",
              "model": TRAIN,  # changed: OpenAI's "o4-mini-2025-04-16"

@@ -1624,6 +1624,9 @@ async fn structured_outputs_tool_calls_and_the_legacy_job_shape(pool: sqlx::PgPo
     let bad =
         json!({"model": "tiny", "training_file": chat_file, "hyperparameters": {"n_epochs": 0}});
     refused(&create(bad).await, "hyperparameters.n_epochs", &[]);
+    // An unknown field is refused by name, never dropped (the RFT cookbook sends `test_file`).
+    let unknown = json!({"model": "tiny", "training_file": chat_file, "test_file": chat_file});
+    refused(&create(unknown).await, "test_file", &["Unrecognized request argument"]);
 }
 
 /// `graders/run` answers OpenAI's fields (every error flag, false on success), parses a JSON

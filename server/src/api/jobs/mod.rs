@@ -77,6 +77,11 @@ pub struct CreateJobRequest {
     /// itself (changeable later with `POST /v1/verity/jobs/{id}/budget`).
     #[schema(value_type = Option<Object>)]
     pub budget: Option<Value>,
+    /// Any other field: refused by name (OpenAI answers "Unrecognized request argument"), never
+    /// dropped silently.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub unknown: std::collections::BTreeMap<String, Value>,
 }
 
 /// The org's job `id`, or 404.
@@ -128,6 +133,16 @@ pub async fn check_request(
     principal: &Principal,
     request: &CreateJobRequest,
 ) -> ApiResult<CheckedRequest> {
+    if let Some(field) = request.unknown.keys().next() {
+        return Err(ApiError::invalid(
+            field.as_str(),
+            format!(
+                "Unrecognized request argument supplied: {field} (a job takes model, \
+                 training_file, validation_file, suffix, seed, method, metadata, integrations, \
+                 hyperparameters and Verity's budget)"
+            ),
+        ));
+    }
     let model =
         request.model.clone().ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
     let training_file = request
