@@ -19,7 +19,7 @@ from openai import OpenAI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from examples import (CALLS, EXAMPLES, JOBS, JUDGE, ROWS,  # noqa: E402
-                      RUN_RESPONSE, STRUCTURED, TRAIN, TOOL_CALL, refused)
+                      RUN_RESPONSE, SECURITY_FORMAT, STRUCTURED, TRAIN, TOOL_CALL, refused)
 
 client = OpenAI()
 # Whether the test server has an embedding model (for `cosine`); set by the driving test.
@@ -260,11 +260,6 @@ FLAGSHIP_GRADER = {"type": "multi", "graders": {
     "compliant": {"type": "string_check", "name": "compliant", "operation": "eq",
                   "input": "{{sample.output_json.compliant}}", "reference": "{{item.compliant}}"}},
     "calculate_output": "0.5 * compliant + 0.5 * explanation"}
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {
-    "name": "security_assistant", "strict": True,
-    "schema": {"type": "object", "properties": {"compliant": {"type": "string"},
-                                                "explanation": {"type": "string"}},
-               "required": ["compliant", "explanation"], "additionalProperties": False}}}
 
 
 def trained_flagship():
@@ -273,13 +268,13 @@ def trained_flagship():
     flagship = client.fine_tuning.jobs.create(
         model=STRUCTURED, training_file=security, validation_file=security, seed=FLAGSHIP_SEED,
         method={"type": "reinforcement", "reinforcement": {
-            "grader": FLAGSHIP_GRADER, "response_format": RESPONSE_FORMAT,
+            "grader": FLAGSHIP_GRADER, "response_format": SECURITY_FORMAT,
             # the guide's `reasoning_effort`, and a single short step for the test
             "hyperparameters": {"reasoning_effort": "medium", "n_epochs": 1, "batch_size": 1,
                                 "max_steps": 1, "group_size": 2, "max_completion_tokens": 48,
                                 "eval_interval": 1, "eval_samples": 1}}})
     echoed = flagship.method.reinforcement.model_dump()["response_format"]
-    assert echoed == RESPONSE_FORMAT, flagship
+    assert echoed == SECURITY_FORMAT, flagship
     return flagship.id
 
 
