@@ -231,6 +231,8 @@ async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(poo
     // Names, missing models and models without what Verity loads: clear errors.
     let bad = fetch(&open, "../etc").await.unwrap_err().to_string();
     assert!(bad.contains("OWNER/NAME"), "{bad}");
+    let bad = pull(&pool, &store, &open, "acme/", None).await.unwrap_err().to_string();
+    assert!(bad.contains("OWNER/NAME"), "the hub's rule, before any name is derived: {bad}");
     let missing = fetch(&open, "acme/nothing").await.unwrap_err().to_string();
     assert!(missing.contains("acme/nothing has no model"), "{missing}");
     let unusable = fetch(&open, "acme/no-weights").await.unwrap_err().to_string();

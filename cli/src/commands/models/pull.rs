@@ -261,14 +261,14 @@ async fn fetch_info(repo: &ApiRepo) -> Result<RepoInfo, ApiError> {
         .await?)
 }
 
-/// The name jobs use for a pulled model when none is given: the part after the `/`.
-pub fn default_name(spec: &str) -> String {
-    let id = spec.rsplit_once('@').map_or(spec, |(id, _)| id);
+/// The name jobs use for a pulled model when none is given: the part of its checked hub id
+/// (`OWNER/NAME`) after the `/`.
+pub fn default_name(id: &str) -> String {
     id.rsplit('/').next().unwrap_or(id).to_string()
 }
 
-/// Fetches `spec` and imports it under `name` (default: [`default_name`]) as `verity models
-/// import --hf` does; returns the model's name, its storage prefix and what was fetched.
+/// Fetches `spec` and imports it under `name` (default: [`default_name`] of its id, once the
+/// name passed the hub's rules) as `verity models import --hf` does; returns the model's name, its storage prefix and what was fetched.
 pub async fn pull(
     pool: &sqlx::PgPool,
     store: &dyn verity_core::storage::ObjectStore,
@@ -276,7 +276,8 @@ pub async fn pull(
     spec: &str,
     name: Option<&str>,
 ) -> anyhow::Result<(String, String, Fetched)> {
-    let name = name.map_or_else(|| default_name(spec), str::to_string);
+    let (id, _) = parse_model_ref(spec)?;
+    let name = name.map_or_else(|| default_name(&id), str::to_string);
     if let Err(reason) = verity_server::api::models::check_model_name(&name) {
         bail!("invalid model name {name:?}: {reason}");
     }
@@ -317,7 +318,7 @@ mod tests {
         ] {
             assert!(parse_model_ref(bad).is_err(), "{bad}");
         }
-        assert_eq!(default_name("Qwen/Qwen3-1.7B@main"), "Qwen3-1.7B");
+        assert_eq!(default_name("Qwen/Qwen3-1.7B"), "Qwen3-1.7B");
     }
 
     #[test]

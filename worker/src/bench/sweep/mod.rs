@@ -218,6 +218,7 @@ impl Sweep {
             total - pending.len(),
             pending.len()
         ));
+        let mut rows = None;
         for (index, spec) in pending.iter().enumerate() {
             let path = self.run_path(&spec.setting, spec.seed);
             let label = format!("{} seed={}", spec.setting.label(), spec.seed);
@@ -229,9 +230,12 @@ impl Sweep {
                     progress(&format!("run {label} failed: {message}"));
                 }
             }
-            self.report()?;
+            rows = Some(self.report()?);
         }
-        self.report()
+        match rows {
+            Some(rows) => Ok(rows),
+            None => self.report(),
+        }
     }
 
     /// Runs one run into `path` (through a `.partial` file renamed when the summary is in);
