@@ -140,8 +140,9 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
         &inputs.grader_text,
         inputs.recipe.clone(),
     );
-    let sweep = Sweep::open(&args.out, sweep_inputs, &axes, seeds)?;
+    // Every input is checked before the sweep's folder is created or touched.
     inputs.grader(&args.grader)?;
+    let sweep = Sweep::open(&args.out, sweep_inputs, &axes, seeds)?;
     let report_only = args.report_only;
     let (model, grader_path) = (args.model.clone(), args.grader.clone());
     let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
