@@ -57,6 +57,9 @@ pub enum Command {
     Evaluations(crate::commands::client::runs::RunsArgs),
     /// Rejection-sampling runs (graded samples kept as a supervised file) on a running server.
     RejectionSampling(crate::commands::client::runs::RunsArgs),
+    /// Multi-stage recipes (SFT → RL → rejection sampling → SFT → evaluation) on a running
+    /// server.
+    Recipes(crate::commands::client::recipes::RecipesArgs),
     /// Run a benchmark and print JSON lines.
     #[command(subcommand)]
     Bench(BenchCommand),

@@ -16,6 +16,7 @@ pub mod models;
 pub mod monitor;
 pub mod names;
 pub mod queue;
+pub mod recipes;
 pub mod response_format;
 pub mod sampling_runs;
 pub mod serving;

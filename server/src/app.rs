@@ -4,7 +4,7 @@
 use crate::api::state::{AppState, ServeConfig};
 use crate::api::{
     auth, extract, files, graders, health, inference, jobs, loss_presets, models, objects, openapi,
-    preflight, sampling_runs, telemetry,
+    preflight, recipes, sampling_runs, telemetry,
 };
 use anyhow::Context;
 use axum::routing::get;
@@ -30,6 +30,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(models::router())
         .merge(objects::router())
         .merge(preflight::router())
+        .merge(recipes::router())
         .merge(sampling_runs::router())
         .merge(openapi::router())
         .merge(extra)
@@ -104,5 +105,10 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     if let Some(listener) = state.start_key_revocation_listener().await {
         state.background.hold(listener);
     }
+    // The loop's copy of the state holds no background tasks, so that it does not keep its
+    // own task alive once every other copy has dropped.
+    let mut detached = state.clone();
+    detached.background = Default::default();
+    state.background.hold(recipes::advance::spawn(detached));
     Ok(state)
 }

@@ -49,6 +49,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::RejectionSampling(args) => {
             client::runs::run(client::runs::RunKind::RejectionSampling, &args).await
         }
+        Command::Recipes(args) => client::recipes::run(&args).await,
         Command::Bench(BenchCommand::Queue(args)) => crate::bench::queue::run(&args).await,
         Command::Bench(BenchCommand::Cluster(args)) => crate::bench::cluster::run(&args).await,
         Command::Bench(BenchCommand::Graders(args)) => crate::bench::model::graders(&args).await,

@@ -20,7 +20,7 @@ mod waker;
 pub use backoff::{retry_transient, Backoff, RetryPolicy};
 pub use claim::{ClaimedJob, DeviceKind, WorkerInfo};
 pub use control::ControlOutcome;
-pub use enqueue::NewJob;
+pub use enqueue::{NewJob, FINE_TUNING};
 pub use error::{is_transient_db_error, QueueError};
 pub use heartbeat::{Heartbeat, HeartbeatState, ProgressReporter};
 pub use lease::{

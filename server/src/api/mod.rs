@@ -16,6 +16,7 @@ pub mod objects;
 pub mod openapi;
 pub mod pagination;
 pub mod preflight;
+pub mod recipes;
 pub mod reference;
 pub mod sampling_runs;
 pub mod state;

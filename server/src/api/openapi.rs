@@ -3,7 +3,7 @@
 use super::state::AppState;
 use super::{
     auth, files, graders, health, inference, jobs, loss_presets, models, objects, preflight,
-    sampling_runs, telemetry,
+    recipes, sampling_runs, telemetry,
 };
 use axum::routing::get;
 use axum::{Json, Router};
@@ -35,6 +35,8 @@ use utoipa::{Modify, OpenApi};
         sampling_runs::difficulty_profiles::create_profile, sampling_runs::difficulty_profiles::list_profiles,
         sampling_runs::difficulty_profiles::get_profile, sampling_runs::difficulty_profiles::cancel,
         sampling_runs::difficulty_profiles::profile_samples, sampling_runs::difficulty_profiles::filtered_file,
+        recipes::create_recipe, recipes::list_recipes, recipes::get_recipe, recipes::cancel_recipe,
+        recipes::resume_recipe,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -30,6 +30,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../../web/static/rejection_sampling.js"),
     ),
     (
+        "recipe.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../web/static/recipe.js"),
+    ),
+    (
         "profile.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../web/static/profile.js"),

@@ -14,6 +14,7 @@ pub mod new_job;
 pub mod page;
 pub mod playground;
 pub mod progress;
+pub mod recipes;
 pub mod rejection_sampling;
 pub mod warnings;
 
@@ -37,4 +38,5 @@ pub fn router() -> Router<AppState> {
         .merge(playground::router())
         .merge(evaluations::router())
         .merge(rejection_sampling::router())
+        .merge(recipes::router())
 }

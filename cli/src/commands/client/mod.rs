@@ -6,6 +6,7 @@ pub mod files;
 pub mod jobs;
 pub mod preflight;
 pub mod profile;
+pub mod recipes;
 pub mod runs;
 
 use anyhow::{anyhow, Context};

@@ -126,6 +126,16 @@ impl CheckedRequest {
     }
 }
 
+/// A job request's checked fields, its files not yet looked up.
+pub struct CheckedFields {
+    /// The request's model.
+    pub model: String,
+    /// The checked method.
+    pub method: validate::CheckedMethod,
+    /// The budget's caps (none when not asked for).
+    pub budget: Caps,
+}
+
 /// Every check of a job request (fields, model, grader, files) but the row check, cheapest
 /// first; the first problem is a 400 naming its field. Shared by job creation and pre-flight.
 pub async fn check_request(
@@ -133,6 +143,44 @@ pub async fn check_request(
     principal: &Principal,
     request: &CreateJobRequest,
 ) -> ApiResult<CheckedRequest> {
+    let CheckedFields { model, method, budget } = check_fields(state, principal, request).await?;
+    let training_file = request.training_file.as_deref().unwrap_or_default();
+    let training =
+        validate::validate_file(state, principal, "training_file", training_file).await?;
+    let validation = match &request.validation_file {
+        Some(id) => Some(validate::validate_file(state, principal, "validation_file", id).await?),
+        None => None,
+    };
+    Ok(CheckedRequest { model, method, training, validation, budget })
+}
+
+/// Every check of a job request, rows included, but those of the files named in `deferred`
+/// (the fields whose file an earlier recipe stage has yet to write).
+pub async fn check_request_deferring(
+    state: &AppState,
+    principal: &Principal,
+    request: &CreateJobRequest,
+    deferred: &[String],
+) -> ApiResult<()> {
+    let checked = check_fields(state, principal, request).await?;
+    let files =
+        [("training_file", &request.training_file), ("validation_file", &request.validation_file)];
+    for (param, id) in files {
+        let Some(id) = id.as_deref().filter(|_| !deferred.iter().any(|d| d == param)) else {
+            continue;
+        };
+        let file = validate::validate_file(state, principal, param, id).await?;
+        validate::validate_rows(state, param, &file, checked.method.rows()).await?;
+    }
+    Ok(())
+}
+
+/// Every check of a job request but its files' (which must only be named).
+pub async fn check_fields(
+    state: &AppState,
+    principal: &Principal,
+    request: &CreateJobRequest,
+) -> ApiResult<CheckedFields> {
     if let Some(field) = request.unknown.keys().next() {
         return Err(ApiError::invalid(
             field.as_str(),
@@ -190,13 +238,7 @@ pub async fn check_request(
         let embedding = crate::api::graders::validate_embedding_models;
         embedding(state, principal, "method.reinforcement.grader", grader).await?;
     }
-    let training =
-        validate::validate_file(state, principal, "training_file", training_file).await?;
-    let validation = match &request.validation_file {
-        Some(id) => Some(validate::validate_file(state, principal, "validation_file", id).await?),
-        None => None,
-    };
-    Ok(CheckedRequest { model, method, training, validation, budget })
+    Ok(CheckedFields { model, method, budget })
 }
 
 /// Creates a job and queues it.
@@ -207,14 +249,29 @@ pub async fn create_job(
     principal: Principal,
     ApiJson(request): ApiJson<CreateJobRequest>,
 ) -> ApiResult<Json<JobObject>> {
-    let checked = check_request(&state, &principal, &request).await?;
+    let id = create(&state, &principal, request, None).await?;
+    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+}
+
+/// Checks `request` and queues the job (as `id` when given); its id. Nothing is written when a
+/// check fails.
+pub async fn create(
+    state: &AppState,
+    principal: &Principal,
+    request: CreateJobRequest,
+    id: Option<String>,
+) -> ApiResult<String> {
+    let checked = check_request(state, principal, &request).await?;
     // Rows are read last: the cheap checks above answer first.
     for (param, file) in checked.files() {
-        validate::validate_rows(&state, param, file, checked.method.rows()).await?;
+        validate::validate_rows(state, param, file, checked.method.rows()).await?;
     }
     let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
     let resolved = json!({ "method": checked.method.resolved });
     let mut job = NewJob::new(principal.org_id, checked.model, resolved);
+    if let Some(id) = id {
+        job.id = id;
+    }
     job.created_by = Some(principal.user_id);
     job.training_file = request.training_file;
     job.validation_file = request.validation_file;
@@ -227,7 +284,7 @@ pub async fn create_job(
         verity_core::budget::set_caps(&state.pool, principal.org_id, &id, checked.budget).await?;
     }
     tracing::info!(job_id = %id, org_id = %principal.org_id, "job created");
-    Ok(Json(find_job(&state, &principal, &id).await?.into()))
+    Ok(id)
 }
 
 /// Lists jobs, newest first; `metadata[k]=v` keeps the jobs whose metadata has `k` = `v` (every

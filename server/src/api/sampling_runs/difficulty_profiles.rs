@@ -7,7 +7,7 @@
 //! file without those prompts as a new file.
 
 use super::{
-    cancel_run, enqueue_run, find_run, list_page, resolve_run_model, run_samples, RunStatus,
+    cancel_run, find_run, list_page, resolve_run_model, run_samples, PreparedRun, RunStatus,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
@@ -136,6 +136,16 @@ pub async fn create_profile(
     principal: Principal,
     ApiJson(request): ApiJson<CreateDifficultyProfileRequest>,
 ) -> ApiResult<Json<DifficultyProfileObject>> {
+    let run = prepare(&state, &principal, request).await?.enqueue(&state, &principal, None).await?;
+    Ok(Json(DifficultyProfileObject::of(run)?))
+}
+
+/// Checks a difficulty-profile request; what to enqueue. Nothing is written.
+pub async fn prepare(
+    state: &AppState,
+    principal: &Principal,
+    request: CreateDifficultyProfileRequest,
+) -> ApiResult<PreparedRun> {
     let job = request.job.ok_or_else(|| {
         ApiError::invalid("job", "missing `job` (the body of POST /v1/fine_tuning/jobs)")
     })?;
@@ -143,7 +153,7 @@ pub async fn create_profile(
     if !(1..=MAX_PROMPTS).contains(&prompts) {
         return Err(ApiError::invalid("prompts", format!("must be between 1 and {MAX_PROMPTS}")));
     }
-    let checked = check_request(&state, &principal, &job).await.map_err(under_job)?;
+    let checked = check_request(state, principal, &job).await.map_err(under_job)?;
     if checked.method.kind != MethodKind::Reinforcement {
         return Err(ApiError::invalid(
             "job.method.type",
@@ -162,8 +172,8 @@ pub async fn create_profile(
         .and_then(|r| r.get("grader"))
         .cloned()
         .ok_or_else(|| ApiError::invalid("job.method.reinforcement.grader", "missing grader"))?;
-    validate_rows(&state, "job.training_file", &checked.training, checked.method.rows()).await?;
-    let model = resolve_run_model(&state, &principal, "job.model", &checked.model).await?;
+    validate_rows(state, "job.training_file", &checked.training, checked.method.rows()).await?;
+    let model = resolve_run_model(state, principal, "job.model", &checked.model).await?;
     let sampling = SamplingSettings {
         temperature: hyperparameters.temperature,
         top_p: hyperparameters.top_p,
@@ -181,8 +191,7 @@ pub async fn create_profile(
         measure_step: request.measure_step.unwrap_or(true),
     });
     let seed = request.seed.or(job.seed);
-    let run = enqueue_run(&state, &principal, &spec, &checked.training.id, seed).await?;
-    Ok(Json(DifficultyProfileObject::of(run)?))
+    Ok(PreparedRun { spec, file: checked.training.id, seed })
 }
 
 /// Lists difficulty profiles, newest first.

@@ -4,8 +4,8 @@
 //! checkpoint whose pass@k at the largest k falls below its base's.
 
 use super::{
-    cancel_run, check_names, enqueue_run, find_run, list_page, resolve_run_model, run_samples,
-    validate_file_and_grader, RunStatus, SamplingRequest,
+    cancel_run, check_names, find_run, list_page, resolve_run_model, run_samples,
+    validate_file_and_grader, PreparedRun, RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
@@ -200,6 +200,15 @@ pub async fn create(
     principal: &Principal,
     request: CreateEvaluationRequest,
 ) -> ApiResult<JobRecord> {
+    prepare(state, principal, request).await?.enqueue(state, principal, None).await
+}
+
+/// Checks an evaluation request; what to enqueue. Nothing is written.
+pub async fn prepare(
+    state: &AppState,
+    principal: &Principal,
+    request: CreateEvaluationRequest,
+) -> ApiResult<PreparedRun> {
     let defaults = match &request.job {
         Some(id) => {
             crate::api::extract::reject_nul("job", id)?;
@@ -234,7 +243,7 @@ pub async fn create(
         .await?;
     let spec =
         RunSpec::Evaluation(EvaluationSpec { models, grader, n, sampling, job_id: request.job });
-    enqueue_run(state, principal, &spec, &file, request.seed).await
+    Ok(PreparedRun { spec, file, seed: request.seed })
 }
 
 /// Lists evaluations, newest first.

@@ -110,19 +110,42 @@ pub async fn validate_file_and_grader(
     Ok(compiled)
 }
 
-/// Queues a run of `spec` over `file`; the stored row.
-pub async fn enqueue_run(
+/// A checked run request: what to enqueue.
+pub struct PreparedRun {
+    /// What the worker runs.
+    pub spec: RunSpec,
+    /// The prompts' file.
+    pub file: String,
+    /// Seed of the sampling (random when absent).
+    pub seed: Option<i64>,
+}
+
+impl PreparedRun {
+    /// Queues the run (as `id` when given, else a fresh id of its kind); the stored row.
+    pub async fn enqueue(
+        &self,
+        state: &AppState,
+        principal: &Principal,
+        id: Option<String>,
+    ) -> ApiResult<JobRecord> {
+        enqueue_run(state, principal, &self.spec, &self.file, self.seed, id).await
+    }
+}
+
+/// Queues a run of `spec` over `file` (as `id` when given); the stored row.
+async fn enqueue_run(
     state: &AppState,
     principal: &Principal,
     spec: &RunSpec,
     file: &str,
     seed: Option<i64>,
+    id: Option<String>,
 ) -> ApiResult<JobRecord> {
     let kind = spec.kind();
     let value = serde_json::to_value(spec).map_err(|e| ApiError::internal("encoding a run", e))?;
     let first = spec.models().first().map(|m| m.name.clone()).unwrap_or_default();
     let mut job = NewJob::new(principal.org_id, first, value);
-    job.id = kind.new_id();
+    job.id = id.unwrap_or_else(|| kind.new_id());
     job.created_by = Some(principal.user_id);
     job.training_file = Some(file.to_string());
     job.seed = seed.unwrap_or_else(|| rand::random::<u32>() as i64);

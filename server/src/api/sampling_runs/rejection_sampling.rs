@@ -4,8 +4,8 @@
 //! per-prompt pass-rate summary.
 
 use super::{
-    cancel_run, enqueue_run, find_run, list_page, resolve_run_model, run_samples,
-    validate_file_and_grader, RunStatus, SamplingRequest,
+    cancel_run, find_run, list_page, resolve_run_model, run_samples, validate_file_and_grader,
+    PreparedRun, RunStatus, SamplingRequest,
 };
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
@@ -134,6 +134,16 @@ pub async fn create_run(
     principal: Principal,
     ApiJson(request): ApiJson<CreateRejectionSamplingRequest>,
 ) -> ApiResult<Json<RejectionSamplingObject>> {
+    let job = prepare(&state, &principal, request).await?.enqueue(&state, &principal, None).await?;
+    Ok(Json(RejectionSamplingObject::of(job)?))
+}
+
+/// Checks a rejection-sampling request; what to enqueue. Nothing is written.
+pub async fn prepare(
+    state: &AppState,
+    principal: &Principal,
+    request: CreateRejectionSamplingRequest,
+) -> ApiResult<PreparedRun> {
     let model = request.model.ok_or_else(|| ApiError::invalid("model", "missing `model`"))?;
     reject_nul("model", &model)?;
     let file = request.file.ok_or_else(|| ApiError::invalid("file", "missing `file`"))?;
@@ -152,8 +162,8 @@ pub async fn create_run(
         })?,
     };
     let sampling = request.sampling.settings(Default::default())?;
-    let model = resolve_run_model(&state, &principal, "model", &model).await?;
-    validate_file_and_grader(&state, &principal, &file, &grader, sampling.response_format.as_ref())
+    let model = resolve_run_model(state, principal, "model", &model).await?;
+    validate_file_and_grader(state, principal, &file, &grader, sampling.response_format.as_ref())
         .await?;
     // Graded scores below 1 only pass a `min_score` below 1.
     let min_score =
@@ -166,8 +176,7 @@ pub async fn create_run(
         min_score,
         sampling,
     });
-    let job = enqueue_run(&state, &principal, &spec, &file, request.seed).await?;
-    Ok(Json(RejectionSamplingObject::of(job)?))
+    Ok(PreparedRun { spec, file, seed: request.seed })
 }
 
 /// Lists rejection-sampling runs, newest first.
