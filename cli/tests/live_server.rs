@@ -800,6 +800,60 @@ async fn cli_runs_evaluations_and_rejection_sampling(pool: sqlx::PgPool) {
     assert!(done["output_file"].as_str().is_some_and(|f| f.starts_with("file-")), "{done}");
 }
 
+/// `verity recipes …` against a running `verity serve`: the server's own loop starts each stage
+/// when the one before it succeeded (rejection sampling → SFT of a fresh base on the kept
+/// samples → evaluation of both), a worker runs them, and `watch` follows the recipe to its end.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn cli_runs_a_recipe_the_server_advances(pool: sqlx::PgPool) {
+    let (server, key) = start(&pool).await;
+    let rows = tempfile::Builder::new().suffix(".jsonl").tempfile().unwrap();
+    let text: String = ["t1", "t2"]
+        .iter()
+        .map(|answer| serde_json::json!({"prompt": "t5 t20", "answer": answer}).to_string() + "\n")
+        .collect();
+    std::fs::write(rows.path(), text).unwrap();
+    let file = verity_json(&server, &key, &["files", "upload", rows.path().to_str().unwrap()]);
+    let file = file["id"].as_str().unwrap().to_string();
+    let grader = serde_json::json!({"type": "string_check", "name": "contains",
+        "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "like"});
+    let recipe = serde_json::json!({"name": "distil", "seed": 3, "stages": [
+        {"name": "rs", "type": "rejection_sampling", "rejection_sampling": {"model": "tiny-judge",
+            "file": file, "grader": grader, "k": 2, "policy": "all_passing", "min_score": 0.0,
+            "max_tokens": 4}},
+        {"name": "sft", "type": "fine_tuning_job", "fresh_base": true, "fine_tuning_job": {
+            "training_file": "{{stages.rs.file}}", "method": {"type": "supervised",
+            "supervised": {"hyperparameters": {"n_epochs": 1, "batch_size": 2}}}}},
+        {"name": "eval", "type": "evaluation", "evaluation": {
+            "models": ["tiny-judge", "{{stages.sft.fine_tuned_model}}"], "file": file,
+            "grader": grader, "n": 2, "max_tokens": 4}}]});
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), recipe.to_string()).unwrap();
+    let created =
+        verity_json(&server, &key, &["recipes", "create", "--body", body.path().to_str().unwrap()]);
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(created["stages"][0]["status"], "queued", "{created}");
+    // One worker pass per stage: each waits until the server has queued the next stage.
+    run_queued_jobs(&pool, &server, 3).await;
+    let done = verity_json(&server, &key, &["recipes", "watch", &id]);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let sft = done["stages"][1]["outputs"]["fine_tuned_model"].as_str().unwrap();
+    let models: Vec<&str> = done["stages"][2]["summary"]["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["tiny-judge", sft], "{done}");
+    let listed = verity_json(&server, &key, &["recipes", "list"]);
+    assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
+    let cancel = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .args(["recipes", "cancel", &id, "--url", &server.base, "--api-key", &key])
+        .output()
+        .unwrap();
+    assert!(!cancel.status.success(), "a finished recipe cannot be cancelled");
+    assert!(String::from_utf8_lossy(&cancel.stderr).contains("cannot be cancelled"));
+}
+
 /// `verity jobs create --dry-run` against a running server: a file whose line 2 lacks the field
 /// the grader reads exits 1 with the line and field and each probe's score, nothing enqueued;
 /// the good file exits 0.
