@@ -147,6 +147,33 @@ impl Caps {
             .min()
     }
 
+    /// Whether any cap is set.
+    pub fn any(&self) -> bool {
+        self.max_wall_seconds.is_some() || self.max_tokens.is_some()
+    }
+
+    /// What these caps leave after `used` (a cap already reached leaves 0).
+    pub fn left_after(&self, used: Usage) -> Caps {
+        Caps {
+            max_wall_seconds: self
+                .max_wall_seconds
+                .map(|cap| (cap as f64 - used.wall_seconds).ceil().max(0.0) as i64),
+            max_tokens: self.max_tokens.map(|cap| (cap - used.tokens).max(0)),
+        }
+    }
+
+    /// The tighter of each cap of `self` and `other`.
+    pub fn tightest(&self, other: Caps) -> Caps {
+        let min = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Caps {
+            max_wall_seconds: min(self.max_wall_seconds, other.max_wall_seconds),
+            max_tokens: min(self.max_tokens, other.max_tokens),
+        }
+    }
+
     /// The caps `body` sets over `current`: a field absent keeps its cap, `null` removes it, a
     /// whole number from 1 to its limit sets it. Fields are named under `path` (`budget`, or
     /// empty for a body of its own).
@@ -268,6 +295,17 @@ pub async fn record_usage(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_caps_leave_and_the_tightest_of_two() {
+        let caps = Caps { max_wall_seconds: Some(100), max_tokens: Some(50) };
+        let left = caps.left_after(Usage { wall_seconds: 30.5, tokens: 60 });
+        assert_eq!(left, Caps { max_wall_seconds: Some(70), max_tokens: Some(0) });
+        let own = Caps { max_wall_seconds: Some(40), max_tokens: None };
+        assert_eq!(own.tightest(left), Caps { max_wall_seconds: Some(40), max_tokens: Some(0) });
+        assert_eq!(Caps::default().tightest(Caps::default()), Caps::default());
+        assert!(caps.any() && !Caps::default().any());
+    }
     use serde_json::json;
 
     fn usage(wall_seconds: f64, tokens: i64) -> Usage {

@@ -459,3 +459,44 @@ async fn a_guard_pauses_a_stage_that_cannot_learn_and_resuming_runs_it_anyway(po
         vec![(id.clone(), Advance::Finished("succeeded"))]
     );
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_recipe_budget_caps_its_stages_and_stops_it_once_spent(pool: PgPool) {
+    let s = setup(pool).await;
+    let body = json!({"guard": false, "budget": {"max_tokens": 1}, "stages": [
+        {"name": "rl", "type": "fine_tuning_job", "fine_tuning_job": s.rl(MODEL)},
+        {"name": "eval", "type": "evaluation", "evaluation": {
+            "models": [MODEL, "{{stages.rl.fine_tuned_model}}"], "file": s.prompts,
+            "grader": contains_grader(), "n": 2, "max_tokens": 4}}]});
+    let created = post(&s.router, "/v1/verity/recipes", &s.key, body).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    let created = created.json();
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(created["budget"], json!({"max_wall_seconds": null, "max_tokens": 1}));
+    assert_eq!(statuses(&created), ["queued", "pending"], "no guard: {created}");
+    // The stage's job is capped at what the recipe's budget leaves.
+    let job = created["stages"][0]["id"].as_str().unwrap();
+    let cap: Option<i64> = sqlx::query_scalar("SELECT max_tokens FROM jobs WHERE id = $1")
+        .bind(job)
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(cap, Some(1));
+    s.run_one().await;
+    assert_eq!(
+        advance_all(&s.state).await.unwrap(),
+        vec![(id.clone(), Advance::Finished("failed"))]
+    );
+    let recipe = s.recipe(&id).await;
+    assert!(recipe["usage"]["tokens"].as_i64().unwrap() >= 1, "{recipe}");
+    assert_eq!(statuses(&recipe), ["succeeded", "pending"]);
+    let error = &recipe["error"];
+    assert_eq!(error["stage"], "eval");
+    assert_eq!(error["param"], "budget");
+    assert!(error["message"].as_str().unwrap().contains("budget is spent"), "{error}");
+    let bad = json!({"budget": {"max_wall_seconds": -1}, "stages": [
+        {"name": "rl", "type": "fine_tuning_job", "fine_tuning_job": s.rl(MODEL)}]});
+    let refused = post(&s.router, "/v1/verity/recipes", &s.key, bad).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.json()["error"]["param"], "budget.max_wall_seconds");
+}

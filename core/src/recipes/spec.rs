@@ -2,6 +2,7 @@
 //! and the checks that need no database: names, kinds, where a reference may stand and whether
 //! what it names fits there.
 
+use crate::budget::Caps;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -253,6 +254,8 @@ pub struct RecipeSpec {
     pub seed: Option<i64>,
     /// The check before each reinforcement stage (none when turned off).
     pub guard: Option<Guard>,
+    /// Caps on the whole recipe: the wall seconds and tokens its stages' jobs use together.
+    pub budget: Caps,
 }
 
 fn check_stage_name(param: &str, name: &str) -> Result<(), RecipeError> {
@@ -548,7 +551,7 @@ fn set_path(body: &mut Map<String, Value>, path: &str, value: Value) {
 
 impl RecipeSpec {
     /// Reads and checks a recipe's `stages` (1 to [`MAX_STAGES`]), `seed` and `guard`
-    /// ([`Guard::parse`]).
+    /// ([`Guard::parse`]); no budget ([`RecipeSpec::with_budget`] sets one).
     pub fn parse(
         stages: &Value,
         seed: Option<i64>,
@@ -566,7 +569,17 @@ impl RecipeSpec {
             let stage = Stage::parse(i, item, &parsed)?;
             parsed.push(stage);
         }
-        Ok(RecipeSpec { stages: parsed, seed, guard })
+        Ok(RecipeSpec { stages: parsed, seed, guard, budget: Caps::default() })
+    }
+
+    /// The spec with the caps a request's `budget` sets (`{max_wall_seconds?, max_tokens?}`,
+    /// as a job's budget; absent or null for none).
+    pub fn with_budget(mut self, budget: Option<&Value>) -> Result<RecipeSpec, RecipeError> {
+        if let Some(body) = budget.filter(|b| !b.is_null()) {
+            self.budget =
+                Caps::default().apply(body, "budget").map_err(|e| error(e.field, e.message))?;
+        }
+        Ok(self)
     }
 
     /// The spec as stored (`{"stages": […], "seed": …, "guard": …}`); [`RecipeSpec::from_stored`]
@@ -576,6 +589,7 @@ impl RecipeSpec {
             "stages": self.stages.iter().map(Stage::to_value).collect::<Vec<_>>(),
             "seed": self.seed,
             "guard": Guard::to_value(self.guard.as_ref()),
+            "budget": self.budget,
         })
     }
 
@@ -583,7 +597,8 @@ impl RecipeSpec {
     pub fn from_stored(value: &Value) -> Result<RecipeSpec, RecipeError> {
         let seed = value.get("seed").and_then(Value::as_i64);
         let stages = value.get("stages").unwrap_or(&Value::Null);
-        RecipeSpec::parse(stages, seed, Some(value.get("guard").unwrap_or(&Value::Bool(false))))
+        RecipeSpec::parse(stages, seed, Some(value.get("guard").unwrap_or(&Value::Bool(false))))?
+            .with_budget(value.get("budget"))
     }
 
     /// The first model a stage names literally: the recipe's base is its root base.
@@ -784,6 +799,19 @@ mod tests {
         stages[1]["fine_tuning_job"]["method"]["reinforcement"]["grader"] = json!({"type": "string_check", "input": "{{sample.output_text}}", "reference": "{{item.answer}}"});
         let spec = RecipeSpec::parse(&stages, None, None).unwrap();
         assert_eq!(spec.stages[1].references.len(), 1, "only the model");
+    }
+
+    #[test]
+    fn a_budget_is_a_job_budget_for_the_whole_recipe() {
+        let budget = json!({"max_wall_seconds": 3600, "max_tokens": 100000});
+        let spec =
+            RecipeSpec::parse(&r1(), None, None).unwrap().with_budget(Some(&budget)).unwrap();
+        assert_eq!(spec.budget, Caps { max_wall_seconds: Some(3600), max_tokens: Some(100000) });
+        assert_eq!(RecipeSpec::from_stored(&spec.to_value()).unwrap().budget, spec.budget);
+        let none = RecipeSpec::parse(&r1(), None, None).unwrap();
+        assert_eq!(RecipeSpec::from_stored(&none.to_value()).unwrap().budget, Caps::default());
+        let bad = none.with_budget(Some(&json!({"max_wall_seconds": 0}))).unwrap_err();
+        assert_eq!(bad.param, "budget.max_wall_seconds");
     }
 
     #[test]

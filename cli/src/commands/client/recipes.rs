@@ -42,8 +42,8 @@ pub enum RecipesCommand {
         /// The recipe's id.
         id: String,
     },
-    /// Follow a recipe, printing each stage as it changes, until it ends; fails unless it
-    /// succeeded.
+    /// Follow a recipe, printing each stage as it changes, until it ends or a guard pauses it;
+    /// fails unless it succeeded.
     Watch {
         /// The recipe's id.
         id: String,
@@ -60,8 +60,8 @@ pub enum RecipesCommand {
     },
 }
 
-/// States after which a recipe does not change any more (unless resumed).
-const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
+/// States in which a recipe waits for nobody but a user (resume, cancel) or has ended.
+const TERMINAL: [&str; 4] = ["succeeded", "failed", "cancelled", "paused"];
 
 /// Runs a recipe command.
 pub async fn run(args: &RecipesArgs) -> anyhow::Result<()> {

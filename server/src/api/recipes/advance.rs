@@ -13,6 +13,7 @@ use crate::api::state::AppState;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use verity_core::budget::{Caps, Usage};
 use verity_core::jobs::JobRecord;
 use verity_core::recipes::{self, Guard, HeldRecipe, RecipeSpec, Reference, StageKind};
 use verity_core::sampling_runs::RunKind;
@@ -98,6 +99,51 @@ pub fn outputs_of(kind: StageKind, job: &JobRecord) -> BTreeMap<String, Value> {
         StageKind::Evaluation => {}
     }
     outputs
+}
+
+/// What the queue rows of a recipe's stages (every attempt) have used together.
+pub async fn recipe_usage(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    spec: &RecipeSpec,
+    records: &[recipes::StageRecord],
+) -> Result<Usage, sqlx::Error> {
+    let mut used = Usage::default();
+    for (stage, record) in spec.stages.iter().zip(records) {
+        for id in record.job_id.iter().chain(&record.earlier_job_ids) {
+            let kind = stage.kind.job_kind();
+            if let Some(job) =
+                verity_core::jobs::get_job_of_kind(&state.pool, org_id, kind, id).await?
+            {
+                used.wall_seconds += job.used_wall_seconds;
+                used.tokens += job.used_tokens;
+            }
+        }
+    }
+    Ok(used)
+}
+
+/// Why a stage may not start under the recipe's budget (`None`: it may), and what is left.
+fn budget_spent(spec: &RecipeSpec, used: Usage) -> (Option<String>, Caps) {
+    let left = spec.budget.left_after(used);
+    let spent = [
+        (
+            "max_wall_seconds",
+            spec.budget.max_wall_seconds,
+            left.max_wall_seconds,
+            format!("{:.0} s", used.wall_seconds),
+        ),
+        ("max_tokens", spec.budget.max_tokens, left.max_tokens, format!("{} tokens", used.tokens)),
+    ]
+    .into_iter()
+    .find(|(_, cap, left, _)| cap.is_some() && *left == Some(0))
+    .map(|(field, cap, _, used)| {
+        format!(
+            "the recipe's budget is spent: its stages used {used} of budget.{field} = {}",
+            cap.unwrap_or_default()
+        )
+    });
+    (spent, left)
 }
 
 /// Why a reference cannot be filled in although its stage succeeded.
@@ -203,6 +249,18 @@ pub async fn advance(state: &AppState, id: &str) -> Result<Advance, sqlx::Error>
             held.finish(recipes::state::FAILED, Some(error)).await?;
             return Ok(Advance::Finished(recipes::state::FAILED));
         }
+        let mut left = Caps::default();
+        if planned.is_none() && spec.budget.any() {
+            let used = recipe_usage(state, principal.org_id, &spec, &held.recipe.stages).await?;
+            let (spent, remaining) = budget_spent(&spec, used);
+            if let Some(message) = spent {
+                let message = format!("stage {:?} was not started: {message}", stage.name);
+                let error = stop_error(position, &stage.name, None, Some("budget".into()), message);
+                held.finish(recipes::state::FAILED, Some(error)).await?;
+                return Ok(Advance::Finished(recipes::state::FAILED));
+            }
+            left = remaining;
+        }
         if let (Some(guard), None, false) = (&spec.guard, &planned, record.guard_passed) {
             if stage.is_reinforcement() {
                 match check_guard(state, &principal, &mut held, position, stage, guard, &record)
@@ -242,10 +300,33 @@ pub async fn advance(state: &AppState, id: &str) -> Result<Advance, sqlx::Error>
         };
         // The plan is committed before the row is inserted (see the module docs).
         held.release().await?;
-        return start(state, &principal, id, position, stage, body, &job_id, What::Stage).await;
+        let advance =
+            start(state, &principal, id, position, stage, body, &job_id, What::Stage).await?;
+        if left.any() && stage.kind == StageKind::FineTuningJob {
+            cap_stage(state, &principal, &job_id, left).await?;
+        }
+        return Ok(advance);
     }
     held.finish(recipes::state::SUCCEEDED, None).await?;
     Ok(Advance::Finished(recipes::state::SUCCEEDED))
+}
+
+/// Caps fine-tuning stage job `job_id` at what the recipe's budget has `left` (its own caps
+/// kept where tighter): the job pauses itself there, as at its own budget.
+async fn cap_stage(
+    state: &AppState,
+    principal: &Principal,
+    job_id: &str,
+    left: Caps,
+) -> Result<(), sqlx::Error> {
+    let kind = StageKind::FineTuningJob.job_kind();
+    let job =
+        verity_core::jobs::get_job_of_kind(&state.pool, principal.org_id, kind, job_id).await?;
+    if let Some(job) = job {
+        let caps = job.caps().tightest(left);
+        verity_core::budget::set_caps(&state.pool, principal.org_id, job_id, caps).await?;
+    }
+    Ok(())
 }
 
 /// What [`check_guard`] found.

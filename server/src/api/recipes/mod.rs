@@ -48,6 +48,12 @@ pub struct CreateRecipeRequest {
     /// prompts (default 16)}`, or `false` for none (default: on).
     #[schema(value_type = Option<Object>)]
     pub guard: Option<Value>,
+    /// Caps on the whole recipe, as a job's budget: `{max_wall_seconds?, max_tokens?}`, the wall
+    /// seconds and generated tokens its stages' jobs use together. Each fine-tuning stage's job
+    /// is capped at what is left when it starts (and pauses itself there); a stage is not
+    /// started once the budget is spent.
+    #[schema(value_type = Option<Object>)]
+    pub budget: Option<Value>,
 }
 
 /// A stage of a recipe as the API shows it.
@@ -109,6 +115,12 @@ pub struct RecipeObject {
     /// The check before each reinforcement stage (`false` when off).
     #[schema(value_type = Object)]
     pub guard: Value,
+    /// Caps on the whole recipe (`max_wall_seconds`, `max_tokens`; null: none).
+    #[schema(value_type = Object)]
+    pub budget: verity_core::budget::Caps,
+    /// What its stages' jobs have used together (`wall_seconds`, `tokens`).
+    #[schema(value_type = Object)]
+    pub usage: verity_core::budget::Usage,
     /// Why it stopped: `stage`, `position`, `job`, `param` (the field at fault, from the
     /// recipe's root) and `message`.
     #[schema(value_type = Option<Object>)]
@@ -162,6 +174,7 @@ pub async fn recipe_object(
 ) -> ApiResult<RecipeObject> {
     let spec = RecipeSpec::from_stored(&recipe.spec)
         .map_err(|e| ApiError::internal("reading a recipe", e))?;
+    let usage = advance::recipe_usage(state, recipe.org_id, &spec, &recipe.stages).await?;
     let mut stages = Vec::with_capacity(spec.stages.len());
     for (stage, record) in spec.stages.iter().zip(&recipe.stages) {
         let job = match &record.job_id {
@@ -231,6 +244,8 @@ pub async fn recipe_object(
         base_model: recipe.base_model,
         seed: spec.seed,
         guard: recipes::spec::Guard::to_value(spec.guard.as_ref()),
+        budget: spec.budget,
+        usage,
         error: recipe.error,
         stages,
     })
@@ -315,6 +330,7 @@ pub async fn create_recipe(
     let stages = request.stages.unwrap_or(Value::Null);
     crate::api::extract::reject_nul_json("stages", &stages)?;
     let spec = RecipeSpec::parse(&stages, request.seed, request.guard.as_ref())
+        .and_then(|spec| spec.with_budget(request.budget.as_ref()))
         .map_err(|e| ApiError::invalid(e.param, e.message))?;
     let base_model = check_recipe(&state, &principal, &spec).await?;
     let recipe = recipes::NewRecipe {
