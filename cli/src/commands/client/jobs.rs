@@ -286,12 +286,7 @@ pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
     match &args.command {
         JobsCommand::Create(create) => {
             let mut body = match &create.file {
-                Some(path) => {
-                    let text = std::fs::read_to_string(path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    serde_json::from_str(&text)
-                        .with_context(|| format!("{} is not valid JSON", path.display()))?
-                }
+                Some(path) => super::read_json(path)?,
                 None => Value::Object(Default::default()),
             };
             let Some(object) = body.as_object_mut() else {

@@ -147,6 +147,13 @@ pub fn read_admin_key(data_dir: &Path) -> anyhow::Result<String> {
     Ok(key.trim().to_string())
 }
 
+/// The JSON document in file `path` (a request body); errors name the file.
+pub fn read_json(path: &std::path::Path) -> anyhow::Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
 /// Prints `value` as pretty JSON.
 pub fn print_json(value: &Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));

@@ -1,7 +1,7 @@
 //! `verity recipes …`: multi-stage recipes of `/v1/verity/recipes` (create from a JSON body,
 //! list, show, watch, cancel, resume).
 
-use super::{field, print_json, Client, ClientArgs};
+use super::{field, print_json, read_json, Client, ClientArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -69,10 +69,7 @@ pub async fn run(args: &RecipesArgs) -> anyhow::Result<()> {
     let json = args.client.json;
     match &args.command {
         RecipesCommand::Create { body, watch: follow } => {
-            let text = std::fs::read_to_string(body)
-                .with_context(|| format!("reading {}", body.display()))?;
-            let request: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not valid JSON", body.display()))?;
+            let request = read_json(body)?;
             let created = client.post_json(PATH, &request).await?;
             let id = created["id"].as_str().context("the server returned no recipe id")?;
             if *follow {

@@ -2,7 +2,7 @@
 //! `/v1/verity/` (create from a JSON body, list, show, watch, cancel; an evaluation's results
 //! as JSON or CSV).
 
-use super::{field, print_json, Client, ClientArgs};
+use super::{field, print_json, read_json, Client, ClientArgs};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -88,10 +88,7 @@ pub async fn run(kind: RunKind, args: &RunsArgs) -> anyhow::Result<()> {
     let base = kind.path();
     match &args.command {
         RunsCommand::Create { body, watch: follow } => {
-            let text = std::fs::read_to_string(body)
-                .with_context(|| format!("reading {}", body.display()))?;
-            let request: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not valid JSON", body.display()))?;
+            let request = read_json(body)?;
             let created = client.post_json(base, &request).await?;
             if *follow {
                 let id = created["id"].as_str().context("the server returned no run id")?;

@@ -146,6 +146,11 @@ fn budget_spent(spec: &RecipeSpec, used: Usage) -> (Option<String>, Caps) {
     (spent, left)
 }
 
+/// The message of a queue row's error, if it has one.
+fn error_message(job: &JobRecord) -> Option<String> {
+    job.error.as_ref()?.get("message")?.as_str().map(str::to_string)
+}
+
 /// Why a reference cannot be filled in although its stage succeeded.
 fn missing_output(reference: &Reference) -> String {
     match reference.output.as_str() {
@@ -210,15 +215,9 @@ pub async fn advance(state: &AppState, id: &str) -> Result<Advance, sqlx::Error>
                     continue;
                 }
                 "failed" | "cancelled" => {
-                    let message = job
-                        .error
-                        .as_ref()
-                        .and_then(|e| e.get("message"))
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| {
-                            format!("its {} was {}", stage.kind.as_str(), job.state)
-                        });
+                    let message = error_message(&job).unwrap_or_else(|| {
+                        format!("its {} was {}", stage.kind.as_str(), job.state)
+                    });
                     let (end, message) = if job.state == "failed" {
                         (
                             recipes::state::FAILED,
@@ -395,13 +394,7 @@ async fn check_guard(
             Ok(GuardVerdict::Stop(recipes::state::PAUSED, error))
         }
         "failed" | "cancelled" => {
-            let why = profile
-                .error
-                .as_ref()
-                .and_then(|e| e.get("message"))
-                .and_then(Value::as_str)
-                .unwrap_or("no reason given")
-                .to_string();
+            let why = error_message(&profile).unwrap_or_else(|| "no reason given".into());
             let (end, message) = if profile.state == "failed" {
                 let message =
                     format!("the guard of stage {:?} ({guard_id}) failed: {why}", stage.name);
