@@ -115,6 +115,7 @@ struct RecipePage {
     nav: Nav,
     recipe: RecipeObject,
     running: bool,
+    budget: String,
     cancellable: bool,
     stopped: bool,
     error: String,
@@ -163,6 +164,23 @@ fn figure(stage: &StageObject) -> String {
             let models = summary.get("models").and_then(Value::as_array).map_or(0, Vec::len);
             format!("{models} models reported")
         }
+    }
+}
+
+/// The recipe's budget and what its stages used, as a line of text (empty without a budget).
+fn budget_line(recipe: &RecipeObject) -> String {
+    let (caps, used) = (recipe.budget, recipe.usage);
+    let mut parts = Vec::new();
+    if let Some(cap) = caps.max_wall_seconds {
+        parts.push(format!("{:.0} of {cap} s", used.wall_seconds));
+    }
+    if let Some(cap) = caps.max_tokens {
+        parts.push(format!("{} of {cap} tokens", used.tokens));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("budget: {}", parts.join(" · "))
     }
 }
 
@@ -238,6 +256,7 @@ async fn recipe_page(
     let page = RecipePage {
         nav: Nav::new(format!("Recipe {id}"), "recipes"),
         running: recipe.status == "running",
+        budget: budget_line(&recipe),
         cancellable: recipe.status == "running" || recipe.status == "paused",
         stopped: ["paused", "failed", "cancelled"].contains(&recipe.status.as_str()),
         error,
