@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use verity_core::budget::{Caps, Usage};
+use verity_core::difficulty::ProfileReport;
 use verity_core::jobs::JobRecord;
 use verity_core::recipes::{self, Guard, HeldRecipe, RecipeSpec, Reference, StageKind};
 use verity_core::sampling_runs::RunKind;
@@ -101,26 +102,41 @@ pub fn outputs_of(kind: StageKind, job: &JobRecord) -> BTreeMap<String, Value> {
     outputs
 }
 
-/// What the queue rows of a recipe's stages (every attempt) have used together.
+/// What the queue rows of a recipe's stages have used together: every attempt, or with
+/// `earlier_only` only the earlier ones (the caller has the latest attempts' rows).
 pub async fn recipe_usage(
     state: &AppState,
     org_id: uuid::Uuid,
     spec: &RecipeSpec,
     records: &[recipes::StageRecord],
+    earlier_only: bool,
 ) -> Result<Usage, sqlx::Error> {
     let mut used = Usage::default();
     for (stage, record) in spec.stages.iter().zip(records) {
-        for id in record.job_id.iter().chain(&record.earlier_job_ids) {
+        let latest = record.job_id.iter().filter(|_| !earlier_only);
+        for id in latest.chain(&record.earlier_job_ids) {
             let kind = stage.kind.job_kind();
             if let Some(job) =
                 verity_core::jobs::get_job_of_kind(&state.pool, org_id, kind, id).await?
             {
-                used.wall_seconds += job.used_wall_seconds;
-                used.tokens += job.used_tokens;
+                add_usage(&mut used, &job);
             }
         }
     }
     Ok(used)
+}
+
+/// Adds what `job` has used to `used`.
+pub fn add_usage(used: &mut Usage, job: &JobRecord) {
+    let job = job.usage();
+    used.wall_seconds += job.wall_seconds;
+    used.tokens += job.tokens;
+}
+
+/// A guard's difficulty-profile report, once its row succeeded.
+pub fn guard_report(profile: &JobRecord) -> Option<ProfileReport> {
+    let result = profile.result.clone().filter(|_| profile.state == "succeeded")?;
+    serde_json::from_value(result).ok()
 }
 
 /// Why a stage may not start under the recipe's budget (`None`: it may), and what is left.
@@ -250,7 +266,8 @@ pub async fn advance(state: &AppState, id: &str) -> Result<Advance, sqlx::Error>
         }
         let mut left = Caps::default();
         if planned.is_none() && spec.budget.any() {
-            let used = recipe_usage(state, principal.org_id, &spec, &held.recipe.stages).await?;
+            let records = &held.recipe.stages;
+            let used = recipe_usage(state, principal.org_id, &spec, records, false).await?;
             let (spent, remaining) = budget_spent(&spec, used);
             if let Some(message) = spent {
                 let message = format!("stage {:?} was not started: {message}", stage.name);
@@ -363,9 +380,14 @@ async fn check_guard(
     let Some(profile) = profile else { return Ok(GuardVerdict::Start(guard_id)) };
     match profile.state.as_str() {
         "succeeded" => {
-            let report = profile.result.clone().unwrap_or_default();
-            let number = |key: &str| report.get(key).and_then(Value::as_f64).unwrap_or(0.0);
-            let fraction = number("predicted_zero_advantage_fraction");
+            let Some(report) = guard_report(&profile) else {
+                let message =
+                    format!("the guard of stage {:?} ({guard_id}) wrote no report", stage.name);
+                let error = stop_error(position, &stage.name, Some(&guard_id), None, message);
+                return Ok(GuardVerdict::Stop(recipes::state::FAILED, error));
+            };
+            let difficulty = &report.difficulty;
+            let fraction = difficulty.predicted_zero_advantage_fraction;
             if fraction <= guard.max_zero_advantage_fraction {
                 tracing::info!(stage = %stage.name, guard = %guard_id, fraction, "recipe guard passed");
                 return Ok(GuardVerdict::Pass);
@@ -383,13 +405,13 @@ async fn check_guard(
                 stage.name,
                 fraction * 100.0,
                 guard.max_zero_advantage_fraction * 100.0,
-                number("always_solved"),
-                number("never_solved"),
+                difficulty.always_solved,
+                difficulty.never_solved,
             );
             let error = json!({"stage": stage.name, "position": position, "guard": guard_id,
                 "predicted_zero_advantage_fraction": fraction,
                 "max_zero_advantage_fraction": guard.max_zero_advantage_fraction,
-                "always_solved": report.get("always_solved"), "never_solved": report.get("never_solved"),
+                "always_solved": difficulty.always_solved, "never_solved": difficulty.never_solved,
                 "message": message});
             Ok(GuardVerdict::Stop(recipes::state::PAUSED, error))
         }

@@ -174,7 +174,9 @@ pub async fn recipe_object(
 ) -> ApiResult<RecipeObject> {
     let spec = RecipeSpec::from_stored(&recipe.spec)
         .map_err(|e| ApiError::internal("reading a recipe", e))?;
-    let usage = advance::recipe_usage(state, recipe.org_id, &spec, &recipe.stages).await?;
+    // The latest attempts' rows are read below; only the earlier ones are read here.
+    let records = &recipe.stages;
+    let mut usage = advance::recipe_usage(state, recipe.org_id, &spec, records, true).await?;
     let mut stages = Vec::with_capacity(spec.stages.len());
     for (stage, record) in spec.stages.iter().zip(&recipe.stages) {
         let job = match &record.job_id {
@@ -184,6 +186,9 @@ pub async fn recipe_object(
             }
             None => None,
         };
+        if let Some(job) = &job {
+            advance::add_usage(&mut usage, job);
+        }
         let guard = match &record.guard_job_id {
             Some(id) => {
                 let kind = verity_core::sampling_runs::RunKind::DifficultyProfile.as_str();
@@ -192,9 +197,8 @@ pub async fn recipe_object(
                         .await?;
                 let fraction = profile
                     .as_ref()
-                    .and_then(|p| p.result.as_ref())
-                    .and_then(|r| r.get("predicted_zero_advantage_fraction"))
-                    .cloned();
+                    .and_then(advance::guard_report)
+                    .map(|r| r.difficulty.predicted_zero_advantage_fraction);
                 Some(serde_json::json!({
                     "id": id,
                     "status": profile.map_or_else(|| "queued".to_string(), |p| p.state),
