@@ -52,17 +52,18 @@ fi
 curl -fsS "$VERITY_TEST_S3_ENDPOINT/moto-api/" >/dev/null || { echo "test-services: S3 server did not start; see $VERITY_CACHE/moto.log" >&2; return 1 2>/dev/null || exit 1; }
 
 # --- Python clients the API tests drive: the official openai SDK and schemathesis ---
-# Two SDK environments: the newest 3.x release (VERITY_TEST_PYTHON, with schemathesis) and the
+# Two SDK environments: the newest 3.x release (VERITY_TEST_PYTHON, with schemathesis, and gguf:
+# llama.cpp's own reader and quantisers, which check GGUF exports) and the
 # oldest release docs/api.md promises (VERITY_TEST_PYTHON_OLDEST); the SDK tests run under both.
 OPENAI_SDK_NEWEST='openai>=3,<4'
 OPENAI_SDK_OLDEST='openai==1.99.0'
 api_venv="$VERITY_CACHE/api-tools-venv-3"
-api_tools_stamp="$api_venv/.verity-api-tools-2"  # bump when the pins below change
+api_tools_stamp="$api_venv/.verity-api-tools-3"  # bump when the pins below change
 if [ ! -f "$api_tools_stamp" ]; then
   echo "test-services: installing $OPENAI_SDK_NEWEST and schemathesis" >&2
   python3 -m venv "$api_venv"
   "$api_venv/bin/pip" install -q "$OPENAI_SDK_NEWEST" 'schemathesis==3.39.*' 'hypothesis==6.131.*' \
-    && touch "$api_tools_stamp"
+    'gguf==0.19.0' && touch "$api_tools_stamp"
 fi
 oldest_venv="$VERITY_CACHE/openai-oldest-venv"
 oldest_stamp="$oldest_venv/.verity-openai-oldest-1"  # bump when OPENAI_SDK_OLDEST changes

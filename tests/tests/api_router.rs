@@ -11,17 +11,6 @@ use verity_core::queue::{DeviceKind, SampleIndexRow, WorkerInfo};
 use verity_core::storage::publish_folder;
 use verity_server::api::state::ApiConfig;
 
-fn assert_error(reply: &Reply, status: StatusCode, param: Option<&str>) {
-    assert_eq!(reply.status, status, "{}", String::from_utf8_lossy(&reply.bytes));
-    let body = reply.json();
-    let error = &body["error"];
-    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
-    assert!(error["type"].is_string(), "{body}");
-    if let Some(param) = param {
-        assert_eq!(error["param"], param, "{body}");
-    }
-}
-
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn health_auth_and_error_shape(pool: sqlx::PgPool) {
     let app = app(pool.clone()).await;

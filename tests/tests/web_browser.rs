@@ -190,6 +190,17 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
         .map(|e| e.unwrap().path().unwrap().display().to_string())
         .collect();
     assert!(names.iter().any(|n| n.ends_with(".safetensors")), "{names:?}");
+    // The GGUF form asks the API with the same session; this tiny model's word-level tokenizer
+    // has no llama.cpp counterpart, which the answer says (SmolLM2's export: gguf_export_api.rs).
+    let action = until(&c, "document.querySelector('form[data-gguf=\"3\"]').action").await;
+    let gguf = reqwest::Client::new()
+        .get(format!("{}?quantization=q4_k_m", action.as_str().unwrap()))
+        .header("cookie", format!("verity_session={session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gguf.status(), 422);
+    assert!(gguf.text().await.unwrap().contains("byte-level BPE"));
 
     // "Continue training" from the step-2 checkpoint, then from the job page: the new-job page
     // opens with that model, the job's files and its grader.

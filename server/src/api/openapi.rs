@@ -20,7 +20,7 @@ use utoipa::{Modify, OpenApi};
         files::list_files, files::get_file, files::file_content, files::delete_file, files::upload::upload_file,
         jobs::create_job, jobs::list_jobs, jobs::get_job, jobs::cancel_job, jobs::pause_job, jobs::resume_job, jobs::list_events,
         jobs::checkpoints::list_checkpoints, jobs::checkpoints::get_checkpoint, jobs::checkpoints::delete_checkpoint,
-        jobs::checkpoints::checkpoint_content, jobs::metrics::job_metrics, jobs::samples::list_samples, jobs::warnings::job_warnings,
+        jobs::checkpoints::checkpoint_content, jobs::gguf::checkpoint_gguf, jobs::metrics::job_metrics, jobs::samples::list_samples, jobs::warnings::job_warnings,
         jobs::budget::set_budget,
         models::list_models, models::register_model, models::retrieve_model, models::delete_model, objects::get_object, prometheus_doc,
         graders::run_grader, graders::validate_grader_endpoint, loss_presets::list_loss_presets,

@@ -276,6 +276,8 @@ pub struct AppState {
     pub judges: Arc<JudgeProvider>,
     /// Registered embedding models of `cosine` graders (`graders/run` loads them in-process).
     pub embeddings: Arc<verity_worker::embedding_models::EmbeddingModels>,
+    /// GGUF exports of checkpoints (one at a time, models fetched into the cache folder).
+    pub exports: Arc<super::jobs::gguf::GgufExports>,
     /// HTTP client forwarding inference requests to inference workers.
     pub inference_http: reqwest::Client,
     /// Tasks that live as long as the state (the change listeners): stopped when its last
@@ -396,6 +398,7 @@ impl AppState {
             embeddings: Arc::new(verity_worker::embedding_models::EmbeddingModels::new(
                 api.judge_cache_dir.clone(),
             )),
+            exports: Arc::new(super::jobs::gguf::GgufExports::new(api.judge_cache_dir.clone())),
             inference_http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(3))
                 .build()

@@ -226,3 +226,15 @@ pub async fn file_and_job(app: &TestApp, token: &str) -> (String, String) {
     assert_eq!(job.status, StatusCode::OK, "{:?}", job.json());
     (file_id, job.json()["id"].as_str().unwrap().to_string())
 }
+
+/// Asserts an OpenAI-shaped error: its status, a message, a type, and the parameter named.
+pub fn assert_error(reply: &Reply, status: StatusCode, param: Option<&str>) {
+    assert_eq!(reply.status, status, "{}", String::from_utf8_lossy(&reply.bytes));
+    let body = reply.json();
+    let error = &body["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(error["type"].is_string(), "{body}");
+    if let Some(param) = param {
+        assert_eq!(error["param"], param, "{body}");
+    }
+}

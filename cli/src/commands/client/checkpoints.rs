@@ -1,4 +1,5 @@
-//! `verity checkpoints download`: a checkpoint's files, checked against its manifest.
+//! `verity checkpoints download`: a checkpoint's files, checked against its manifest;
+//! `verity checkpoints export`: a checkpoint as a GGUF file for llama.cpp and Ollama.
 
 use super::{byte_bar, field, Client, ClientArgs};
 use anyhow::{anyhow, bail, Context};
@@ -40,6 +41,25 @@ pub enum CheckpointsCommand {
         #[arg(long = "with-trainer-state")]
         with_trainer_state: bool,
     },
+    /// Export a job's checkpoint (the latest unless --step) as a GGUF file for llama.cpp, Ollama
+    /// or LM Studio (a LoRA adapter merged into its base first), with an Ollama Modelfile
+    /// beside it (`FILE.Modelfile`).
+    Export {
+        /// Job id.
+        job: String,
+        /// Training step of the checkpoint.
+        #[arg(long)]
+        step: Option<i64>,
+        /// File format (only `gguf`).
+        #[arg(long, default_value = "gguf", value_parser = ["gguf"])]
+        format: String,
+        /// Precision: `f16`, `q8_0` or `q4_k_m` (llama-quantize's mix).
+        #[arg(long, alias = "quantization", default_value = "q8_0")]
+        quant: String,
+        /// Output file (default `JOB-step-N.QUANT.gguf` here).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Runs a checkpoint command.
@@ -56,7 +76,79 @@ pub async fn run(args: &CheckpointsArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        CheckpointsCommand::Export { job, step, format: _, quant, out } => {
+            let (gguf, modelfile) =
+                export(&client, job, *step, quant, out.as_deref(), true).await?;
+            println!("wrote {} and {}", gguf.display(), modelfile.display());
+            println!("  llama.cpp: llama-cli -m {} -cnv", gguf.display());
+            println!("  Ollama:    ollama create my-model -f {}", modelfile.display());
+            Ok(())
+        }
     }
+}
+
+/// Downloads the GGUF export of `job`'s checkpoint at `step` (latest when `None`) in `quant` to
+/// `out` (default `JOB-step-N.QUANT.gguf`), and its Ollama Modelfile beside it (`FROM` naming
+/// that file); returns both paths. The server builds the export on the first request.
+pub async fn export(
+    client: &Client,
+    job: &str,
+    step: Option<i64>,
+    quant: &str,
+    out: Option<&Path>,
+    progress: bool,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let checkpoint = find(client, job, step).await?;
+    let id = field(&checkpoint, "id").to_string();
+    let step = checkpoint["step_number"].as_i64().unwrap_or_default();
+    let gguf = out.map_or_else(
+        || PathBuf::from(format!("{job}-step-{step}.{quant}.gguf")),
+        Path::to_path_buf,
+    );
+    let url = format!("/v1/fine_tuning/jobs/{job}/checkpoints/{id}/gguf");
+    let spinner = if progress {
+        byte_bar(None, &format!("exporting {id} as {quant} (the server builds it once)"))
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    spinner.enable_steady_tick(std::time::Duration::from_millis(250));
+    let request = client.request(reqwest::Method::GET, &url).query(&[("quantization", quant)]);
+    let response = client.send(request).await?;
+    spinner.finish_and_clear();
+    let bar = if progress {
+        byte_bar(response.content_length(), &format!("downloading {}", gguf.display()))
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut part = gguf.clone().into_os_string();
+    part.push(".part");
+    let part = PathBuf::from(part);
+    let mut file = tokio::fs::File::create(&part)
+        .await
+        .with_context(|| format!("creating {}", part.display()))?;
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("downloading the GGUF file")?;
+        file.write_all(&chunk).await.with_context(|| format!("writing {}", part.display()))?;
+        bar.inc(chunk.len() as u64);
+    }
+    file.flush().await?;
+    drop(file);
+    bar.finish_and_clear();
+    tokio::fs::rename(&part, &gguf)
+        .await
+        .with_context(|| format!("moving {} into place", gguf.display()))?;
+    let request = client
+        .request(reqwest::Method::GET, &url)
+        .query(&[("quantization", quant), ("file", "modelfile")]);
+    let text = client.send(request).await?.text().await.context("reading the Modelfile")?;
+    let name = gguf.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let body = text.split_once('\n').map_or("", |(_, rest)| rest);
+    let modelfile = gguf.with_extension("Modelfile");
+    tokio::fs::write(&modelfile, format!("FROM ./{name}\n{body}"))
+        .await
+        .with_context(|| format!("writing {}", modelfile.display()))?;
+    Ok((gguf, modelfile))
 }
 
 /// The checkpoint of `job` at `step` (latest when `None`).

@@ -27,7 +27,7 @@ use verity_core::storage::{read_manifest, validate_key, Manifest, ObjectStore, M
 /// Tar block size.
 const BLOCK: u64 = 512;
 /// Lifetime of presigned download URLs.
-const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
+pub(super) const PRESIGN_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -72,7 +72,7 @@ pub async fn list_checkpoints(
     Ok(Json(Page::from_fetched(items, limit, |c: &CheckpointObject| c.id.clone())))
 }
 
-async fn find_checkpoint(
+pub(super) async fn find_checkpoint(
     state: &AppState,
     principal: &Principal,
     job_id: &str,

@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod cache;
 pub mod checkpoints;
+pub mod gguf;
 pub mod metrics;
 pub mod metrics_doc;
 pub mod samples;
@@ -40,6 +41,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/fine_tuning/jobs/{job_id}/events", get(list_events))
         .merge(budget::router())
         .merge(checkpoints::router())
+        .merge(gguf::router())
         .merge(metrics::router())
         .merge(samples::router())
         .merge(warnings::router())

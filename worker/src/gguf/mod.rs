@@ -1,5 +1,12 @@
-//! Reading llama.cpp GGUF files: config, dequantised weights in HF layout, tokenizer and
-//! chat template from the metadata.
+//! llama.cpp GGUF files: reading one (config, dequantised weights in HF layout, tokenizer and
+//! chat template from the metadata) and writing one from a model ([`export`]).
+
+pub mod export;
+mod names;
+mod vocab;
+
+pub use export::{export_gguf, export_stack, modelfile, GgufExport, GgufQuant};
+pub use names::{gguf_name, hf_name};
 
 use crate::config::{Family, ModelConfig};
 use crate::error::{Result, WorkerError};
@@ -122,9 +129,9 @@ impl GgufFile {
             let q =
                 self.content.tensor(&mut f, name, device).map_err(|e| gguf_err(&self.path, e))?;
             let mut t = q.dequantize(device)?.to_dtype(DType::F32)?;
-            if unpermute && name.ends_with("attn_q.weight") {
+            if unpermute && name.contains(".attn_q.") {
                 t = unpermute_rows(&t, cfg.num_attention_heads)?;
-            } else if unpermute && name.ends_with("attn_k.weight") {
+            } else if unpermute && name.contains(".attn_k.") {
                 t = unpermute_rows(&t, cfg.num_key_value_heads)?;
             }
             map.insert(hf, t)?;
@@ -183,43 +190,17 @@ fn value_u32(v: &Value) -> Option<u32> {
     })
 }
 
-/// Maps a llama.cpp tensor name to its HF name.
-pub fn hf_name(gguf: &str) -> Option<String> {
-    match gguf {
-        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
-        "output_norm.weight" => return Some("model.norm.weight".into()),
-        "output.weight" => return Some("lm_head.weight".into()),
-        _ => {}
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, kind) = rest.rsplit_once('.')?;
-    let hf_module = match module {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{hf_module}.{kind}"))
-}
-
-/// Undoes llama.cpp's q/k row permutation: rows `(heads, 2, d/2)` back to `(heads, d/2, 2)`.
+/// Undoes llama.cpp's q/k row permutation: rows `(heads, 2, d/2)` back to `(heads, d/2, 2)`
+/// (a weight's rows, or a bias's entries).
 pub fn unpermute_rows(w: &Tensor, heads: usize) -> Result<Tensor> {
-    let (rows, cols) = w.dims2()?;
-    let half = rows / heads / 2;
+    let dims = w.dims().to_vec();
+    let rows = dims.first().copied().unwrap_or(0);
+    let cols = w.elem_count() / rows.max(1);
+    let half = rows / heads.max(1) / 2;
     if heads == 0 || half * heads * 2 != rows {
         return Err(WorkerError::Model(format!(
             "cannot un-permute {rows} rows into {heads} heads"
         )));
     }
-    Ok(w.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))?)
+    Ok(w.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape(dims)?)
 }
