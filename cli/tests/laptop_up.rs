@@ -320,6 +320,18 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
         !no_step.status.success()
             && String::from_utf8_lossy(&no_step.stderr).contains("no checkpoint at step 3")
     );
+    // A GGUF export asks the server; this tiny model's word-level tokenizer has no llama.cpp
+    // counterpart, which the command says, leaving no file (SmolLM2's: gguf_export_api.rs).
+    let gguf = work.path().join("tiny.gguf");
+    let refused = cli(
+        &up,
+        &data,
+        &["checkpoints", "export", &job, "--quant", "f16", "--out", gguf.to_str().unwrap()],
+    )
+    .await;
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("byte-level BPE"), "{said}");
+    assert!(!gguf.exists() && !work.path().join("tiny.gguf.part").exists());
 
     // A second, long job: pause, resume, cancel; watch exits non-zero for a cancelled job.
     let long = write(work.path(), "long.json", &method(100_000));

@@ -659,17 +659,7 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &embedding)]).await;
     let env = [("VERITY_EXAMPLES_EMBEDDING", if minilm.is_some() { "1" } else { "0" })];
     let store = LocalStore::open(server._dir.path(), None).await.unwrap();
-    verity_core::storage::publish_folder(&store, &smollm2, "models/smollm2").await.unwrap();
-    verity_core::models::insert_base_model(
-        &pool,
-        None,
-        "smollm2",
-        "models/smollm2",
-        "hf",
-        &serde_json::json!({}),
-    )
-    .await
-    .unwrap();
+    verity_core::testing::publish_base_model(&pool, &store, &smollm2, "smollm2").await;
     let mut jobs = Vec::new();
     for python in &pythons {
         let stdout = run_examples(python, &[], (&server, &key), "", &env).await;

@@ -51,6 +51,21 @@ pub async fn s3_test_store(what: &str, bucket_stem: &str, prefix: &str) -> Optio
     Some(store)
 }
 
+/// Publishes the model folder `dir` under `models/{name}` and registers it as a shared base
+/// model named `name`. Panics on failure.
+pub async fn publish_base_model(
+    pool: &PgPool,
+    store: &dyn ObjectStore,
+    dir: &std::path::Path,
+    name: &str,
+) {
+    let prefix = format!("models/{name}");
+    crate::storage::publish_folder(store, dir, &prefix).await.expect("publishing the model folder");
+    crate::models::insert_base_model(pool, None, name, &prefix, "hf", &serde_json::json!({}))
+        .await
+        .expect("registering the model");
+}
+
 /// Publishes and registers the shared base model `tiny`: a folder holding one empty
 /// `config.json`, enough for the API's model checks (nothing loads it). Panics on failure.
 pub async fn tiny_base_model(pool: &PgPool, store: &dyn ObjectStore) {

@@ -24,17 +24,8 @@ async fn a_lora_checkpoint_downloads_as_gguf_with_its_adapter_merged(pool: sqlx:
     let mut config = api_config();
     config.judge_cache_dir = cache.path().to_path_buf();
     let app = app_with(pool.clone(), config, |_| {}).await;
-    publish_folder(app.state.store.as_ref(), &base_dir, "models/smollm2").await.unwrap();
-    verity_core::models::insert_base_model(
-        &pool,
-        None,
-        "smollm2",
-        "models/smollm2",
-        "hf",
-        &json!({}),
-    )
-    .await
-    .unwrap();
+    verity_core::testing::publish_base_model(&pool, app.state.store.as_ref(), &base_dir, "smollm2")
+        .await;
     let key = user(&pool, "a@x.io", "acme", "member").await;
     let other = user(&pool, "b@y.io", "other", "member").await;
     let file = upload(&app.router, &key, "train.jsonl", DATASET).await.json();

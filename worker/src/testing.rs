@@ -84,6 +84,24 @@ pub fn chat_prompt_ids(lm: &crate::LoadedModel, user: &str) -> Result<Vec<u32>> 
     lm.tokenizer.encode(&text)
 }
 
+/// The greedy completion (token ids, at most `max_new_tokens`) of the prompt `ids`.
+pub fn greedy_ids(
+    lm: &crate::LoadedModel,
+    ids: Vec<u32>,
+    max_new_tokens: usize,
+) -> Result<Vec<u32>> {
+    let params = crate::SamplingParams { temperature: 0.0, max_new_tokens, ..Default::default() };
+    let out = crate::sample(
+        &lm.model,
+        &[ids],
+        &params,
+        &lm.tokenizer.eos_token_ids,
+        lm.tokenizer.pad_id(),
+        None,
+    )?;
+    Ok(out.into_iter().next().map(|c| c.token_ids).unwrap_or_default())
+}
+
 /// The SmolLM2 HF folder from `VERITY_TEST_MODEL_DIR`, or the default cache location made by
 /// `scripts/fetch-test-model.sh`; `None` (after a loud `SKIPPED:` line) when absent.
 pub fn smollm2_dir(test: &str) -> Option<PathBuf> {

@@ -6,8 +6,8 @@ use candle_core::Device;
 use serde_json::Value;
 use std::path::Path;
 use verity_worker::gguf::{export_gguf, modelfile, GgufQuant};
-use verity_worker::testing::{chat_prompt_ids, smollm2_dir};
-use verity_worker::{load_model, sample, LoadedModel, SamplingParams};
+use verity_worker::testing::{chat_prompt_ids, greedy_ids, smollm2_dir};
+use verity_worker::{load_model, LoadedModel};
 
 /// Ten prompts of the kind the demo trains on, plus a few of other shapes.
 const PROMPTS: [&str; 10] = [
@@ -24,18 +24,7 @@ const PROMPTS: [&str; 10] = [
 ];
 
 fn greedy(lm: &LoadedModel, prompt: &str, tokens: usize) -> Vec<u32> {
-    let ids = chat_prompt_ids(lm, prompt).unwrap();
-    let params = SamplingParams { temperature: 0.0, max_new_tokens: tokens, ..Default::default() };
-    let out = sample(
-        &lm.model,
-        &[ids],
-        &params,
-        &lm.tokenizer.eos_token_ids,
-        lm.tokenizer.pad_id(),
-        None,
-    )
-    .unwrap();
-    out[0].token_ids.clone()
+    greedy_ids(lm, chat_prompt_ids(lm, prompt).unwrap(), tokens).unwrap()
 }
 
 /// Runs llama.cpp's `gguf` package over the export; `None` (loudly) without it.
@@ -59,12 +48,32 @@ fn smollm2_exports_to_gguf_that_reads_back_and_answers_the_same() {
     let original = load_model(&dir, &Device::Cpu).unwrap();
     let answers: Vec<Vec<u32>> = PROMPTS.iter().map(|p| greedy(&original, p, 16)).collect();
     let tmp = tempfile::tempdir().unwrap();
+    // VERITY_GGUF_DUMP=DIR keeps the exports and the f32 answers there for llama.cpp itself
+    // (bench/peers/llamacpp_gguf_check.py compares its greedy answers with these).
+    let dump = std::env::var_os("VERITY_GGUF_DUMP").map(std::path::PathBuf::from);
+    if let Some(dump) = &dump {
+        std::fs::create_dir_all(dump).unwrap();
+        let rows: Vec<Value> = PROMPTS
+            .iter()
+            .zip(&answers)
+            .map(|(p, a)| {
+                let ids = chat_prompt_ids(&original, p).unwrap();
+                serde_json::json!({"prompt": p, "prompt_ids": ids, "f32_answer_ids": a})
+            })
+            .collect();
+        let eos = &original.tokenizer.eos_token_ids;
+        let doc = serde_json::json!({"eos_token_ids": eos, "prompts": rows});
+        std::fs::write(dump.join("answers.json"), doc.to_string()).unwrap();
+    }
     let mut answers_checked = Vec::new();
     for quant in GgufQuant::ALL {
         let path = tmp.path().join(format!("smollm2.{quant}.gguf"));
         let written = export_gguf(&original, "smollm2", quant, &path).unwrap();
         assert_eq!(written.bytes, std::fs::metadata(&path).unwrap().len());
         assert!(!tmp.path().join(format!("smollm2.{quant}.gguf.partial")).exists());
+        if let Some(dump) = &dump {
+            std::fs::copy(&path, dump.join(path.file_name().unwrap())).unwrap();
+        }
 
         // Verity's own GGUF reader gets the same model, tokenizer and chat template back.
         let back = load_model(&path, &Device::Cpu).unwrap();

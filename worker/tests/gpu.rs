@@ -2,7 +2,7 @@
 //! `scripts/gpu-check.sh`); on the CPU it is the same check through the device code path.
 
 use verity_worker::testing::{smollm2_dir, tiny_model};
-use verity_worker::{parse_device, sample, Family, SamplingParams};
+use verity_worker::{parse_device, Family};
 
 fn device() -> candle_core::Device {
     let spec = std::env::var("VERITY_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
@@ -71,16 +71,9 @@ fn smollm2_greedy_on_the_device() {
     let ids =
         verity_worker::testing::chat_prompt_ids(&lm, "What is 7 + 5? Answer with just the number.")
             .unwrap();
-    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, ..Default::default() };
-    let out = sample(
-        &lm.model,
-        &[ids],
-        &params,
-        &lm.tokenizer.eos_token_ids,
-        lm.tokenizer.pad_id(),
-        None,
-    )
-    .unwrap();
-    let answer = lm.tokenizer.decode(&out[0].token_ids, true).unwrap();
+    let answer = lm
+        .tokenizer
+        .decode(&verity_worker::testing::greedy_ids(&lm, ids, 8).unwrap(), true)
+        .unwrap();
     assert!(answer.contains("12"), "{answer:?}");
 }

@@ -1,7 +1,7 @@
 //! Tests on the real SmolLM2-135M-Instruct (skipped loudly when the fixture is absent).
 
 use candle_core::Device;
-use verity_worker::testing::{smollm2_dir, smollm2_gguf};
+use verity_worker::testing::{greedy_ids, smollm2_dir, smollm2_gguf};
 use verity_worker::{load_model, sample, ChatMessage, SamplingParams};
 
 #[test]
@@ -19,17 +19,7 @@ fn greedy_answers_seven_plus_five() {
         .unwrap();
     assert!(text.ends_with("<|im_start|>assistant\n"), "{text:?}");
     let ids = lm.tokenizer.encode(&text).unwrap();
-    let params = SamplingParams { temperature: 0.0, max_new_tokens: 8, ..Default::default() };
-    let out = sample(
-        &lm.model,
-        &[ids],
-        &params,
-        &lm.tokenizer.eos_token_ids,
-        lm.tokenizer.pad_id(),
-        None,
-    )
-    .unwrap();
-    let answer = lm.tokenizer.decode(&out[0].token_ids, true).unwrap();
+    let answer = lm.tokenizer.decode(&greedy_ids(&lm, ids, 8).unwrap(), true).unwrap();
     eprintln!("greedy answer: {answer:?}");
     // The dequantised model answers "7 + 5 = 12": the answer must end with the number 12.
     let last_number: String = answer

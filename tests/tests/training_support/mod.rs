@@ -63,11 +63,7 @@ pub async fn new_org(pool: &PgPool) -> uuid::Uuid {
 
 /// Publishes the SmolLM2 folder `model_dir` to `store` and registers it as the base `smollm2`.
 pub async fn publish_smollm2(pool: &PgPool, store: &dyn ObjectStore, model_dir: &Path) {
-    publish_folder(store, model_dir, "models/smollm2").await.unwrap();
-    sqlx::query("INSERT INTO models (id, kind, storage_prefix, format) VALUES ('smollm2', 'base', 'models/smollm2', 'hf')")
-        .execute(pool)
-        .await
-        .unwrap();
+    verity_core::testing::publish_base_model(pool, store, model_dir, "smollm2").await;
 }
 
 /// Creates an org and enqueues a job with `method`; returns its id.

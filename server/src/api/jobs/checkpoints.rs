@@ -132,6 +132,16 @@ pub struct ContentQuery {
     pub include: Option<String>,
 }
 
+/// The `redirect` query parameter of a download: `1`/`true` (answer 302 to a presigned URL),
+/// absent or `0`/`false` (stream); anything else is a 400 naming it.
+pub(super) fn wants_redirect(value: Option<&str>) -> ApiResult<bool> {
+    match value {
+        None | Some("0") | Some("false") => Ok(false),
+        Some("1") | Some("true") => Ok(true),
+        Some(_) => Err(ApiError::invalid("redirect", "use 1 or true")),
+    }
+}
+
 /// Whether a checkpoint file is the optimizer state (left out of weights-only downloads).
 pub fn is_trainer_state(path: &str) -> bool {
     path == verity_worker::checkpoint::TRAINER_STATE
@@ -148,11 +158,7 @@ pub async fn checkpoint_content(
     Path((job_id, checkpoint_id)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<ContentQuery>,
 ) -> ApiResult<Response> {
-    let redirect = match query.redirect.as_deref() {
-        None | Some("0") | Some("false") => false,
-        Some("1") | Some("true") => true,
-        Some(_) => return Err(ApiError::invalid("redirect", "use 1 or true")),
-    };
+    let redirect = wants_redirect(query.redirect.as_deref())?;
     let with_trainer_state = match query.include.as_deref() {
         None | Some("") => false,
         Some("trainer_state") => true,

@@ -4,7 +4,7 @@
 //! `Modelfile` beside it. Exports run one at a time per API process, on a blocking thread, so
 //! that at most one model is held in memory for them.
 
-use super::checkpoints::{find_checkpoint, PRESIGN_TTL};
+use super::checkpoints::{find_checkpoint, wants_redirect, PRESIGN_TTL};
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiQuery;
@@ -82,11 +82,7 @@ pub async fn checkpoint_gguf(
         Some("modelfile") => true,
         Some(_) => return Err(ApiError::invalid("file", "use gguf or modelfile")),
     };
-    let redirect = match query.redirect.as_deref() {
-        None | Some("0") | Some("false") => false,
-        Some("1") | Some("true") => true,
-        Some(_) => return Err(ApiError::invalid("redirect", "use 1 or true")),
-    };
+    let redirect = wants_redirect(query.redirect.as_deref())?;
     let (checkpoint, job_model) =
         find_checkpoint(&state, &principal, &job_id, &checkpoint_id).await?;
     let stem = format!("{job_id}-step-{}.{quant}", checkpoint.step);
