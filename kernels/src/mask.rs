@@ -46,9 +46,42 @@ pub fn attention_mask_hiding(
     Tensor::from_vec(m, (first_valid.len(), tq, tk), device)
 }
 
+/// `mask` `(batch, tq, tk)`, whose queries are the last `tq` of the `tk` keys, with every key
+/// `window` or more positions before its query hidden too (sliding-window attention: a query
+/// sees itself and the `window - 1` keys before it). Unchanged when no query reaches that far.
+pub fn sliding_window(mask: &Tensor, window: usize) -> Result<Tensor> {
+    let (_, tq, tk) = mask.dims3()?;
+    if tk <= window {
+        return Ok(mask.clone());
+    }
+    let past = tk - tq;
+    let band: Vec<f32> = (0..tq * tk)
+        .map(|n| {
+            let (q, key) = (past + n / tk, n % tk);
+            if q >= key + window {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    mask.broadcast_add(&Tensor::from_vec(band, (1, tq, tk), mask.device())?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sliding_window_hides_keys_that_far_back() {
+        let inf = f32::NEG_INFINITY;
+        let causal = attention_mask(&[0], 2, 2, &Device::Cpu).unwrap();
+        let m: Vec<Vec<Vec<f32>>> = sliding_window(&causal, 2).unwrap().to_vec3().unwrap();
+        assert_eq!(m[0][0], [inf, 0.0, 0.0, inf], "query 2 sees keys 1 and 2");
+        assert_eq!(m[0][1], [inf, inf, 0.0, 0.0], "query 3 sees keys 2 and 3");
+        let wide = sliding_window(&causal, 4).unwrap();
+        assert_eq!(wide.to_vec3::<f32>().unwrap(), causal.to_vec3::<f32>().unwrap());
+    }
 
     #[test]
     fn masks_hide_pads_and_the_future() {

@@ -7,7 +7,9 @@ use crate::weights::random_weights;
 use candle_core::{Device, Tensor};
 use std::path::PathBuf;
 
-/// A tiny config of the given family (2 layers, vocab 64, GQA 4:2 heads).
+/// A tiny config of the given family (2 layers, vocab 64, GQA 4:2 heads; SmolLM3's second
+/// layer without RoPE, Mistral's window 4 tokens wide, Gemma 3's first layer local with that
+/// window and its own RoPE base, the second global).
 pub fn tiny_config(family: Family) -> ModelConfig {
     ModelConfig {
         family,
@@ -24,7 +26,13 @@ pub fn tiny_config(family: Family) -> ModelConfig {
         max_position_embeddings: 256,
         tie_word_embeddings: family != Family::Qwen3,
         attention_bias: family == Family::Qwen2,
+        nope_layers: if family == Family::SmolLM3 { vec![1] } else { vec![] },
+        sliding_window: matches!(family, Family::Mistral | Family::Gemma3).then_some(4),
+        full_attention_layers: if family == Family::Gemma3 { vec![1] } else { vec![] },
+        local_rope_theta: (family == Family::Gemma3).then_some(1_000.0),
+        query_pre_attn_scalar: (family == Family::Gemma3).then_some(16),
         bos_token_id: Some(1),
+        pad_token_id: None,
         eos_token_ids: vec![2],
         torch_dtype: "float32".into(),
     }

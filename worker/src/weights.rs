@@ -1,7 +1,7 @@
 //! Named weight maps: loading HF safetensors folders (single or sharded) and saving them back
 //! with their original names and dtypes.
 
-use crate::config::{Family, ModelConfig};
+use crate::config::{ModelConfig, QkNorm};
 use crate::error::{read_json, Result, WorkerError};
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -177,8 +177,11 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
     add("model.embed_tokens.weight".into(), &[v, d], 0.5, 0.0)?;
     for i in 0..config.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        add(format!("{p}.input_layernorm.weight"), &[d], 0.2, 1.0)?;
-        add(format!("{p}.post_attention_layernorm.weight"), &[d], 0.2, 1.0)?;
+        // Norm weights near their identity: 1, or 0 where the family stores `w` for `1 + w`.
+        let one = if config.family.norm_weight_is_offset() { 0.0 } else { 1.0 };
+        for name in config.family.layer_norms().into_array().into_iter().flatten() {
+            add(format!("{p}.{name}.weight"), &[d], 0.2, one)?;
+        }
         for (name, o, inp) in [
             ("self_attn.q_proj", qd, d),
             ("self_attn.k_proj", kd, d),
@@ -195,12 +198,18 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
                 add(format!("{p}.self_attn.{name}.bias"), &[o], 0.1, 0.0)?;
             }
         }
-        if config.family == Family::Qwen3 {
-            add(format!("{p}.self_attn.q_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
-            add(format!("{p}.self_attn.k_norm.weight"), &[config.head_dim], 0.2, 1.0)?;
+        let (qn, kn) = match config.family.qk_norm() {
+            QkNorm::None => (0, 0),
+            QkNorm::PerHead => (config.head_dim, config.head_dim),
+            QkNorm::Projection => (qd, kd),
+        };
+        if qn > 0 {
+            add(format!("{p}.self_attn.q_norm.weight"), &[qn], 0.2, one)?;
+            add(format!("{p}.self_attn.k_norm.weight"), &[kn], 0.2, one)?;
         }
     }
-    add("model.norm.weight".into(), &[d], 0.2, 1.0)?;
+    let one = if config.family.norm_weight_is_offset() { 0.0 } else { 1.0 };
+    add("model.norm.weight".into(), &[d], 0.2, one)?;
     if !config.tie_word_embeddings {
         add("lm_head.weight".into(), &[v, d], 0.5, 0.0)?;
     }

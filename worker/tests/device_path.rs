@@ -27,7 +27,7 @@ fn device_model(family: Family, seed: u64) -> Transformer {
     model
 }
 
-const FAMILIES: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
+const FAMILIES: [Family; 7] = Family::ALL;
 
 fn batch() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (

@@ -87,7 +87,7 @@ fn bf16_weights_load_as_f32_and_save_back_as_bf16() {
 
 #[test]
 fn config_json_round_trips_and_bad_configs_are_errors() {
-    for family in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+    for family in Family::ALL {
         let cfg = tiny_config(family);
         let back = ModelConfig::from_hf_json(&cfg.to_hf_json().to_string()).unwrap();
         assert_eq!(back, cfg);
@@ -109,6 +109,79 @@ fn config_json_round_trips_and_bad_configs_are_errors() {
     assert!(ModelConfig::from_hf_json(&v.to_string()).is_err());
     assert!(verity_worker::load_model(std::path::Path::new("/nonexistent/model"), &Device::Cpu)
         .is_err());
+}
+
+#[test]
+fn config_options_verity_does_not_implement_are_refused_by_name() {
+    let refused = |family: Family, field: &str, value: serde_json::Value| {
+        let mut v = tiny_config(family).to_hf_json();
+        v[field] = value;
+        let err = ModelConfig::from_hf_json(&v.to_string()).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{field}`")), "{family:?} {field}: {err}");
+    };
+    refused(Family::Llama, "mlp_bias", true.into());
+    refused(Family::Llama, "partial_rotary_factor", 0.75.into());
+    refused(Family::Qwen2, "use_sliding_window", true.into());
+    refused(
+        Family::Qwen3,
+        "layer_types",
+        serde_json::json!(["sliding_attention", "full_attention"]),
+    );
+    refused(Family::SmolLM3, "no_rope_layers", serde_json::json!([1, 1, 0]));
+    refused(Family::Mistral, "sliding_window", 0.into());
+    // What transformers writes for options left off is accepted.
+    let mut qwen = tiny_config(Family::Qwen2).to_hf_json();
+    qwen["use_sliding_window"] = false.into();
+    qwen["sliding_window"] = 4096.into();
+    qwen["layer_types"] = serde_json::json!(["full_attention", "full_attention"]);
+    let qwen = ModelConfig::from_hf_json(&qwen.to_string()).unwrap();
+    assert_eq!(qwen.sliding_window, None, "Qwen2 ignores its window unless use_sliding_window");
+    // SmolLM3 without an explicit list: transformers' default, every fourth layer without RoPE.
+    let mut smol = tiny_config(Family::SmolLM3).to_hf_json();
+    smol["num_hidden_layers"] = 8.into();
+    smol.as_object_mut().unwrap().remove("no_rope_layers");
+    assert_eq!(ModelConfig::from_hf_json(&smol.to_string()).unwrap().nope_layers, [3, 7]);
+}
+
+#[test]
+fn gemma_3_1b_config_as_the_hub_serves_it_reads_its_layer_kinds() {
+    // google/gemma-3-1b-it's config.json (transformers 4.50 layout: no layer_types, the local
+    // RoPE base as rope_local_base_freq).
+    let cfg = ModelConfig::from_hf_json(
+        r#"{"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+        "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2,
+        "cache_implementation": "hybrid", "eos_token_id": [1, 106],
+        "final_logit_softcapping": null, "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+        "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+        "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26,
+        "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+        "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+        "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": true,
+        "vocab_size": 262144}"#,
+    )
+    .unwrap();
+    assert_eq!(cfg.family, Family::Gemma3);
+    assert_eq!(cfg.full_attention_layers, [5, 11, 17, 23]);
+    assert_eq!((cfg.layer_window(0), cfg.layer_window(5)), (Some(512), None));
+    assert_eq!((cfg.rope_theta, cfg.local_rope_theta), (1e6, Some(1e4)));
+    assert_eq!(cfg.eos_token_ids, [1, 106]);
+    assert_eq!(cfg.attention_scale(), 1.0 / 16.0);
+    let back = ModelConfig::from_hf_json(&cfg.to_hf_json().to_string()).unwrap();
+    assert_eq!(back, cfg);
+    let mut capped = cfg.to_hf_json();
+    capped["final_logit_softcapping"] = 30.0.into();
+    let err = ModelConfig::from_hf_json(&capped.to_string()).unwrap_err().to_string();
+    assert!(err.contains("`final_logit_softcapping`"), "{err}");
+    let mut silu = cfg.to_hf_json();
+    silu["hidden_activation"] = "silu".into();
+    let err = ModelConfig::from_hf_json(&silu.to_string()).unwrap_err().to_string();
+    assert!(err.contains("`hidden_activation`"), "{err}");
+    let mut multimodal = cfg.to_hf_json();
+    multimodal["model_type"] = "gemma3".into();
+    let multimodal = ModelConfig::from_hf_json(&multimodal.to_string()).unwrap_err();
+    assert!(multimodal.to_string().contains("gemma3_text"), "{multimodal}");
 }
 
 #[test]

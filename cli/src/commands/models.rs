@@ -255,7 +255,7 @@ pub async fn import_model(
             .context("publishing the model")?;
     }
     let config = serde_json::json!({
-        "family": format!("{:?}", loaded.family).to_lowercase(),
+        "family": loaded.family.model_type(),
         "layers": loaded.num_hidden_layers,
         "hidden_size": loaded.hidden_size,
         "vocab_size": loaded.vocab_size,

@@ -92,12 +92,24 @@ pub struct GgufExport {
     pub types: BTreeMap<String, usize>,
 }
 
-/// llama.cpp's architecture name of a family (`general.architecture`).
-fn architecture(family: Family) -> &'static str {
-    match family {
-        Family::Llama => "llama",
-        Family::Qwen2 => "qwen2",
-        Family::Qwen3 => "qwen3",
+/// llama.cpp's architecture name of a model (`general.architecture`); the families and options
+/// the export does not write yet are refused.
+fn architecture(config: &ModelConfig) -> Result<&'static str> {
+    match config.family {
+        Family::Llama => Ok("llama"),
+        // llama.cpp runs Mistral as `llama`; a sliding window has no key there to say so.
+        Family::Mistral if config.sliding_window.is_none() => Ok("llama"),
+        Family::Qwen2 => Ok("qwen2"),
+        Family::Qwen3 => Ok("qwen3"),
+        Family::Mistral => Err(WorkerError::InvalidArgument(
+            "GGUF export of a Mistral model with a sliding window is not supported".into(),
+        )),
+        Family::Olmo2 | Family::SmolLM3 | Family::Gemma3 => {
+            Err(WorkerError::InvalidArgument(format!(
+                "GGUF export of the {} family is not supported yet (llama, mistral, qwen2, qwen3)",
+                config.family.model_type()
+            )))
+        }
     }
 }
 
@@ -110,7 +122,7 @@ pub fn export_gguf(
     out: &Path,
 ) -> Result<GgufExport> {
     let config = &loaded.model.config;
-    let mut metadata = model_metadata(config, name, quant);
+    let mut metadata = model_metadata(config, name, quant)?;
     metadata.extend(tokenizer_metadata(&loaded.tokenizer, config.vocab_size)?);
     let tensors = gguf_tensors(loaded.model.export_weights()?, config, quant)?;
     let mut types = BTreeMap::new();
@@ -153,8 +165,12 @@ pub fn export_stack(
 }
 
 /// The `general.*` and `{arch}.*` metadata of `config`.
-fn model_metadata(config: &ModelConfig, name: &str, quant: GgufQuant) -> Vec<(String, Value)> {
-    let arch = architecture(config.family);
+fn model_metadata(
+    config: &ModelConfig,
+    name: &str,
+    quant: GgufQuant,
+) -> Result<Vec<(String, Value)>> {
+    let arch = architecture(config)?;
     let u32_of = |n: usize| Value::U32(n as u32);
     let mut meta = vec![
         ("general.architecture".to_string(), Value::String(arch.into())),
@@ -178,7 +194,7 @@ fn model_metadata(config: &ModelConfig, name: &str, quant: GgufQuant) -> Vec<(St
     ] {
         meta.push((format!("{arch}.{key}"), value));
     }
-    meta
+    Ok(meta)
 }
 
 /// The weights under llama.cpp's names and types: Llama's q/k rows permuted into llama.cpp's
@@ -195,7 +211,7 @@ fn gguf_tensors(
             WorkerError::Model(format!("weight `{hf}` has no llama.cpp counterpart"))
         })?;
         let mut tensor = tensor.to_dtype(DType::F32)?;
-        if config.family == Family::Llama {
+        if architecture(config)? == "llama" {
             if name.starts_with("blk.") && name.contains(".attn_q.") {
                 tensor = permute_rows(&tensor, config.num_attention_heads)?;
             } else if name.starts_with("blk.") && name.contains(".attn_k.") {
@@ -329,6 +345,20 @@ pub fn modelfile(gguf_file: &str, tokenizer: &ChatTokenizer) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_llama_cpp_would_misread_are_refused() {
+        let arch = |family: Family| architecture(&crate::testing::tiny_config(family));
+        assert_eq!(arch(Family::Llama).unwrap(), "llama");
+        assert_eq!(arch(Family::Qwen3).unwrap(), "qwen3");
+        let mut no_window = crate::testing::tiny_config(Family::Mistral);
+        no_window.sliding_window = None;
+        assert_eq!(architecture(&no_window).unwrap(), "llama");
+        for family in [Family::Mistral, Family::Olmo2, Family::SmolLM3, Family::Gemma3] {
+            let err = arch(family).unwrap_err();
+            assert!(matches!(err, WorkerError::InvalidArgument(_)), "{family:?}: {err}");
+        }
+    }
 
     #[test]
     fn q4_k_m_follows_llama_quantize() {

@@ -68,7 +68,17 @@ impl GgufFile {
     /// The model configuration implied by the metadata.
     pub fn config(&self) -> Result<ModelConfig> {
         let arch = self.architecture()?.to_string();
-        let family = Family::from_model_type(&arch)?;
+        let family = match arch.as_str() {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            other => {
+                return Err(gguf_err(
+                    &self.path,
+                    format!("architecture `{other}` is not read from GGUF (llama, qwen2, qwen3)"),
+                ))
+            }
+        };
         let k = |s: &str| format!("{arch}.{s}");
         let hidden = self.meta_u32(&k("embedding_length"))? as usize;
         let heads = self.meta_u32(&k("attention.head_count"))? as usize;
@@ -106,7 +116,13 @@ impl GgufFile {
                 .unwrap_or(4096),
             tie_word_embeddings: tied,
             attention_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+            nope_layers: Vec::new(),
+            sliding_window: None,
+            full_attention_layers: Vec::new(),
+            local_rope_theta: None,
+            query_pre_attn_scalar: None,
             bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
+            pad_token_id: self.meta_u32("tokenizer.ggml.padding_token_id").ok(),
             eos_token_ids: self.meta_u32("tokenizer.ggml.eos_token_id").ok().into_iter().collect(),
             torch_dtype: "float32".into(),
         })

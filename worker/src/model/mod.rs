@@ -1,4 +1,4 @@
-//! The decoder-only transformer (Llama / Qwen2 / Qwen3): one forward used for training (with
+//! The decoder-only transformer (Llama, Mistral, Qwen2, Qwen3, OLMo 2, SmolLM3): one forward used for training (with
 //! gradients), no-grad scoring and KV-cached sampling.
 
 pub mod compact;
@@ -9,7 +9,7 @@ pub mod lora;
 pub mod prompt_groups;
 pub mod tape;
 
-use crate::config::{Family, ModelConfig};
+use crate::config::{LayerNorms, ModelConfig, QkNorm};
 use crate::error::{Result, WorkerError};
 use crate::weights::WeightMap;
 use candle_core::{DType, Device, Tensor, Var};
@@ -49,8 +49,12 @@ struct Linear {
 
 #[derive(Clone)]
 struct Layer {
-    input_norm: Var,
-    post_norm: Var,
+    /// The RMS norms around the attention and the MLP (which exist depends on the family).
+    norms: LayerNorms<Option<Var>>,
+    /// Whether the layer rotates queries and keys (SmolLM3's NoPE layers do not).
+    rope: bool,
+    /// Whether the layer attends through the model's sliding window (its local layers).
+    windowed: bool,
     q: Linear,
     k: Linear,
     v: Linear,
@@ -81,6 +85,26 @@ pub struct CompletionLogprobs {
     pub mask: Tensor,
 }
 
+/// The rotary tables and attention mask a layer reads for one stretch of rows.
+type RopeAndMask = ((Tensor, Tensor), Tensor);
+
+/// [`RopeAndMask`] of the global layers, and of the sliding-window layers where there are any.
+struct LayerInputs {
+    global: RopeAndMask,
+    local: Option<RopeAndMask>,
+}
+
+impl LayerInputs {
+    /// The tables and mask `layer` reads.
+    fn of(&self, layer: &Layer) -> (&(Tensor, Tensor), &Tensor) {
+        let (rope, mask) = match &self.local {
+            Some(local) if layer.windowed => local,
+            _ => &self.global,
+        };
+        (rope, mask)
+    }
+}
+
 /// A loaded transformer whose parameters are candle `Var`s.
 pub struct Transformer {
     /// Architecture hyper-parameters.
@@ -95,6 +119,8 @@ pub struct Transformer {
     lora_dropout_rng: std::sync::Mutex<rand::rngs::StdRng>,
     dtypes: BTreeMap<String, DType>,
     rotary: Rotary,
+    /// RoPE of the sliding-window layers where their base differs (Gemma 3).
+    local_rotary: Option<Rotary>,
     kernels: Kernels,
     compute_dtype: DType,
     device: Device,
@@ -128,13 +154,24 @@ impl Transformer {
             )));
         }
         let bias = config.attention_bias;
-        let qk_norm = config.family == Family::Qwen3;
+        let qk_norm = config.family.qk_norm() != QkNorm::None;
+        let norm_names = config.family.layer_norms();
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("model.layers.{i}");
+            let mut norm = |name: Option<&str>| -> Result<Option<Var>> {
+                name.map(|n| var(&mut map, &format!("{p}.{n}.weight"))).transpose()
+            };
+            let norms = LayerNorms {
+                attn_in: norm(norm_names.attn_in)?,
+                attn_out: norm(norm_names.attn_out)?,
+                mlp_in: norm(norm_names.mlp_in)?,
+                mlp_out: norm(norm_names.mlp_out)?,
+            };
             layers.push(Layer {
-                input_norm: var(&mut map, &format!("{p}.input_layernorm.weight"))?,
-                post_norm: var(&mut map, &format!("{p}.post_attention_layernorm.weight"))?,
+                norms,
+                rope: config.layer_uses_rope(i),
+                windowed: config.layer_window(i).is_some(),
                 q: linear(&mut map, format!("{p}.self_attn.q_proj"), bias)?,
                 k: linear(&mut map, format!("{p}.self_attn.k_proj"), bias)?,
                 v: linear(&mut map, format!("{p}.self_attn.v_proj"), bias)?,
@@ -168,6 +205,7 @@ impl Transformer {
         }
         Ok(Self {
             rotary: Rotary::new(config.head_dim, config.rope_theta, config.rope_scaling),
+            local_rotary: config.local_rope_theta.map(|t| Rotary::new(config.head_dim, t, None)),
             config,
             embed,
             layers,
@@ -199,6 +237,7 @@ impl Transformer {
             lora_dropout_rng: std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(0)),
             dtypes: self.dtypes.clone(),
             rotary: self.rotary.clone(),
+            local_rotary: self.local_rotary.clone(),
             kernels: self.kernels,
             compute_dtype: self.compute_dtype,
             device: self.device.clone(),
@@ -215,8 +254,10 @@ impl Transformer {
             copy.norm = deep_copy(&self.norm)?;
             copy.lm_head = self.lm_head.as_ref().map(deep_copy).transpose()?;
             for layer in &mut copy.layers {
-                for v in [&mut layer.input_norm, &mut layer.post_norm]
+                let LayerNorms { attn_in, attn_out, mlp_in, mlp_out } = &mut layer.norms;
+                for v in [attn_in, attn_out, mlp_in, mlp_out]
                     .into_iter()
+                    .flat_map(Option::as_mut)
                     .chain(layer.q_norm.as_mut())
                     .chain(layer.k_norm.as_mut())
                 {
@@ -361,8 +402,12 @@ impl Transformer {
         let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            out.push((format!("{p}.input_layernorm.weight"), l.input_norm.clone()));
-            out.push((format!("{p}.post_attention_layernorm.weight"), l.post_norm.clone()));
+            let names = self.config.family.layer_norms().into_array();
+            for (name, norm) in names.into_iter().zip(l.norms.clone().into_array()) {
+                if let (Some(name), Some(norm)) = (name, norm) {
+                    out.push((format!("{p}.{name}.weight"), norm));
+                }
+            }
             for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
                 out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
                 if let Some(b) = &lin.bias {
@@ -430,7 +475,10 @@ impl Transformer {
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Var, track: bool) -> Result<Tensor> {
-        let w = self.get(w, track);
+        let mut w = self.get(w, track);
+        if self.config.family.norm_weight_is_offset() {
+            w = (w + 1.0)?;
+        }
         let eps = self.config.rms_norm_eps as f32;
         Ok(match self.kernels {
             Kernels::Fused => kernels::rms_norm(x, &w, eps)?,
@@ -531,20 +579,33 @@ impl Transformer {
         if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.config.vocab_size) {
             return Err(WorkerError::InvalidArgument(format!("token id {bad} outside vocabulary")));
         }
-        Ok(kernels::embedding(&self.get_compute(&self.embed, self.trains_base(track))?, ids)?)
+        let rows =
+            kernels::embedding(&self.get_compute(&self.embed, self.trains_base(track))?, ids)?;
+        if self.config.family.scales_embedding() {
+            let scale = (self.config.hidden_size as f32).sqrt();
+            return Ok((rows * f64::from(scale))?);
+        }
+        Ok(rows)
     }
 
     /// Query/key/value heads `(batch, heads, t, head_dim)` of projected rows `(batch * t, _)`,
-    /// with the q/k norms (Qwen3) and RoPE (`rope` = cos/sin tables `(batch, t, head_dim/2)`) applied.
+    /// with the q/k norms (Qwen3, OLMo 2) and RoPE (`rope` = cos/sin tables
+    /// `(batch, t, head_dim/2)`; not in NoPE layers) applied.
     fn attention_heads(
         &self,
         layer: &Layer,
-        [q, k, v]: [Tensor; 3],
+        [mut q, mut k, v]: [Tensor; 3],
         (batch, t): (usize, usize),
         (cos, sin): &(Tensor, Tensor),
         track: bool,
     ) -> Result<[Tensor; 3]> {
         let cfg = &self.config;
+        let qk_norm = cfg.family.qk_norm();
+        let train_base = self.trains_base(track);
+        if let (QkNorm::Projection, Some(qn), Some(kn)) = (qk_norm, &layer.q_norm, &layer.k_norm) {
+            q = self.rms_norm(&q, qn, train_base)?;
+            k = self.rms_norm(&k, kn, train_base)?;
+        }
         // Head-major views of the rows: q and k go to RoPE (which reads the view in place), v
         // is made contiguous for attention.
         let heads = |y: Tensor, n: usize| -> Result<Tensor> {
@@ -558,10 +619,13 @@ impl Transformer {
         let (mut q, mut k) =
             (heads(q, cfg.num_attention_heads)?, heads(k, cfg.num_key_value_heads)?);
         let v = heads(v, cfg.num_key_value_heads)?.contiguous()?;
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            let train_base = self.trains_base(track);
+        if let (QkNorm::PerHead, Some(qn), Some(kn)) = (qk_norm, &layer.q_norm, &layer.k_norm) {
             q = self.rms_norm(&q, qn, train_base)?;
             k = self.rms_norm(&k, kn, train_base)?;
+        }
+        if !layer.rope {
+            // RoPE would have written contiguous heads; attention's products need them so.
+            return Ok([q.contiguous()?, k.contiguous()?, v]);
         }
         let (q, k) = match self.kernels {
             Kernels::Fused => (kernels::rope(&q, cos, sin)?, kernels::rope(&k, cos, sin)?),
@@ -582,7 +646,7 @@ impl Transformer {
         mask: &Tensor,
         track: bool,
     ) -> Result<Tensor> {
-        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
+        let scale = self.config.attention_scale();
         Ok(match self.kernels {
             Kernels::Fused if !track && kernels::use_cpu_kernel(q) => {
                 kernels::attention_nograd(q, k, v, mask, scale)?
@@ -591,6 +655,28 @@ impl Transformer {
             Kernels::Device => kernels::attention_device(q, k, v, mask, scale)?,
             Kernels::Reference => kernels::attention_reference(q, k, v, mask, scale)?,
         })
+    }
+
+    /// The rotary tables and attention masks of one stretch of rows (`positions`, `(batch, t)`)
+    /// under `mask`: for the global layers, and for the sliding-window layers if there are any.
+    fn layer_inputs(
+        &self,
+        positions: &[u32],
+        (batch, t): (usize, usize),
+        mask: Tensor,
+    ) -> Result<LayerInputs> {
+        let rope = self.rotary.tables(positions, batch, t, &self.device)?;
+        let local = match self.config.sliding_window {
+            Some(window) if self.layers.iter().any(|l| l.windowed) => {
+                let local_rope = match &self.local_rotary {
+                    Some(r) => r.tables(positions, batch, t, &self.device)?,
+                    None => rope.clone(),
+                };
+                Some((local_rope, kernels::mask::sliding_window(&mask, window)?))
+            }
+            _ => None,
+        };
+        Ok(LayerInputs { global: (rope, mask), local })
     }
 
     /// One decoder layer on rows `x`; `attention` turns the projected q/k/v rows into attention
@@ -603,22 +689,33 @@ impl Transformer {
         attention: impl FnOnce([Tensor; 3]) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let train_base = self.trains_base(track);
-        let hn = self.rms_norm(&x, &layer.input_norm, train_base)?;
+        let norm = |x: Tensor, w: &Option<Var>| -> Result<Tensor> {
+            match w {
+                Some(w) => self.rms_norm(&x, w, train_base),
+                None => Ok(x),
+            }
+        };
+        let hn = norm(x.clone(), &layer.norms.attn_in)?;
         let attn =
             attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
-        let x = (x + self.apply_linear(&attn, &layer.o, track, compact)?)?;
-        let hn = self.rms_norm(&x, &layer.post_norm, train_base)?;
+        let attn = self.apply_linear(&attn, &layer.o, track, compact)?;
+        let x = (x + norm(attn, &layer.norms.attn_out)?)?;
+        let hn = norm(x.clone(), &layer.norms.mlp_in)?;
         let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track, compact)?;
         let down = if self.activation_into_down(&layer.down, &gate, track) {
             kernels::swiglu_matmul(&gate, &up, &self.get(&layer.down.weight_t, train_base))?
         } else {
-            let act = match self.kernels {
-                Kernels::Fused => kernels::swiglu(&gate, &up)?,
-                Kernels::Device | Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+            let act = if self.config.family.gelu_mlp() {
+                (gate.gelu()? * up)?
+            } else {
+                match self.kernels {
+                    Kernels::Fused => kernels::swiglu(&gate, &up)?,
+                    Kernels::Device | Kernels::Reference => kernels::swiglu_reference(&gate, &up)?,
+                }
             };
             self.apply_linear(&act, &layer.down, track, compact)?
         };
-        Ok((x + down)?)
+        Ok((x + norm(down, &layer.norms.mlp_out)?)?)
     }
 
     /// Whether a tracked MLP runs its activation and down projection as one op that keeps no
@@ -626,6 +723,7 @@ impl Transformer {
     /// active adapter).
     fn activation_into_down(&self, down: &Linear, gate: &Tensor, track: bool) -> bool {
         track
+            && !self.config.family.gelu_mlp()
             && self.fused_cpu_rows(gate)
             && down.bias.is_none()
             && !(self.adapters_enabled && self.lora.contains_key(&down.path))
@@ -674,8 +772,8 @@ impl Transformer {
             return Err(WorkerError::InvalidArgument("inconsistent batch shapes".into()));
         }
         let past = cache.as_ref().map(|c| c.len()).unwrap_or(0);
-        let rope = self.rotary.tables(positions, batch, t, &self.device)?;
         let mask = attention_mask_hiding(first_valid, keys.hidden, past, t, &self.device)?;
+        let inputs = self.layer_inputs(positions, (batch, t), mask)?;
         let compact = cache.as_ref().and_then(|c| c.weights().cloned());
         let mut x = self.embed_rows(ids, track)?;
         for (li, layer) in self.layers.iter().enumerate() {
@@ -684,12 +782,13 @@ impl Transformer {
                 return Err(WorkerError::Stopped);
             }
             x = self.decoder_layer(layer, x, (track, compact.as_deref()), |qkv| {
-                let [q, k, v] = self.attention_heads(layer, qkv, (batch, t), &rope, track)?;
+                let (rope, mask) = inputs.of(layer);
+                let [q, k, v] = self.attention_heads(layer, qkv, (batch, t), rope, track)?;
                 let (k, v) = match cache.as_deref_mut() {
                     Some(c) => c.append(li, &k, &v)?,
                     None => (k, v),
                 };
-                self.attend(&q, &k, &v, &mask, track)
+                self.attend(&q, &k, &v, mask, track)
             })?;
         }
         if let Some(c) = cache {
@@ -712,22 +811,20 @@ impl Transformer {
             None => Ok(x),
         };
         let dev = &self.device;
-        let rope_of = |start: usize, batch: usize, t: usize| {
-            self.rotary.tables(&layout.positions[start..start + batch * t], batch, t, dev)
+        let inputs_of = |start: usize, (batch, t): (usize, usize), mask: Tensor| {
+            self.layer_inputs(&layout.positions[start..start + batch * t], (batch, t), mask)
         };
         // Per group: one causal sequence (prompt, or prompt + its only completion), then the
         // completions of a shared prompt, which see all of it.
         struct Causal {
             first: usize,
             len: usize,
-            rope: (Tensor, Tensor),
-            mask: Tensor,
+            inputs: LayerInputs,
         }
         struct Tails {
             count: usize,
             width: usize,
-            rope: (Tensor, Tensor),
-            mask: Tensor,
+            inputs: LayerInputs,
         }
         struct Parts {
             head: Causal,
@@ -739,23 +836,15 @@ impl Transformer {
             .map(|g| -> Result<Parts> {
                 let (p, n, w) = (g.prompt_len, g.members.len(), g.width);
                 let causal = |first: usize, len: usize| -> Result<Causal> {
-                    Ok(Causal {
-                        first,
-                        len,
-                        rope: rope_of(first, 1, len)?,
-                        mask: attention_mask(&[0], 0, len, dev)?,
-                    })
+                    let mask = attention_mask(&[0], 0, len, dev)?;
+                    Ok(Causal { first, len, inputs: inputs_of(first, (1, len), mask)? })
                 };
                 Ok(if n == 1 || w == 0 {
                     Parts { head: causal(g.offset, g.rows())?, tails: None }
                 } else {
                     let off = g.completion_offset();
-                    let tails = Tails {
-                        count: n,
-                        width: w,
-                        rope: rope_of(off, n, w)?,
-                        mask: attention_mask(&vec![0; n], p, w, dev)?,
-                    };
+                    let mask = attention_mask(&vec![0; n], p, w, dev)?;
+                    let tails = Tails { count: n, width: w, inputs: inputs_of(off, (n, w), mask)? };
                     Parts { head: causal(g.offset, p)?, tails: Some(tails) }
                 })
             })
@@ -772,11 +861,13 @@ impl Transformer {
                 };
                 let mut outs = Vec::with_capacity(parts.len() * 2);
                 for part in &parts {
-                    let Causal { first: start, len, rope, mask } = &part.head;
+                    let Causal { first: start, len, inputs } = &part.head;
+                    let (rope, mask) = inputs.of(layer);
                     let [q, k, v] =
                         self.attention_heads(layer, rows(*start, *len)?, (1, *len), rope, track)?;
                     outs.push(self.attend(&q, &k, &v, mask, track)?);
-                    if let Some(Tails { count: n, width: w, rope, mask }) = &part.tails {
+                    if let Some(Tails { count: n, width: w, inputs }) = &part.tails {
+                        let (rope, mask) = inputs.of(layer);
                         let [qc, kc, vc] = self.attention_heads(
                             layer,
                             rows(start + len, n * w)?,
