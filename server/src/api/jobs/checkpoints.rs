@@ -221,15 +221,25 @@ async fn one_file(
         return Err(ApiError::invalid("path", format!("no file {path:?} in this checkpoint")));
     };
     validate_key(&entry.path).map_err(|e| ApiError::internal("checkpoint manifest", e))?;
-    let reader = state.store.get_reader(&format!("{prefix}/{}", entry.path)).await?;
     let name = entry.path.rsplit('/').next().unwrap_or(&entry.path);
+    stream_object(state, &format!("{prefix}/{}", entry.path), entry.size, name).await
+}
+
+/// The stored object `key` of `size` bytes as a download named `name`, streamed from the store.
+pub(super) async fn stream_object(
+    state: &AppState,
+    key: &str,
+    size: u64,
+    name: &str,
+) -> ApiResult<Response> {
+    let reader = state.store.get_reader(key).await?;
     Ok((
         [
             (CONTENT_TYPE, "application/octet-stream".to_string()),
             (CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
-            (CONTENT_LENGTH, entry.size.to_string()),
+            (CONTENT_LENGTH, size.to_string()),
         ],
-        Body::from_stream(ReaderStream::new(reader.take(entry.size))),
+        Body::from_stream(ReaderStream::new(reader.take(size))),
     )
         .into_response())
 }

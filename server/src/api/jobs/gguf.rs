@@ -4,23 +4,20 @@
 //! `Modelfile` beside it. Exports run one at a time per API process, on a blocking thread, so
 //! that at most one model is held in memory for them.
 
-use super::checkpoints::{find_checkpoint, wants_redirect, PRESIGN_TTL};
+use super::checkpoints::{find_checkpoint, stream_object, wants_redirect, PRESIGN_TTL};
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use axum::http::header::LOCATION;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use std::path::PathBuf;
-use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
-use tokio_util::io::ReaderStream;
 use utoipa::IntoParams;
 use verity_core::models::checkpoint_model_name;
 use verity_worker::gguf::{export_stack, GgufQuant};
@@ -108,16 +105,7 @@ pub async fn checkpoint_gguf(
         .await?
         .ok_or_else(|| ApiError::internal("GGUF export", format!("{key} vanished")))?
         .size;
-    let reader = state.store.get_reader(&key).await?;
-    Ok((
-        [
-            (CONTENT_TYPE, "application/octet-stream".to_string()),
-            (CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
-            (CONTENT_LENGTH, size.to_string()),
-        ],
-        Body::from_stream(ReaderStream::new(reader.take(size))),
-    )
-        .into_response())
+    stream_object(&state, &key, size, &name).await
 }
 
 /// Builds the export of `model` and puts the GGUF, then the Modelfile (whose presence marks a
