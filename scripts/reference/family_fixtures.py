@@ -57,6 +57,16 @@ FAMILIES = {
                             "full_attention": {"rope_type": "default", "rope_theta": 1e6},
                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                         }),
+    # Phi-4-mini's layout shrunk: fused projections, 3/4 of each head rotated, LongRoPE whose
+    # original context (4) the sequences pass (so the long factors are used; greedy decoding
+    # starts below it on the short ones), a window larger than any sequence.
+    "phi3": dict(partial_rotary_factor=0.75, original_max_position_embeddings=4,
+                 sliding_window=262144, tie_word_embeddings=True,
+                 rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                  "short_factor": [1.0, 1.5, 2.0],
+                                  "long_factor": [2.0, 4.0, 8.0],
+                                  "original_max_position_embeddings": 4,
+                                  "partial_rotary_factor": 0.75}),
 }
 SEQS = [
     [5, 17, 42, 3, 88, 61, 29, 7, 70, 14, 33, 51],
@@ -117,6 +127,8 @@ def main(out_dir):
             "model.embed_tokens.weight",
             "model.layers.0.self_attn.q_proj.weight",
             "model.layers.0.self_attn.k_proj.weight",
+            "model.layers.0.self_attn.qkv_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
             f"model.layers.{last}.mlp.down_proj.weight",
             "model.layers.0.post_attention_layernorm.weight",
             "model.layers.0.post_feedforward_layernorm.weight",

@@ -26,6 +26,9 @@ pub enum Family {
     /// sliding-window local layers between global ones, each kind with its own RoPE base.
     #[serde(rename = "gemma3_text")]
     Gemma3,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini: fused `qkv_proj` and `gate_up_proj`, partial rotary
+    /// embedding and LongRoPE scaling, a sliding window in every layer.
+    Phi3,
 }
 
 /// One value per place a decoder layer can hold an RMS norm.
@@ -70,11 +73,12 @@ impl Family {
             Family::Olmo2 => "olmo2",
             Family::SmolLM3 => "smollm3",
             Family::Gemma3 => "gemma3_text",
+            Family::Phi3 => "phi3",
         }
     }
 
     /// Every family Verity trains, in the order the docs list them.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Llama,
         Family::Mistral,
         Family::Qwen2,
@@ -82,7 +86,13 @@ impl Family {
         Family::Olmo2,
         Family::SmolLM3,
         Family::Gemma3,
+        Family::Phi3,
     ];
+
+    /// Whether the family stores q/k/v as one `qkv_proj` and gate/up as one `gate_up_proj`.
+    pub fn fuses_projections(self) -> bool {
+        self == Family::Phi3
+    }
 
     /// How the family normalises queries and keys.
     pub fn qk_norm(self) -> QkNorm {
@@ -146,6 +156,7 @@ impl Family {
             Family::Olmo2 => "Olmo2ForCausalLM",
             Family::SmolLM3 => "SmolLM3ForCausalLM",
             Family::Gemma3 => "Gemma3ForCausalLM",
+            Family::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -159,6 +170,7 @@ impl Family {
             "olmo2" => Ok(Family::Olmo2),
             "smollm3" => Ok(Family::SmolLM3),
             "gemma3_text" => Ok(Family::Gemma3),
+            "phi3" => Ok(Family::Phi3),
             "gemma3" => Err(WorkerError::Model(
                 "model_type `gemma3` is Gemma 3's image-text model; Verity trains the text-only \
                  `gemma3_text` checkpoints (Gemma 3 270M and 1B)"
@@ -183,6 +195,36 @@ pub struct Llama3RopeScaling {
     pub high_freq_factor: f64,
     /// Context length the model was pre-trained with.
     pub original_max_position_embeddings: f64,
+}
+
+/// LongRoPE frequency scaling (`rope_type: "longrope"`: Phi-3.5, Phi-4-mini): per-frequency
+/// divisors for short and long contexts and a scale on cos/sin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRope {
+    /// Divisors of the inverse frequencies while every position is below the original context.
+    pub short_factor: Vec<f64>,
+    /// Divisors once a position reaches past it.
+    pub long_factor: Vec<f64>,
+    /// Context length the model was pre-trained with.
+    pub original_max_position_embeddings: usize,
+    /// The config's own `factor`, if it gives one (else max / original context).
+    pub factor: Option<f64>,
+    /// The config's own `attention_factor`, if it gives one (else derived from the factor).
+    pub attention_factor: Option<f64>,
+}
+
+impl LongRope {
+    /// The scale of cos and sin for a model of context `max_position_embeddings`, as
+    /// transformers derives it.
+    pub fn effective_attention_factor(&self, max_position_embeddings: usize) -> f64 {
+        let original = self.original_max_position_embeddings as f64;
+        let factor = self.factor.unwrap_or(max_position_embeddings as f64 / original);
+        match self.attention_factor {
+            Some(a) => a,
+            None if factor <= 1.0 => 1.0,
+            None => (1.0 + factor.ln() / original.ln()).sqrt(),
+        }
+    }
 }
 
 /// The architecture hyper-parameters the transformer needs.
@@ -210,6 +252,11 @@ pub struct ModelConfig {
     pub rope_theta: f64,
     /// Llama 3.x RoPE scaling, if any.
     pub rope_scaling: Option<Llama3RopeScaling>,
+    /// LongRoPE scaling, if any (Phi).
+    pub long_rope: Option<LongRope>,
+    /// Leading dimensions of each head that RoPE rotates (`head_dim` unless the config has a
+    /// `partial_rotary_factor`, as Phi-4-mini's 0.75).
+    pub rotary_dim: usize,
     /// Longest supported context.
     pub max_position_embeddings: usize,
     /// Whether the LM head shares the embedding matrix.
@@ -276,6 +323,14 @@ struct RawConfig {
     final_logit_softcapping: Option<f64>,
     attn_logit_softcapping: Option<f64>,
     use_bidirectional_attention: Option<bool>,
+    original_max_position_embeddings: Option<usize>,
+    lm_head_bias: Option<bool>,
+}
+
+/// `partial_rotary_factor`, at the top level or (transformers 5) inside `rope_parameters`.
+fn partial_rotary_factor(raw: &RawConfig) -> Option<f64> {
+    raw.partial_rotary_factor
+        .or_else(|| raw.rope_parameters.as_ref()?.get("partial_rotary_factor")?.as_f64())
 }
 
 /// What a config says about individual layers (see [`layer_options`]).
@@ -309,8 +364,11 @@ fn layer_options(raw: &RawConfig, family: Family) -> Result<LayerOptions> {
     if raw.mlp_bias == Some(true) {
         return refuse("mlp_bias", "an MLP bias");
     }
-    if raw.partial_rotary_factor.is_some_and(|f| f != 1.0) {
+    if family != Family::Phi3 && partial_rotary_factor(raw).is_some_and(|f| f != 1.0) {
         return refuse("partial_rotary_factor", "a partial rotary embedding");
+    }
+    if raw.lm_head_bias == Some(true) {
+        return refuse("lm_head_bias", "an LM-head bias");
     }
     if raw.use_sliding_window == Some(true) {
         return refuse("use_sliding_window", "a sliding window on some layers only");
@@ -329,7 +387,7 @@ fn layer_options(raw: &RawConfig, family: Family) -> Result<LayerOptions> {
     let n = raw.num_hidden_layers;
     let mut full_attention_layers = Vec::new();
     let sliding_window = match family {
-        Family::Mistral => raw.sliding_window,
+        Family::Mistral | Family::Phi3 => raw.sliding_window,
         Family::Gemma3 => {
             // transformers' default: every `sliding_window_pattern`-th layer is global.
             let every = raw
@@ -391,7 +449,12 @@ fn layer_options(raw: &RawConfig, family: Family) -> Result<LayerOptions> {
 /// of the sliding-window layers where it differs. transformers 5 writes them per layer type
 /// (`rope_parameters: {full_attention: …, sliding_attention: …}`), earlier versions as
 /// `rope_theta`, `rope_scaling` and Gemma's `rope_local_base_freq`.
-type RopeSettings = (f64, Option<Llama3RopeScaling>, Option<f64>);
+struct RopeSettings {
+    theta: f64,
+    llama3: Option<Llama3RopeScaling>,
+    long_rope: Option<LongRope>,
+    local_theta: Option<f64>,
+}
 
 fn rope_settings(raw: &RawConfig) -> Result<RopeSettings> {
     let params = raw.rope_parameters.as_ref().filter(|p| !p.is_null());
@@ -404,14 +467,35 @@ fn rope_settings(raw: &RawConfig) -> Result<RopeSettings> {
         v.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))).and_then(|t| t.as_str())
     }
     let scaling = raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(global);
-    let rope_scaling = match kind_of(scaling) {
-        None | Some("default") => None,
+    let (mut rope_scaling, mut long_rope) = (None, None);
+    match kind_of(scaling) {
+        None | Some("default") => {}
         Some("llama3") => {
             let s = scaling.cloned().unwrap_or_default();
-            Some(
+            rope_scaling = Some(
                 serde_json::from_value::<Llama3RopeScaling>(s)
                     .map_err(|e| WorkerError::Model(format!("llama3 rope scaling: {e}")))?,
-            )
+            );
+        }
+        Some("longrope") => {
+            let s = scaling.cloned().unwrap_or_default();
+            let field = |name: &str| -> Result<Vec<f64>> {
+                serde_json::from_value(s.get(name).cloned().unwrap_or_default()).map_err(|e| {
+                    WorkerError::Model(format!("config.json `rope_scaling.{name}`: {e}"))
+                })
+            };
+            let number = |name: &str| s.get(name).and_then(|v| v.as_f64());
+            long_rope = Some(LongRope {
+                short_factor: field("short_factor")?,
+                long_factor: field("long_factor")?,
+                original_max_position_embeddings: number("original_max_position_embeddings")
+                    .map(|v| v as usize)
+                    .or(raw.original_max_position_embeddings)
+                    .or(raw.max_position_embeddings)
+                    .unwrap_or(4096),
+                factor: number("factor"),
+                attention_factor: number("attention_factor"),
+            });
         }
         Some(kind) => return Err(WorkerError::Model(format!("unsupported rope scaling `{kind}`"))),
     };
@@ -423,7 +507,12 @@ fn rope_settings(raw: &RawConfig) -> Result<RopeSettings> {
     let theta = |v: Option<&serde_json::Value>| v.and_then(|p| p.get("rope_theta"))?.as_f64();
     let rope_theta = raw.rope_theta.or_else(|| theta(global)).unwrap_or(10_000.0);
     let local_theta = raw.rope_local_base_freq.or_else(|| theta(local));
-    Ok((rope_theta, rope_scaling, local_theta.filter(|t| *t != rope_theta)))
+    Ok(RopeSettings {
+        theta: rope_theta,
+        llama3: rope_scaling,
+        long_rope,
+        local_theta: local_theta.filter(|t| *t != rope_theta),
+    })
 }
 
 impl ModelConfig {
@@ -453,7 +542,7 @@ impl ModelConfig {
                 )));
             }
         }
-        let (rope_theta, rope_scaling, local_rope_theta) = rope_settings(&raw)?;
+        let rope = rope_settings(&raw)?;
         if raw.num_attention_heads == 0
             || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) && raw.head_dim.is_none()
         {
@@ -462,6 +551,24 @@ impl ModelConfig {
             ));
         }
         let layers = layer_options(&raw, family)?;
+        let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads);
+        let rotary_dim = (head_dim as f64 * partial_rotary_factor(&raw).unwrap_or(1.0)) as usize;
+        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
+            return Err(WorkerError::Model(format!(
+                "config.json `partial_rotary_factor`: rotates {rotary_dim} of {head_dim} dimensions \
+                 (must be even, at least 2)"
+            )));
+        }
+        if let Some(l) = &rope.long_rope {
+            if l.short_factor.len() != rotary_dim / 2 || l.long_factor.len() != rotary_dim / 2 {
+                return Err(WorkerError::Model(format!(
+                    "config.json `rope_scaling`: LongRoPE needs {} short and long factors, got {} and {}",
+                    rotary_dim / 2,
+                    l.short_factor.len(),
+                    l.long_factor.len()
+                )));
+            }
+        }
         let kv = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         if kv == 0 || !raw.num_attention_heads.is_multiple_of(kv) {
             return Err(WorkerError::Model(
@@ -476,17 +583,19 @@ impl ModelConfig {
             num_hidden_layers: raw.num_hidden_layers,
             num_attention_heads: raw.num_attention_heads,
             num_key_value_heads: kv,
-            head_dim: raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads),
+            head_dim,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta,
-            rope_scaling,
+            rope_theta: rope.theta,
+            rope_scaling: rope.llama3,
+            long_rope: rope.long_rope,
+            rotary_dim,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             attention_bias: raw.attention_bias.unwrap_or(family == Family::Qwen2),
             nope_layers: layers.nope_layers,
             sliding_window: layers.sliding_window,
             full_attention_layers: layers.full_attention_layers,
-            local_rope_theta,
+            local_rope_theta: rope.local_theta,
             query_pre_attn_scalar: match raw.query_pre_attn_scalar {
                 Some(q) if q < 1.0 || q.fract() != 0.0 => {
                     return Err(WorkerError::Model(format!(
@@ -568,6 +677,26 @@ impl ModelConfig {
                 v["query_pre_attn_scalar"] = self.query_pre_attn_scalar.into();
                 v["final_logit_softcapping"] = serde_json::Value::Null;
                 v["attn_logit_softcapping"] = serde_json::Value::Null;
+            }
+            Family::Phi3 => {
+                v["sliding_window"] = self.sliding_window.into();
+                v["partial_rotary_factor"] = (self.rotary_dim as f64 / self.head_dim as f64).into();
+                if let Some(l) = &self.long_rope {
+                    let mut scaling = serde_json::json!({
+                        "type": "longrope",
+                        "short_factor": l.short_factor,
+                        "long_factor": l.long_factor,
+                    });
+                    if let Some(f) = l.factor {
+                        scaling["factor"] = f.into();
+                    }
+                    if let Some(a) = l.attention_factor {
+                        scaling["attention_factor"] = a.into();
+                    }
+                    v["rope_scaling"] = scaling;
+                    v["original_max_position_embeddings"] =
+                        l.original_max_position_embeddings.into();
+                }
             }
             Family::Qwen2 | Family::Qwen3 | Family::Olmo2 => {}
         }

@@ -182,19 +182,34 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
         for name in config.family.layer_norms().into_array().into_iter().flatten() {
             add(format!("{p}.{name}.weight"), &[d], 0.2, one)?;
         }
-        for (name, o, inp) in [
-            ("self_attn.q_proj", qd, d),
-            ("self_attn.k_proj", kd, d),
-            ("self_attn.v_proj", kd, d),
-            ("self_attn.o_proj", d, qd),
-            ("mlp.gate_proj", f, d),
-            ("mlp.up_proj", f, d),
-            ("mlp.down_proj", d, f),
-        ] {
+        let projections: &[(&str, usize, usize)] = if config.family.fuses_projections() {
+            &[
+                ("self_attn.qkv_proj", qd + 2 * kd, d),
+                ("self_attn.o_proj", d, qd),
+                ("mlp.gate_up_proj", 2 * f, d),
+                ("mlp.down_proj", d, f),
+            ]
+        } else {
+            &[
+                ("self_attn.q_proj", qd, d),
+                ("self_attn.k_proj", kd, d),
+                ("self_attn.v_proj", kd, d),
+                ("self_attn.o_proj", d, qd),
+                ("mlp.gate_proj", f, d),
+                ("mlp.up_proj", f, d),
+                ("mlp.down_proj", d, f),
+            ]
+        };
+        for &(name, o, inp) in projections {
             add(format!("{p}.{name}.weight"), &[o, inp], 1.0 / (inp as f32).sqrt(), 0.0)?;
         }
         if config.attention_bias {
-            for (name, o) in [("q_proj", qd), ("k_proj", kd), ("v_proj", kd)] {
+            let biases: &[(&str, usize)] = if config.family.fuses_projections() {
+                &[("qkv_proj", qd + 2 * kd)]
+            } else {
+                &[("q_proj", qd), ("k_proj", kd), ("v_proj", kd)]
+            };
+            for &(name, o) in biases {
                 add(format!("{p}.self_attn.{name}.bias"), &[o], 0.1, 0.0)?;
             }
         }

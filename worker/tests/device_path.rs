@@ -27,7 +27,7 @@ fn device_model(family: Family, seed: u64) -> Transformer {
     model
 }
 
-const FAMILIES: [Family; 7] = Family::ALL;
+const FAMILIES: [Family; Family::ALL.len()] = Family::ALL;
 
 fn batch() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (

@@ -157,3 +157,42 @@ fn every_family_round_trips_through_a_checkpoint_folder() {
         assert_eq!(logits(&back), logits(&model), "{family:?}: reloaded logits");
     }
 }
+
+#[test]
+fn lora_adapts_each_familys_projections_under_their_peft_names() {
+    let every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+    for family in Family::ALL {
+        let (mut model, _) = load(family);
+        let lora = verity_worker::model::lora::LoraConfig {
+            r: 2,
+            lora_alpha: 4.0,
+            target_modules: every.map(String::from).to_vec(),
+            lora_dropout: 0.0,
+        };
+        model.enable_lora(lora, 1).unwrap();
+        let mut adapted: Vec<String> = model
+            .lora_params()
+            .into_iter()
+            .filter_map(|(name, _)| {
+                let module = name.strip_prefix("base_model.model.model.layers.0.")?;
+                Some(module.strip_suffix(".lora_A.weight")?.to_string())
+            })
+            .collect();
+        adapted.sort();
+        // Phi-3 fuses q/k/v and gate/up: PEFT names its adapters by the fused modules.
+        let want: &[&str] = if family == Family::Phi3 {
+            &["mlp.down_proj", "mlp.gate_up_proj", "self_attn.o_proj", "self_attn.qkv_proj"]
+        } else {
+            &[
+                "mlp.down_proj",
+                "mlp.gate_proj",
+                "mlp.up_proj",
+                "self_attn.k_proj",
+                "self_attn.o_proj",
+                "self_attn.q_proj",
+                "self_attn.v_proj",
+            ]
+        };
+        assert_eq!(adapted, want, "{family:?}");
+    }
+}

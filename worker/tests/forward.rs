@@ -8,7 +8,7 @@ use verity_worker::optim::GradAccumulator;
 use verity_worker::testing::{max_abs_diff, tiny_model};
 use verity_worker::{Family, Kernels, Transformer};
 
-const FAMILIES: [Family; 7] = Family::ALL;
+const FAMILIES: [Family; Family::ALL.len()] = Family::ALL;
 
 fn prompts() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     (

@@ -185,6 +185,46 @@ fn gemma_3_1b_config_as_the_hub_serves_it_reads_its_layer_kinds() {
 }
 
 #[test]
+fn phi_4_mini_config_reads_its_partial_rotary_and_longrope() {
+    // The shape of microsoft/Phi-4-mini-instruct's config.json (its 48 factors replaced by
+    // made-up ones of the same count).
+    let factors = |base: f64| (0..48).map(|i| base + i as f64 / 10.0).collect::<Vec<_>>();
+    let text = serde_json::json!({
+        "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+        "bos_token_id": 199999, "embd_pdrop": 0.0, "eos_token_id": 199999, "full_attn_mod": 1,
+        "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+        "intermediate_size": 8192, "interpolate_factor": 1, "lm_head_bias": false,
+        "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "phi3",
+        "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "original_max_position_embeddings": 4096, "pad_token_id": 199999,
+        "partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"long_factor": factors(1.0), "short_factor": factors(0.5),
+                         "type": "longrope"},
+        "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": true,
+        "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 200064
+    });
+    let cfg = ModelConfig::from_hf_json(&text.to_string()).unwrap();
+    assert_eq!(cfg.family, Family::Phi3);
+    assert_eq!((cfg.head_dim, cfg.rotary_dim), (128, 96));
+    let long = cfg.long_rope.as_ref().unwrap();
+    assert_eq!(long.original_max_position_embeddings, 4096);
+    let expected = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
+    assert!(
+        (long.effective_attention_factor(cfg.max_position_embeddings) - expected).abs() < 1e-12
+    );
+    assert_eq!(cfg.sliding_window, Some(262144));
+    assert_eq!(ModelConfig::from_hf_json(&cfg.to_hf_json().to_string()).unwrap(), cfg);
+    let mut short = text.clone();
+    short["rope_scaling"]["short_factor"] = serde_json::json!([1.0, 2.0]);
+    let err = ModelConfig::from_hf_json(&short.to_string()).unwrap_err().to_string();
+    assert!(err.contains("`rope_scaling`") && err.contains("48"), "{err}");
+    let mut biased = text;
+    biased["lm_head_bias"] = true.into();
+    let err = ModelConfig::from_hf_json(&biased.to_string()).unwrap_err().to_string();
+    assert!(err.contains("`lm_head_bias`"), "{err}");
+}
+
+#[test]
 fn corrupt_safetensors_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.safetensors");

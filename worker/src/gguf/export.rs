@@ -104,7 +104,7 @@ fn architecture(config: &ModelConfig) -> Result<&'static str> {
         Family::Mistral => Err(WorkerError::InvalidArgument(
             "GGUF export of a Mistral model with a sliding window is not supported".into(),
         )),
-        Family::Olmo2 | Family::SmolLM3 | Family::Gemma3 => {
+        Family::Olmo2 | Family::SmolLM3 | Family::Gemma3 | Family::Phi3 => {
             Err(WorkerError::InvalidArgument(format!(
                 "GGUF export of the {} family is not supported yet (llama, mistral, qwen2, qwen3)",
                 config.family.model_type()
@@ -354,7 +354,9 @@ mod tests {
         let mut no_window = crate::testing::tiny_config(Family::Mistral);
         no_window.sliding_window = None;
         assert_eq!(architecture(&no_window).unwrap(), "llama");
-        for family in [Family::Mistral, Family::Olmo2, Family::SmolLM3, Family::Gemma3] {
+        for family in
+            [Family::Mistral, Family::Olmo2, Family::SmolLM3, Family::Gemma3, Family::Phi3]
+        {
             let err = arch(family).unwrap_err();
             assert!(matches!(err, WorkerError::InvalidArgument(_)), "{family:?}: {err}");
         }

@@ -110,6 +110,8 @@ impl GgufFile {
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             // llama.cpp stores Llama 3 scaling as a precomputed `rope_freqs` tensor; not supported.
             rope_scaling: None,
+            long_rope: None,
+            rotary_dim: head_dim,
             max_position_embeddings: self
                 .meta_u32(&k("context_length"))
                 .map(|v| v as usize)

@@ -69,7 +69,7 @@ impl CompactWeights {
         let linears = model
             .layers
             .iter()
-            .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down])
+            .flat_map(|l| l.linears())
             .map(|lin| {
                 let copy = CompactMatrix::of(lin.weight_t.as_tensor(), dtype, ScaleAxis::Columns)?;
                 Ok((lin.path.clone(), copy))

@@ -50,6 +50,10 @@ impl PaddedBatch {
 #[derive(Debug, Clone)]
 pub struct Rotary {
     inv_freq: Vec<f32>,
+    /// LongRoPE: the frequencies once a position reaches the original context (given here).
+    long: Option<(Vec<f32>, usize)>,
+    /// Scale of cos and sin (LongRoPE's attention factor; 1 otherwise).
+    scale: f32,
 }
 
 impl Rotary {
@@ -69,7 +73,29 @@ impl Rotary {
                 }) as f32
             })
             .collect();
-        Self { inv_freq }
+        Self { inv_freq, long: None, scale: 1.0 }
+    }
+
+    /// The table of a model config: its rotary dimensions, base, Llama 3 or LongRoPE scaling.
+    pub fn of(config: &crate::config::ModelConfig) -> Self {
+        let dim = config.rotary_dim;
+        let plain = Self::new(dim, config.rope_theta, config.rope_scaling);
+        let Some(l) = &config.long_rope else { return plain };
+        // As transformers: inv_freq_i = 1 / (factor_i · theta^(2i/dim)).
+        let scaled = |factors: &[f64]| -> Vec<f32> {
+            factors
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    (1.0 / (f * config.rope_theta.powf(2.0 * i as f64 / dim as f64))) as f32
+                })
+                .collect()
+        };
+        Self {
+            inv_freq: scaled(&l.short_factor),
+            long: Some((scaled(&l.long_factor), l.original_max_position_embeddings)),
+            scale: l.effective_attention_factor(config.max_position_embeddings) as f32,
+        }
     }
 
     /// `(cos, sin)` tables `(batch, t, head_dim/2)` for the given positions `(batch * t)`.
@@ -81,13 +107,19 @@ impl Rotary {
         device: &Device,
     ) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
+        // LongRoPE switches to its long factors for a forward that reaches past the original
+        // context (transformers decides per forward from the largest position, as here).
+        let inv_freq = match &self.long {
+            Some((long, original)) if positions.iter().any(|&p| p as usize + 1 > *original) => long,
+            _ => &self.inv_freq,
+        };
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
-            for &f in &self.inv_freq {
+            for &f in inv_freq {
                 let a = p as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
+                cos.push(a.cos() * self.scale);
+                sin.push(a.sin() * self.scale);
             }
         }
         Ok((

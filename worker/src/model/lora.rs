@@ -32,6 +32,18 @@ pub struct LoraAdapter {
 
 const PEFT_PREFIX: &str = "base_model.model.";
 
+/// Whether the projection named `module` is adapted under `targets`: named itself, or, for a
+/// fused projection (Phi-3's `qkv_proj`, `gate_up_proj`), through one of the projections it
+/// fuses, so the same target list adapts the same layers in every family.
+fn targeted(module: &str, targets: &[String]) -> bool {
+    let parts: &[&str] = match module {
+        "qkv_proj" => &["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj" => &["gate_proj", "up_proj"],
+        _ => &[],
+    };
+    targets.iter().any(|t| t == module || parts.contains(&t.as_str()))
+}
+
 impl Transformer {
     /// Adds adapters (A random as PEFT's Kaiming-uniform, B zero) on every targeted
     /// projection; from now on only adapters train.
@@ -53,7 +65,7 @@ impl Transformer {
         let mut adapters = std::collections::BTreeMap::new();
         for lin in self.linears_mut() {
             let module = lin.path.rsplit('.').next().unwrap_or_default();
-            if !config.target_modules.iter().any(|t| t == module) {
+            if !targeted(module, &config.target_modules) {
                 continue;
             }
             let (in_dim, out_dim) = lin.weight_t.dims2()?;

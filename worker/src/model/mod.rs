@@ -47,6 +47,31 @@ struct Linear {
     bias: Option<Var>,
 }
 
+/// Projections of one input: separate linear layers, or one fused layer whose output splits
+/// into parts of the given widths (Phi-3's `qkv_proj` and `gate_up_proj`).
+#[derive(Clone)]
+enum Projections<const N: usize> {
+    Separate([Linear; N]),
+    Fused(Linear, [usize; N]),
+}
+
+impl<const N: usize> Projections<N> {
+    /// The linear layers held (N, or the one fused layer).
+    fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Projections::Separate(lins) => lins.iter().collect(),
+            Projections::Fused(lin, _) => vec![lin],
+        }
+    }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Projections::Separate(lins) => lins.iter_mut().collect(),
+            Projections::Fused(lin, _) => vec![lin],
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Layer {
     /// The RMS norms around the attention and the MLP (which exist depends on the family).
@@ -55,12 +80,11 @@ struct Layer {
     rope: bool,
     /// Whether the layer attends through the model's sliding window (its local layers).
     windowed: bool,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Query, key and value projections.
+    qkv: Projections<3>,
     o: Linear,
-    gate: Linear,
-    up: Linear,
+    /// Gate and up projections of the MLP.
+    gate_up: Projections<2>,
     down: Linear,
     q_norm: Option<Var>,
     k_norm: Option<Var>,
@@ -83,6 +107,17 @@ pub struct CompletionLogprobs {
     pub entropy: Tensor,
     /// 1.0 on real completion tokens, 0.0 on padding (f32).
     pub mask: Tensor,
+}
+
+impl Layer {
+    /// Every linear layer, in HF order.
+    fn linears(&self) -> Vec<&Linear> {
+        let mut all = self.qkv.linears();
+        all.push(&self.o);
+        all.extend(self.gate_up.linears());
+        all.push(&self.down);
+        all
+    }
 }
 
 /// The rotary tables and attention mask a layer reads for one stretch of rows.
@@ -168,16 +203,42 @@ impl Transformer {
                 mlp_in: norm(norm_names.mlp_in)?,
                 mlp_out: norm(norm_names.mlp_out)?,
             };
+            let (qd, kd) = (
+                config.num_attention_heads * config.head_dim,
+                config.num_key_value_heads * config.head_dim,
+            );
+            let (qkv, gate_up) = if config.family.fuses_projections() {
+                let f = config.intermediate_size;
+                (
+                    Projections::Fused(
+                        linear(&mut map, format!("{p}.self_attn.qkv_proj"), bias)?,
+                        [qd, kd, kd],
+                    ),
+                    Projections::Fused(
+                        linear(&mut map, format!("{p}.mlp.gate_up_proj"), false)?,
+                        [f, f],
+                    ),
+                )
+            } else {
+                (
+                    Projections::Separate([
+                        linear(&mut map, format!("{p}.self_attn.q_proj"), bias)?,
+                        linear(&mut map, format!("{p}.self_attn.k_proj"), bias)?,
+                        linear(&mut map, format!("{p}.self_attn.v_proj"), bias)?,
+                    ]),
+                    Projections::Separate([
+                        linear(&mut map, format!("{p}.mlp.gate_proj"), false)?,
+                        linear(&mut map, format!("{p}.mlp.up_proj"), false)?,
+                    ]),
+                )
+            };
             layers.push(Layer {
                 norms,
                 rope: config.layer_uses_rope(i),
                 windowed: config.layer_window(i).is_some(),
-                q: linear(&mut map, format!("{p}.self_attn.q_proj"), bias)?,
-                k: linear(&mut map, format!("{p}.self_attn.k_proj"), bias)?,
-                v: linear(&mut map, format!("{p}.self_attn.v_proj"), bias)?,
+                qkv,
                 o: linear(&mut map, format!("{p}.self_attn.o_proj"), false)?,
-                gate: linear(&mut map, format!("{p}.mlp.gate_proj"), false)?,
-                up: linear(&mut map, format!("{p}.mlp.up_proj"), false)?,
+                gate_up,
                 down: linear(&mut map, format!("{p}.mlp.down_proj"), false)?,
                 q_norm: if qk_norm {
                     Some(var(&mut map, &format!("{p}.self_attn.q_norm.weight"))?)
@@ -204,8 +265,8 @@ impl Transformer {
             tracing::warn!(?leftover, "ignoring weights the model does not use");
         }
         Ok(Self {
-            rotary: Rotary::new(config.head_dim, config.rope_theta, config.rope_scaling),
-            local_rotary: config.local_rope_theta.map(|t| Rotary::new(config.head_dim, t, None)),
+            rotary: Rotary::of(&config),
+            local_rotary: config.local_rope_theta.map(|t| Rotary::new(config.rotary_dim, t, None)),
             config,
             embed,
             layers,
@@ -299,22 +360,12 @@ impl Transformer {
     /// a model sharing them ([`Transformer::share_base`]) is unaffected.
     pub fn merge_lora(&mut self) -> Result<()> {
         let adapters = std::mem::take(&mut self.lora);
-        for layer in &mut self.layers {
-            for lin in [
-                &mut layer.q,
-                &mut layer.k,
-                &mut layer.v,
-                &mut layer.o,
-                &mut layer.gate,
-                &mut layer.up,
-                &mut layer.down,
-            ] {
-                if let Some(ad) = adapters.get(&lin.path) {
-                    // weight_t is (in, out); the update B·A is (out, in).
-                    let delta = (ad.b.as_tensor().matmul(ad.a.as_tensor())? * ad.scale)?;
-                    let merged = (lin.weight_t.as_tensor() + delta.t()?)?.contiguous()?;
-                    lin.weight_t = Var::from_tensor(&merged)?;
-                }
+        for lin in self.linears_mut() {
+            if let Some(ad) = adapters.get(&lin.path) {
+                // weight_t is (in, out); the update B·A is (out, in).
+                let delta = (ad.b.as_tensor().matmul(ad.a.as_tensor())? * ad.scale)?;
+                let merged = (lin.weight_t.as_tensor() + delta.t()?)?.contiguous()?;
+                lin.weight_t = Var::from_tensor(&merged)?;
             }
         }
         self.lora_config = None;
@@ -408,7 +459,7 @@ impl Transformer {
                     out.push((format!("{p}.{name}.weight"), norm));
                 }
             }
-            for lin in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+            for lin in l.linears() {
                 out.push((format!("{}.weight", lin.path), lin.weight_t.clone()));
                 if let Some(b) = &lin.bias {
                     out.push((format!("{}.bias", lin.path), b.clone()));
@@ -445,7 +496,11 @@ impl Transformer {
 
     fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
         self.layers.iter_mut().flat_map(|l| {
-            [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down]
+            let mut all = l.qkv.linears_mut();
+            all.push(&mut l.o);
+            all.extend(l.gate_up.linears_mut());
+            all.push(&mut l.down);
+            all
         })
     }
 
@@ -551,6 +606,35 @@ impl Transformer {
         ys.try_into().map_err(|_| WorkerError::InvalidArgument("linear layer count".into()))
     }
 
+    /// The outputs of `projections` on rows `x`: one per separate layer, or the fused layer's
+    /// output split into its parts.
+    fn project<const N: usize>(
+        &self,
+        x: &Tensor,
+        projections: &Projections<N>,
+        track: bool,
+        compact: Option<&CompactWeights>,
+    ) -> Result<[Tensor; N]> {
+        match projections {
+            Projections::Separate(lins) => self.apply_linears(x, lins.each_ref(), track, compact),
+            Projections::Fused(lin, widths) => {
+                let y = self.apply_linear(x, lin, track, compact)?;
+                let mut start = 0;
+                let parts = widths
+                    .iter()
+                    .map(|&w| {
+                        let part = y.narrow(candle_core::D::Minus1, start, w)?.contiguous()?;
+                        start += w;
+                        Ok(part)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                parts
+                    .try_into()
+                    .map_err(|_| WorkerError::InvalidArgument("projection parts".into()))
+            }
+        }
+    }
+
     /// Adds the bias and (unless `adapted`: already in `y`) the LoRA update of `lin` to `y = x · W`.
     fn finish_linear(
         &self,
@@ -627,13 +711,24 @@ impl Transformer {
             // RoPE would have written contiguous heads; attention's products need them so.
             return Ok([q.contiguous()?, k.contiguous()?, v]);
         }
-        let (q, k) = match self.kernels {
-            Kernels::Fused => (kernels::rope(&q, cos, sin)?, kernels::rope(&k, cos, sin)?),
-            Kernels::Device | Kernels::Reference => {
-                (kernels::rope_reference(&q, cos, sin)?, kernels::rope_reference(&k, cos, sin)?)
-            }
+        let rotate = |x: &Tensor| -> Result<Tensor> {
+            Ok(match self.kernels {
+                Kernels::Fused => kernels::rope(x, cos, sin)?,
+                Kernels::Device | Kernels::Reference => kernels::rope_reference(x, cos, sin)?,
+            })
         };
-        Ok([q, k, v])
+        let (rot, dim) = (cfg.rotary_dim, cfg.head_dim);
+        if rot == dim {
+            return Ok([rotate(&q)?, rotate(&k)?, v]);
+        }
+        // A partial rotary embedding (Phi-4-mini) turns the first `rot` dimensions of each head
+        // and passes the rest through.
+        let partial = |x: &Tensor| -> Result<Tensor> {
+            let turned = rotate(&x.narrow(3, 0, rot)?.contiguous()?)?;
+            let kept = x.narrow(3, rot, dim - rot)?.contiguous()?;
+            Ok(Tensor::cat(&[&turned, &kept], 3)?)
+        };
+        Ok([partial(&q)?, partial(&k)?, v])
     }
 
     /// Attention of query heads over key/value heads under an additive mask `(batch, tq, tk)`;
@@ -696,12 +791,11 @@ impl Transformer {
             }
         };
         let hn = norm(x.clone(), &layer.norms.attn_in)?;
-        let attn =
-            attention(self.apply_linears(&hn, [&layer.q, &layer.k, &layer.v], track, compact)?)?;
+        let attn = attention(self.project(&hn, &layer.qkv, track, compact)?)?;
         let attn = self.apply_linear(&attn, &layer.o, track, compact)?;
         let x = (x + norm(attn, &layer.norms.attn_out)?)?;
         let hn = norm(x.clone(), &layer.norms.mlp_in)?;
-        let [gate, up] = self.apply_linears(&hn, [&layer.gate, &layer.up], track, compact)?;
+        let [gate, up] = self.project(&hn, &layer.gate_up, track, compact)?;
         let down = if self.activation_into_down(&layer.down, &gate, track) {
             kernels::swiglu_matmul(&gate, &up, &self.get(&layer.down.weight_t, train_base))?
         } else {
