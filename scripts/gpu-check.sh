@@ -45,7 +45,7 @@ build() {
   cargo build --locked --profile "$profile" "${features[@]}" --bin verity
   local tests
   tests=$(cargo test --locked --profile "$profile" "${features[@]}" \
-    --test device_path --test gpu --no-run --message-format=json |
+    --test device_path --test gpu --test families --no-run --message-format=json |
     python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -114,7 +114,9 @@ print(":".join(sorted({os.path.dirname(p) for d in dirs for p in glob.glob(d + "
   if [[ " $parts " == *" tests "* ]]; then
     for t in "$work"/bin/test-*; do
       echo "gpu-check: $(basename "$t")"
-      VERITY_TEST_DEVICE=cuda:0 timeout 150 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
+      # The family fixtures travel with the working tree (worker/tests/data/families).
+      VERITY_TEST_DEVICE=cuda:0 VERITY_FAMILY_FIXTURES="$root/worker/tests/data/families" \
+        timeout 150 "$t" --test-threads 1 2>&1 | tee -a "$out/tests.log" || failed=1
     done
   fi
   local verity="$work/bin/verity" m="$work/models" config name

@@ -22,16 +22,27 @@ struct Reference {
     gradients: BTreeMap<String, Vec<f32>>,
 }
 
+/// The fixture folder of `family`: under `VERITY_FAMILY_FIXTURES` (set by scripts/gpu-check.sh,
+/// whose test binaries run away from this checkout) or this crate's `tests/data/families`.
 fn fixture(family: Family) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/families").join(family.model_type())
+    let root = std::env::var_os("VERITY_FAMILY_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/families"));
+    root.join(family.model_type())
 }
 
 fn load(family: Family) -> (Transformer, Reference) {
+    load_on(family, &Device::Cpu)
+}
+
+fn load_on(family: Family, device: &Device) -> (Transformer, Reference) {
     let dir = fixture(family);
     let config = ModelConfig::from_hf_file(&dir.join("config.json")).unwrap();
     assert_eq!(config.family, family, "{}", dir.display());
-    let weights = WeightMap::load_hf_dir(&dir, &Device::Cpu).unwrap();
-    let model = Transformer::from_weights(config, weights, &Device::Cpu).unwrap();
+    let weights = WeightMap::load_hf_dir(&dir, device).unwrap();
+    let mut model = Transformer::from_weights(config, weights, device).unwrap();
+    // Compared with f32 references (a GPU would default to bf16).
+    model.set_compute_dtype(DType::F32).unwrap();
     let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
     (model, serde_json::from_str(&text).unwrap())
 }
@@ -78,6 +89,28 @@ fn every_family_gives_transformers_logits_alone_and_in_a_padded_batch() {
                 let ok = diff < logit_tolerance(&want);
                 assert!(ok, "{family:?} {kernels:?} padded row {i}: off by {diff}");
             }
+        }
+    }
+}
+
+#[test]
+fn every_family_gives_transformers_logits_on_the_test_device() {
+    // VERITY_TEST_DEVICE (scripts/gpu-check.sh sets cuda:0); the CPU otherwise.
+    let spec = std::env::var("VERITY_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let device = verity_worker::parse_device(&spec).unwrap();
+    for family in Family::ALL {
+        let (model, reference) = load_on(family, &device);
+        let seqs: Vec<&[u32]> = reference.sequences.iter().map(Vec::as_slice).collect();
+        let batch = model.sequence_logits(&seqs, 0).unwrap();
+        let batch = batch.to_device(&Device::Cpu).unwrap();
+        let len = batch.dim(1).unwrap();
+        for (i, seq) in seqs.iter().enumerate() {
+            let row = batch.get(i).unwrap().narrow(0, len - seq.len(), seq.len()).unwrap();
+            let got: Vec<f32> = row.flatten_all().unwrap().to_vec1().unwrap();
+            let want = reference.logits[i].concat();
+            let diff = worst(&got, &want, family.model_type());
+            let ok = diff < logit_tolerance(&want);
+            assert!(ok, "{family:?} on {spec}: row {i} off by {diff}");
         }
     }
 }
