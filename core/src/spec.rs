@@ -1031,6 +1031,17 @@ mod tests {
     }
 
     #[test]
+    fn the_gemma_example_job_is_a_valid_method() {
+        let job: Value =
+            serde_json::from_str(include_str!("../../examples/gemma3-gpu/job.json")).unwrap();
+        let m: Method = serde_json::from_value(job["method"].clone()).unwrap();
+        m.validate().unwrap();
+        let hp = &m.reinforcement().unwrap().hyperparameters;
+        assert_eq!(hp.lora.as_ref().map(|l| l.rank), Some(32));
+        assert_eq!(job["model"], "gemma-3-1b-it");
+    }
+
+    #[test]
     fn defaults_fill_in_and_auto_means_default() {
         let m = method(json!({"batch_size": "auto", "n_epochs": 2, "loss": "dapo"})).unwrap();
         let hp = &m.reinforcement().unwrap().hyperparameters;

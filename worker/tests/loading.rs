@@ -240,3 +240,19 @@ fn corrupt_safetensors_are_clear_errors() {
         assert!(err.to_string().contains("model.safetensors"), "{err}");
     }
 }
+
+#[test]
+fn every_benchmark_shape_is_a_config_verity_reads() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/models");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let cfg = ModelConfig::from_hf_file(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(cfg.num_hidden_layers > 0, "{}", path.display());
+            read += 1;
+        }
+    }
+    assert!(read >= 6, "found {read} shapes in {}", dir.display());
+}
