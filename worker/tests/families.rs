@@ -79,17 +79,22 @@ fn every_family_gives_transformers_logits_alone_and_in_a_padded_batch() {
                     reference.transformers
                 );
             }
-            let batch = model.sequence_logits(&seqs, 0).unwrap();
-            let len = batch.dim(1).unwrap();
-            for (i, seq) in seqs.iter().enumerate() {
-                let row = batch.get(i).unwrap().narrow(0, len - seq.len(), seq.len()).unwrap();
-                let got: Vec<f32> = row.flatten_all().unwrap().to_vec1().unwrap();
-                let want = reference.logits[i].concat();
-                let diff = worst(&got, &want, family.model_type());
-                let ok = diff < logit_tolerance(&want);
-                assert!(ok, "{family:?} {kernels:?} padded row {i}: off by {diff}");
-            }
+            assert_padded_batch_logits(&model, &reference, &format!("{family:?} {kernels:?}"));
         }
+    }
+}
+
+/// The reference sequences left-padded into one batch give the reference logits row by row.
+fn assert_padded_batch_logits(model: &Transformer, reference: &Reference, label: &str) {
+    let seqs: Vec<&[u32]> = reference.sequences.iter().map(Vec::as_slice).collect();
+    let batch = model.sequence_logits(&seqs, 0).unwrap().to_device(&Device::Cpu).unwrap();
+    let len = batch.dim(1).unwrap();
+    for (i, seq) in seqs.iter().enumerate() {
+        let row = batch.get(i).unwrap().narrow(0, len - seq.len(), seq.len()).unwrap();
+        let got: Vec<f32> = row.flatten_all().unwrap().to_vec1().unwrap();
+        let want = reference.logits[i].concat();
+        let diff = worst(&got, &want, label);
+        assert!(diff < logit_tolerance(&want), "{label}: padded row {i} off by {diff}");
     }
 }
 
@@ -100,18 +105,7 @@ fn every_family_gives_transformers_logits_on_the_test_device() {
     let device = verity_worker::parse_device(&spec).unwrap();
     for family in Family::ALL {
         let (model, reference) = load_on(family, &device);
-        let seqs: Vec<&[u32]> = reference.sequences.iter().map(Vec::as_slice).collect();
-        let batch = model.sequence_logits(&seqs, 0).unwrap();
-        let batch = batch.to_device(&Device::Cpu).unwrap();
-        let len = batch.dim(1).unwrap();
-        for (i, seq) in seqs.iter().enumerate() {
-            let row = batch.get(i).unwrap().narrow(0, len - seq.len(), seq.len()).unwrap();
-            let got: Vec<f32> = row.flatten_all().unwrap().to_vec1().unwrap();
-            let want = reference.logits[i].concat();
-            let diff = worst(&got, &want, family.model_type());
-            let ok = diff < logit_tolerance(&want);
-            assert!(ok, "{family:?} on {spec}: row {i} off by {diff}");
-        }
+        assert_padded_batch_logits(&model, &reference, &format!("{family:?} on {spec}"));
     }
 }
 
