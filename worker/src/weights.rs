@@ -175,10 +175,10 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
         config.num_key_value_heads * config.head_dim,
     );
     add("model.embed_tokens.weight".into(), &[v, d], 0.5, 0.0)?;
+    // Norm weights near their identity: 1, or 0 where the family stores `w` for `1 + w`.
+    let one = if config.family.norm_weight_is_offset() { 0.0 } else { 1.0 };
     for i in 0..config.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        // Norm weights near their identity: 1, or 0 where the family stores `w` for `1 + w`.
-        let one = if config.family.norm_weight_is_offset() { 0.0 } else { 1.0 };
         for name in config.family.layer_norms().into_array().into_iter().flatten() {
             add(format!("{p}.{name}.weight"), &[d], 0.2, one)?;
         }
@@ -223,7 +223,6 @@ pub fn random_weights(config: &ModelConfig, seed: u64, device: &Device) -> Resul
             add(format!("{p}.self_attn.k_norm.weight"), &[kn], 0.2, one)?;
         }
     }
-    let one = if config.family.norm_weight_is_offset() { 0.0 } else { 1.0 };
     add("model.norm.weight".into(), &[d], 0.2, one)?;
     if !config.tie_word_embeddings {
         add("lm_head.weight".into(), &[v, d], 0.5, 0.0)?;

@@ -78,22 +78,16 @@ impl Rotary {
 
     /// The table of a model config: its rotary dimensions, base, Llama 3 or LongRoPE scaling.
     pub fn of(config: &crate::config::ModelConfig) -> Self {
-        let dim = config.rotary_dim;
-        let plain = Self::new(dim, config.rope_theta, config.rope_scaling);
+        let plain = Self::new(config.rotary_dim, config.rope_theta, config.rope_scaling);
         let Some(l) = &config.long_rope else { return plain };
-        // As transformers: inv_freq_i = 1 / (factor_i · theta^(2i/dim)).
-        let scaled = |factors: &[f64]| -> Vec<f32> {
-            factors
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    (1.0 / (f * config.rope_theta.powf(2.0 * i as f64 / dim as f64))) as f32
-                })
-                .collect()
+        // As transformers: inv_freq_i = 1 / (factor_i · theta^(2i/dim)), the plain frequencies
+        // divided by the factors.
+        let divided = |factors: &[f64]| -> Vec<f32> {
+            plain.inv_freq.iter().zip(factors).map(|(&f, d)| (f64::from(f) / d) as f32).collect()
         };
         Self {
-            inv_freq: scaled(&l.short_factor),
-            long: Some((scaled(&l.long_factor), l.original_max_position_embeddings)),
+            inv_freq: divided(&l.short_factor),
+            long: Some((divided(&l.long_factor), l.original_max_position_embeddings)),
             scale: l.effective_attention_factor(config.max_position_embeddings) as f32,
         }
     }

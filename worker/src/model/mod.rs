@@ -1,5 +1,5 @@
-//! The decoder-only transformer (Llama, Mistral, Qwen2, Qwen3, OLMo 2, SmolLM3): one forward used for training (with
-//! gradients), no-grad scoring and KV-cached sampling.
+//! The decoder-only transformer of every family in [`Family::ALL`](crate::config::Family::ALL):
+//! one forward used for training (with gradients), no-grad scoring and KV-cached sampling.
 
 pub mod compact;
 pub mod decode;
@@ -118,6 +118,14 @@ impl Layer {
         all.push(&self.down);
         all
     }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut all = self.qkv.linears_mut();
+        all.push(&mut self.o);
+        all.extend(self.gate_up.linears_mut());
+        all.push(&mut self.down);
+        all
+    }
 }
 
 /// The rotary tables and attention mask a layer reads for one stretch of rows.
@@ -191,6 +199,10 @@ impl Transformer {
         let bias = config.attention_bias;
         let qk_norm = config.family.qk_norm() != QkNorm::None;
         let norm_names = config.family.layer_norms();
+        let (qd, kd) = (
+            config.num_attention_heads * config.head_dim,
+            config.num_key_value_heads * config.head_dim,
+        );
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -203,10 +215,6 @@ impl Transformer {
                 mlp_in: norm(norm_names.mlp_in)?,
                 mlp_out: norm(norm_names.mlp_out)?,
             };
-            let (qd, kd) = (
-                config.num_attention_heads * config.head_dim,
-                config.num_key_value_heads * config.head_dim,
-            );
             let (qkv, gate_up) = if config.family.fuses_projections() {
                 let f = config.intermediate_size;
                 (
@@ -451,9 +459,9 @@ impl Transformer {
     /// (`*_proj.weight`) are held transposed, `(in, out)`; use [`Transformer::export_weights`] for HF layout.
     pub fn named_weights(&self) -> Vec<(String, Var)> {
         let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
+        let names = self.config.family.layer_norms().into_array();
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            let names = self.config.family.layer_norms().into_array();
             for (name, norm) in names.into_iter().zip(l.norms.clone().into_array()) {
                 if let (Some(name), Some(norm)) = (name, norm) {
                     out.push((format!("{p}.{name}.weight"), norm));
@@ -495,13 +503,7 @@ impl Transformer {
     }
 
     fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
-        self.layers.iter_mut().flat_map(|l| {
-            let mut all = l.qkv.linears_mut();
-            all.push(&mut l.o);
-            all.extend(l.gate_up.linears_mut());
-            all.push(&mut l.down);
-            all
-        })
+        self.layers.iter_mut().flat_map(Layer::linears_mut)
     }
 
     /// Whether a forward with `track` records gradients for the base weights (full fine-tuning;
