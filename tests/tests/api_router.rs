@@ -1449,6 +1449,30 @@ async fn preflight_reports_rows_grader_runs_and_probes_and_enqueues_nothing(pool
     assert_eq!(scored("boxed_dump"), (1.0, true));
     assert_eq!(scored("empty_answer"), (0.0, false));
     assert_eq!(scored("judge_injection"), (0.0, false));
+    // Judged against the job's budget (256 tokens by default): 32 KB of filler cannot be
+    // sampled, so its reward is reported but not flagged; a rewarded hack that fits is flagged
+    // with its fix.
+    let result = |report: &Value, name: &str| {
+        let results = report["probes"]["results"].as_array().unwrap();
+        results.iter().find(|p| p["name"] == name).unwrap().clone()
+    };
+    let long = result(&report, "very_long_output");
+    assert_eq!((long["rewarded"].as_bool(), long["flagged"].as_bool()), (Some(true), Some(false)));
+    assert!(
+        long["out_of_reach"].as_str().unwrap().contains("max_completion_tokens = 256"),
+        "{long}"
+    );
+    assert!(long["fix"].is_null(), "{long}");
+    let listing = result(&report, "all_candidates");
+    assert_eq!(listing["flagged"], true);
+    assert!(listing["fix"].as_str().unwrap().contains("not containment"), "{listing}");
+    // With a budget that does allow 32 KB, the long output is flagged too.
+    let mut roomy = like.clone();
+    roomy["reinforcement"]["hyperparameters"]["max_completion_tokens"] = json!(16384);
+    let report = post(&app.router, "/v1/verity/preflight", &key, body(&bad, &roomy)).await.json();
+    let long = result(&report, "very_long_output");
+    assert_eq!(long["flagged"], true, "{long}");
+    assert!(long["out_of_reach"].is_null());
 
     // Job creation refuses the same body with the line and field, and enqueues nothing.
     let refused = post(&app.router, "/v1/fine_tuning/jobs", &key, body(&bad, &like)).await;

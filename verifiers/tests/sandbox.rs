@@ -393,7 +393,7 @@ fn site_packages_stay_importable() {
 #[test]
 fn code_exploit_probes_score_zero_in_the_sandbox() {
     let item = json!({"prompt": "Write add(a, b).", "tests": "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"});
-    let results = verity_verifiers::probes::run_probes(&code_grader(5000, 256), &item);
+    let results = verity_verifiers::probes::run_probes(&code_grader(5000, 256), &item, None);
     for name in ["exit_before_asserts", "eq_override"] {
         let probe = results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!(probe.score, 0.0, "{probe:?}");

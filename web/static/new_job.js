@@ -341,8 +341,13 @@
     if (r.probes) {
       html += "<h3>Exploit probes (line " + r.probes.line + ')</h3><table class="probes"><thead><tr><th>Probe</th><th>Score</th><th>What it tries</th></tr></thead><tbody>' +
         r.probes.results.map(function (p) {
-          var flag = p.kind === "exploit" && p.rewarded ? ' <strong class="error">rewarded</strong>' : "";
-          return '<tr data-probe="' + text(p.name) + '" data-score="' + p.score + '"><td>' + text(p.name) + "</td><td>scored " + score(p.score) + flag + "</td><td>" + text(p.description) +
+          // Flagged: a hack the job can sample was rewarded (or the control was not); a reward
+          // for an output the job's budget cannot reach is shown, muted, with the reason.
+          var flag = p.flagged ? ' <strong class="error">' + (p.kind === "exploit" ? "rewarded" : "not rewarded") + "</strong>"
+                   : (p.kind === "exploit" && p.rewarded ? ' <span class="muted">rewarded, out of reach</span>' : "");
+          return '<tr data-probe="' + text(p.name) + '" data-score="' + p.score + '" data-flagged="' + (p.flagged ? "true" : "false") + '"><td>' + text(p.name) + "</td><td>scored " + score(p.score) + flag + "</td><td>" + text(p.description) +
+            (p.out_of_reach ? ' <span class="muted out-of-reach">' + text(p.out_of_reach) + ".</span>" : "") +
+            (p.fix ? ' <span class="probe-fix">Fix: ' + text(p.fix) + ".</span>" : "") +
             (p.error ? ' <span class="error">' + text(p.error) + "</span>" : "") + "</td></tr>";
         }).join("") + "</tbody></table>";
     }

@@ -347,6 +347,6 @@ pub async fn validate_grader_endpoint(
         }
         Err(e) => return Err(e),
     };
-    let probes = grade_in_slot(slot, move || probes::run_probes(&grader, &item)).await?;
+    let probes = grade_in_slot(slot, move || probes::run_probes(&grader, &item, None)).await?;
     Ok(Json(json!({ "grader": request.grader, "verity_probes": probes })))
 }

@@ -1,7 +1,8 @@
 //! `POST /v1/verity/preflight`: a job request checked as job creation checks it, without
 //! enqueuing anything, and reported in full: every row problem of each file (line and field),
 //! the grader run on the first rows with their reference answers, and the exploit probes
-//! (`verity_verifiers::probes`) on the first row.
+//! (`verity_verifiers::probes`) on the first row, judged against the job's own completion
+//! budget (a hack the job cannot sample is reported, not flagged).
 
 use super::auth::Principal;
 use super::error::ApiResult;
@@ -63,7 +64,8 @@ pub struct RowRun {
 pub struct ProbeReport {
     /// 1-based line of the training file the probes used.
     pub line: u64,
-    /// One result per probe: `{name, kind, description, score, rewarded, reason, error, …}`.
+    /// One result per probe: `{name, kind, description, score, rewarded, flagged, out_of_reach,
+    /// fix, reason, error, …}`.
     #[schema(value_type = Vec<Object>)]
     pub results: Vec<ProbeResult>,
 }
@@ -107,8 +109,9 @@ pub async fn preflight(
         (Some(_), Some(spec)) => {
             let param = "method.reinforcement.grader";
             let rows = first_rows(&state, &checked.training, GRADED_ROWS).await?;
+            let budget = completion_budget(&checked.method.resolved);
             let (slot, grader) = ready_grader(&state, &principal, param, spec).await?;
-            grade_in_slot(slot, move || grade_rows(&grader, &rows)).await?
+            grade_in_slot(slot, move || grade_rows(&grader, &rows, budget)).await?
         }
         _ => (Vec::new(), None),
     };
@@ -123,10 +126,18 @@ fn grader_spec(request: &CreateJobRequest) -> Option<&Value> {
     request.method.as_ref()?.get("reinforcement")?.get("grader")
 }
 
-/// The grader on each row with its reference answer, and the probes on the first row.
+/// The resolved job's `max_completion_tokens`: the longest completion its rollouts can sample.
+fn completion_budget(resolved_method: &Value) -> Option<usize> {
+    let tokens = resolved_method.pointer("/reinforcement/hyperparameters/max_completion_tokens");
+    tokens.and_then(Value::as_u64).and_then(|t| usize::try_from(t).ok())
+}
+
+/// The grader on each row with its reference answer, and the probes on the first row judged
+/// against the completion budget.
 fn grade_rows(
     grader: &verity_verifiers::Grader,
     rows: &[(u64, Value)],
+    max_completion_tokens: Option<usize>,
 ) -> (Vec<RowRun>, Option<ProbeReport>) {
     let runs = rows
         .iter()
@@ -142,8 +153,9 @@ fn grade_rows(
             }
         })
         .collect();
-    let probes = rows
-        .first()
-        .map(|(line, item)| ProbeReport { line: *line, results: probes::run_probes(grader, item) });
+    let probes = rows.first().map(|(line, item)| ProbeReport {
+        line: *line,
+        results: probes::run_probes(grader, item, max_completion_tokens),
+    });
     (runs, probes)
 }
