@@ -79,3 +79,45 @@ window.Verity = {
     d.showModal();
   });
 })();
+// Copy buttons: a button with data-copy="#selector" copies that element's text and says so;
+// where the clipboard is out of reach (plain http on another host) it selects the text instead.
+(function () {
+  function copyBySelection(text) {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (e) {}
+    document.body.removeChild(area);
+    return ok;
+  }
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest ? e.target.closest("button[data-copy]") : null;
+    if (!button) return;
+    var source = document.querySelector(button.dataset.copy);
+    if (!source) return;
+    var text = source.textContent.trim();
+    if (!button.dataset.label) button.dataset.label = button.textContent;
+    function done(ok) {
+      button.dataset.copied = String(ok);
+      button.textContent = ok ? "Copied" : "Press Ctrl+C";
+      if (!ok) {
+        var range = document.createRange();
+        range.selectNodeContents(source);
+        window.getSelection().removeAllRanges();
+        window.getSelection().addRange(range);
+      }
+      clearTimeout(button.copyTimer);
+      button.copyTimer = setTimeout(function () { button.textContent = button.dataset.label; }, 2000);
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(copyBySelection(text)); });
+    } else {
+      done(copyBySelection(text));
+    }
+  });
+})();

@@ -212,11 +212,20 @@
         },
       };
       if (def.band) {
-        series.push({ label: "−std", stroke: "transparent", points: { show: false }, value: function () { return ""; } });
+        // The band's lower edge names the std in the legend (mean − edge); its upper edge has
+        // no legend entry of its own.
+        series.push({ label: "± std", stroke: "transparent", points: { show: false }, value: function (u, v, sidx, idx) {
+          var mean = idx === null || idx === undefined ? null : u.data[1][idx];
+          return v === null || v === undefined || mean === null || mean === undefined ? "–" : fmt(mean - v);
+        } });
         series.push({ label: "+std", stroke: "transparent", points: { show: false }, value: function () { return ""; } });
         opts.bands = [{ series: [series.length - 1, series.length - 2], fill: "rgba(99,102,241,0.15)" }];
       }
       var plot = new uPlot(opts, dataFor(def), box);
+      if (def.band) {
+        var entries = box.querySelectorAll(".u-legend .u-series");
+        if (entries.length) entries[entries.length - 1].hidden = true;
+      }
       showLatest(plot);
       charts.push({ def: def, plot: plot, box: box });
     });
@@ -287,6 +296,11 @@
     if (budget) {
       budget.hidden = !s.budget;
       document.getElementById("job-budget-text").textContent = s.budget || "";
+    }
+    var tuned = document.getElementById("fine-tuned-line");
+    if (tuned && s.fine_tuned_model) {
+      document.getElementById("fine-tuned-model").textContent = s.fine_tuned_model;
+      tuned.hidden = false;
     }
     var box = document.getElementById("warnings"), list = document.getElementById("warning-list");
     if (box && list && s.warnings) {

@@ -36,6 +36,9 @@ pub struct JobProgress {
     /// The budget's caps and use, e.g. `612 s of 600 s · 4000 of 10000 generated tokens`
     /// (empty without caps).
     pub budget: String,
+    /// The fine-tuned model's name (`ft:…`) once the job has produced one: what a user passes
+    /// as `model` to chat completions or a new job.
+    pub fine_tuned_model: Option<String>,
 }
 
 /// Which of a job's controls are valid in its state.
@@ -131,15 +134,17 @@ impl JobProgress {
             pending_control: pending,
             controls,
             error,
+            fine_tuned_model: job.fine_tuned_model.clone(),
         }
     }
 
-    /// The step label, e.g. `step 3 / 20` (empty before the total is known).
+    /// The step label, e.g. `step 3 / 20`; `step 3` while the total is not known (a resumed
+    /// job loading); empty before both are.
     pub fn step_text(&self) -> String {
-        if self.total > 0 {
-            format!("step {} / {}", self.step, self.total)
-        } else {
-            String::new()
+        match (self.step, self.total) {
+            (step, total) if total > 0 => format!("step {step} / {total}"),
+            (step, _) if step > 0 => format!("step {step}"),
+            _ => String::new(),
         }
     }
 }
@@ -211,6 +216,16 @@ mod tests {
         let p = JobProgress::of(&lagging, Some(3), 0);
         assert_eq!((p.step, p.total, p.percent), (3, 4, 75));
         assert_eq!(p.step_text(), "step 3 / 4");
+    }
+
+    /// A resumed job loads its model and checkpoint before its trainer reports: the page says
+    /// `loading` (not the phase it paused in) and the step the metrics reached.
+    #[test]
+    fn a_resumed_job_loading_says_so() {
+        let p =
+            JobProgress::of(&job("running", "none", Some(json!({"phase": "loading"}))), Some(4), 0);
+        assert_eq!((p.phase.as_str(), p.step_text()), ("loading", "step 4".to_string()));
+        assert_eq!(JobProgress::of(&job("queued", "none", None), None, 0).step_text(), "");
     }
 
     #[test]

@@ -667,6 +667,9 @@ impl TrainingHandler {
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
         // The attempt's wall time counts from here: set-up (model download and load) included.
         let started = std::time::Instant::now();
+        // Until the trainer reports, the job is loading: a resumed job must not keep showing
+        // the phase it paused in (e.g. `checkpointing`) while its model and checkpoint load.
+        heartbeat.reporter().report(json!({"phase": "loading"}));
         let (mut trainer, resumed) = self.build(lease, heartbeat).await?;
         let trained_tokens: u64 = match resumed {
             Some(_) => {
