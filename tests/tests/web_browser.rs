@@ -286,6 +286,8 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     let http = reqwest::Client::new();
     let files_url = format!("{base}/v1/files");
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 200);
+    click(&c, "#copy-new-key").await;
+    until(&c, "document.querySelector('#copy-new-key').dataset.copied === 'true'").await;
     shot(&c, "09-keys").await;
     click(&c, &format!("button[data-prefix=\"{}\"]", &secret[..11])).await;
     until(&c, "document.querySelector('#confirm-dialog').open").await;
@@ -361,12 +363,30 @@ async fn an_evaluation_report_draws_its_pass_at_k_chart(pool: PgPool) {
     fill(&c, "#email", "ada@example.com").await;
     fill(&c, "#password", "password123").await;
     click(&c, "#sign-in").await;
+    // The job page names the fine-tuned model, with a button that copies it.
+    let tuned = api_support::get(&router, &format!("/v1/fine_tuning/jobs/{job_id}"), &key).await;
+    let tuned = tuned.json()["fine_tuned_model"].as_str().unwrap().to_string();
+    assert!(tuned.starts_with("ft:"), "{tuned}");
+    let shown = until(&c, "!document.querySelector('#fine-tuned-line').hidden && document.querySelector('#fine-tuned-model').textContent").await;
+    assert_eq!(shown, tuned.as_str());
+    click(&c, "#copy-fine-tuned-model").await;
+    until(&c, "document.querySelector('#copy-fine-tuned-model').dataset.copied === 'true'").await;
     // The job page shows the baseline and creates the report of its base vs its checkpoint.
     until(&c, "document.querySelector('#baseline strong')").await;
     click(&c, "#evaluate-job").await;
     until(&c, "location.pathname.startsWith('/evaluations/evaljob-')").await;
     let evaluation = c.current_url().await.rsplit('/').next().unwrap().to_string();
+    // The queued report's page follows the run: its results appear without a reload.
+    let waiting = until(&c, "document.querySelector('#evaluation-pending').textContent").await;
+    assert!(!waiting.as_str().unwrap().contains("Reload"), "{waiting}");
     assert_eq!(run_one().await, 1);
+    until(&c, "document.querySelector('#evaluation-status').textContent === 'succeeded'").await;
+    until(&c, "document.querySelector('#passk-chart .uplot')").await;
+    assert_eq!(
+        c.execute("return !document.querySelector('#evaluation-pending')", vec![]).await,
+        Value::Bool(true),
+        "a finished report says nothing is pending"
+    );
     c.goto(&format!("{base}/jobs")).await;
     click(&c, "a[href='/evaluations']").await;
     until(&c, &format!("document.querySelector(\"a[href='/evaluations/{evaluation}']\")")).await;
@@ -406,5 +426,64 @@ async fn an_evaluation_report_draws_its_pass_at_k_chart(pool: PgPool) {
         ),
     )
     .await;
+
+    // The job's results file is listed under Files but never offered to train on.
+    let files = api_support::get(&router, "/v1/files", &key).await.json();
+    assert!(files.to_string().contains("step_metrics.csv"), "{files}");
+    c.goto(&format!("{base}/jobs/new")).await;
+    let offered = until(&c, "document.querySelector('#training-file') && Array.from(document.querySelectorAll('#training-file option, #validation-file option')).map(function (o) { return o.textContent; }).join('|')").await;
+    assert!(offered.as_str().unwrap().contains("valid.jsonl"), "{offered}");
+    assert!(!offered.as_str().unwrap().contains("step_metrics.csv"), "{offered}");
+
+    // A checkpoint's size is what Download .tar fetches: the weights, not the optimizer state.
+    c.goto(&format!("{base}/jobs/{job_id}/checkpoints")).await;
+    let sizes = until(&c, "(function () { var td = document.querySelector('td[data-weights-bytes]'); return td && [Number(td.dataset.weightsBytes), Number(td.dataset.totalBytes)]; })()").await;
+    let (weights, total) = (sizes[0].as_f64().unwrap(), sizes[1].as_f64().unwrap());
+    assert!(weights > 0.0 && weights < total, "the optimizer state is left out: {sizes}");
+
+    // Every table page keeps its row actions whole and in view, on a laptop and on a phone.
+    let pages = [
+        format!("/jobs/{job_id}/checkpoints"),
+        "/models".to_string(),
+        "/files".to_string(),
+        "/keys".to_string(),
+        format!("/evaluations/{evaluation}"),
+    ];
+    for (width, height) in [(1280, 900), (390, 844)] {
+        c.set_window_size(width, height).await;
+        for page in &pages {
+            c.goto(&format!("{base}{page}")).await;
+            until(
+                &c,
+                "document.readyState === 'complete' && document.querySelector('td.row-actions')",
+            )
+            .await;
+            let report = c.execute(ACTIONS_IN_VIEW, vec![]).await;
+            let report: Value = serde_json::from_str(report.as_str().unwrap()).unwrap();
+            assert_eq!(report["bad"], json!([]), "{page} at {width} px: {report}");
+            assert!(report["actions"].as_u64().unwrap() > 0, "{page}: {report}");
+            assert!(
+                report["page"].as_f64().unwrap() <= report["viewport"].as_f64().unwrap() + 1.0,
+                "{page} at {width} px is wider than the window: {report}"
+            );
+        }
+    }
     c.close().await;
 }
+
+/// Every control and badge in a row-actions cell lies whole inside its table's frame and the
+/// window, its text not cut; with the count of such cells and the page's width.
+const ACTIONS_IN_VIEW: &str = "var bad = []; \
+    document.querySelectorAll('.table-wrap').forEach(function (wrap) { \
+      var frame = wrap.getBoundingClientRect(); \
+      wrap.querySelectorAll('td.row-actions a, td.row-actions button, td.row-actions select, td.row-actions .badge').forEach(function (el) { \
+        var r = el.getBoundingClientRect(); \
+        if (r.width === 0) return; \
+        var name = el.textContent.trim() || el.tagName; \
+        if (r.left < frame.left - 1 || r.right > frame.right + 1 || r.right > window.innerWidth + 1) \
+          bad.push(name + ' at ' + Math.round(r.left) + '..' + Math.round(r.right) + ' outside ' + Math.round(frame.left) + '..' + Math.round(frame.right)); \
+        if (el.scrollWidth > el.clientWidth + 1) bad.push(name + ' cut'); \
+      }); \
+    }); \
+    return JSON.stringify({bad: bad, actions: document.querySelectorAll('td.row-actions').length, \
+      page: document.documentElement.scrollWidth, viewport: window.innerWidth});";

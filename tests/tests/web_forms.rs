@@ -75,6 +75,17 @@ async fn the_job_form_submits_without_script_errors_and_checks_the_temperature(p
         "the input carries the API's range"
     );
 
+    // The loss presets belong to reinforcement: a supervised job's form does not show them.
+    let presets_shown = "document.querySelector('[aria-label=\"Algorithm presets\"]').getBoundingClientRect().height > 0";
+    assert_eq!(c.execute(&format!("return {presets_shown}"), vec![]).await, true);
+    let pick = |method: &str| {
+        format!("document.querySelector('input[name=method][value={method}]').click()")
+    };
+    c.execute(&pick("supervised"), vec![]).await;
+    assert_eq!(c.execute(&format!("return {presets_shown}"), vec![]).await, false);
+    c.execute(&pick("reinforcement"), vec![]).await;
+    assert_eq!(c.execute(&format!("return {presets_shown}"), vec![]).await, true);
+
     // Out of range: refused before sending, the error next to the field, the field marked.
     fill(&c, "#hp-temperature", "5").await;
     click(&c, "#create-job").await;

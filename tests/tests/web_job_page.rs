@@ -74,6 +74,11 @@ async fn the_live_job_page_tells_the_truth(pool: PgPool) {
     let legend = until(&c, "document.querySelector('#charts .u-legend').textContent").await;
     assert!(!legend.as_str().unwrap().contains("--"), "{legend}");
     assert!(legend.as_str().unwrap().contains("0.5"), "{legend}");
+    // The band's legend entry says the std (0.1 in every row), once.
+    let band = until(&c, "Array.from(document.querySelectorAll('#charts figure')).find(function (f) { return f.dataset.title.startsWith('Reward (mean'); }).querySelector('.u-legend').innerText").await;
+    let band = band.as_str().unwrap().to_lowercase();
+    assert!(band.contains("± std") && band.contains("0.1"), "{band}");
+    assert!(!band.contains("+std"), "the band's upper edge has no entry: {band}");
     let chart = |title: &str| {
         format!("window.verityCharts().find(function (c) {{ return c.title === '{title}'; }})")
     };
@@ -183,6 +188,12 @@ async fn a_failed_job_says_so_instead_of_waiting(pool: PgPool) {
     c.goto(&format!("{base}/jobs")).await;
     let failure = until(&c, "document.querySelector('table.jobs .failure').textContent").await;
     assert!(failure.as_str().unwrap().contains("item.reference_answer"), "{failure}");
+    // A typo in the compare box keeps the page, the text typed, and says why beside the box.
+    c.goto(&format!("{base}/jobs/{job_id}?compare=ftjob-typo")).await;
+    let error = until(&c, "document.querySelector('#compare-error').textContent").await;
+    assert_eq!(error, "compare: no job ftjob-typo in your org");
+    let state = "[document.querySelector('#job-status').textContent, document.querySelector('#compare').value, document.querySelector('#compare').getAttribute('aria-invalid')].join('|')";
+    assert_eq!(c.execute(&format!("return {state}"), vec![]).await, "failed|ftjob-typo|true");
     c.close().await;
 }
 
@@ -266,7 +277,11 @@ async fn phone_layouts_fit_and_unknown_pages_say_not_found(pool: PgPool) {
         let wide = c.execute(&format!("return {overflow}"), vec![]).await;
         let name = path.replace('/', "_");
         shot(&c, &format!("phone{name}")).await;
-        assert!(wide.as_i64().unwrap() <= 1, "{path} is {wide} px wider than a 390 px phone");
+        let widest = c.execute("return Array.from(document.querySelectorAll('body *')).filter(function (e) { return e.getBoundingClientRect().right > document.documentElement.clientWidth + 1; }).slice(0, 5).map(function (e) { return e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right); }).join(', ')", vec![]).await;
+        assert!(
+            wide.as_i64().unwrap() <= 1,
+            "{path} is {wide} px wider than a 390 px phone: {widest}"
+        );
     }
     // An unknown page is a 404 page in the layout; the API's unknown paths stay JSON.
     c.goto(&format!("{base}/no/such/page")).await;

@@ -70,7 +70,7 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
         files.push(reply.json()["id"].as_str().unwrap().to_string());
     }
     let method = json!({"type": "reinforcement", "reinforcement": {"grader": first_token_grader(),
-        "hyperparameters": {"max_steps": 2, "batch_size": 2, "group_size": 2}}});
+        "hyperparameters": {"max_steps": 2, "batch_size": 2, "group_size": 2, "max_completion_tokens": 24}}});
     let body = json!({"model": BASE, "training_file": files[0], "validation_file": files[1], "method": method});
     let reply = api_support::post(&router, "/v1/fine_tuning/jobs", &key, body).await;
     assert_eq!(reply.status, 200, "{:?}", reply.json());
@@ -104,6 +104,8 @@ async fn the_playground_compares_a_base_and_its_checkpoint_in_a_real_browser(poo
     assert_eq!(text(&c, "document.querySelector('#model-right').value").await, checkpoint);
     assert_eq!(text(&c, "document.querySelector('#pg-user').value").await, "t3 t10");
     assert_eq!(text(&c, "document.querySelector('#row-pick').dataset.loaded").await, "1");
+    // Answers are cut where the job's rollouts were: the job's max_completion_tokens.
+    assert_eq!(text(&c, "document.querySelector('#pg-max-tokens').value").await, "24");
 
     // Row by number, then a random one (whichever it is, the prompt is that row's).
     fill(&c, "#pg-row", "3").await;

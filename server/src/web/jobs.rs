@@ -8,6 +8,7 @@ use super::progress::JobProgress;
 use super::warnings::{job_items, WarningItem};
 use crate::api::error::ApiError;
 use crate::api::jobs::budget::update_budget;
+use crate::api::jobs::checkpoints::is_trainer_state;
 use crate::api::jobs::view::{checkpoint_model_name, EventObject};
 use crate::api::jobs::{control_job, find_job, Control};
 use crate::api::state::AppState;
@@ -275,7 +276,10 @@ struct JobPage {
     metrics_json: String,
     /// Other runs drawn over this one: `[{id, label, rows}]`.
     compare_json: String,
-    compare: Vec<String>,
+    /// The compare box's text as the user typed it.
+    compare_input: String,
+    /// Why the compare list could not be drawn (a typo, too many jobs).
+    compare_error: Option<String>,
     warnings: Vec<WarningItem>,
     events: Vec<EventRow>,
     /// The baseline before training (pass@k of the base at step 0), as text.
@@ -356,22 +360,24 @@ async fn job_page(
     };
     let progress = JobProgress::of(&job, last_step(&rows), chrono::Utc::now().timestamp());
     let (chart, baseline) = chart_rows(&state, &id).await?;
+    // A bad compare list draws the page without the overlay and says why next to the box (a
+    // typo must not replace the page with an error).
     let mut compare = Vec::new();
     let mut compared = Vec::new();
+    let mut compare_error = None;
     for other in query.compare.as_deref().unwrap_or("").split(',').map(str::trim) {
         if other.is_empty() || other == id || compare.iter().any(|c| c == other) {
             continue;
         }
         if compare.len() + 1 >= MAX_COMPARED {
-            return Err(ApiError::invalid(
-                "compare",
-                format!("at most {} other jobs can be drawn with this one", MAX_COMPARED - 1),
-            )
-            .into());
+            compare_error =
+                Some(format!("at most {} other jobs can be drawn with this one", MAX_COMPARED - 1));
+            break;
         }
-        let found = find_job(&state, &user.0, other)
-            .await
-            .map_err(|_| ApiError::invalid("compare", format!("no job {other} in your org")))?;
+        let Ok(found) = find_job(&state, &user.0, other).await else {
+            compare_error = Some(format!("no job {other} in your org"));
+            break;
+        };
         let (rows, _) = chart_rows(&state, other).await?;
         let label = found.suffix.clone().unwrap_or_else(|| other.to_string());
         compared.push(json!({"id": other, "label": label, "rows": rows}));
@@ -407,7 +413,8 @@ async fn job_page(
         grader: pretty(method.pointer("/reinforcement/grader")),
         metrics_json: script_json(&Value::Array(chart)),
         compare_json: script_json(&Value::Array(compared)),
-        compare,
+        compare_input: query.compare.clone().unwrap_or_default(),
+        compare_error,
         baseline: baseline.as_ref().map(baseline_text),
         evaluations,
         warnings,
@@ -552,7 +559,13 @@ struct CheckpointRow {
     step: i32,
     name: String,
     created: String,
+    /// What **Download .tar** fetches: the weights, without the optimizer state.
     size: String,
+    /// Bytes of the weights, and of the whole folder with the optimizer state.
+    weights_bytes: i64,
+    total_bytes: i64,
+    /// The whole folder's size, readable.
+    total: String,
     reward: String,
     eval: String,
 }
@@ -564,6 +577,16 @@ struct CheckpointsPage {
     nav: Nav,
     job: JobRecord,
     checkpoints: Vec<CheckpointRow>,
+}
+
+/// Bytes of a published checkpoint's weights (its manifest less the optimizer state): the size
+/// of a weights-only download. `None` when the manifest cannot be read.
+async fn weights_bytes(state: &AppState, prefix: &str) -> Option<i64> {
+    let prefix = prefix.trim_end_matches('/');
+    let manifest =
+        verity_core::storage::read_manifest(state.store.as_ref(), prefix).await.ok()??;
+    let weights = manifest.only(|f| !is_trainer_state(&f.path));
+    i64::try_from(weights.total_bytes).ok()
 }
 
 /// Bytes in a readable unit.
@@ -583,9 +606,14 @@ async fn checkpoints_page(
 ) -> WebResult<Response> {
     let job = find_job(&state, &user.0, &id).await?;
     let rows = verity_core::jobs::list_checkpoints(&state.pool, &id, None, 1000).await?;
+    let mut weights = Vec::with_capacity(rows.len());
+    for c in &rows {
+        weights.push(weights_bytes(&state, &c.storage_prefix).await.unwrap_or(c.bytes));
+    }
     let checkpoints = rows
         .into_iter()
-        .map(|c| {
+        .zip(weights)
+        .map(|(c, weights_bytes)| {
             let metric = |path: &str| {
                 c.metrics
                     .as_ref()
@@ -597,7 +625,10 @@ async fn checkpoints_page(
             CheckpointRow {
                 name: checkpoint_model_name(&job.output_model_name(), c.step),
                 created: when(c.created_at),
-                size: size(c.bytes),
+                size: size(weights_bytes),
+                weights_bytes,
+                total_bytes: c.bytes,
+                total: size(c.bytes),
                 reward: metric("/reward_mean"),
                 eval: metric("/eval/pass_at_k/pass@1"),
                 id: c.id,

@@ -18,6 +18,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
+use verity_core::queue::RESULTS_PURPOSE;
 use verity_core::spec::{Hyperparameters, Loss, Method, MethodKind};
 
 /// Routes of this module.
@@ -300,7 +301,8 @@ async fn new_job_page(
     let files: Vec<FileRow> = org_files(&state, &user)
         .await?
         .into_iter()
-        .filter(|f| f.file.status == "processed")
+        // A job's results file (`step_metrics.csv`) is a report, not something to train on.
+        .filter(|f| f.file.status == "processed" && f.file.purpose != RESULTS_PURPOSE)
         .collect();
     let missing_files = [&prefill.training_file, &prefill.validation_file]
         .into_iter()
