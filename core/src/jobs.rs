@@ -6,6 +6,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::job_state::JobState;
+
 /// A job row as the API shows it.
 #[derive(Debug, Clone)]
 pub struct JobRecord {
@@ -30,7 +32,7 @@ pub struct JobRecord {
     /// User metadata.
     pub metadata: Option<Value>,
     /// Queue state.
-    pub state: String,
+    pub state: JobState,
     /// Pending request to the worker (`none`, `cancel`, `pause`).
     pub control: String,
     /// Last error.
@@ -74,7 +76,7 @@ pub async fn get_job_of_kind(
     sqlx::query_as!(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
-                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
+                  j.suffix, j.seed, j.spec, j.metadata, j.state AS "state: JobState", j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at,
                   j.max_wall_seconds, j.max_tokens, j.used_wall_seconds, j.used_tokens
            FROM jobs j JOIN orgs o ON o.id = j.org_id
@@ -139,7 +141,7 @@ pub async fn list_jobs_of_kind(
     sqlx::query_as!(
         JobRecord,
         r#"SELECT j.id, j.org_id, o.name AS org_name, j.model, j.training_file, j.validation_file,
-                  j.suffix, j.seed, j.spec, j.metadata, j.state, j.control, j.error, j.progress,
+                  j.suffix, j.seed, j.spec, j.metadata, j.state AS "state: JobState", j.control, j.error, j.progress,
                   j.fine_tuned_model, j.result, j.created_at, j.finished_at,
                   j.max_wall_seconds, j.max_tokens, j.used_wall_seconds, j.used_tokens
            FROM jobs j JOIN orgs o ON o.id = j.org_id

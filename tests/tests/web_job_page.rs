@@ -366,7 +366,7 @@ async fn a_training_job_reports_its_finish_and_phase_while_running(pool: PgPool)
                 .await
                 .unwrap()
                 .unwrap();
-            running.state = "running".into();
+            running.state = verity_core::JobState::Running;
             let shown = verity_server::api::jobs::view::JobObject::from(running);
             assert_eq!(shown.estimated_finish, report["estimated_finish"].as_i64());
             break;

@@ -123,9 +123,7 @@ async fn cancel_unfinished_demos(client: &Client) -> anyhow::Result<()> {
     let page = client.get_json("/v1/fine_tuning/jobs?limit=100").await?;
     for job in page["data"].as_array().into_iter().flatten() {
         let status = super::client::field(job, "status");
-        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some()
-            && !jobs::TERMINAL.contains(&status)
-        {
+        if job.pointer(&format!("/metadata/{DEMO_TAG}")).is_some() && !jobs::is_final(status) {
             let id = super::client::field(job, "id");
             jobs::control(client, id, "cancel").await?;
             println!("demo: cancelled the unfinished demo job {id} of an earlier run");
@@ -214,7 +212,7 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<(String, Vec<Eval>)
             bar.set_message(text);
         }
         let status = super::client::field(&job, "status").to_string();
-        if jobs::TERMINAL.contains(&status.as_str()) {
+        if jobs::is_final(&status) {
             bar.finish();
             evals.sort_by_key(|e| e.0);
             return Ok((status, evals));

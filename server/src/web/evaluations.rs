@@ -2,7 +2,6 @@
 //! the table, the narrowing flags, CSV download), and creating the report of a fine-tuning job
 //! (its base vs its checkpoints) from the job's page.
 
-use super::jobs::is_terminal;
 use super::page::{render, script_json, when, Nav, WebResult, WebUser};
 use crate::api::sampling_runs::evaluations::{create, report, CreateEvaluationRequest};
 use crate::api::sampling_runs::find_run;
@@ -14,6 +13,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
 use verity_core::sampling_runs::{EvaluationReport, RunKind, RunSpec};
+use verity_core::JobState;
 
 /// Evaluations shown on the list.
 const LIST_LIMIT: i64 = 50;
@@ -61,7 +61,7 @@ async fn list_page(State(state): State<AppState>, user: WebUser) -> WebResult<Re
             },
             file: job.training_file.unwrap_or_default(),
             created: when(job.created_at),
-            status: job.state,
+            status: job.state.to_string(),
             id: job.id,
         })
         .collect();
@@ -131,13 +131,13 @@ async fn report_page(
         models.into_iter().filter(|m| !report.models.iter().any(|r| &r.model == m)).collect();
     let page = ReportPage {
         nav: Nav::new(format!("Evaluation {id}"), "evaluations"),
-        terminal: is_terminal(&job.state),
-        status: job.state.clone(),
+        terminal: job.state.is_terminal(),
+        status: job.state.to_string(),
         file: job.training_file.clone().unwrap_or_default(),
         n,
         job: job_id,
         pending,
-        error: job.error.as_ref().filter(|_| job.state == "failed").map(|e| {
+        error: job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| {
             e.get("message").and_then(Value::as_str).unwrap_or("the run failed").to_string()
         }),
         ks: report.ks.clone(),

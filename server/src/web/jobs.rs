@@ -3,7 +3,6 @@
 //! cancel / pause / resume with confirmation), its events as JSONL and its checkpoints.
 
 use super::page::{render, script_json, when, Nav, WebResult, WebUser};
-pub use super::progress::is_terminal;
 use super::progress::JobProgress;
 use super::warnings::{job_items, WarningItem};
 use crate::api::error::ApiError;
@@ -22,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use verity_core::jobs::JobRecord;
+use verity_core::JobState;
 
 /// Jobs shown on the list.
 const LIST_LIMIT: i64 = 50;
@@ -137,7 +137,7 @@ impl ListQuery {
         .to_lowercase();
         let day = job.created_at.date_naive();
         (q.is_empty() || text.contains(&q))
-            && (self.status.is_empty() || job.state == self.status)
+            && (self.status.is_empty() || job.state.as_str() == self.status)
             && (self.model.is_empty() || job.model == self.model)
             && from.is_none_or(|d| day >= d)
             && to.is_none_or(|d| day <= d)
@@ -200,14 +200,18 @@ async fn jobs_page(
             eta: progress.eta.clone(),
             step_text: progress.step_text(),
             percent: progress.percent,
-            phase: if job.state == "running" { progress.phase.clone() } else { String::new() },
+            phase: if job.state == JobState::Running {
+                progress.phase.clone()
+            } else {
+                String::new()
+            },
             failure: progress.error.as_deref().map(short_reason).unwrap_or_default(),
             spark: sparkline(&rewards),
             last_reward: rewards.last().map(|r| format!("{r:.3}")).unwrap_or_default(),
             created: when(job.created_at),
             created_by: created_by.remove(&job.id).unwrap_or_default(),
             name: job.suffix.clone().unwrap_or_default(),
-            status: job.state,
+            status: job.state.to_string(),
             model: job.model,
             id: job.id,
         });
@@ -217,7 +221,7 @@ async fn jobs_page(
         jobs,
         any,
         query,
-        statuses: vec!["queued", "running", "paused", "succeeded", "failed", "cancelled"],
+        statuses: JobState::ALL.iter().map(|s| s.as_str()).collect(),
         models,
     }))
 }
@@ -386,7 +390,7 @@ async fn job_page(
     let evaluations =
         verity_core::sampling_runs::job_evaluations(&state.pool, user.0.org_id, &id).await?;
     let warnings = job_items(&state.pool, &job, &rows).await?;
-    let terminal = is_terminal(&job.state);
+    let terminal = job.state.is_terminal();
     let no_metrics = match job.state.as_str() {
         "failed" => "The job failed before its first step.",
         "cancelled" => "The job was cancelled before its first step.",

@@ -4,7 +4,7 @@
 //! so its step never lags the charts) and warnings; the stream ends with `end` once the job is
 //! final.
 
-use super::jobs::{is_terminal, last_step, metric_values, EventRow};
+use super::jobs::{last_step, metric_values, EventRow};
 use super::page::{WebResult, WebUser};
 use super::progress::JobProgress;
 use super::warnings::job_items;
@@ -146,9 +146,9 @@ async fn poll(cursor: &mut Cursor) -> Result<Vec<Event>, sqlx::Error> {
         map.insert("warnings".into(), json!(warnings));
     }
     out.push(Event::default().event("status").data(status.to_string()));
-    if is_terminal(&job.state) {
+    if job.state.is_terminal() {
         cursor.done = true;
-        out.push(Event::default().event("end").data(job.state));
+        out.push(Event::default().event("end").data(job.state.as_str()));
     }
     Ok(out)
 }

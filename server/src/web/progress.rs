@@ -7,6 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 use verity_core::jobs::JobRecord;
+use verity_core::JobState;
 
 /// What the page shows of a job's progress.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -52,11 +53,6 @@ pub struct Controls {
     pub cancel: bool,
 }
 
-/// Whether `state` is final.
-pub fn is_terminal(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "cancelled")
-}
-
 /// Seconds as `~42 s`, `~3 min`, `~1.5 h`.
 pub fn duration_text(seconds: i64) -> String {
     match seconds.max(0) {
@@ -76,23 +72,23 @@ impl JobProgress {
         let total = number("total_steps").unwrap_or(0);
         let mut step =
             reported.max(last_metric_step.and_then(|s| u64::try_from(s).ok()).unwrap_or(0));
-        if job.state == "succeeded" {
+        if job.state == JobState::Succeeded {
             step = step.max(total);
         }
-        let percent = if job.state == "succeeded" {
+        let percent = if job.state == JobState::Succeeded {
             100
         } else {
             (step * 100).checked_div(total).map_or(0, |p| p.min(100))
         };
-        let running = job.state == "running";
+        let running = job.state == JobState::Running;
         let pending = (job.control != "none").then(|| job.control.clone());
         let estimated_finish = running
             .then(|| report.and_then(|p| p.get("estimated_finish")).and_then(Value::as_i64))
             .flatten();
-        let phase = match (job.state.as_str(), pending.as_deref()) {
-            ("running", Some("pause")) => "pausing…".to_string(),
-            ("running", Some("cancel")) => "cancelling…".to_string(),
-            ("running", _) => running_phase(report, step, total),
+        let phase = match (job.state, pending.as_deref()) {
+            (JobState::Running, Some("pause")) => "pausing…".to_string(),
+            (JobState::Running, Some("cancel")) => "cancelling…".to_string(),
+            (JobState::Running, _) => running_phase(report, step, total),
             (state, _) => state.to_string(),
         };
         let budget_pause = running
@@ -108,23 +104,23 @@ impl JobProgress {
             }
             (None, None) => String::new(),
         };
-        let state = job.state.as_str();
+        let state = job.state;
         let controls = Controls {
-            pause: state == "queued" || (running && pending.is_none()),
-            resume: state == "paused" || (running && pending.as_deref() == Some("pause")),
-            cancel: !is_terminal(state) && pending.as_deref() != Some("cancel"),
+            pause: state == JobState::Queued || (running && pending.is_none()),
+            resume: state == JobState::Paused || (running && pending.as_deref() == Some("pause")),
+            cancel: !state.is_terminal() && pending.as_deref() != Some("cancel"),
         };
-        let error = job.error.as_ref().filter(|_| state == "failed").map(|e| {
+        let error = job.error.as_ref().filter(|_| state == JobState::Failed).map(|e| {
             e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
         });
-        let paused_reason = (state == "paused")
+        let paused_reason = (state == JobState::Paused)
             .then(|| report.and_then(|p| p.get("paused_reason")).and_then(Value::as_str))
             .flatten()
             .map(str::to_string);
         JobProgress {
             paused_reason,
             budget: budget_text(job),
-            status: job.state.clone(),
+            status: job.state.to_string(),
             step,
             total,
             percent,
@@ -195,7 +191,7 @@ mod tests {
             seed: 0,
             spec: json!({}),
             metadata: None,
-            state: state.into(),
+            state: state.parse().unwrap(),
             control: control.into(),
             error: None,
             progress,

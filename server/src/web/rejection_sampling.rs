@@ -5,7 +5,6 @@
 //! the session cookie, so validation is the API's own.
 
 use super::files::{org_files, FileRow};
-use super::jobs::is_terminal;
 use super::new_job::{language_models, prefill, ContinueQuery};
 use super::page::{render, when, Nav, WebResult, WebUser};
 use crate::api::sampling_runs::find_run;
@@ -237,7 +236,7 @@ async fn run_page(
     Path(id): Path<String>,
 ) -> WebResult<Response> {
     let job = find_run(&state, &user.0, RunKind::RejectionSampling, &id).await?;
-    let terminal = is_terminal(&job.state);
+    let terminal = job.state.is_terminal();
     let run = RejectionSamplingObject::of(job)?;
     let summary = run.summary.as_ref();
     let mut rows = prompt_rows(summary);

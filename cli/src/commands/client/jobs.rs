@@ -276,8 +276,10 @@ fn apply_method(
     Ok(())
 }
 
-/// States after which a job does not change any more.
-pub const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
+/// Whether a job's (or sampling run's) `status` is final: it does not change any more.
+pub fn is_final(status: &str) -> bool {
+    status.parse::<verity_core::JobState>().is_ok_and(verity_core::JobState::is_terminal)
+}
 
 /// Runs a job command.
 pub async fn run(args: &JobsArgs) -> anyhow::Result<()> {
@@ -490,7 +492,7 @@ pub async fn watch(
             line(&format!("{time} {:<5} {}", field(&event, "level"), field(&event, "message")));
         }
         let status = field(&job, "status").to_string();
-        if TERMINAL.contains(&status.as_str()) {
+        if is_final(&status) {
             return Ok(status);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -3,7 +3,7 @@
 //! pass-rate histogram, the predicted zero-advantage fraction, the estimate); with `--filter`,
 //! the filtered training file is written and its id printed.
 
-use super::jobs::TERMINAL;
+use super::jobs::is_final;
 use super::{print_json, Client};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -41,7 +41,7 @@ pub async fn profile(
     let profile = loop {
         let profile = client.get_json(&format!("/v1/verity/difficulty_profiles/{id}")).await?;
         let status = profile["status"].as_str().unwrap_or_default();
-        if TERMINAL.contains(&status) {
+        if is_final(status) {
             break profile;
         }
         let line = progress_line(&profile);

@@ -79,7 +79,6 @@ pub enum RunsCommand {
 }
 
 /// States after which a run does not change any more.
-const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
 
 /// Runs a sampling-run command of `kind`.
 pub async fn run(kind: RunKind, args: &RunsArgs) -> anyhow::Result<()> {
@@ -135,7 +134,7 @@ async fn watch(client: &Client, base: &str, id: &str, json: bool) -> anyhow::Res
     loop {
         let run = client.get_json(&format!("{base}/{id}")).await?;
         let status = run["status"].as_str().unwrap_or_default().to_string();
-        if TERMINAL.contains(&status.as_str()) {
+        if super::jobs::is_final(&status) {
             show(&run, json);
             anyhow::ensure!(status == "succeeded", "run {id} {status}: {}", run["error"]);
             return Ok(());

@@ -28,6 +28,7 @@ use verity_core::budget::Caps;
 use verity_core::files::FileRecord;
 use verity_core::jobs::{JobRecord, MetadataFilter};
 use verity_core::queue::NewJob;
+use verity_core::JobState;
 use view::{EventObject, JobObject, EVENT_PREFIX};
 
 /// Routes of this module.
@@ -390,7 +391,7 @@ pub async fn control_job(
     action: Control,
 ) -> ApiResult<JobRecord> {
     let job = find_job(state, principal, id).await?;
-    if action == Control::Resume && job.state == "paused" {
+    if action == Control::Resume && job.state == JobState::Paused {
         budget::refuse_exhausted(&job)?;
     }
     match action {

@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use verity_core::jobs::{CheckpointRecord, EventRecord, JobRecord};
 pub use verity_core::models::checkpoint_model_name;
 use verity_core::spec::Method;
+use verity_core::JobState;
 
 /// A job's error.
 #[derive(Debug, Serialize, ToSchema)]
@@ -132,19 +133,20 @@ impl From<JobRecord> for JobObject {
             .unwrap_or_default();
         let trained_tokens = count_field(job.result.as_ref(), "trained_tokens")
             .or_else(|| count_field(job.progress.as_ref(), "trained_tokens"));
-        let estimated_finish = (job.state == "running")
+        let estimated_finish = (job.state == JobState::Running)
             .then(|| count_field(job.progress.as_ref(), "estimated_finish"))
             .flatten();
         let budget = budget_object(&job);
-        let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| JobError {
-            code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
-            message: e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("the job failed")
-                .to_string(),
-            param: e.get("param").and_then(Value::as_str).map(str::to_string),
-        });
+        let error =
+            job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| JobError {
+                code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the job failed")
+                    .to_string(),
+                param: e.get("param").and_then(Value::as_str).map(str::to_string),
+            });
         JobObject {
             object: "fine_tuning.job",
             created_at: job.created_at.timestamp(),
@@ -157,7 +159,7 @@ impl From<JobRecord> for JobObject {
             organization_id: job.org_id.to_string(),
             result_files,
             seed: job.seed,
-            status: job.state,
+            status: job.state.to_string(),
             trained_tokens,
             training_file: job.training_file.unwrap_or_default(),
             validation_file: job.validation_file,

@@ -19,6 +19,7 @@ use verity_core::jobs::JobRecord;
 use verity_core::recipes::{self, Guard, HeldRecipe, RecipeSpec, Reference, StageKind};
 use verity_core::sampling_runs::RunKind;
 use verity_core::tenancy::Role;
+use verity_core::JobState;
 
 /// How often the running recipes are looked at (a job change wakes the loop sooner).
 pub const PASS_INTERVAL: Duration = Duration::from_secs(2);
@@ -135,7 +136,7 @@ pub fn add_usage(used: &mut Usage, job: &JobRecord) {
 
 /// A guard's difficulty-profile report, once its row succeeded.
 pub fn guard_report(profile: &JobRecord) -> Option<ProfileReport> {
-    let result = profile.result.clone().filter(|_| profile.state == "succeeded")?;
+    let result = profile.result.clone().filter(|_| profile.state == JobState::Succeeded)?;
     serde_json::from_value(result).ok()
 }
 
@@ -234,7 +235,7 @@ pub async fn advance(state: &AppState, id: &str) -> Result<Advance, sqlx::Error>
                     let message = error_message(&job).unwrap_or_else(|| {
                         format!("its {} was {}", stage.kind.as_str(), job.state)
                     });
-                    let (end, message) = if job.state == "failed" {
+                    let (end, message) = if job.state == JobState::Failed {
                         (
                             recipes::state::FAILED,
                             format!("stage {:?} failed: {message}", stage.name),
@@ -417,7 +418,7 @@ async fn check_guard(
         }
         "failed" | "cancelled" => {
             let why = error_message(&profile).unwrap_or_else(|| "no reason given".into());
-            let (end, message) = if profile.state == "failed" {
+            let (end, message) = if profile.state == JobState::Failed {
                 let message =
                     format!("the guard of stage {:?} ({guard_id}) failed: {why}", stage.name);
                 (recipes::state::FAILED, message)

@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 use verity_core::recipes::{self, RecipeRecord, RecipeSpec, StageKind};
+use verity_core::JobState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -201,7 +202,7 @@ pub async fn recipe_object(
                     .map(|r| r.difficulty.predicted_zero_advantage_fraction);
                 Some(serde_json::json!({
                     "id": id,
-                    "status": profile.map_or_else(|| "queued".to_string(), |p| p.state),
+                    "status": profile.map_or(JobState::Queued, |p| p.state),
                     "predicted_zero_advantage_fraction": fraction,
                     "passed": record.guard_passed,
                 }))
@@ -209,14 +210,14 @@ pub async fn recipe_object(
             None => None,
         };
         let status = match (&job, &record.job_id, &record.guard_job_id) {
-            (Some(job), _, _) => job.state.clone(),
+            (Some(job), _, _) => job.state.to_string(),
             (None, Some(_), _) => "queued".to_string(),
             (None, None, Some(_)) => "guarding".to_string(),
             (None, None, None) => "pending".to_string(),
         };
         let outputs = job
             .as_ref()
-            .filter(|j| j.state == "succeeded")
+            .filter(|j| j.state == JobState::Succeeded)
             .map(|j| advance::outputs_of(stage.kind, j))
             .unwrap_or_default();
         let summary = match (&job, summaries) {

@@ -35,6 +35,7 @@ use verity_core::sampling_runs::{
     validate_samples, DifficultyProfileSpec, RunKind, RunModel, RunSpec, SamplingSettings,
 };
 use verity_core::spec::{Method, MethodKind};
+use verity_core::JobState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -104,7 +105,7 @@ impl DifficultyProfileObject {
         let report = job
             .result
             .clone()
-            .filter(|_| job.state == "succeeded")
+            .filter(|_| job.state == JobState::Succeeded)
             .and_then(|r| serde_json::from_value(r).ok());
         Ok(DifficultyProfileObject {
             status: RunStatus::of(&job),

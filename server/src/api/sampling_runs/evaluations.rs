@@ -354,7 +354,7 @@ pub async fn evaluation_results(
     let body = ResultsObject {
         object: "verity.evaluation.results",
         evaluation_id: id,
-        status: job.state,
+        status: job.state.to_string(),
         report,
     };
     Ok(Json(body).into_response())

@@ -26,6 +26,7 @@ use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
 use verity_core::response_format::ResponseFormat;
 use verity_core::sampling_runs::{RunKind, RunModel, RunSpec, SamplingSettings};
+use verity_core::JobState;
 use verity_verifiers::Grader;
 
 /// Routes of this module.
@@ -242,12 +243,17 @@ pub struct RunStatus {
 impl RunStatus {
     /// The status parts of a run row.
     pub fn of(job: &JobRecord) -> RunStatus {
-        let error = job.error.as_ref().filter(|_| job.state == "failed").map(|e| RunError {
-            code: e.get("code").and_then(Value::as_str).unwrap_or("run_failed").to_string(),
-            message: e.get("message").and_then(Value::as_str).unwrap_or("the run failed").into(),
-        });
+        let error =
+            job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| RunError {
+                code: e.get("code").and_then(Value::as_str).unwrap_or("run_failed").to_string(),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the run failed")
+                    .into(),
+            });
         RunStatus {
-            status: job.state.clone(),
+            status: job.state.to_string(),
             created_at: job.created_at.timestamp(),
             finished_at: job.finished_at.map(|t| t.timestamp()),
             error,

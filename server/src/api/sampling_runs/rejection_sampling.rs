@@ -23,6 +23,7 @@ use verity_core::jobs::JobRecord;
 use verity_core::sampling_runs::{
     validate_samples, RejectionSamplingSpec, RunKind, RunModel, RunSpec, SelectionPolicy,
 };
+use verity_core::JobState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -100,7 +101,7 @@ impl RejectionSamplingObject {
         let Some(Ok(RunSpec::RejectionSampling(spec))) = RunSpec::of_job(&job.spec) else {
             return Err(ApiError::internal("reading a rejection-sampling run", "bad spec"));
         };
-        let summary = job.result.clone().filter(|_| job.state == "succeeded");
+        let summary = job.result.clone().filter(|_| job.state == JobState::Succeeded);
         let output_file = summary
             .as_ref()
             .and_then(|s| s.get("output_file"))
