@@ -78,8 +78,6 @@ pub enum RunsCommand {
     },
 }
 
-/// States after which a run does not change any more.
-
 /// Runs a sampling-run command of `kind`.
 pub async fn run(kind: RunKind, args: &RunsArgs) -> anyhow::Result<()> {
     let client = Client::from_args(&args.client)?;
