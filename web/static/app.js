@@ -25,6 +25,24 @@ window.Verity = {
     if (!e) return fallback;
     return (e.param ? e.param + ": " : "") + e.message;
   },
+  // Follows a run's API object until it is final: `show(object)` updates the page; the page
+  // reloads (to render the final state) when the run ends or `show` returns true. Polls every
+  // 1.5 s, every 3 s after a failed request.
+  follow: function (url, show) {
+    function poll() {
+      fetch(url, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (o) {
+          if (!o) { setTimeout(poll, 3000); return; }
+          var status = document.querySelector("[data-run-status]");
+          if (status) { status.textContent = o.status; status.className = "badge big " + o.status; status.dataset.status = o.status; }
+          if (show(o) === true || ["succeeded", "failed", "cancelled"].indexOf(o.status) >= 0) { window.location.reload(); return; }
+          setTimeout(poll, 1500);
+        })
+        .catch(function () { setTimeout(poll, 3000); });
+    }
+    setTimeout(poll, 1000);
+  },
   // POSTs `body` as JSON with the session cookie; resolves to {ok, status, body}.
   postJson: function (url, body) {
     return fetch(url, { method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" },

@@ -7,32 +7,18 @@
   if (!pending) return;
   var id = pending.dataset.evaluation;
   var shown = Number(pending.dataset.models || 0);
-  var status = document.getElementById("evaluation-status");
   var progress = document.getElementById("evaluation-progress");
-  function poll() {
-    fetch("/v1/verity/evaluations/" + encodeURIComponent(id), { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.json() : null; })
-      .then(function (o) {
-        if (!o) { setTimeout(poll, 3000); return; }
-        status.textContent = o.status;
-        status.className = "badge big " + o.status;
-        var finished = ((o.results || {}).models || []).length;
-        if (["succeeded", "failed", "cancelled"].indexOf(o.status) >= 0 || finished > shown) {
-          window.location.reload();
-          return;
-        }
-        var p = o.progress || {};
-        if (p.prompts) {
-          progress.textContent = "Model " + ((p.model_index || 0) + 1) + " of " + (p.models || "?") + ": " +
-            (p.prompts_done || 0) + " / " + p.prompts + " prompts.";
-        } else if (o.status === "running") {
-          progress.textContent = "Loading the model…";
-        }
-        setTimeout(poll, 1500);
-      })
-      .catch(function () { setTimeout(poll, 3000); });
-  }
-  setTimeout(poll, 1000);
+  Verity.follow("/v1/verity/evaluations/" + encodeURIComponent(id), function (o) {
+    // A model's results arrived: redraw the page with them.
+    if (((o.results || {}).models || []).length > shown) return true;
+    var p = o.progress || {};
+    if (p.prompts) {
+      progress.textContent = "Model " + ((p.model_index || 0) + 1) + " of " + (p.models || "?") + ": " +
+        (p.prompts_done || 0) + " / " + p.prompts + " prompts.";
+    } else if (o.status === "running") {
+      progress.textContent = "Loading the model…";
+    }
+  });
 })();
 (function () {
   var root = document.getElementById("passk-chart");

@@ -39,7 +39,6 @@
   var run = document.getElementById("rs-run");
   if (!run || run.dataset.terminal === "true") return;
   var id = run.dataset.run;
-  var status = document.getElementById("rs-status");
   var progress = document.getElementById("rs-progress");
   var cancel = document.getElementById("rs-cancel");
   if (cancel) {
@@ -52,21 +51,10 @@
       });
     });
   }
-  function poll() {
-    fetch("/v1/verity/rejection_sampling/" + encodeURIComponent(id), { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.json() : null; })
-      .then(function (o) {
-        if (!o) { setTimeout(poll, 3000); return; }
-        status.textContent = o.status;
-        status.className = "badge big " + o.status;
-        status.dataset.status = o.status;
-        if (["succeeded", "failed", "cancelled"].indexOf(o.status) >= 0) { window.location.reload(); return; }
-        var p = o.progress;
-        if (p && p.prompts) progress.textContent = (p.prompts_done || 0) + " / " + p.prompts + " prompts sampled and graded";
-        else if (o.status === "running") progress.textContent = "Loading the model…";
-        setTimeout(poll, 1500);
-      })
-      .catch(function () { setTimeout(poll, 3000); });
-  }
+  Verity.follow("/v1/verity/rejection_sampling/" + encodeURIComponent(id), function (o) {
+    var p = o.progress;
+    if (p && p.prompts) progress.textContent = (p.prompts_done || 0) + " / " + p.prompts + " prompts sampled and graded";
+    else if (o.status === "running") progress.textContent = "Loading the model…";
+  });
   setTimeout(poll, 1000);
 })();
