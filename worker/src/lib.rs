@@ -46,6 +46,7 @@ pub mod grpo;
 pub mod job;
 pub mod judge;
 pub mod loader;
+pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod policy_optimizer;

@@ -155,6 +155,7 @@ async fn the_serving_engine_answers_in_the_requested_json() {
             memory_budget_bytes: usize::MAX / 2,
             max_batch: 8,
             decode_dtype: Default::default(),
+            idle_unload: None,
         },
     );
     let question = "Is the email 'Send me your password' compliant? Answer in JSON.";

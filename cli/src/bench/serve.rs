@@ -284,6 +284,7 @@ async fn local_engine(dir: &Path, args: &ServeBenchArgs, scratch: &Path) -> anyh
             memory_budget_bytes: usize::MAX / 2,
             max_batch: args.max_batch.max(1),
             decode_dtype: args.decode_dtype,
+            idle_unload: None,
         },
     );
     let source = ModelSource {

@@ -51,6 +51,14 @@ pub struct InferenceArgs {
         default_value_t
     )]
     pub decode_dtype: verity_core::spec::RolloutDtype,
+    /// Seconds after which a model no request used is unloaded and its memory returned
+    /// (0: keep models loaded until the memory budget needs the room).
+    #[arg(
+        long = "idle-unload-seconds",
+        env = "VERITY_INFERENCE_IDLE_UNLOAD_SECONDS",
+        default_value_t = 600
+    )]
+    pub idle_unload_seconds: u64,
 }
 
 /// The engine configuration of the command's options.
@@ -61,6 +69,8 @@ pub fn engine_config(args: &InferenceArgs) -> anyhow::Result<EngineConfig> {
         memory_budget_bytes: args.memory_budget_mib.saturating_mul(1 << 20),
         max_batch: args.max_batch.max(1),
         decode_dtype: args.decode_dtype,
+        idle_unload: (args.idle_unload_seconds > 0)
+            .then(|| std::time::Duration::from_secs(args.idle_unload_seconds)),
     })
 }
 

@@ -55,6 +55,9 @@ pub async fn heartbeat_loop(
         if let Err(error) = heartbeat_inference_worker(&pool, &record).await {
             tracing::warn!(%error, "inference worker heartbeat failed");
         }
+        // Models idle past the engine's `idle_unload` give their memory back (the next
+        // heartbeat reports them gone).
+        engine.unload_idle().await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(HEARTBEAT) => {}

@@ -40,6 +40,7 @@ pub async fn start_worker(
             memory_budget_bytes: 1 << 30,
             max_batch,
             decode_dtype,
+            idle_unload: None,
         },
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -867,6 +867,9 @@ impl JobHandler for TrainingHandler {
             Ok(outcome) => outcome,
             Err(Stop::Outcome(outcome)) => outcome,
         };
+        // The job's model, optimizer state and activations are dropped: give the memory back.
+        let released = crate::memory::release_freed_memory();
+        tracing::debug!(job_id = %lease.job().id, released, "freed memory returned after the job");
         if let JobOutcome::Failed { message, retryable } = &outcome {
             tracing::warn!(job_id = %lease.job().id, %message, retryable, "training failed");
             let _ = lease

@@ -39,6 +39,9 @@ pub struct EngineConfig {
     /// Precision of the weights decoding reads on a CPU: `f32` (the weights themselves), or
     /// `bf16`/`int8` copies made once per loaded model (the rollout precisions).
     pub decode_dtype: RolloutDtype,
+    /// Models no request used for this long are unloaded and their memory returned by
+    /// [`Engine::unload_idle`]; `None` keeps them until the budget needs the room.
+    pub idle_unload: Option<std::time::Duration>,
 }
 
 /// Why a request cannot run.
@@ -109,6 +112,47 @@ impl Engine {
             models: tokio::sync::Mutex::new(HashMap::new()),
             counters: Arc::default(),
         }
+    }
+
+    /// Unloads every model idle longer than the configured `idle_unload` (an adapter with its
+    /// base only once neither serves a request) and returns the memory to the system; the keys
+    /// unloaded.
+    pub async fn unload_idle(&self) -> Vec<String> {
+        let Some(idle_for) = self.config.idle_unload else { return Vec::new() };
+        let mut models = self.models.lock().await;
+        let busy = |e: &Entry| e.served.counters.requests.load(Ordering::SeqCst) > 0;
+        let stale = |e: &Entry| e.last_used.elapsed() >= idle_for && !busy(e);
+        let mut gone: Vec<String> = models
+            .iter()
+            .filter(|(key, e)| {
+                // A base goes only with all its adapters; an adapter may go alone.
+                stale(e)
+                    && models
+                        .values()
+                        .filter(|a| a.base.as_deref() == Some(key.as_str()))
+                        .all(stale)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let adapters: Vec<String> = models
+            .iter()
+            .filter(|(_, e)| e.base.as_ref().is_some_and(|b| gone.contains(b)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in adapters {
+            if !gone.contains(&key) {
+                gone.push(key);
+            }
+        }
+        for key in &gone {
+            tracing::info!(key, idle_seconds = idle_for.as_secs(), "unloading an idle model");
+            models.remove(key);
+        }
+        drop(models);
+        if !gone.is_empty() {
+            crate::memory::release_freed_memory();
+        }
+        gone
     }
 
     /// Requests running now (all models).
