@@ -2,7 +2,25 @@
 
 use crate::queue::QueueSettings;
 use clap::Args;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The device flag of every role that runs a model (`verity worker`, `inference`, `up`,
+/// `generate`).
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long = "device", value_name = "DEVICE", env = "VERITY_DEVICE", default_value = "cpu")]
+    pub name: String,
+}
+
+/// The local model cache of every role that downloads models (`verity worker`, `inference`).
+#[derive(Debug, Clone, Args)]
+pub struct CacheArgs {
+    /// Local cache of models and checkpoints.
+    #[arg(long = "cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
+    pub dir: PathBuf,
+}
 
 /// Where Postgres is.
 #[derive(Debug, Clone, Args)]

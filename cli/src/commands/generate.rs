@@ -32,9 +32,9 @@ pub struct GenerateArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Device: cpu or cuda:N.
-    #[arg(long, default_value = "cpu", env = "VERITY_DEVICE")]
-    pub device: String,
+    /// The device to sample on.
+    #[command(flatten)]
+    pub device: verity_core::config::DeviceArgs,
     /// Precision of the weights sampling reads: f32, bf16 or int8 (faster decoding on a CPU).
     #[arg(long = "rollout-dtype", value_enum, default_value_t)]
     pub rollout_dtype: verity_core::spec::RolloutDtype,
@@ -50,7 +50,7 @@ pub async fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         top_k: 0,
         n: args.n,
         seed: args.seed,
-        device: args.device.clone(),
+        device: args.device.name.clone(),
         rollout_dtype: args.rollout_dtype,
     };
     let (model, prompt) = (args.model.clone(), args.prompt.clone());

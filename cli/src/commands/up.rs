@@ -28,9 +28,9 @@ pub struct UpArgs {
     /// Use this Postgres instead of a private cluster in the data dir.
     #[arg(long = "database-url", env = "DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Device of the in-process worker: cpu, cuda or cuda:N.
-    #[arg(long, env = "VERITY_DEVICE", default_value = "cpu")]
-    pub device: String,
+    /// Device of the in-process worker and inference.
+    #[command(flatten)]
+    pub device: verity_core::config::DeviceArgs,
     /// Train the demo (SmolLM2-135M on the arithmetic set), follow it, and exit.
     #[arg(long)]
     pub demo: bool,
@@ -160,7 +160,7 @@ async fn serve_and_work(
         "--cache-dir",
         &cache,
         "--device",
-        &args.device,
+        &args.device.name,
     ];
     let worker_args: WorkerArgs = parse_flags(&role_flags)?;
     let shutdown = CancellationToken::new();

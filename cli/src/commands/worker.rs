@@ -2,7 +2,6 @@
 
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::queue::WorkerLiveness;
@@ -17,15 +16,15 @@ pub struct WorkerArgs {
     storage: StorageConfig,
     #[command(flatten)]
     queue: QueueConfig,
-    /// Device: cpu, cuda or cuda:N.
-    #[arg(long, env = "VERITY_DEVICE", default_value = "cpu")]
-    device: String,
+    /// The device jobs run on.
+    #[command(flatten)]
+    device: verity_core::config::DeviceArgs,
     /// Memory this worker offers a job (MiB); jobs asking for more are left to others.
     #[arg(long = "memory-mb", env = "VERITY_WORKER_MEMORY_MB", default_value_t = 16_384)]
     memory_mb: i64,
     /// Local cache of models and checkpoints.
-    #[arg(long = "cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
-    cache_dir: PathBuf,
+    #[command(flatten)]
+    cache: verity_core::config::CacheArgs,
     /// Parallel gradings (0 = number of cores).
     #[arg(long = "grader-workers", env = "VERITY_GRADER_WORKERS", default_value_t = 0)]
     grader_workers: usize,
@@ -74,9 +73,9 @@ pub fn training_config(args: WorkerArgs) -> anyhow::Result<TrainingWorkerConfig>
         database: args.database,
         storage: args.storage,
         queue: args.queue,
-        device: args.device,
+        device: args.device.name,
         memory_mb: args.memory_mb,
-        cache_dir: args.cache_dir,
+        cache_dir: args.cache.dir,
         grader_workers: args.grader_workers,
         grader_budget: None,
         max_jobs: args.max_jobs,

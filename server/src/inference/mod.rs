@@ -8,7 +8,6 @@ pub mod service;
 
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, StorageConfig};
@@ -29,12 +28,12 @@ pub struct InferenceArgs {
     /// Base URL API servers reach this worker at (default: `http://` + the bound address).
     #[arg(long = "advertise-url", env = "VERITY_INFERENCE_URL")]
     pub advertise_url: Option<String>,
-    /// Device: cpu, cuda or cuda:N.
-    #[arg(long, env = "VERITY_DEVICE", default_value = "cpu")]
-    pub device: String,
+    /// The device models run on.
+    #[command(flatten)]
+    pub device: verity_core::config::DeviceArgs,
     /// Local cache of downloaded models.
-    #[arg(long = "cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
-    pub cache_dir: PathBuf,
+    #[command(flatten)]
+    pub cache: verity_core::config::CacheArgs,
     /// Parameter memory for loaded models (MiB); least recently used idle models are unloaded
     /// to stay under it.
     #[arg(long = "memory-budget-mib", env = "VERITY_INFERENCE_MEMORY_MIB", default_value_t = 8192)]
@@ -64,8 +63,8 @@ pub struct InferenceArgs {
 /// The engine configuration of the command's options.
 pub fn engine_config(args: &InferenceArgs) -> anyhow::Result<EngineConfig> {
     Ok(EngineConfig {
-        cache_dir: args.cache_dir.clone(),
-        device: verity_worker::parse_device(&args.device)?,
+        cache_dir: args.cache.dir.clone(),
+        device: verity_worker::parse_device(&args.device.name)?,
         memory_budget_bytes: args.memory_budget_mib.saturating_mul(1 << 20),
         max_batch: args.max_batch.max(1),
         decode_dtype: args.decode_dtype,
