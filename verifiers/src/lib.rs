@@ -39,7 +39,7 @@ pub use judge::{
     Judge, JudgeCache, JudgeError, JudgeMessage, JudgePrompt, JudgeReply, JudgeSampling, TokenUsage,
 };
 pub use pool::{GraderPool, GradingBudget};
-pub use result::{ErrorKind, GradeError, GradeResult};
+pub use result::{ErrorKind, GradeError, GradeResult, SUCCESS_THRESHOLD};
 pub use sample::Sample;
 pub use sandbox::SandboxConfig;
 pub use spec::{grader_json_schema, GraderSpec};

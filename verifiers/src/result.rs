@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Score at or above which a graded completion counts as correct (accuracy, pass@k, a kept
+/// rejection sample, a solved prompt of a difficulty profile).
+pub const SUCCESS_THRESHOLD: f64 = 1.0 - 1e-9;
+
 /// Why a grading could not be done (never a wrong answer; counted and reported upstream).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,

@@ -8,8 +8,7 @@ use crate::tokenizer::ChatTokenizer;
 use crate::weights::{save_safetensors, WeightMap};
 use std::path::Path;
 
-/// File name of the optimizer state inside a checkpoint folder.
-pub const TRAINER_STATE: &str = "trainer_state.safetensors";
+pub use verity_core::storage::TRAINER_STATE;
 
 /// Writes a checkpoint folder: `model.safetensors` + `config.json` (full fine-tuning) or
 /// `adapter_config.json` + `adapter_model.safetensors` (LoRA), the tokenizer files when given,

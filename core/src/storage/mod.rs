@@ -198,6 +198,10 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// File name of the optimizer state inside a checkpoint folder (left out of weights-only
+/// downloads and of what a served or exported model reads).
+pub const TRAINER_STATE: &str = "trainer_state.safetensors";
+
 /// Folder of the small objects readiness probes write and delete again (no API object uses it).
 pub const PROBE_PREFIX: &str = ".readyz";
 

@@ -181,7 +181,7 @@ fn count(object: Option<&Value>, key: &str) -> String {
 
 /// A minimum score as the user gave it (the stored `1 − ε` of "correct" shows as 1).
 fn shown_score(score: f64) -> String {
-    if score >= verity_worker::trainer::step::SUCCESS_THRESHOLD {
+    if score >= verity_verifiers::SUCCESS_THRESHOLD {
         "1".into()
     } else {
         format!("{}", (score * 1000.0).round() / 1000.0)

@@ -27,8 +27,7 @@ use std::time::Instant;
 use verity_core::spec::Hyperparameters;
 use verity_verifiers::{Grader, GraderPool};
 
-/// Reward at or above which a completion counts as correct (accuracy, pass@k).
-pub const SUCCESS_THRESHOLD: f64 = 1.0 - 1e-9;
+pub use verity_verifiers::SUCCESS_THRESHOLD;
 
 /// Fraction of failed gradings in one step above which the step fails (a grader crash storm).
 pub const MAX_GRADER_ERROR_FRACTION: f64 = 0.5;

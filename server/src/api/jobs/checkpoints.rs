@@ -144,7 +144,7 @@ pub(super) fn wants_redirect(value: Option<&str>) -> ApiResult<bool> {
 
 /// Whether a checkpoint file is the optimizer state (left out of weights-only downloads).
 pub fn is_trainer_state(path: &str) -> bool {
-    path == verity_worker::checkpoint::TRAINER_STATE
+    path == verity_core::storage::TRAINER_STATE
 }
 
 /// The checkpoint's folder as a tar archive (weights only unless `include=trainer_state`), one

@@ -167,8 +167,7 @@ pub async fn prepare(
     validate_file_and_grader(state, principal, &file, &grader, sampling.response_format.as_ref())
         .await?;
     // Graded scores below 1 only pass a `min_score` below 1.
-    let min_score =
-        if min_score >= 1.0 { verity_worker::trainer::step::SUCCESS_THRESHOLD } else { min_score };
+    let min_score = if min_score >= 1.0 { verity_verifiers::SUCCESS_THRESHOLD } else { min_score };
     let spec = RunSpec::RejectionSampling(RejectionSamplingSpec {
         model,
         grader,
