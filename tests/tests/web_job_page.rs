@@ -383,3 +383,38 @@ async fn a_training_job_reports_its_finish_and_phase_while_running(pool: PgPool)
 async fn state_org(pool: &PgPool) -> uuid::Uuid {
     sqlx::query_scalar("SELECT org_id FROM users LIMIT 1").fetch_one(pool).await.unwrap()
 }
+
+/// Two runs overlaid (`?compare=`): every chart draws both, and each legend, long labels
+/// included, stays inside its card on a laptop and on a phone.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn compared_runs_share_the_charts_and_their_legends_fit_the_cards(pool: PgPool) {
+    let app = api_support::app(pool.clone()).await;
+    base_model(&app).await;
+    let key = api_support::user(&pool, "ada@example.com", "acme", "admin").await;
+    let (file, first) = file_and_job(&app, &key).await;
+    let lease = claim(&app).await;
+    let body = json!({"model": "tiny", "training_file": file, "method": api_support::method(),
+                      "suffix": "a-rather-long-suffix-for-a-legend-entry"});
+    let second = api_support::post(&app.router, "/v1/fine_tuning/jobs", &key, body).await;
+    assert_eq!(second.status, 200, "{:?}", second.json());
+    let second = second.json()["id"].as_str().unwrap().to_string();
+    let other = claim(&app).await;
+    for step in 1..=3 {
+        lease.metric(step, &row(step, 0.1 * step as f64, 2)).await.unwrap();
+        other.metric(step, &row(step, 0.2 * step as f64, 2)).await.unwrap();
+    }
+    let base = serve(app.state.clone()).await;
+    let driver = Driver::start().await;
+    let c = driver.browser().await;
+    sign_in(&c, &base, &format!("/jobs/{first}?compare={second}")).await;
+    let fits = "(function () { var bad = []; document.querySelectorAll('#charts figure').forEach(function (f) { var box = f.getBoundingClientRect(); var l = f.querySelector('.u-legend'); if (!l) return; var r = l.getBoundingClientRect(); if (r.left < box.left - 1 || r.right > box.right + 1) bad.push(f.dataset.title + ' ' + Math.round(r.left) + '..' + Math.round(r.right) + ' in ' + Math.round(box.left) + '..' + Math.round(box.right)); }); return JSON.stringify(bad); })()";
+    for (width, height) in [(1280, 900), (390, 844)] {
+        c.set_window_size(width, height).await;
+        c.goto(&format!("{base}/jobs/{first}?compare={second}")).await;
+        until(&c, "document.querySelector('#charts').dataset.points === '3' && document.querySelector('#charts .u-legend')").await;
+        let legend = until(&c, "document.querySelector('#charts .u-legend').textContent").await;
+        assert!(legend.as_str().unwrap().contains("a-rather-long-suffix"), "both runs: {legend}");
+        assert_eq!(c.execute(&format!("return {fits}"), vec![]).await, "[]", "at {width} px");
+    }
+    c.close().await;
+}
