@@ -117,7 +117,12 @@ pub const FIELDS: &[Field] = &[
         name: "group_size",
         help: "Completions sampled per prompt; advantages compare within a group.",
     },
-    Field { name: "learning_rate", help: "Peak learning rate." },
+    Field {
+        name: "learning_rate",
+        help: "Peak learning rate. The defaults are sized for billion-parameter models: in a \
+               reinforcement job a small model such as the demo's SmolLM2-135M moves visibly at \
+               1e-5 to 2e-5 (the demo uses 2e-5), where the default 1e-6 changes little in a few steps.",
+    },
     Field { name: "max_completion_tokens", help: "Longest completion, in tokens." },
     Field {
         name: "temperature",
