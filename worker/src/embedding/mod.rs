@@ -226,6 +226,12 @@ impl EmbeddingModel {
         self.dir.as_deref()
     }
 
+    /// Whether this is the default all-MiniLM-L6-v2 fetched from PyPI (not a folder the
+    /// operator named).
+    pub fn is_fetched_default(&self) -> bool {
+        self.fetch_into.is_some()
+    }
+
     /// The loaded model, loading it on the first call (a failed load is retried next time).
     pub fn get(&self) -> Result<SharedEmbedder, EmbeddingModelError> {
         let dir = self.dir.as_deref().ok_or(EmbeddingModelError::NotConfigured)?;
