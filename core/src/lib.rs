@@ -10,6 +10,7 @@ pub mod files;
 pub mod ids;
 pub mod job_state;
 pub mod jobs;
+pub mod keys;
 pub mod lineage;
 pub mod metrics_csv;
 pub mod models;

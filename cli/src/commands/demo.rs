@@ -109,7 +109,7 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     );
     println!(
         "  final checkpoint (step {step}): {}",
-        context.data.join("objects").join(format!("jobs/{id}/checkpoints/step-{step}")).display()
+        context.data.join("objects").join(verity_core::keys::checkpoint(&id, step)).display()
     );
     println!("  download it: verity checkpoints download {id} --out ./checkpoint   (with `verity up` running)");
     Ok(())

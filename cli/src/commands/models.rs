@@ -231,7 +231,7 @@ pub async fn import_model(
     })
     .await?
     .with_context(|| format!("{} does not load as a model", path.display()))?;
-    let prefix = format!("models/{name}");
+    let prefix = verity_core::keys::model(name);
     if format == "gguf" {
         let staging = std::env::temp_dir().join(format!("verity-import-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&staging)?;
@@ -290,7 +290,7 @@ pub async fn import_embedding_model(
     })
     .await?
     .with_context(|| format!("{} does not load as an embedding model", dir.display()))?;
-    let prefix = format!("models/{name}");
+    let prefix = verity_core::keys::model(name);
     verity_core::storage::publish_folder(store, dir, &prefix)
         .await
         .context("publishing the model")?;

@@ -85,7 +85,7 @@ pub async fn write_results_file(
     rows: &[(i32, Value)],
 ) -> Result<ResultsFile, verity_core::storage::StorageError> {
     let id = verity_core::ids::file_id();
-    let storage_key = format!("files/{id}.csv");
+    let storage_key = verity_core::keys::results_file(&id);
     let csv = verity_core::metrics_csv::results_csv(rows);
     let bytes = csv.len() as i64;
     store.put_bytes(&storage_key, Bytes::from(csv)).await?;
@@ -99,9 +99,7 @@ pub async fn write_results_file(
 }
 
 /// Key of a dataset file.
-pub fn file_key(file_id: &str) -> String {
-    format!("files/{file_id}.jsonl")
-}
+pub use verity_core::keys::dataset_file as file_key;
 
 /// Replaces the lines of `jobs/{id}/metrics.jsonl` for `step` and later with `line`, so a
 /// re-run step (after a crash) appears exactly once.
@@ -111,7 +109,7 @@ pub async fn append_metrics_line(
     step: u64,
     line: &Value,
 ) -> anyhow::Result<()> {
-    let key = format!("jobs/{job_id}/metrics.jsonl");
+    let key = verity_core::keys::metrics(job_id);
     let existing = match store.head(&key).await? {
         Some(_) => store.get_bytes(&key).await?,
         None => Bytes::new(),

@@ -388,7 +388,7 @@ impl TrainingHandler {
             .await
             .map_err(|e| retryable("saving a checkpoint", e))?
             .map_err(|e| retryable("saving a checkpoint", e))?;
-        let prefix = format!("jobs/{job_id}/checkpoints/step-{step}");
+        let prefix = verity_core::keys::checkpoint(&job_id, step);
         let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
         let manifest =
             persist("publishing a checkpoint", heartbeat, StorageError::is_transient, publish)
@@ -417,7 +417,7 @@ impl TrainingHandler {
         records: &[SampleRecord],
         training: bool,
     ) -> Result<(), Stop> {
-        let key = format!("jobs/{}/samples/step-{step}.jsonl", lease.job().id);
+        let key = verity_core::keys::samples(&lease.job().id, step);
         self.store_samples(lease, heartbeat, step, &key, records, 0, training).await
     }
 
@@ -436,7 +436,7 @@ impl TrainingHandler {
         if eval.samples.is_empty() {
             return Ok(());
         }
-        let key = format!("jobs/{}/samples/step-{step}-validation.jsonl", lease.job().id);
+        let key = verity_core::keys::validation_samples(&lease.job().id, step);
         self.store_samples(lease, heartbeat, step as i32, &key, &eval.samples, first, false).await
     }
 
@@ -810,7 +810,7 @@ impl TrainingHandler {
             }
         }
         let step = trainer.step();
-        let checkpoint = format!("jobs/{}/checkpoints/step-{step}", lease.job().id);
+        let checkpoint = verity_core::keys::checkpoint(&lease.job().id, step);
         let rows = self.metrics_rows(lease, heartbeat).await?;
         let trained_tokens: u64 = rows.iter().map(|(_, r)| step_tokens(r)).sum();
         let model =

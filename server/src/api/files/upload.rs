@@ -68,7 +68,7 @@ pub async fn upload_file(
         ApiError::invalid("file", format!("expected a multipart/form-data body: {}", e.body_text()))
     })?;
     let id = verity_core::ids::file_id();
-    let key = format!("files/{id}.jsonl");
+    let key = verity_core::keys::dataset_file(&id);
     let mut purpose: Option<String> = None;
     let mut stored: Option<(String, Streamed)> = None;
     let outcome: ApiResult<()> = async {

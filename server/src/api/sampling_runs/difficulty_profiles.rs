@@ -335,7 +335,7 @@ async fn write_filtered(
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| ApiError::invalid("file", format!("the training file is not UTF-8: {e}")))?;
     let (filtered, kept) = filter_jsonl(text, dropped);
-    let key = format!("files/{file_id}.jsonl");
+    let key = verity_core::keys::dataset_file(file_id);
     let record = FileRecord {
         id: file_id.to_string(),
         org_id: principal.org_id,
