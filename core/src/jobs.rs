@@ -163,7 +163,30 @@ pub async fn list_jobs_of_kind(
     .await
 }
 
+/// Why a failed job (or sampling run) failed, as its stored error says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Machine-readable code (`job_failed` / `run_failed` when the error has none).
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// The request field at fault, when one is.
+    pub param: Option<String>,
+}
+
 impl JobRecord {
+    /// Why the row failed (`None` unless its state is `failed`); `kind` (`job`, `run`) names
+    /// it in the defaults of an error without a code or message.
+    pub fn failure(&self, kind: &str) -> Option<Failure> {
+        let error = self.error.as_ref().filter(|_| self.state == JobState::Failed)?;
+        let text = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_string);
+        Some(Failure {
+            code: text("code").unwrap_or_else(|| format!("{kind}_failed")),
+            message: text("message").unwrap_or_else(|| format!("the {kind} failed")),
+            param: text("param"),
+        })
+    }
+
     /// The name of the model this job produces (and, with `:ckpt-step-N`, of its checkpoints).
     pub fn output_model_name(&self) -> String {
         crate::models::fine_tuned_model_name(

@@ -13,7 +13,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
 use verity_core::sampling_runs::{EvaluationReport, RunKind, RunSpec};
-use verity_core::JobState;
 
 /// Evaluations shown on the list.
 const LIST_LIMIT: i64 = 50;
@@ -137,9 +136,7 @@ async fn report_page(
         n,
         job: job_id,
         pending,
-        error: job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| {
-            e.get("message").and_then(Value::as_str).unwrap_or("the run failed").to_string()
-        }),
+        error: job.failure("run").map(|f| f.message),
         ks: report.ks.clone(),
         rows: model_rows(&report),
         flags: report.flags.iter().map(|f| f.message.clone()).collect(),

@@ -110,9 +110,7 @@ impl JobProgress {
             resume: state == JobState::Paused || (running && pending.as_deref() == Some("pause")),
             cancel: !state.is_terminal() && pending.as_deref() != Some("cancel"),
         };
-        let error = job.error.as_ref().filter(|_| state == JobState::Failed).map(|e| {
-            e.get("message").and_then(Value::as_str).unwrap_or("the job failed").to_string()
-        });
+        let error = job.failure("job").map(|f| f.message);
         let paused_reason = (state == JobState::Paused)
             .then(|| report.and_then(|p| p.get("paused_reason")).and_then(Value::as_str))
             .flatten()

@@ -137,16 +137,11 @@ impl From<JobRecord> for JobObject {
             .then(|| count_field(job.progress.as_ref(), "estimated_finish"))
             .flatten();
         let budget = budget_object(&job);
-        let error =
-            job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| JobError {
-                code: e.get("code").and_then(Value::as_str).unwrap_or("job_failed").to_string(),
-                message: e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the job failed")
-                    .to_string(),
-                param: e.get("param").and_then(Value::as_str).map(str::to_string),
-            });
+        let error = job.failure("job").map(|f| JobError {
+            code: f.code,
+            message: f.message,
+            param: f.param,
+        });
         JobObject {
             object: "fine_tuning.job",
             created_at: job.created_at.timestamp(),

@@ -26,7 +26,6 @@ use verity_core::jobs::JobRecord;
 use verity_core::queue::NewJob;
 use verity_core::response_format::ResponseFormat;
 use verity_core::sampling_runs::{RunKind, RunModel, RunSpec, SamplingSettings};
-use verity_core::JobState;
 use verity_verifiers::Grader;
 
 /// Routes of this module.
@@ -243,15 +242,7 @@ pub struct RunStatus {
 impl RunStatus {
     /// The status parts of a run row.
     pub fn of(job: &JobRecord) -> RunStatus {
-        let error =
-            job.error.as_ref().filter(|_| job.state == JobState::Failed).map(|e| RunError {
-                code: e.get("code").and_then(Value::as_str).unwrap_or("run_failed").to_string(),
-                message: e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the run failed")
-                    .into(),
-            });
+        let error = job.failure("run").map(|f| RunError { code: f.code, message: f.message });
         RunStatus {
             status: job.state.to_string(),
             created_at: job.created_at.timestamp(),
