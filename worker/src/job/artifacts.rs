@@ -98,9 +98,6 @@ pub async fn write_results_file(
     })
 }
 
-/// Key of a dataset file.
-pub use verity_core::keys::dataset_file as file_key;
-
 /// Replaces the lines of `jobs/{id}/metrics.jsonl` for `step` and later with `line`, so a
 /// re-run step (after a crash) appears exactly once.
 pub async fn append_metrics_line(

@@ -1,8 +1,6 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease.
 
-use super::artifacts::{
-    append_metrics_line, cached_folder, file_key, remove_cache_dir, write_results_file,
-};
+use super::artifacts::{append_metrics_line, cached_folder, remove_cache_dir, write_results_file};
 use super::budget::{store_usage, usage_before, Meter};
 use super::cancellable::blocking_until_cancelled;
 use super::progress::{JobPhase, LiveProgress};
@@ -148,7 +146,7 @@ impl TrainingHandler {
         file_id: &str,
         heartbeat: &Heartbeat,
     ) -> Result<String, Stop> {
-        let key = file_key(file_id);
+        let key = verity_core::keys::dataset_file(file_id);
         let read = || self.store.get_bytes(&key);
         let bytes = persist("reading a file", heartbeat, StorageError::is_transient, read)
             .await

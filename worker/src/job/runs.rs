@@ -4,7 +4,6 @@
 //! keeps what the policy selects, and registers the kept samples as a new supervised file; a
 //! difficulty profile runs in `super::profile` on the helpers here.
 
-use super::artifacts::file_key;
 use super::cancellable::blocking_until_cancelled;
 use super::handler::{
     event, lease_error, persist, retryable, trainer_error, user_error, Stop, TrainingHandler,
@@ -290,7 +289,7 @@ impl TrainingHandler {
             let text = supervised_jsonl(&sampled.dataset, &selection.kept);
             let id = format!("file-{}", job.id);
             let file = ResultsFile {
-                storage_key: file_key(&id),
+                storage_key: verity_core::keys::dataset_file(&id),
                 filename: format!("{}.jsonl", job.id),
                 bytes: text.len() as i64,
                 line_count: selection.kept.len() as i64,
