@@ -1019,6 +1019,15 @@ impl Method {
     }
 }
 
+/// The completion-token budget a stored method sets (`{type, <type>: {hyperparameters:
+/// {max_completion_tokens}}}`, as a job keeps it resolved): the longest completion its rollouts
+/// sample. `None` when the method names none.
+pub fn method_completion_budget(method: &Value) -> Option<usize> {
+    let kind = method.get("type")?.as_str()?;
+    let tokens = method.get(kind)?.get("hyperparameters")?.get("max_completion_tokens")?;
+    tokens.as_u64().and_then(|t| usize::try_from(t).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

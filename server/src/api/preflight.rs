@@ -109,7 +109,7 @@ pub async fn preflight(
         (Some(_), Some(spec)) => {
             let param = "method.reinforcement.grader";
             let rows = first_rows(&state, &checked.training, GRADED_ROWS).await?;
-            let budget = completion_budget(&checked.method.resolved);
+            let budget = verity_core::spec::method_completion_budget(&checked.method.resolved);
             let (slot, grader) = ready_grader(&state, &principal, param, spec).await?;
             grade_in_slot(slot, move || grade_rows(&grader, &rows, budget)).await?
         }
@@ -124,12 +124,6 @@ pub async fn preflight(
 /// The grader spec of a reinforcement request.
 fn grader_spec(request: &CreateJobRequest) -> Option<&Value> {
     request.method.as_ref()?.get("reinforcement")?.get("grader")
-}
-
-/// The resolved job's `max_completion_tokens`: the longest completion its rollouts can sample.
-fn completion_budget(resolved_method: &Value) -> Option<usize> {
-    let tokens = resolved_method.pointer("/reinforcement/hyperparameters/max_completion_tokens");
-    tokens.and_then(Value::as_u64).and_then(|t| usize::try_from(t).ok())
 }
 
 /// The grader on each row with its reference answer, and the probes on the first row judged

@@ -77,7 +77,7 @@ struct JobContext {
     /// The job's grader (JSON), empty when it has none.
     grader_json: String,
     /// The job's completion budget (`max_completion_tokens`), when it has one.
-    max_completion_tokens: Option<u64>,
+    max_completion_tokens: Option<usize>,
 }
 
 /// The playground page.
@@ -92,12 +92,12 @@ struct PlaygroundPage {
 }
 
 /// The playground's answer length when it was not opened from a job with its own budget.
-const DEFAULT_MAX_TOKENS: u64 = 256;
+const DEFAULT_MAX_TOKENS: usize = 256;
 
 impl PlaygroundPage {
     /// The answer length the form starts with: the job's completion budget, so both answers are
     /// cut where the job's rollouts were.
-    fn max_tokens(&self) -> u64 {
+    fn max_tokens(&self) -> usize {
         self.job.as_ref().and_then(|j| j.max_completion_tokens).unwrap_or(DEFAULT_MAX_TOKENS)
     }
 }
@@ -109,13 +109,6 @@ async fn trained_model(state: &AppState, job: &JobRecord) -> Result<Option<Strin
     }
     let latest = verity_core::jobs::list_checkpoints(&state.pool, &job.id, None, 1).await?;
     Ok(latest.first().map(|c| checkpoint_model_name(&job.output_model_name(), c.step)))
-}
-
-/// The completion budget of a job's method (`hyperparameters.max_completion_tokens`).
-fn job_completion_budget(job: &JobRecord) -> Option<u64> {
-    let method = job.spec.get("method")?;
-    let kind = method.get("type")?.as_str()?;
-    method.get(kind)?.get("hyperparameters")?.get("max_completion_tokens")?.as_u64()
 }
 
 /// The job's prompt rows and grader.
@@ -138,7 +131,10 @@ async fn job_context(state: &AppState, user: &WebUser, job: &JobRecord) -> WebRe
         rows_kind,
         records,
         grader_json: grader.map(script_json).unwrap_or_default(),
-        max_completion_tokens: job_completion_budget(job),
+        max_completion_tokens: job
+            .spec
+            .get("method")
+            .and_then(verity_core::spec::method_completion_budget),
     })
 }
 
