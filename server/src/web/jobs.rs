@@ -610,10 +610,12 @@ async fn checkpoints_page(
 ) -> WebResult<Response> {
     let job = find_job(&state, &user.0, &id).await?;
     let rows = verity_core::jobs::list_checkpoints(&state.pool, &id, None, 1000).await?;
-    let mut weights = Vec::with_capacity(rows.len());
-    for c in &rows {
-        weights.push(weights_bytes(&state, &c.storage_prefix).await.unwrap_or(c.bytes));
-    }
+    // One small manifest read per checkpoint, all at once.
+    let weights = futures::future::join_all(
+        rows.iter()
+            .map(|c| async { weights_bytes(&state, &c.storage_prefix).await.unwrap_or(c.bytes) }),
+    )
+    .await;
     let checkpoints = rows
         .into_iter()
         .zip(weights)
