@@ -20,20 +20,3 @@ fn trim() -> bool {
 fn trim() -> bool {
     false
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn freed_memory_goes_back_to_the_system() {
-        // Touch and free 64 MiB in blocks below glibc's mmap threshold, then trim.
-        let blocks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
-        drop(blocks);
-        if cfg!(all(target_os = "linux", target_env = "gnu")) {
-            release_freed_memory();
-        } else {
-            assert!(!release_freed_memory());
-        }
-    }
-}
