@@ -173,6 +173,7 @@ async fn the_serving_engine_answers_in_the_requested_json() {
             top_p: 1.0,
             max_tokens: Some(48),
             stop: Vec::new(),
+            stop_token_ids: Vec::new(),
             seed: 5,
             logprobs: Some(0),
             logit_bias: Default::default(),

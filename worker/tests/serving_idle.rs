@@ -28,6 +28,7 @@ async fn answer(engine: &Engine) {
             top_p: 1.0,
             max_tokens: Some(3),
             stop: Vec::new(),
+            stop_token_ids: Vec::new(),
             seed: 1,
             logprobs: None,
             logit_bias: Default::default(),

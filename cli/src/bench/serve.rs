@@ -104,6 +104,7 @@ impl Client {
                         top_p: 1.0,
                         max_tokens: Some(max_tokens),
                         stop: Vec::new(),
+                        stop_token_ids: Vec::new(),
                         seed: index as u64,
                         logprobs: None,
                         logit_bias: bias.clone(),

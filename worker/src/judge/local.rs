@@ -4,6 +4,7 @@
 use crate::chat_template::ChatMessage;
 use crate::loader::LoadedModel;
 use crate::sampler::{sample_seeded, SamplingParams};
+use crate::tokenizer::ChatTokenizer;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -64,15 +65,15 @@ impl LocalJudge {
 }
 
 /// The per-prompt seed: the grader's seed mixed with the prompt's text, so a prompt samples the
-/// same reply wherever it stands in a batch.
-fn prompt_seed(prompt: &JudgePrompt) -> u64 {
+/// same reply wherever it stands in a batch (and on whichever process asks it).
+pub fn prompt_seed(prompt: &JudgePrompt) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     prompt.messages.hash(&mut hasher);
     prompt.sampling.seed ^ hasher.finish()
 }
 
 /// The chat messages of a judge prompt (`developer` is a `system` message to local models).
-fn chat_messages(prompt: &JudgePrompt) -> Vec<ChatMessage> {
+pub fn chat_messages(prompt: &JudgePrompt) -> Vec<ChatMessage> {
     prompt
         .messages
         .iter()
@@ -81,6 +82,17 @@ fn chat_messages(prompt: &JudgePrompt) -> Vec<ChatMessage> {
             ChatMessage::new(role, m.content.clone())
         })
         .collect()
+}
+
+/// The text a judge model continues for `messages`: its chat template with an open assistant
+/// turn, or, for a model without a chat template, the messages' contents one per line.
+pub fn render_prompt(tokenizer: &ChatTokenizer, messages: &[ChatMessage]) -> crate::Result<String> {
+    match tokenizer.apply_chat_template(messages, true) {
+        Err(_) if tokenizer.chat_template_source.is_none() => {
+            Ok(messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"))
+        }
+        rendered => rendered,
+    }
 }
 
 /// Generates the replies of `prompts` (same sampling settings) on one model, in batches.
@@ -95,11 +107,8 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<JudgeR
     let mut out: Vec<Option<Result<JudgeReply, JudgeError>>> = vec![None; prompts.len()];
     let mut ready: Vec<(usize, Vec<u32>, u64)> = Vec::new();
     for (i, prompt) in prompts.iter().enumerate() {
-        let text = match lm.tokenizer.apply_chat_template(&chat_messages(prompt), true) {
+        let text = match render_prompt(&lm.tokenizer, &chat_messages(prompt)) {
             Ok(text) => text,
-            Err(_) if lm.tokenizer.chat_template_source.is_none() => {
-                prompt.messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n")
-            }
             Err(e) => {
                 out[i] = Some(Err(JudgeError::Failed(format!("chat template: {e}"))));
                 continue;

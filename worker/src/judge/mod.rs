@@ -54,10 +54,11 @@ pub enum JudgeSetupError {
     },
 }
 
-/// Routes each prompt to its judge: an endpoint when configured, else a loaded model.
+/// Routes each prompt to its judge: an endpoint when configured, else the judge of registered
+/// models (loaded here on a training worker, asked through an inference worker by the API).
 pub struct JudgeRouter {
     endpoints: BTreeMap<String, EndpointJudge>,
-    local: LocalJudge,
+    local: Box<dyn Judge>,
 }
 
 impl Judge for JudgeRouter {
@@ -84,7 +85,7 @@ impl Judge for JudgeRouter {
             }
         }
         if !local.is_empty() {
-            answer(&local, &self.local);
+            answer(&local, self.local.as_ref());
         }
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(JudgeError::Failed("no reply".into()))))
@@ -109,7 +110,7 @@ impl JudgeProvider {
         Self { settings, loaded, cache_dir, device, loading: tokio::sync::Mutex::new(()) }
     }
 
-    /// A provider loading judge models on the CPU (the API server's `graders/run`).
+    /// A provider loading judge models on the CPU.
     pub fn on_cpu(settings: JudgeSettings, cache_dir: PathBuf) -> Self {
         Self::new(settings, cache_dir, Device::Cpu)
     }
@@ -175,14 +176,9 @@ impl JudgeProvider {
         org_id: Uuid,
         grader: &Grader,
     ) -> Result<Arc<dyn Judge>, JudgeSetupError> {
-        let mut endpoints = BTreeMap::new();
         let mut models = BTreeMap::new();
         for (path, name) in grader.judge_models() {
-            if let Some(endpoint) = self.settings.endpoint(&name) {
-                endpoints.insert(name, EndpointJudge::new(endpoint.clone(), &self.settings));
-                continue;
-            }
-            if models.contains_key(&name) {
+            if self.settings.endpoint(&name).is_some() || models.contains_key(&name) {
                 continue;
             }
             let stack = verity_core::lineage::resolve_stack(pool, org_id, &name)
@@ -191,7 +187,21 @@ impl JudgeProvider {
             let model = self.load(store, &name, &stack).await?;
             models.insert(name, model);
         }
-        Ok(Arc::new(JudgeRouter { endpoints, local: LocalJudge::new(models) }))
+        Ok(self.route(grader, Box::new(LocalJudge::new(models))))
+    }
+
+    /// The judge of `grader`: the judge names routed to an endpoint asked there, every other
+    /// one asked of `models`.
+    pub fn route(&self, grader: &Grader, models: Box<dyn Judge>) -> Arc<dyn Judge> {
+        let endpoints = grader
+            .judge_models()
+            .into_iter()
+            .filter_map(|(_, name)| {
+                let endpoint = self.settings.endpoint(&name)?;
+                Some((name, EndpointJudge::new(endpoint.clone(), &self.settings)))
+            })
+            .collect();
+        Arc::new(JudgeRouter { endpoints, local: models })
     }
 
     /// The loaded model `name` (a base model, or a fine-tuned one or checkpoint with the

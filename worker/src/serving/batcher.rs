@@ -418,7 +418,8 @@ impl Batcher {
             return Ok(());
         };
         row.tokens.push(token);
-        let eos = self.tokenizer.eos_token_ids.contains(&token);
+        let eos = self.tokenizer.eos_token_ids.contains(&token)
+            || live.params.stop_token_ids.contains(&token);
         let length = row.tokens.len() >= live.max_tokens;
         let shown = if eos { &row.tokens[..row.tokens.len() - 1] } else { &row.tokens[..] };
         let text = self.tokenizer.decode(shown, true)?;
@@ -494,6 +495,7 @@ fn token_logprob(
     best.truncate(top);
     best.sort_unstable_by(|a, b| logits[*b as usize].total_cmp(&logits[*a as usize]));
     TokenLogprob {
+        id: token,
         token: text(token),
         logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |z| z - log_total),
         top: best
@@ -520,6 +522,7 @@ mod tests {
                 top_p: 1.0,
                 max_tokens: None,
                 stop: vec![],
+                stop_token_ids: Vec::new(),
                 seed: 0,
                 logprobs: None,
                 logit_bias: Default::default(),

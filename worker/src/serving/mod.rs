@@ -180,18 +180,39 @@ impl Engine {
             return Err(invalid("n", "must be at least 1"));
         }
         let served = self.served(&request.model).await?;
-        let (prompt_param, text) = match &request.prompt {
+        let vocab = served.model.config.vocab_size;
+        let rendered = |param: &'static str, text: Result<String, String>| {
+            let text = text.map_err(|e| invalid(param, e))?;
+            served.tokenizer.encode(&text).map_err(|e| invalid(param, e.to_string()))
+        };
+        let (prompt_param, mut prompt) = match &request.prompt {
             PromptInput::Chat(messages) => (
                 "messages",
-                served
-                    .tokenizer
-                    .apply_chat_template(messages, true)
-                    .map_err(|e| invalid("messages", e.to_string()))?,
+                rendered(
+                    "messages",
+                    served.tokenizer.apply_chat_template(messages, true).map_err(|e| e.to_string()),
+                )?,
             ),
-            PromptInput::Text(text) => ("prompt", text.clone()),
+            PromptInput::Judge(messages) => (
+                "messages",
+                rendered(
+                    "messages",
+                    crate::judge::local::render_prompt(&served.tokenizer, messages)
+                        .map_err(|e| e.to_string()),
+                )?,
+            ),
+            PromptInput::Text(text) => ("prompt", rendered("prompt", Ok(text.clone()))?),
+            PromptInput::Tokens(ids) => {
+                if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+                    return Err(invalid(
+                        "prompt",
+                        format!("token id {id} is outside the vocabulary ({vocab} tokens)"),
+                    ));
+                }
+                ("prompt", ids.clone())
+            }
         };
-        let mut prompt =
-            served.tokenizer.encode(&text).map_err(|e| invalid(prompt_param, e.to_string()))?;
+        let clamp = matches!(request.prompt, PromptInput::Judge(_));
         if prompt.is_empty() {
             // An empty raw prompt continues from the beginning-of-sequence token.
             let bos = served.model.config.bos_token_id.unwrap_or(served.tokenizer.pad_id());
@@ -207,6 +228,7 @@ impl Engine {
         let room = context - prompt.len();
         let max_tokens = match params.max_tokens {
             Some(0) => return Err(invalid("max_tokens", "must be at least 1")),
+            Some(m) if m > room && clamp => room,
             Some(m) if m > room => {
                 return Err(invalid(
                     "max_tokens",
@@ -219,7 +241,6 @@ impl Engine {
             Some(m) => m,
             None => room,
         };
-        let vocab = served.model.config.vocab_size;
         if let Some(id) = params.logit_bias.keys().find(|&&id| id as usize >= vocab) {
             return Err(invalid("logit_bias", format!("token id {id} is outside the vocabulary")));
         }

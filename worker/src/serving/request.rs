@@ -48,6 +48,13 @@ pub enum PromptInput {
     Chat(Vec<ChatMessage>),
     /// Raw text, tokenized as it is.
     Text(String),
+    /// Token ids, continued as they are (the Tinker API's `ModelInput`).
+    Tokens(Vec<u32>),
+    /// A model grader's judge prompt, asked as a training worker's judge asks it
+    /// ([`crate::judge::local::render_prompt`]: the chat template, or the contents one per line
+    /// for a model without one); its `max_tokens` is cut to what the prompt leaves of the
+    /// context instead of refused.
+    Judge(Vec<ChatMessage>),
 }
 
 /// Sampling settings of one request (validated by the API server).
@@ -63,6 +70,10 @@ pub struct GenerationParams {
     pub max_tokens: Option<usize>,
     /// Texts that end a completion (not included in it).
     pub stop: Vec<String>,
+    /// Token ids that end a completion as its end-of-sequence token does (included in its
+    /// tokens, not in its text): the Tinker API's `stop` as token ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_token_ids: Vec<u32>,
     /// Seed; choice `i` samples from the stream `(seed, 0, i)`, as `verity generate` does.
     pub seed: u64,
     /// Log-probabilities to report: `None` none, `Some(k)` the chosen token's and the `k` most
@@ -100,6 +111,9 @@ pub struct TopLogprob {
 /// The log-probability of a sampled token and of the most likely alternatives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenLogprob {
+    /// The token's id.
+    #[serde(default)]
+    pub id: u32,
     /// The token's text.
     pub token: String,
     /// Its log-probability (natural log, temperature 1).

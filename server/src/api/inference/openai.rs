@@ -229,6 +229,7 @@ impl Sampling {
                 top_p,
                 max_tokens,
                 stop,
+                stop_token_ids: Vec::new(),
                 seed: self.seed.map_or_else(rand::random, |s| s as u64),
                 logprobs,
                 logit_bias,
