@@ -1,7 +1,8 @@
 //! Laptop mode end to end with real processes: `verity up` with no DATABASE_URL (a private
 //! Postgres cluster in a temp data dir), then the real CLI client against it — uploads,
 //! `models import`, a job watched to success, checkpoint download, pause/resume/cancel — then
-//! SIGTERM (the cluster stops) and a restart on the same dir that still has the job and the key.
+//! SIGTERM (the cluster stops) and a restart on the same dir that still has the job and the key
+//! and limits failed sign-ins per client address.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -370,6 +371,21 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
     assert!(up.lines.iter().any(|l| l.contains("admin API key: in")), "{:?}", up.lines);
     assert!(!up.lines.iter().any(|l| l.contains(key.trim())), "the key is not printed again");
     assert_eq!(job_json(&up, &data, &job).await["status"], "succeeded");
+
+    // `verity up` records client addresses, so its sign-in limits hold as `verity serve`'s do:
+    // failed sign-ins with ever new e-mails from one address are checked until the address's
+    // allowance (VERITY_AUTH_FAILURES_PER_ADDRESS, 20) is spent, then refused with 429.
+    let http = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..25 {
+        let body =
+            serde_json::json!({"email": format!("nobody{i}@x.io"), "password": "not-it-1234"});
+        let reply =
+            http.post(format!("{}/v1/auth/token", up.base)).json(&body).send().await.unwrap();
+        statuses.push(reply.status().as_u16());
+    }
+    assert!(statuses[..20].iter().all(|&s| s == 401), "{statuses:?}");
+    assert!(statuses[20..].iter().all(|&s| s == 429), "{statuses:?}");
     assert!(sigterm(&mut up.child).success());
     assert!(!pid_file.exists());
     // A quiet exit: the listeners stop before the private cluster does, so no warning says

@@ -1,6 +1,7 @@
 //! Drives a real `verity serve` process over HTTP: the official `openai` Python SDK — its newest
 //! 3.x release and the oldest release docs/api.md promises — against the fine-tuning and grader
-//! endpoints (model graders judged in-process by a registered tiny random model), and
+//! endpoints (model graders judged by a registered tiny random model through a `verity inference`
+//! worker), and
 //! schemathesis against `/openapi.json` (zero 5xx, responses match the schema). The Python tools
 //! come from `scripts/test-services.sh` (VERITY_TEST_PYTHON, VERITY_TEST_PYTHON_OLDEST,
 //! VERITY_TEST_SCHEMATHESIS); without them the tests say so and skip.
@@ -11,17 +12,21 @@ use verity_core::storage::{LocalStore, ObjectStore};
 
 const JWT_SECRET: &str = "live-test-secret-live-test-secret-0123";
 
-/// A running server, killed on drop.
+/// A running server (and the inference worker beside it, when one was asked for), killed on
+/// drop.
 struct Server {
     child: Child,
+    inference: Option<Child>,
     base: String,
     _dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in std::iter::once(&mut self.child).chain(self.inference.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -78,7 +83,33 @@ async fn start_with(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, Strin
         .expect("spawning verity serve");
     let stdout = child.stdout.take().unwrap();
     let base = verity_testkit::serve::listening_address(stdout).await.unwrap();
-    (Server { child, base, _dir: dir }, key)
+    (Server { child, inference: None, base, _dir: dir }, key)
+}
+
+/// [`start_with`] and a `verity inference` worker over the same database and store, registered
+/// before this returns: model graders' judges in `graders/run` are asked through it.
+async fn start_with_inference(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Server, String) {
+    let (mut server, key) = start_with(pool, env).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(env!("CARGO_BIN_EXE_verity"))
+        .arg("inference")
+        .env("DATABASE_URL", verity_testkit::db::database_url_of(pool).await.unwrap())
+        .env("VERITY_INFERENCE_BIND", format!("127.0.0.1:{port}"))
+        .env("VERITY_STORAGE", server._dir.path())
+        .env("VERITY_CACHE_DIR", server._dir.path().join("inference-cache"))
+        .env("VERITY_INFERENCE_MEMORY_MIB", "2048")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawning verity inference");
+    server.inference = Some(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while verity_core::serving::live_inference_workers(pool, 10.0).await.unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "verity inference never registered");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (server, key)
 }
 
 fn tool(var: &str) -> Option<String> {
@@ -569,7 +600,7 @@ async fn openai_sdk_runs_cosine_and_meteor_graders(pool: sqlx::PgPool) {
 
 /// Model graders through `client.fine_tuning.alpha.graders` of the official SDK; the judge
 /// `tiny-judge` (random weights: its replies are words like `t17`, whose number is the score)
-/// is loaded by the server within the request.
+/// is asked through the `verity inference` worker beside the server.
 const SDK_GRADERS_SCRIPT: &str = r#"
 import openai
 from openai import OpenAI
@@ -656,7 +687,8 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     // `cosine` is graded with all-MiniLM-L6-v2 when it is fetched, and refused without it.
     let minilm = verity_worker::testing::minilm_dir("the examples' cosine grader");
     let embedding = minilm.as_ref().map_or("off".into(), |dir| dir.to_string_lossy().into_owned());
-    let (server, key) = start_with(&pool, &[("VERITY_EMBEDDING_MODEL", &embedding)]).await;
+    let (server, key) =
+        start_with_inference(&pool, &[("VERITY_EMBEDDING_MODEL", &embedding)]).await;
     let env = [("VERITY_EXAMPLES_EMBEDDING", if minilm.is_some() { "1" } else { "0" })];
     let store = LocalStore::open(server._dir.path(), None).await.unwrap();
     verity_core::testing::publish_base_model(&pool, &store, &smollm2, "smollm2").await;
@@ -688,7 +720,7 @@ async fn run_examples(
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {
-    let (server, key) = start(&pool).await;
+    let (server, key) = start_with_inference(&pool, &[]).await;
     for python in sdk_pythons() {
         run_sdk(&python, SDK_GRADERS_SCRIPT, &server, &key, "").await;
     }

@@ -187,6 +187,30 @@ async fn one_org_cannot_take_every_grading_slot(pool: sqlx::PgPool) {
     assert_eq!(app.state.grader_slots.permits.available_permits(), 4);
 }
 
+/// `graders/run` never loads a judge model in the API process: its judge is asked through an
+/// inference worker, so with none live a model grader is a 503 that says to start one, and the
+/// grading slot it held is given back. (`inference_api.rs` grades through a live one.)
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_judge_is_never_loaded_in_the_api_process(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@a.io", "org-a", "member").await;
+    let slots = app.state.grader_slots.permits.available_permits();
+    let run = json!({"grader": score_model("tiny"), "model_sample": "x", "item": {}});
+    let reply = post(&app.router, "/v1/fine_tuning/alpha/graders/run", &key, run).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", reply.json());
+    let message = reply.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("verity inference"), "{message}");
+    assert!(reply.headers.contains_key("retry-after"));
+    // The probes of graders/validate say why they were skipped; the grader itself is valid.
+    let validate = json!({"grader": score_model("tiny"), "item": {}});
+    let reply = post(&app.router, "/v1/fine_tuning/alpha/graders/validate", &key, validate).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    let skipped = reply.json()["verity_probes_skipped"].as_str().unwrap().to_string();
+    assert!(skipped.contains("inference worker"), "{skipped}");
+    assert_eq!(app.state.grader_slots.permits.available_permits(), slots);
+}
+
 /// Signs in with `key` through the form, asking to go to `next` (already form-encoded).
 async fn sign_in_to(app: &TestApp, key: &str, next: &str) -> Reply {
     let request = Request::builder()

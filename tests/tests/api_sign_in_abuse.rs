@@ -257,3 +257,31 @@ async fn a_flood_of_hashes_waits_for_a_slot_or_gets_429(pool: sqlx::PgPool) {
     }
     assert!(statuses.contains(&StatusCode::OK), "some sign-ins got a slot");
 }
+
+/// An unknown e-mail costs a password hash like a known one (a dummy hash runs), so the time of
+/// the answer does not tell whether an account exists: with the only hashing slot held, both
+/// wait for it and get 429; with it free, both are 401.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_unknown_email_costs_a_hash_like_a_wrong_password(pool: sqlx::PgPool) {
+    let config = ApiConfig {
+        hash_concurrency: 1,
+        auth_failures_per_address: 0,
+        auth_checks_per_minute: 0.0,
+        ..api_config()
+    };
+    let app = app_with(pool.clone(), config, |_| {}).await;
+    user(&pool, "ada@example.com", "acme", "admin").await;
+    let base = serve(&app).await;
+    let client = client_from("127.0.0.2");
+    let known = json!({"email": "ada@example.com", "password": "not-the-password"});
+    let unknown = json!({"email": "nobody@example.com", "password": "not-the-password"});
+    let held = app.state.hasher.permits.clone().acquire_owned().await.unwrap();
+    for body in [&known, &unknown] {
+        let reply = token(&client, &base, body.clone()).await;
+        assert_eq!(reply.status(), StatusCode::TOO_MANY_REQUESTS, "{body}: waits for a hash");
+    }
+    drop(held);
+    for body in [&known, &unknown] {
+        assert_eq!(token(&client, &base, body.clone()).await.status(), StatusCode::UNAUTHORIZED);
+    }
+}

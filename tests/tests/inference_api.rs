@@ -494,3 +494,52 @@ async fn continuous_batching_gives_each_request_its_lone_tokens_and_a_gone_clien
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A model grader in `graders/run` is judged through the inference worker, never loaded by the
+/// API process: the worker holds the judge model afterwards, and each reply is the one a training
+/// worker's judge (the same folder loaded here) gives, greedy and seeded — the same rendering,
+/// per-prompt seed and token counts.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_graders_run_judge_is_asked_through_the_inference_worker(pool: PgPool) {
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let loaded = verity_worker::load_model(&stack.model_dir, &candle_core::Device::Cpu).unwrap();
+    let local = Arc::new(verity_worker::judge::LocalJudge::new(std::collections::BTreeMap::from(
+        [(BASE.to_string(), Arc::new(std::sync::Mutex::new(loaded)))],
+    )));
+    let item = json!({"q": "t3 t8"});
+    for sampling in [
+        json!({"temperature": 0, "max_completions_tokens": 6}),
+        json!({"temperature": 1.0, "top_p": 0.9, "seed": 42, "max_completions_tokens": 6}),
+    ] {
+        let spec = json!({"type": "score_model", "name": "judge", "model": BASE, "range": [0, 100],
+                          "input": [{"role": "system", "content": "t5 t6"},
+                                    {"role": "user", "content": "{{item.q}} t9 {{sample.output_text}}"}],
+                          "sampling_params": sampling});
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/fine_tuning/alpha/graders/run", stack.base))
+            .bearer_auth(&key)
+            .json(&json!({"grader": spec, "model_sample": "t44", "item": item}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let run: Value = response.json().await.unwrap();
+        let grader = verity_verifiers::Grader::from_json(&spec.to_string()).unwrap();
+        let sample = verity_verifiers::Sample::from_text("t44".to_string()).with_output_json();
+        let here = tokio::task::spawn_blocking({
+            let (grader, local, item) = (grader.clone(), local.clone(), item.clone());
+            move || grader.with_judge(local).grade(&item, &sample)
+        })
+        .await
+        .unwrap();
+        assert_eq!(run["reward"].as_f64(), Some(here.score), "{sampling}: {run} vs {here:?}");
+        assert_eq!(run["metadata"]["verity"]["reason"], json!(here.reason), "{sampling}: {run}");
+        let usage = &here.judge_usage[BASE];
+        let tokens = &run["model_grader_token_usage_per_model"][BASE];
+        assert_eq!(tokens["prompt_tokens"], json!(usage.prompt_tokens), "{run}");
+        assert_eq!(tokens["completion_tokens"], json!(usage.completion_tokens), "{run}");
+    }
+    let loaded = stack.engine.loaded_models().await;
+    assert!(loaded.iter().any(|k| k == "models/tiny-llama"), "{loaded:?}");
+}

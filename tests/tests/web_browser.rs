@@ -5,6 +5,7 @@
 //! prefilled) and test a model grader judged by the fine-tuned model, cancel a second job, create and revoke an API key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
 
 mod api_support;
+mod inference_support;
 mod training_support;
 mod webdriver;
 
@@ -24,6 +25,16 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     api_support::user(&pool, "ada@example.com", "acme", "admin").await;
     let base = serve(state.clone()).await;
+    // The inference worker the Test-grader panel's model grader asks its judge through.
+    let cache = root.path().join("inference-cache");
+    let (_engine, inference) = inference_support::start_worker(
+        &pool,
+        store.clone(),
+        &cache,
+        (4, verity_core::spec::RolloutDtype::F32),
+    )
+    .await;
+    let _stop_inference = inference.drop_guard();
     let driver = Driver::start().await;
     let c = driver.browser().await;
     let files = root.path().join("uploads");
@@ -240,8 +251,8 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     }
     shot(&c, "07b-continue-training").await;
 
-    // The Test-grader panel with a model grader: the job's fine-tuned model judges (loaded by
-    // the API server from the store) and the panel shows its score.
+    // The Test-grader panel with a model grader: the job's fine-tuned model judges (asked
+    // through the inference worker) and the panel shows its score.
     let judge = json!({"type": "score_model", "name": "judge", "model": fine_tuned, "range": [0, 100],
                        "input": [{"role": "user", "content": "Rate 0-100: {{sample.output_text}}"}],
                        "sampling_params": {"temperature": 0, "seed": 1, "max_completions_tokens": 4}});

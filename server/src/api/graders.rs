@@ -7,6 +7,7 @@ use super::extract::ApiJson;
 pub use super::grader_run::RunGraderResponse;
 use super::jobs::validate::{check_name_param, validate_judges};
 use super::state::{AppState, GraderSlot, SlotsBusy};
+use crate::api::inference::judge::judge_for;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -17,7 +18,6 @@ use std::time::Instant;
 use utoipa::ToSchema;
 use verity_verifiers::{probes, Grader, Sample};
 use verity_worker::embedding_models::{EmbeddingModels, EmbeddingSetupError};
-use verity_worker::judge::JudgeSetupError;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -125,8 +125,8 @@ pub async fn ready_grader(
     Ok((slot, grader))
 }
 
-/// A model grader's judge is loaded in this process (kept for the next runs) and asked within
-/// the request: slower than the other graders, see docs/graders.md.
+/// A model grader's judge: asked through an inference worker (or the endpoint it is routed
+/// to), never loaded in this process; see [`crate::api::inference::judge`].
 async fn attach_judge(
     state: &AppState,
     principal: &Principal,
@@ -136,18 +136,7 @@ async fn attach_judge(
     if !grader.uses_judge() {
         return Ok(grader);
     }
-    let judge = state
-        .judges
-        .judge_for(&state.pool, state.store.as_ref(), principal.org_id, &grader)
-        .await
-        .map_err(|e| match e {
-            JudgeSetupError::UnknownModel { path, name } => ApiError::invalid(
-                format!("{param}.{path}"),
-                format!("judge model {name:?} does not exist"),
-            ),
-            JudgeSetupError::Database(e) => ApiError::database("judge lookup", e),
-            e => ApiError::internal("judge", e),
-        })?;
+    let judge = judge_for(state, principal.org_id, param, &grader).await?;
     Ok(grader.with_judge(judge))
 }
 

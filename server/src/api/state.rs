@@ -93,7 +93,7 @@ pub struct ApiConfig {
     /// How long a grader run waits for a free slot before a 503 with Retry-After (milliseconds).
     #[arg(long = "grader-wait-ms", env = "VERITY_GRADER_WAIT_MS", default_value_t = 2000)]
     pub grader_wait_ms: u64,
-    /// Where `graders/run` caches the files of judge models it loads.
+    /// Where the API server caches files it fetches: embedding models of graders, GGUF exports.
     #[arg(long = "judge-cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
     pub judge_cache_dir: std::path::PathBuf,
     /// Judges of model graders.

@@ -14,7 +14,8 @@ pub const HASH_WAIT: Duration = Duration::from_secs(2);
 /// The slots of concurrent argon2 hashes.
 #[derive(Debug, Clone)]
 pub struct Hasher {
-    permits: Arc<Semaphore>,
+    /// The slots themselves: a held permit is a hash running.
+    pub permits: Arc<Semaphore>,
     size: usize,
 }
 

@@ -21,7 +21,8 @@ pub struct Forwarded {
     pub events: Events,
 }
 
-fn no_worker() -> ApiError {
+/// 503: no inference worker is live.
+pub(crate) fn no_worker() -> ApiError {
     let mut e = ApiError::unavailable("inference", "no live inference worker");
     e.message = "no inference worker is available; start one with `verity inference`".into();
     e.retry_after = Some(5);

@@ -6,6 +6,7 @@
 //! chunk format, ending with `data: [DONE]`. A client that goes away stops the generation.
 
 pub mod forward;
+pub mod judge;
 pub mod openai;
 mod respond;
 
@@ -36,27 +37,43 @@ async fn model_source(
     model: &str,
 ) -> Result<ModelSource, ApiError> {
     crate::api::jobs::validate::check_name_param("model", model)?;
-    let served = verity_core::serving::resolve_model(&state.pool, principal.org_id, model)
-        .await?
-        .ok_or_else(|| {
-        let mut e = ApiError::not_found("model", model);
-        e.message = format!("the model {model:?} does not exist or you do not have access to it");
-        e.param = Some("model".into());
-        e.code = Some("model_not_found");
-        e
-    })?;
-    if !matches!(served.base.format.as_str(), "hf" | "gguf") {
-        return Err(ApiError::invalid(
-            "model",
-            format!("{model:?} is stored as {:?}, which cannot be served", served.base.format),
-        ));
+    match servable(state, principal.org_id, model).await? {
+        Some(Ok(source)) => Ok(source),
+        Some(Err(why)) => Err(ApiError::invalid("model", why)),
+        None => {
+            let mut e = ApiError::not_found("model", model);
+            e.message =
+                format!("the model {model:?} does not exist or you do not have access to it");
+            e.param = Some("model".into());
+            e.code = Some("model_not_found");
+            Err(e)
+        }
     }
-    Ok(ModelSource {
+}
+
+/// Where the weights of `model` are for org `org_id`: `None` when the org has no such model,
+/// `Some(Err(why))` when it is stored in a format that cannot be served.
+pub(crate) async fn servable(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    model: &str,
+) -> Result<Option<Result<ModelSource, String>>, ApiError> {
+    let Some(served) = verity_core::serving::resolve_model(&state.pool, org_id, model).await?
+    else {
+        return Ok(None);
+    };
+    if !matches!(served.base.format.as_str(), "hf" | "gguf") {
+        return Ok(Some(Err(format!(
+            "{model:?} is stored as {:?}, which cannot be served",
+            served.base.format
+        ))));
+    }
+    Ok(Some(Ok(ModelSource {
         base_prefix: served.base.storage_prefix,
         base_format: served.base.format,
         merged: served.merged,
         checkpoint_prefix: served.checkpoint_prefix,
-    })
+    })))
 }
 
 async fn run(

@@ -1,0 +1,125 @@
+//! The judges of model graders graded in the API process (`graders/run`, the probes of
+//! `graders/validate`, pre-flight): asked through a live inference worker, the engine that
+//! serves `/v1/chat/completions`, so the API process never loads a judge model (its memory stays
+//! bounded and a judge shares the weights the playground already loaded). Judges routed to an
+//! endpoint (`VERITY_JUDGE_ENDPOINTS`) are asked there, as on a training worker.
+
+use super::forward::{forward, no_worker};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::state::AppState;
+use crate::inference::registry::FRESH_SECS;
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use uuid::Uuid;
+use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt, JudgeReply, TokenUsage};
+use verity_worker::judge::local::{chat_messages, prompt_seed};
+use verity_worker::serving::request::{
+    GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
+};
+
+/// The judge answering every model `grader` (at JSON path `param`) names for org `org_id`:
+/// a 400 naming the grader's `model` field when the org has no such model, 503 when no inference
+/// worker is live to ask.
+pub async fn judge_for(
+    state: &AppState,
+    org_id: Uuid,
+    param: &str,
+    grader: &Grader,
+) -> ApiResult<Arc<dyn Judge>> {
+    let mut models = BTreeMap::new();
+    for (path, name) in grader.judge_models() {
+        if state.judges.settings().endpoint(&name).is_some() || models.contains_key(&name) {
+            continue;
+        }
+        let at = format!("{param}.{path}");
+        match super::servable(state, org_id, &name).await? {
+            Some(Ok(source)) => models.insert(name, source),
+            Some(Err(why)) => return Err(ApiError::invalid(at, why)),
+            None => {
+                return Err(ApiError::invalid(at, format!("judge model {name:?} does not exist")))
+            }
+        };
+    }
+    if !models.is_empty()
+        && verity_core::serving::live_inference_workers(&state.pool, FRESH_SECS).await?.is_empty()
+    {
+        let mut e = no_worker();
+        e.message =
+            format!("a model grader's judge is asked through an inference worker: {}", e.message);
+        return Err(e);
+    }
+    let runtime = tokio::runtime::Handle::current();
+    let asked = WorkerJudge { state: state.clone(), models, runtime };
+    Ok(state.judges.route(grader, Box::new(asked)))
+}
+
+/// Judge models asked through inference workers, one generation per prompt, all at once (the
+/// worker batches them).
+struct WorkerJudge {
+    state: AppState,
+    models: BTreeMap<String, ModelSource>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Judge for WorkerJudge {
+    // Called on a blocking thread (a grading never runs on the async threads).
+    fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
+        self.runtime.block_on(futures::future::join_all(prompts.iter().map(|p| self.ask(p))))
+    }
+}
+
+impl WorkerJudge {
+    /// The reply of one prompt, sampled as a training worker's judge samples it (the same
+    /// rendering, per-prompt seed and reply budget cut to the context).
+    async fn ask(&self, prompt: &JudgePrompt) -> Result<JudgeReply, JudgeError> {
+        let model = self
+            .models
+            .get(&prompt.model)
+            .ok_or_else(|| JudgeError::UnknownModel(prompt.model.clone()))?;
+        let sampling = &prompt.sampling;
+        let request = GenerationRequest {
+            model: model.clone(),
+            prompt: PromptInput::Judge(chat_messages(prompt)),
+            params: GenerationParams {
+                n: 1,
+                temperature: sampling.temperature as f32,
+                top_p: sampling.top_p as f32,
+                max_tokens: Some(sampling.max_completion_tokens),
+                stop: Vec::new(),
+                stop_token_ids: Vec::new(),
+                seed: prompt_seed(prompt),
+                logprobs: None,
+                logit_bias: BTreeMap::new(),
+                response_format: None,
+            },
+        };
+        let forwarded = forward(&self.state, &request).await.map_err(|e| {
+            if e.status.is_client_error() {
+                JudgeError::Failed(e.message)
+            } else {
+                JudgeError::Unavailable(e.message)
+            }
+        })?;
+        let mut events = forwarded.events;
+        let mut text = String::new();
+        while let Some(event) = events.next().await {
+            match event {
+                GenerationEvent::Delta { text: more, .. } => text.push_str(&more),
+                GenerationEvent::Finished { completion_tokens, .. } => {
+                    let usage = TokenUsage {
+                        prompt_tokens: forwarded.prompt_tokens as u64,
+                        completion_tokens: completion_tokens as u64,
+                    };
+                    return Ok(JudgeReply { text, usage });
+                }
+                GenerationEvent::Failed { message } => return Err(JudgeError::Failed(message)),
+                GenerationEvent::Refused { param, message } => {
+                    return Err(JudgeError::Failed(format!("{param}: {message}")))
+                }
+                GenerationEvent::Started { .. } => {}
+            }
+        }
+        Err(JudgeError::Unavailable("the inference worker ended the reply early".into()))
+    }
+}
