@@ -72,6 +72,16 @@ if [ ! -f "$oldest_stamp" ]; then
   python3 -m venv "$oldest_venv"
   "$oldest_venv/bin/pip" install -q "$OPENAI_SDK_OLDEST" && touch "$oldest_stamp"
 fi
+# The official Tinker SDK (docs/tinker.md), pinned: the protocol it speaks is what Verity serves.
+TINKER_SDK='tinker==0.38.0'
+tinker_venv="$VERITY_CACHE/tinker-sdk-venv"
+tinker_stamp="$tinker_venv/.verity-tinker-1"  # bump when TINKER_SDK changes
+if [ ! -f "$tinker_stamp" ]; then
+  echo "test-services: installing $TINKER_SDK" >&2
+  python3 -m venv "$tinker_venv"
+  "$tinker_venv/bin/pip" install -q "$TINKER_SDK" && touch "$tinker_stamp"
+fi
+export VERITY_TEST_TINKER_PYTHON="$tinker_venv/bin/python"
 export VERITY_TEST_PYTHON="$api_venv/bin/python"
 export VERITY_TEST_PYTHON_OLDEST="$oldest_venv/bin/python"
 export VERITY_TEST_SCHEMATHESIS="$api_venv/bin/st"

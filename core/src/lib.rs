@@ -26,6 +26,7 @@ pub mod spec;
 pub mod storage;
 pub mod tenancy;
 pub mod testing;
+pub mod tinker;
 pub mod urls;
 
 pub use job_state::{ControlSignal, JobState};

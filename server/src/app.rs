@@ -4,7 +4,7 @@
 use crate::api::state::{AppState, ServeConfig};
 use crate::api::{
     auth, extract, files, graders, health, inference, jobs, loss_presets, models, objects, openapi,
-    preflight, recipes, sampling_runs, telemetry,
+    preflight, recipes, sampling_runs, telemetry, tinker,
 };
 use anyhow::Context;
 use axum::routing::get;
@@ -32,6 +32,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(preflight::router())
         .merge(recipes::router())
         .merge(sampling_runs::router())
+        .merge(tinker::router())
         .merge(openapi::router())
         .merge(extra)
         .merge(crate::web::router())

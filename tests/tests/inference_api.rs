@@ -543,3 +543,107 @@ async fn a_graders_run_judge_is_asked_through_the_inference_worker(pool: PgPool)
     let loaded = stack.engine.loaded_models().await;
     assert!(loaded.iter().any(|k| k == "models/tiny-llama"), "{loaded:?}");
 }
+
+/// The official Tinker SDK against Verity (docs/tinker.md): its key in the `tml-` form, the
+/// server's models, a sampling client on a registered model, greedy and seeded sampling with
+/// token ids in and out, stop token ids, and clear errors for what is not served. Prints the
+/// tokens and log-probabilities of one seeded sequence as `SEQUENCE {json}`.
+const TINKER_SCRIPT: &str = r#"
+import json, os, tinker
+from tinker import types
+connection = dict(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
+sc = tinker.ServiceClient(**connection)
+caps = tinker.RestClient(**connection).get_server_capabilities().result()
+names = [m.model_name for m in caps.supported_models]
+assert "tiny-llama" in names, names
+sampler = sc.create_sampling_client(base_model="tiny-llama").result()
+prompt = types.ModelInput.from_ints([5, 9, 12])
+greedy = types.SamplingParams(max_tokens=6, temperature=0.0)
+r = sampler.sample(prompt=prompt, num_samples=2, sampling_params=greedy).result()
+assert len(r.sequences) == 2, r
+a, b = r.sequences
+assert a.tokens == b.tokens and 1 <= len(a.tokens) <= 6, r
+assert len(a.logprobs) == len(a.tokens) and all(lp <= 0 for lp in a.logprobs), r
+assert a.stop_reason in ("stop", "length"), r
+# A stop token id ends the sequence at it (the token is kept, as Tinker keeps it).
+first = a.tokens[0]
+stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[first])).result()
+assert stopped.sequences[0].tokens == [first] and stopped.sequences[0].stop_reason == "stop", stopped
+# Seeded sampling repeats itself.
+seeded = types.SamplingParams(max_tokens=8, temperature=1.0, seed=11)
+one = sampler.sample(prompt, 1, seeded).result().sequences[0]
+again = sampler.sample(prompt, 1, seeded).result().sequences[0]
+assert one.tokens == again.tokens and one.logprobs == again.logprobs, (one, again)
+print("SEQUENCE " + json.dumps({"tokens": one.tokens, "logprobs": one.logprobs}))
+# What is not served is an error naming it, at once.
+for call, needle in ((lambda: sampler.compute_logprobs(prompt).result(), "prompt_logprobs"),
+                     (lambda: sc.create_lora_training_client(base_model="tiny-llama", rank=4).result(), "create_model"),
+                     (lambda: sc.create_sampling_client(base_model="no-such-model").result(), "no-such-model")):
+    try:
+        call()
+        raise SystemExit("accepted: " + needle)
+    except tinker.BadRequestError as e:
+        assert needle in str(e), (needle, str(e))
+sc.close("success").result()
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool) {
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), TINKER_SCRIPT).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(script.path())
+        .env("VERITY_BASE", &stack.base)
+        .env("KEY", &key)
+        .env("TINKER_TELEMETRY", "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("SDK OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The sampler's log-probabilities are the trainer's (temperature 1) on the same tokens: what
+    // importance sampling in a user's own loop relies on.
+    let line = stdout.lines().find_map(|l| l.strip_prefix("SEQUENCE ")).unwrap();
+    let sequence: Value = serde_json::from_str(line).unwrap();
+    let tokens: Vec<u32> = serde_json::from_value(sequence["tokens"].clone()).unwrap();
+    let sampled: Vec<f32> = serde_json::from_value(sequence["logprobs"].clone()).unwrap();
+    let lm = verity_worker::load_model(&stack.model_dir, &candle_core::Device::Cpu).unwrap();
+    let scored = lm
+        .model
+        .completion_logprobs(
+            &[vec![5, 9, 12]],
+            std::slice::from_ref(&tokens),
+            1.0,
+            lm.tokenizer.pad_id(),
+            false,
+        )
+        .unwrap();
+    let trainer: Vec<f32> = scored.logprobs.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(trainer.len(), tokens.len());
+    for (i, (s, t)) in sampled.iter().zip(&trainer).enumerate() {
+        assert!((s - t).abs() < 1e-3, "token {i}: sampler {s}, trainer {t}");
+    }
+    // The session is the org's: closed by the SDK, and invisible to another org.
+    let sessions: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT id, finish_reason FROM tinker_sessions")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        sessions.len() == 1 && sessions[0].1.as_deref() == Some("success"),
+        "the SDK's close() finished its session: {sessions:?}"
+    );
+}

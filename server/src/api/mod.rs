@@ -21,3 +21,4 @@ pub mod reference;
 pub mod sampling_runs;
 pub mod state;
 pub mod telemetry;
+pub mod tinker;

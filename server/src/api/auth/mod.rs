@@ -411,6 +411,19 @@ impl FromRequestParts<AppState> for Principal {
                         ApiError::unauthorized("expected Authorization: Bearer <API key or token>")
                     })?
             }
+            // The Tinker SDK's header: a key in its `tml-` form (the same key behind the prefix)
+            // or a token.
+            None if parts.headers.contains_key(TINKER_KEY_HEADER) => {
+                let header = parts.headers[TINKER_KEY_HEADER]
+                    .to_str()
+                    .map_err(|_| ApiError::unauthorized("malformed X-API-Key header"))?
+                    .trim();
+                let credential = header.strip_prefix(TINKER_KEY_PREFIX).unwrap_or(header);
+                if credential.is_empty() {
+                    return Err(ApiError::unauthorized("empty X-API-Key header"));
+                }
+                credential
+            }
             // The dashboard's session cookie (cross-origin writes are refused by `session::guard`).
             None => {
                 let id = session::session_token(&parts.headers).ok_or_else(|| {
@@ -428,6 +441,13 @@ impl FromRequestParts<AppState> for Principal {
         Ok(principal)
     }
 }
+
+/// The header the Tinker SDK sends its credential in.
+pub const TINKER_KEY_HEADER: &str = "x-api-key";
+
+/// The prefix the Tinker SDK requires of a key that is not a JWT: `tml-` followed by a Verity
+/// key is that key.
+pub const TINKER_KEY_PREFIX: &str = "tml-";
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,194 @@
+//! The rows behind the Tinker API (migration `0017_tinker.sql`): a client's session, the
+//! sampling sessions it opens, and the futures its calls return. Every read and write is scoped
+//! to the caller's org: another org's ids look like unknown ones.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Futures are kept this long after they are created (then deleted as new ones are made).
+pub const FUTURE_RETENTION_HOURS: i32 = 24;
+
+/// Opens a session for `org_id`; returns its id (`sess-…`).
+pub async fn create_session(
+    pool: &PgPool,
+    org_id: Uuid,
+    user_id: Option<Uuid>,
+    tags: &Value,
+    user_metadata: &Value,
+) -> Result<String, sqlx::Error> {
+    let id = format!("sess-{}", Uuid::new_v4().simple());
+    sqlx::query!(
+        "INSERT INTO tinker_sessions (id, org_id, user_id, tags, user_metadata) \
+         VALUES ($1, $2, $3, $4, $5)",
+        id,
+        org_id,
+        user_id,
+        tags,
+        user_metadata
+    )
+    .execute(pool)
+    .await?;
+    Ok(id)
+}
+
+/// Records a heartbeat of session `id`; false when the org has no such open session.
+pub async fn heartbeat(pool: &PgPool, org_id: Uuid, id: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE tinker_sessions SET last_heartbeat_at = now() \
+         WHERE id = $1 AND org_id = $2 AND finished_at IS NULL",
+        id,
+        org_id
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Closes session `id` with `reason`; false when the org has no such session.
+pub async fn finish_session(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE tinker_sessions SET finished_at = coalesce(finished_at, now()), \
+         finish_reason = coalesce(finish_reason, $3) WHERE id = $1 AND org_id = $2",
+        id,
+        org_id,
+        reason
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Opens the sampling session `seq` of session `session_id` on `model` (the same call again
+/// answers the same id); `None` when the org has no such open session.
+pub async fn create_sampling_session(
+    pool: &PgPool,
+    org_id: Uuid,
+    session_id: &str,
+    seq: i64,
+    model: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let id = format!("{session_id}:sample:{seq}");
+    let row = sqlx::query!(
+        "INSERT INTO tinker_sampling_sessions (id, session_id, org_id, model) \
+         SELECT $1, s.id, s.org_id, $4 FROM tinker_sessions s \
+         WHERE s.id = $2 AND s.org_id = $3 AND s.finished_at IS NULL \
+         ON CONFLICT (id) DO UPDATE SET model = tinker_sampling_sessions.model \
+         RETURNING id",
+        id,
+        session_id,
+        org_id,
+        model
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| r.id))
+}
+
+/// The model sampling session `id` samples; `None` when the org has no such session.
+pub async fn sampling_model(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT model FROM tinker_sampling_sessions WHERE id = $1 AND org_id = $2",
+        id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// A call's future as stored.
+#[derive(Debug, Clone)]
+pub struct FutureRecord {
+    /// The call (`sample`, …).
+    pub kind: String,
+    /// When the call was made.
+    pub created_at: DateTime<Utc>,
+    /// Set once the call ended.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The result's media type, once it succeeded.
+    pub content_type: Option<String>,
+    /// The result, once it succeeded.
+    pub result: Option<Vec<u8>>,
+    /// `{"error", "category"}`, once it failed.
+    pub error: Option<Value>,
+}
+
+/// A new pending future of `kind` for `org_id` (`req-…`); futures older than
+/// [`FUTURE_RETENTION_HOURS`] are deleted.
+pub async fn create_future(pool: &PgPool, org_id: Uuid, kind: &str) -> Result<String, sqlx::Error> {
+    sqlx::query!(
+        "DELETE FROM tinker_futures WHERE created_at < now() - make_interval(hours => $1)",
+        FUTURE_RETENTION_HOURS
+    )
+    .execute(pool)
+    .await?;
+    let id = format!("req-{}", Uuid::new_v4().simple());
+    sqlx::query!(
+        "INSERT INTO tinker_futures (id, org_id, kind) VALUES ($1, $2, $3)",
+        id,
+        org_id,
+        kind
+    )
+    .execute(pool)
+    .await?;
+    Ok(id)
+}
+
+/// Stores the result of future `id`.
+pub async fn complete_future(
+    pool: &PgPool,
+    id: &str,
+    content_type: &str,
+    result: &[u8],
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE tinker_futures SET finished_at = now(), content_type = $2, result = $3 \
+         WHERE id = $1 AND finished_at IS NULL",
+        id,
+        content_type,
+        result
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Stores the failure of future `id` (`{"error", "category"}`).
+pub async fn fail_future(pool: &PgPool, id: &str, error: &Value) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE tinker_futures SET finished_at = now(), error = $2 \
+         WHERE id = $1 AND finished_at IS NULL",
+        id,
+        error
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Future `id` of `org_id`; `None` when the org has no such future.
+pub async fn future(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<FutureRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        FutureRecord,
+        "SELECT kind, created_at, finished_at, content_type, result, error \
+         FROM tinker_futures WHERE id = $1 AND org_id = $2",
+        id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
+}
