@@ -237,9 +237,9 @@ async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy(pool: sqlx::
     assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
-#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
-async fn a_flood_of_hashes_waits_for_a_slot_or_gets_429(pool: sqlx::PgPool) {
-    // No address limits here: only the hashing slots (one) stand between the flood and memory.
+/// A server with one hashing slot and no address limits (only the slot stands between a flood
+/// and memory), a user `ada@example.com`, and a client from 127.0.0.2.
+async fn one_hashing_slot(pool: &sqlx::PgPool) -> (TestApp, String, reqwest::Client) {
     let config = ApiConfig {
         hash_concurrency: 1,
         auth_failures_per_address: 0,
@@ -247,9 +247,15 @@ async fn a_flood_of_hashes_waits_for_a_slot_or_gets_429(pool: sqlx::PgPool) {
         ..api_config()
     };
     let app = app_with(pool.clone(), config, |_| {}).await;
-    user(&pool, "ada@example.com", "acme", "admin").await;
+    user(pool, "ada@example.com", "acme", "admin").await;
     let base = serve(&app).await;
-    let client = client_from("127.0.0.2");
+    (app, base, client_from("127.0.0.2"))
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_flood_of_hashes_waits_for_a_slot_or_gets_429(pool: sqlx::PgPool) {
+    // No address limits here: only the hashing slots (one) stand between the flood and memory.
+    let (_app, base, client) = one_hashing_slot(&pool).await;
     let right = json!({"email": "ada@example.com", "password": "password123"});
     let statuses = all_at_once(80, |_| token_request(&client, &base, right.clone())).await;
     for status in &statuses {
@@ -263,16 +269,7 @@ async fn a_flood_of_hashes_waits_for_a_slot_or_gets_429(pool: sqlx::PgPool) {
 /// wait for it and get 429; with it free, both are 401.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn an_unknown_email_costs_a_hash_like_a_wrong_password(pool: sqlx::PgPool) {
-    let config = ApiConfig {
-        hash_concurrency: 1,
-        auth_failures_per_address: 0,
-        auth_checks_per_minute: 0.0,
-        ..api_config()
-    };
-    let app = app_with(pool.clone(), config, |_| {}).await;
-    user(&pool, "ada@example.com", "acme", "admin").await;
-    let base = serve(&app).await;
-    let client = client_from("127.0.0.2");
+    let (app, base, client) = one_hashing_slot(&pool).await;
     let known = json!({"email": "ada@example.com", "password": "not-the-password"});
     let unknown = json!({"email": "nobody@example.com", "password": "not-the-password"});
     let held = app.state.hasher.permits.clone().acquire_owned().await.unwrap();

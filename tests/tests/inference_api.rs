@@ -223,23 +223,29 @@ async fn openai_sdk_chats_with_a_base_model_and_a_lora_checkpoint(pool: PgPool) 
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let other_key = api_support::user(&pool, "b@x.io", "org-b", "member").await;
     let (lora, _) = checkpoints(&stack, org_of(&pool, "a@x.io").await).await;
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), SDK_SCRIPT).unwrap();
+    let env = [("KEY", key.as_str()), ("OTHER_KEY", &other_key), ("CKPT", &lora)];
+    run_sdk(&python, SDK_SCRIPT, &stack, &env).await;
+}
+
+/// Runs `script` under `python` with `VERITY_BASE` and `env`; its stdout, after checking that it
+/// printed `SDK OK`.
+async fn run_sdk(python: &str, script: &str, stack: &Stack, env: &[(&str, &str)]) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), script).unwrap();
     let output = tokio::process::Command::new(python)
-        .arg(script.path())
+        .arg(file.path())
         .env("VERITY_BASE", &stack.base)
-        .env("KEY", &key)
-        .env("OTHER_KEY", &other_key)
-        .env("CKPT", &lora)
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success() && stdout.contains("SDK OK"),
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
@@ -598,22 +604,8 @@ async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool
     };
     let stack = stack(pool.clone()).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), TINKER_SCRIPT).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(script.path())
-        .env("VERITY_BASE", &stack.base)
-        .env("KEY", &key)
-        .env("TINKER_TELEMETRY", "1")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("SDK OK"),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout =
+        run_sdk(&python, TINKER_SCRIPT, &stack, &[("KEY", &key), ("TINKER_TELEMETRY", "1")]).await;
     // The sampler's log-probabilities are the trainer's (temperature 1) on the same tokens: what
     // importance sampling in a user's own loop relies on.
     let line = stdout.lines().find_map(|l| l.strip_prefix("SEQUENCE ")).unwrap();
