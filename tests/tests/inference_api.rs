@@ -552,8 +552,9 @@ async fn a_graders_run_judge_is_asked_through_the_inference_worker(pool: PgPool)
 
 /// The official Tinker SDK against Verity (docs/tinker.md): its key in the `tml-` form, the
 /// server's models, a sampling client on a registered model, greedy and seeded sampling with
-/// token ids in and out, stop token ids, and clear errors for what is not served. Prints the
-/// tokens and log-probabilities of one seeded sequence as `SEQUENCE {json}`.
+/// token ids in and out, stop token ids, the prompt's log-probabilities (`compute_logprobs`), and
+/// clear errors for what is not served. Prints the tokens and log-probabilities of one seeded
+/// sequence as `SEQUENCE {json}` and the prompt's as `PROMPT {json}`.
 const TINKER_SCRIPT: &str = r#"
 import json, os, tinker
 from tinker import types
@@ -581,8 +582,14 @@ one = sampler.sample(prompt, 1, seeded).result().sequences[0]
 again = sampler.sample(prompt, 1, seeded).result().sequences[0]
 assert one.tokens == again.tokens and one.logprobs == again.logprobs, (one, again)
 print("SEQUENCE " + json.dumps({"tokens": one.tokens, "logprobs": one.logprobs}))
+# The prompt's log-probabilities: none for the first token, then one per token.
+scored = sampler.compute_logprobs(prompt).result()
+assert len(scored) == 3 and scored[0] is None, scored
+last = sampler.sample(prompt, 1, greedy, include_prompt_logprobs=True).result()
+assert last.prompt_logprobs == scored, (last.prompt_logprobs, scored)
+print("PROMPT " + json.dumps(scored[1:]))
 # What is not served is an error naming it, at once.
-for call, needle in ((lambda: sampler.compute_logprobs(prompt).result(), "prompt_logprobs"),
+for call, needle in ((lambda: sampler.sample(prompt, 1, greedy, include_prompt_logprobs=True, topk_prompt_logprobs=2).result(), "topk_prompt_logprobs"),
                      (lambda: sc.create_lora_training_client(base_model="tiny-llama", rank=4).result(), "create_model"),
                      (lambda: sc.create_sampling_client(base_model="no-such-model").result(), "no-such-model")):
     try:
@@ -627,6 +634,17 @@ async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool
     assert_eq!(trainer.len(), tokens.len());
     for (i, (s, t)) in sampled.iter().zip(&trainer).enumerate() {
         assert!((s - t).abs() < 1e-3, "token {i}: sampler {s}, trainer {t}");
+    }
+    let line = stdout.lines().find_map(|l| l.strip_prefix("PROMPT ")).unwrap();
+    let prompt: Vec<f32> = serde_json::from_str(line).unwrap();
+    let scored = lm
+        .model
+        .completion_logprobs(&[vec![5]], &[vec![9, 12]], 1.0, lm.tokenizer.pad_id(), false)
+        .unwrap();
+    let trainer: Vec<f32> = scored.logprobs.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(prompt.len(), trainer.len());
+    for (s, t) in prompt.iter().zip(&trainer) {
+        assert!((s - t).abs() < 1e-4, "prompt: served {s}, trainer {t}");
     }
     // The session is the org's: closed by the SDK, and invisible to another org.
     let sessions: Vec<(String, Option<String>)> =

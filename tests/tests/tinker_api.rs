@@ -95,9 +95,9 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
         assert_error(&refused, StatusCode::BAD_REQUEST, Some(field));
     }
     let mut logprobs = sample(json!({"max_tokens": 2}), text.clone());
-    logprobs["prompt_logprobs"] = json!(true);
+    logprobs["topk_prompt_logprobs"] = json!(2);
     let refused = post("/api/v1/asample", &a, logprobs).await;
-    assert_error(&refused, StatusCode::BAD_REQUEST, Some("prompt_logprobs"));
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("topk_prompt_logprobs"));
     let started = post("/api/v1/asample", &a, sample(json!({"max_tokens": 2}), text)).await;
     assert_eq!(started.status, StatusCode::OK, "{:?}", started.json());
     let request = started.json()["request_id"].as_str().unwrap().to_string();

@@ -177,6 +177,7 @@ async fn the_serving_engine_answers_in_the_requested_json() {
             seed: 5,
             logprobs: Some(0),
             logit_bias: Default::default(),
+            prompt_logprobs: false,
             response_format: Some(verdict_format()),
         },
     };
@@ -193,7 +194,7 @@ async fn the_serving_engine_answers_in_the_requested_json() {
             other @ (GenerationEvent::Failed { .. } | GenerationEvent::Refused { .. }) => {
                 panic!("{other:?}")
             }
-            GenerationEvent::Started { .. } => {}
+            GenerationEvent::Started { .. } | GenerationEvent::PromptLogprobs { .. } => {}
         }
     }
     assert_eq!(finished, 2);

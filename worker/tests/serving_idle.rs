@@ -32,6 +32,7 @@ async fn answer(engine: &Engine) {
             seed: 1,
             logprobs: None,
             logit_bias: Default::default(),
+            prompt_logprobs: false,
             response_format: None,
         },
     };

@@ -108,6 +108,7 @@ impl Client {
                         seed: index as u64,
                         logprobs: None,
                         logit_bias: bias.clone(),
+                        prompt_logprobs: false,
                         response_format: None,
                     },
                 };
@@ -128,7 +129,8 @@ impl Client {
                         GenerationEvent::Refused { param, message } => {
                             bail!("request refused ({param}): {message}")
                         }
-                        GenerationEvent::Started { .. } => {}
+                        GenerationEvent::Started { .. }
+                        | GenerationEvent::PromptLogprobs { .. } => {}
                     }
                 }
                 tokens

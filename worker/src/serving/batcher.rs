@@ -526,6 +526,7 @@ mod tests {
                 seed: 0,
                 logprobs: None,
                 logit_bias: Default::default(),
+                prompt_logprobs: false,
                 response_format: None,
             };
             queue.push_back(Admission { prompt: vec![7; len], params, max_tokens: 4, events });

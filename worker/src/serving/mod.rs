@@ -245,6 +245,10 @@ impl Engine {
             return Err(invalid("logit_bias", format!("token id {id} is outside the vocabulary")));
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if params.prompt_logprobs {
+            let logprobs = prompt_logprobs(&served, &prompt).await?;
+            let _ = tx.send(GenerationEvent::PromptLogprobs { logprobs });
+        }
         let prompt_tokens = prompt.len();
         for c in [&self.counters, &served.counters] {
             c.requests.fetch_add(1, Ordering::SeqCst);
@@ -429,4 +433,27 @@ fn sanitize(prefix: &str) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
         .collect()
+}
+
+/// The log-probability of each token of `prompt` after the first given the ones before it, as
+/// the trainer scores tokens (temperature 1), computed off the async threads.
+async fn prompt_logprobs(served: &Arc<Served>, prompt: &[u32]) -> Result<Vec<f32>, ServeError> {
+    if prompt.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let (served, prompt) = (Arc::clone(served), prompt.to_vec());
+    let scored = tokio::task::spawn_blocking(move || {
+        let pad = served.tokenizer.pad_id();
+        let scored = served.model.completion_logprobs(
+            &[prompt[..1].to_vec()],
+            &[prompt[1..].to_vec()],
+            1.0,
+            pad,
+            false,
+        )?;
+        Ok::<Vec<f32>, crate::WorkerError>(scored.logprobs.flatten_all()?.to_vec1()?)
+    })
+    .await
+    .map_err(|e| ServeError::ModelUnavailable(format!("scoring the prompt: {e}")))?;
+    scored.map_err(|e| ServeError::ModelUnavailable(format!("scoring the prompt: {e}")))
 }

@@ -82,6 +82,10 @@ pub struct GenerationParams {
     /// Added to the logits of these token ids before sampling.
     #[serde(default)]
     pub logit_bias: BTreeMap<u32, f32>,
+    /// Report the log-probability of each prompt token given the ones before it (temperature 1,
+    /// as the trainer scores them), as a [`GenerationEvent::PromptLogprobs`] before any delta.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prompt_logprobs: bool,
     /// OpenAI's structured outputs: with a JSON format the completion follows it (constrained
     /// decoding); absent is free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +146,12 @@ pub enum GenerationEvent {
         prompt_tokens: usize,
         /// The longest completion allowed.
         max_tokens: usize,
+    },
+    /// The log-probability of each prompt token after the first given the ones before it (when
+    /// asked for with `prompt_logprobs`).
+    PromptLogprobs {
+        /// One per prompt token from the second on.
+        logprobs: Vec<f32>,
     },
     /// More text of choice `index` (and the log-probabilities of the tokens that made it).
     Delta {

@@ -91,6 +91,7 @@ impl WorkerJudge {
                 seed: prompt_seed(prompt),
                 logprobs: None,
                 logit_bias: BTreeMap::new(),
+                prompt_logprobs: false,
                 response_format: None,
             },
         };
@@ -117,7 +118,7 @@ impl WorkerJudge {
                 GenerationEvent::Refused { param, message } => {
                     return Err(JudgeError::Failed(format!("{param}: {message}")))
                 }
-                GenerationEvent::Started { .. } => {}
+                GenerationEvent::Started { .. } | GenerationEvent::PromptLogprobs { .. } => {}
             }
         }
         Err(JudgeError::Unavailable("the inference worker ended the reply early".into()))

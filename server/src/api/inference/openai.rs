@@ -233,6 +233,7 @@ impl Sampling {
                 seed: self.seed.map_or_else(rand::random, |s| s as u64),
                 logprobs,
                 logit_bias,
+                prompt_logprobs: false,
                 response_format: None,
             },
             stream,

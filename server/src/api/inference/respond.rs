@@ -213,7 +213,7 @@ impl Reply {
                 GenerationEvent::Refused { param, message } => {
                     return Err(ApiError::invalid(param, message))
                 }
-                GenerationEvent::Started { .. } => {}
+                GenerationEvent::Started { .. } | GenerationEvent::PromptLogprobs { .. } => {}
             }
         }
         if choices.iter().any(|c| c.finish.is_none()) {

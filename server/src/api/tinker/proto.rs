@@ -31,6 +31,10 @@ pub struct SampleResponse {
     /// The sequences, in the order of the request's `sample_sequence_ids`.
     #[prost(message, repeated, tag = "1")]
     pub sequences: Vec<SampledSequence>,
+    /// Each prompt token's log-probability (little-endian `float32`s, NaN where not scored: the
+    /// first token, and any before `prompt_logprobs_last_n`), when asked for.
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub prompt_logprobs: Option<Vec<u8>>,
     /// Prompt tokens served from a cache (none here).
     #[prost(int32, tag = "4")]
     pub prompt_cache_hit_tokens: i32,
@@ -59,6 +63,7 @@ mod tests {
                 tokens: int32s(&[100, 101]),
                 logprobs: Some(float32s(&[-0.5, -0.25])),
             }],
+            prompt_logprobs: None,
             prompt_cache_hit_tokens: 0,
         };
         let bytes = response.encode_to_vec();

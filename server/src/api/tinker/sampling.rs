@@ -145,6 +145,8 @@ pub struct Asample {
     #[serde(default)]
     prompt_logprobs: bool,
     #[serde(default)]
+    prompt_logprobs_last_n: Option<usize>,
+    #[serde(default)]
     topk_prompt_logprobs: usize,
     #[serde(default)]
     topk_sample_logprobs: usize,
@@ -209,7 +211,6 @@ fn generation_params(body: &Asample) -> ApiResult<GenerationParams> {
         return Err(ApiError::invalid("sampling_params.max_tokens", "must be at least 1"));
     }
     let not_served = [
-        ("prompt_logprobs", body.prompt_logprobs),
         ("topk_prompt_logprobs", body.topk_prompt_logprobs > 0),
         ("topk_sample_logprobs", body.topk_sample_logprobs > 0),
         ("prompt_alt_tokens_k", body.prompt_alt_tokens_k > 0),
@@ -218,7 +219,10 @@ fn generation_params(body: &Asample) -> ApiResult<GenerationParams> {
     if let Some((field, _)) = not_served.iter().find(|(_, asked)| *asked) {
         return Err(ApiError::invalid(
             *field,
-            format!("{field} is not served yet: each sampled token's log-probability is"),
+            format!(
+                "{field} is not served yet: each sampled token's and each prompt token's \
+                 log-probability are"
+            ),
         ));
     }
     let (mut stop, mut stop_token_ids) = (Vec::new(), Vec::new());
@@ -263,6 +267,7 @@ fn generation_params(body: &Asample) -> ApiResult<GenerationParams> {
         seed: p.seed.map_or_else(rand::random, |s| s as u64),
         logprobs: Some(0),
         logit_bias: BTreeMap::new(),
+        prompt_logprobs: body.prompt_logprobs,
         response_format: None,
     })
 }
@@ -294,8 +299,9 @@ pub async fn asample(
     let sequence_ids: Vec<String> =
         (0..body.num_samples).map(|i| format!("{request_id}:{i}")).collect();
     let id = request_id.clone();
+    let last_n = body.prompt_logprobs_last_n;
     tokio::spawn(async move {
-        let outcome = sample(&state, &request).await;
+        let outcome = sample(&state, &request, last_n).await;
         store(&state, &id, outcome).await;
     });
     Ok(Json(json!({ "request_id": request_id, "sample_sequence_ids": sequence_ids })))
@@ -304,8 +310,13 @@ pub async fn asample(
 /// Why a call failed, as the SDK reads it: `user` (the request's fault) or `server`.
 type Failure = (&'static str, String);
 
-/// Generates `request` on an inference worker: the encoded `SampleResponse`.
-async fn sample(state: &AppState, request: &GenerationRequest) -> Result<Vec<u8>, Failure> {
+/// Generates `request` on an inference worker: the encoded `SampleResponse` (with the prompt's
+/// log-probabilities when asked for, only the last `last_n` scored when that is set).
+async fn sample(
+    state: &AppState,
+    request: &GenerationRequest,
+    last_n: Option<usize>,
+) -> Result<Vec<u8>, Failure> {
     let forwarded = forward(state, request)
         .await
         .map_err(|e| (if e.status.is_client_error() { "user" } else { "server" }, e.message))?;
@@ -313,6 +324,7 @@ async fn sample(state: &AppState, request: &GenerationRequest) -> Result<Vec<u8>
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
     let mut reasons: Vec<Option<Stop>> = vec![None; n];
+    let mut prompt_logprobs = None;
     let mut events = forwarded.events;
     while let Some(event) = events.next().await {
         match event {
@@ -324,6 +336,9 @@ async fn sample(state: &AppState, request: &GenerationRequest) -> Result<Vec<u8>
             }
             GenerationEvent::Finished { index, reason, .. } if index < n => {
                 reasons[index] = Some(reason)
+            }
+            GenerationEvent::PromptLogprobs { logprobs } => {
+                prompt_logprobs = Some(prompt_row(&logprobs, last_n))
             }
             GenerationEvent::Failed { message } => return Err(("server", message)),
             GenerationEvent::Refused { param, message } => {
@@ -349,7 +364,23 @@ async fn sample(state: &AppState, request: &GenerationRequest) -> Result<Vec<u8>
             logprobs: Some(float32s(logprobs)),
         });
     }
-    Ok(SampleResponse { sequences, prompt_cache_hit_tokens: 0 }.encode_to_vec())
+    if request.params.prompt_logprobs && prompt_logprobs.is_none() {
+        return Err(("server", "the inference worker sent no prompt log-probabilities".into()));
+    }
+    Ok(SampleResponse { sequences, prompt_logprobs, prompt_cache_hit_tokens: 0 }.encode_to_vec())
+}
+
+/// The prompt's log-probabilities as the SDK reads them: one per prompt token, NaN (`None` to
+/// the SDK) for the first token and for any before the last `last_n`.
+fn prompt_row(scored: &[f32], last_n: Option<usize>) -> Vec<u8> {
+    let len = scored.len() + 1;
+    let first_kept = last_n.map_or(1, |n| len.saturating_sub(n).max(1));
+    let row: Vec<f32> = std::iter::once(f32::NAN)
+        .chain(scored.iter().copied())
+        .enumerate()
+        .map(|(i, lp)| if i < first_kept { f32::NAN } else { lp })
+        .collect();
+    float32s(&row)
 }
 
 /// Stores a call's outcome in its future (retried: a future left pending is lost, and the SDK
