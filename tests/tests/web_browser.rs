@@ -297,6 +297,12 @@ async fn the_dashboard_works_in_a_real_browser(pool: PgPool) {
     let http = reqwest::Client::new();
     let files_url = format!("{base}/v1/files");
     assert_eq!(http.get(&files_url).bearer_auth(&secret).send().await.unwrap().status(), 200);
+    // The Tinker SDK's form of the same key, sent as that SDK sends it.
+    let tinker = until(&c, "document.querySelector('#new-key-tinker').textContent").await;
+    let tinker = tinker.as_str().unwrap().trim().to_string();
+    assert_eq!(tinker, format!("tml-{secret}"));
+    let config = http.post(format!("{base}/api/v1/client/config")).header("x-api-key", &tinker);
+    assert_eq!(config.json(&json!({})).send().await.unwrap().status(), 200);
     click(&c, "#copy-new-key").await;
     until(&c, "document.querySelector('#copy-new-key').dataset.copied === 'true'").await;
     shot(&c, "09-keys").await;

@@ -121,6 +121,8 @@ pub struct CreatedKey {
     pub key: ApiKeyObject,
     /// The whole key (`vt-…`); it cannot be shown again.
     pub secret: String,
+    /// The same key in the form the Tinker SDK accepts (`tml-vt-…`; docs/tinker.md).
+    pub tinker_secret: String,
 }
 
 /// The list of keys.
@@ -171,7 +173,8 @@ pub async fn new_key(
     tracing::info!(key_id = %id, org_id = %principal.org_id, "api key created");
     let listed = org_keys(state, principal).await?.into_iter().find(|k| k.id == id);
     let listed = listed.ok_or_else(|| ApiError::internal("api key", "created key not listed"))?;
-    Ok(CreatedKey { key: listed, secret: key.key })
+    let tinker_secret = format!("{}{}", super::TINKER_KEY_PREFIX, key.key);
+    Ok(CreatedKey { key: listed, secret: key.key, tinker_secret })
 }
 
 /// Revokes the org's key `id` (admins only) and forgets it from this server's key cache; the
