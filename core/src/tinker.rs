@@ -144,6 +144,19 @@ pub async fn create_future(pool: &PgPool, org_id: Uuid, kind: &str) -> Result<St
     Ok(id)
 }
 
+/// Futures of `org_id` still pending (created within [`FUTURE_RETENTION_HOURS`]).
+pub async fn pending_futures(pool: &PgPool, org_id: Uuid) -> Result<i64, sqlx::Error> {
+    let count = sqlx::query_scalar!(
+        "SELECT count(*) FROM tinker_futures WHERE org_id = $1 AND finished_at IS NULL \
+         AND created_at > now() - make_interval(hours => $2)",
+        org_id,
+        FUTURE_RETENTION_HOURS
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(count.unwrap_or(0))
+}
+
 /// Stores the result of future `id`.
 pub async fn complete_future(
     pool: &PgPool,

@@ -124,3 +124,27 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     assert_eq!(tinker(&app, Method::POST, &finish, &a, done).await.status, StatusCode::OK);
     assert_eq!(post("/api/v1/session_heartbeat", &a, beat).await.status, StatusCode::GONE);
 }
+
+/// One org's pending sampling calls are capped (`VERITY_TINKER_ORG_PENDING`): beyond, `asample`
+/// is a 429 the SDK waits out and sends again; another org samples on.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_orgs_pending_sampling_calls_are_capped(pool: sqlx::PgPool) {
+    let mut config = api_config();
+    config.limits.tinker_org_pending = 1;
+    let app = app_with(pool.clone(), config, |_| {}).await;
+    base_model(&app).await;
+    let a = user(&pool, "a@a.io", "org-a", "member").await;
+    let b = user(&pool, "b@b.io", "org-b", "member").await;
+    let org_a =
+        verity_core::tenancy::find_user_by_email(&pool, "a@a.io").await.unwrap().unwrap().org_id;
+    // Org A has one call pending (as a long generation would be).
+    verity_core::tinker::create_future(&pool, org_a, "sample").await.unwrap();
+    let sample = json!({"base_model": "tiny", "num_samples": 1, "sampling_params": {"max_tokens": 1},
+                        "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]}});
+    let refused = tinker(&app, Method::POST, "/api/v1/asample", &a, sample.clone()).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", refused.json());
+    assert_eq!(refused.json()["error"]["code"], "tinker_pending_limit");
+    assert!(refused.headers.contains_key("retry-after"));
+    let other = tinker(&app, Method::POST, "/api/v1/asample", &b, sample).await;
+    assert_eq!(other.status, StatusCode::OK, "{:?}", other.json());
+}

@@ -10,6 +10,8 @@ pub const DEFAULT_MAX_ROW_BYTES: usize = 1 << 20;
 /// Default cap of one sandboxed run of a `graders/run` (or pre-flight, or validate probe)
 /// request, in milliseconds.
 pub const DEFAULT_GRADER_RUN_MAX_MS: u64 = 30_000;
+/// Default cap of the Tinker calls (sampling) one org may have pending at once.
+pub const DEFAULT_TINKER_ORG_PENDING: i64 = 2048;
 
 /// Settings of the request bounds and of `/metrics` access.
 #[derive(Debug, Clone, Args)]
@@ -45,6 +47,14 @@ pub struct LimitArgs {
         default_value_t = 0
     )]
     pub grader_org_concurrency: usize,
+    /// Tinker calls (`asample`) one org may have pending at once; beyond, 429 (the SDK waits and
+    /// sends again).
+    #[arg(
+        long = "tinker-org-pending",
+        env = "VERITY_TINKER_ORG_PENDING",
+        default_value_t = DEFAULT_TINKER_ORG_PENDING
+    )]
+    pub tinker_org_pending: i64,
 }
 
 impl Default for LimitArgs {
@@ -55,6 +65,7 @@ impl Default for LimitArgs {
             max_row_bytes: DEFAULT_MAX_ROW_BYTES,
             grader_run_max_ms: DEFAULT_GRADER_RUN_MAX_MS,
             grader_org_concurrency: 0,
+            tinker_org_pending: DEFAULT_TINKER_ORG_PENDING,
         }
     }
 }

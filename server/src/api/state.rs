@@ -150,6 +150,8 @@ pub struct RequestLimits {
     pub max_row_bytes: usize,
     /// Longest sandboxed run of an API grading, in milliseconds.
     pub grader_run_max_ms: u64,
+    /// Tinker calls one org may have pending at once (0: no limit).
+    pub tinker_org_pending: i64,
 }
 
 /// Slots for grader runs of the API, so that a flood of expensive gradings cannot take every
@@ -381,6 +383,7 @@ impl AppState {
                 max_form_field_bytes: api.limits.max_form_field_bytes.max(64),
                 max_row_bytes: api.limits.max_row_bytes.max(1024),
                 grader_run_max_ms: api.limits.grader_run_max_ms.max(1),
+                tinker_org_pending: api.limits.tinker_org_pending.max(0),
             },
             metrics_token: api
                 .limits

@@ -293,6 +293,19 @@ pub async fn asample(
     let source = source(&state, &principal, "base_model", &model).await?;
     let params = generation_params(&body)?;
     let prompt = prompt_tokens(&body.prompt)?;
+    let limit = state.limits.tinker_org_pending;
+    if limit > 0
+        && verity_core::tinker::pending_futures(&state.pool, principal.org_id).await? >= limit
+    {
+        return Err(ApiError {
+            message: format!(
+                "your organization has {limit} sampling calls pending, the most it may \
+                 (VERITY_TINKER_ORG_PENDING); retry when some have finished"
+            ),
+            ..ApiError::rate_limited(1)
+        }
+        .with_code("tinker_pending_limit"));
+    }
     let request = GenerationRequest { model: source, prompt: PromptInput::Tokens(prompt), params };
     let request_id =
         verity_core::tinker::create_future(&state.pool, principal.org_id, "sample").await?;
