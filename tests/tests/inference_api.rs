@@ -47,6 +47,15 @@ async fn stack(pool: PgPool) -> Stack {
 
 /// [`stack`] with an inference worker decoding from `decode_dtype` weights.
 async fn stack_decoding(pool: PgPool, decode_dtype: RolloutDtype) -> Stack {
+    stack_with(pool, decode_dtype, |_| {}).await
+}
+
+/// [`stack_decoding`] with the API server's state changed by `tweak` before it serves.
+async fn stack_with(
+    pool: PgPool,
+    decode_dtype: RolloutDtype,
+    tweak: impl FnOnce(&mut verity_server::api::state::AppState),
+) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(dir.path().join("objects"), None).await.unwrap());
@@ -64,7 +73,8 @@ async fn stack_decoding(pool: PgPool, decode_dtype: RolloutDtype) -> Stack {
     .await
     .unwrap();
 
-    let state = api_support::app_on(pool.clone(), store.clone()).await;
+    let mut state = api_support::app_on(pool.clone(), store.clone()).await;
+    tweak(&mut state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(verity_server::app::serve(listener, verity_server::app::app(state)));
@@ -548,6 +558,39 @@ async fn a_graders_run_judge_is_asked_through_the_inference_worker(pool: PgPool)
     }
     let loaded = stack.engine.loaded_models().await;
     assert!(loaded.iter().any(|k| k == "models/tiny-llama"), "{loaded:?}");
+}
+
+/// A judge asked through the inference worker answers within the API's grading cap
+/// (`VERITY_GRADER_RUN_MAX_MS`) or not at all: past it the grading is the judge's error, and the
+/// generation it started is stopped on the worker.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_judge_past_the_grading_cap_is_an_error_and_stops(pool: PgPool) {
+    let stack = stack_with(pool.clone(), RolloutDtype::F32, |state| {
+        state.limits.grader_run_max_ms = 1;
+    })
+    .await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let spec = json!({"type": "score_model", "name": "judge", "model": BASE, "range": [0, 100],
+                      "input": [{"role": "user", "content": "t5 {{sample.output_text}}"}],
+                      "sampling_params": {"temperature": 1.0, "seed": 1, "max_completions_tokens": 2000}});
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/fine_tuning/alpha/graders/run", stack.base))
+        .bearer_auth(&key)
+        .json(&json!({"grader": spec, "model_sample": "t44"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let run: Value = response.json().await.unwrap();
+    assert_eq!(run["reward"], 0.0, "{run}");
+    assert_eq!(run["metadata"]["verity"]["error"]["kind"], "judge", "{run}");
+    let message = run["metadata"]["verity"]["error"]["message"].to_string();
+    assert!(message.contains("VERITY_GRADER_RUN_MAX_MS"), "{run}");
+    let started = Instant::now();
+    while stack.engine.active_requests() > 0 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the judge's generation went on");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The official Tinker SDK against Verity (docs/tinker.md): its key in the `tml-` form, the

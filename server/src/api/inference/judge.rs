@@ -11,6 +11,7 @@ use crate::inference::registry::FRESH_SECS;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt, JudgeReply, TokenUsage};
 use verity_worker::judge::local::{chat_messages, prompt_seed};
@@ -50,22 +51,35 @@ pub async fn judge_for(
         return Err(e);
     }
     let runtime = tokio::runtime::Handle::current();
-    let asked = WorkerJudge { state: state.clone(), models, runtime };
+    let cap = Duration::from_millis(state.limits.grader_run_max_ms);
+    let asked = WorkerJudge { state: state.clone(), models, runtime, cap };
     Ok(state.judges.route(grader, Box::new(asked)))
 }
 
 /// Judge models asked through inference workers, one generation per prompt, all at once (the
-/// worker batches them).
+/// worker batches them), within `cap` in all (`VERITY_GRADER_RUN_MAX_MS`, the cap of every
+/// grading in the API process).
 struct WorkerJudge {
     state: AppState,
     models: BTreeMap<String, ModelSource>,
     runtime: tokio::runtime::Handle,
+    cap: Duration,
 }
 
 impl Judge for WorkerJudge {
-    // Called on a blocking thread (a grading never runs on the async threads).
+    // Called on a blocking thread (a grading never runs on the async threads). Past the cap the
+    // generations are dropped, which stops them on the worker.
     fn complete(&self, prompts: &[JudgePrompt]) -> Vec<Result<JudgeReply, JudgeError>> {
-        self.runtime.block_on(futures::future::join_all(prompts.iter().map(|p| self.ask(p))))
+        let asked = futures::future::join_all(prompts.iter().map(|p| self.ask(p)));
+        match self.runtime.block_on(tokio::time::timeout(self.cap, asked)) {
+            Ok(replies) => replies,
+            Err(_) => {
+                let ms = self.cap.as_millis();
+                let late =
+                    format!("the judge gave no reply within {ms} ms (VERITY_GRADER_RUN_MAX_MS)");
+                prompts.iter().map(|_| Err(JudgeError::Failed(late.clone()))).collect()
+            }
+        }
     }
 }
 
