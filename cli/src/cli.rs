@@ -21,7 +21,7 @@ pub enum Command {
     /// Apply database migrations.
     Migrate(DatabaseConfig),
     /// Serve the REST API.
-    Serve(verity_server::api::state::ServeConfig),
+    Serve(Box<verity_server::api::state::ServeConfig>),
     /// Manage users and API keys.
     #[command(subcommand)]
     Admin(crate::commands::admin::AdminCommand),
