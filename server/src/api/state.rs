@@ -280,6 +280,8 @@ pub struct AppState {
     pub embeddings: Arc<verity_worker::embedding_models::EmbeddingModels>,
     /// GGUF exports of checkpoints (one at a time, models fetched into the cache folder).
     pub exports: Arc<super::jobs::gguf::GgufExports>,
+    /// Wakes this server's `retrieve_future` polls when a call it ran ends.
+    pub tinker_wakeups: Arc<super::tinker::Wakeups>,
     /// HTTP client forwarding inference requests to inference workers.
     pub inference_http: reqwest::Client,
     /// Tasks that live as long as the state (the change listeners): stopped when its last
@@ -402,6 +404,7 @@ impl AppState {
                 api.judge_cache_dir.clone(),
             )),
             exports: Arc::new(super::jobs::gguf::GgufExports::new(api.judge_cache_dir.clone())),
+            tinker_wakeups: Arc::default(),
             inference_http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(3))
                 .build()

@@ -19,7 +19,10 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -174,6 +177,36 @@ async fn capabilities(
     Ok(Json(json!({ "supported_models": supported })))
 }
 
+/// Waiters on the futures this server runs: a call that ends wakes the `retrieve_future` polls
+/// waiting on it at once (a poll on another server reads the row at its next check).
+#[derive(Debug, Default)]
+pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>);
+
+impl Wakeups {
+    /// The signal of future `id`'s end (register before reading the row, so no end is missed).
+    fn watch(&self, id: &str) -> Arc<Notify> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(map.entry(id.to_string()).or_default())
+    }
+
+    /// Signals the end of future `id` to whoever waits on it.
+    pub fn wake(&self, id: &str) {
+        let woken = self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        if let Some(notify) = woken {
+            notify.notify_waiters();
+        }
+    }
+
+    /// Drops a waiter's signal; the entry goes with the last waiter.
+    fn unwatch(&self, id: &str, signal: Arc<Notify>) {
+        drop(signal);
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(id).is_some_and(|n| Arc::strong_count(n) == 1) {
+            map.remove(id);
+        }
+    }
+}
+
 /// Body of `retrieve_future`.
 #[derive(Debug, Deserialize)]
 struct RetrieveFuture {
@@ -195,9 +228,26 @@ async fn retrieve_future(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<RetrieveFuture>,
 ) -> ApiResult<Response> {
+    let signal = state.tinker_wakeups.watch(&body.request_id);
+    let answer = poll_future(&state, &principal, &body, &signal).await;
+    state.tinker_wakeups.unwatch(&body.request_id, signal);
+    answer
+}
+
+/// [`retrieve_future`]'s loop: read the row, then wait for this server's signal of its end or
+/// the next check.
+async fn poll_future(
+    state: &AppState,
+    principal: &Principal,
+    body: &RetrieveFuture,
+    signal: &Notify,
+) -> ApiResult<Response> {
     let deadline = tokio::time::Instant::now() + LONG_POLL;
     let mut wait = Duration::from_millis(20);
     loop {
+        let ended = signal.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
         let future =
             verity_core::tinker::future(&state.pool, principal.org_id, &body.request_id).await?;
         let Some(future) = future else {
@@ -223,7 +273,7 @@ async fn retrieve_future(
             }))
             .into_response());
         }
-        tokio::time::sleep(wait).await;
+        let _ = tokio::time::timeout(wait, ended).await;
         wait = (wait * 2).min(Duration::from_millis(200));
     }
 }

@@ -416,7 +416,7 @@ async fn store(state: &AppState, id: &str, outcome: Result<Vec<u8>, Failure>) {
             }
         };
         match stored {
-            Ok(()) => return,
+            Ok(()) => return state.tinker_wakeups.wake(id),
             Err(error) => {
                 tracing::warn!(%error, request_id = id, attempt, "storing a tinker result failed");
                 tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
