@@ -7,10 +7,11 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// Futures are kept this long after they are created (then deleted as new ones are made).
+/// Futures are kept this long after they are created (then deleted as sessions open).
 pub const FUTURE_RETENTION_HOURS: i32 = 24;
 
-/// Opens a session for `org_id`; returns its id (`sess-…`).
+/// Opens a session for `org_id`; returns its id (`sess-…`). Futures older than
+/// [`FUTURE_RETENTION_HOURS`] are deleted here, once per client, not on each call.
 pub async fn create_session(
     pool: &PgPool,
     org_id: Uuid,
@@ -18,6 +19,12 @@ pub async fn create_session(
     tags: &Value,
     user_metadata: &Value,
 ) -> Result<String, sqlx::Error> {
+    sqlx::query!(
+        "DELETE FROM tinker_futures WHERE created_at < now() - make_interval(hours => $1)",
+        FUTURE_RETENTION_HOURS
+    )
+    .execute(pool)
+    .await?;
     let id = format!("sess-{}", Uuid::new_v4().simple());
     sqlx::query!(
         "INSERT INTO tinker_sessions (id, org_id, user_id, tags, user_metadata) \
@@ -123,15 +130,8 @@ pub struct FutureRecord {
     pub error: Option<Value>,
 }
 
-/// A new pending future of `kind` for `org_id` (`req-…`); futures older than
-/// [`FUTURE_RETENTION_HOURS`] are deleted.
+/// A new pending future of `kind` for `org_id` (`req-…`).
 pub async fn create_future(pool: &PgPool, org_id: Uuid, kind: &str) -> Result<String, sqlx::Error> {
-    sqlx::query!(
-        "DELETE FROM tinker_futures WHERE created_at < now() - make_interval(hours => $1)",
-        FUTURE_RETENTION_HOURS
-    )
-    .execute(pool)
-    .await?;
     let id = format!("req-{}", Uuid::new_v4().simple());
     sqlx::query!(
         "INSERT INTO tinker_futures (id, org_id, kind) VALUES ($1, $2, $3)",

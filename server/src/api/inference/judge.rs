@@ -5,7 +5,7 @@
 //! endpoint (`VERITY_JUDGE_ENDPOINTS`) are asked there, as on a training worker.
 
 use super::forward::{forward, no_worker};
-use crate::api::error::{ApiError, ApiResult};
+use crate::api::error::ApiResult;
 use crate::api::state::AppState;
 use crate::inference::registry::FRESH_SECS;
 use futures::StreamExt;
@@ -33,14 +33,8 @@ pub async fn judge_for(
         if state.judges.settings().endpoint(&name).is_some() || models.contains_key(&name) {
             continue;
         }
-        let at = format!("{param}.{path}");
-        match super::servable(state, org_id, &name).await? {
-            Some(Ok(source)) => models.insert(name, source),
-            Some(Err(why)) => return Err(ApiError::invalid(at, why)),
-            None => {
-                return Err(ApiError::invalid(at, format!("judge model {name:?} does not exist")))
-            }
-        };
+        let source = super::source_at(state, org_id, &format!("{param}.{path}"), &name).await?;
+        models.insert(name, source);
     }
     if !models.is_empty()
         && verity_core::serving::live_inference_workers(&state.pool, FRESH_SECS).await?.is_empty()

@@ -51,6 +51,24 @@ async fn model_source(
     }
 }
 
+/// Where the weights of `model` are for org `org_id`, or a 400 naming `param` (a judge's
+/// `model`, a Tinker sampler's `base_model`) when the org has no such servable model.
+pub(crate) async fn source_at(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    param: &str,
+    model: &str,
+) -> Result<ModelSource, ApiError> {
+    match servable(state, org_id, model).await? {
+        Some(Ok(source)) => Ok(source),
+        Some(Err(why)) => Err(ApiError::invalid(param, why)),
+        None => Err(ApiError::invalid(
+            param,
+            format!("the model {model:?} does not exist or you do not have access to it"),
+        )),
+    }
+}
+
 /// Where the weights of `model` are for org `org_id`: `None` when the org has no such model,
 /// `Some(Err(why))` when it is stored in a format that cannot be served.
 pub(crate) async fn servable(

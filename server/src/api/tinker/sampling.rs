@@ -8,6 +8,7 @@ use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiJson;
 use crate::api::inference::forward::forward;
+use crate::api::inference::source_at;
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -17,8 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use verity_worker::serving::request::{
-    GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
-    StopReason as Stop,
+    GenerationEvent, GenerationParams, GenerationRequest, PromptInput, StopReason as Stop,
 };
 
 /// Most sequences one `asample` may ask for.
@@ -58,7 +58,7 @@ pub async fn create_sampling_session(
         (None, None) => return Err(ApiError::invalid("base_model", "base_model is required")),
     };
     crate::api::jobs::validate::check_name_param("base_model", &model)?;
-    source(&state, &principal, "base_model", &model).await?;
+    source_at(&state, principal.org_id, "base_model", &model).await?;
     let id = verity_core::tinker::create_sampling_session(
         &state.pool,
         principal.org_id,
@@ -81,23 +81,6 @@ pub async fn sampler(
         .await?
         .ok_or_else(|| ApiError::not_found("sampler", &sampler_id))?;
     Ok(Json(json!({ "sampler_id": sampler_id, "base_model": model, "model_path": null })))
-}
-
-/// Where the weights of `model` are for the caller's org: a 400 naming `param` otherwise.
-async fn source(
-    state: &AppState,
-    principal: &Principal,
-    param: &str,
-    model: &str,
-) -> ApiResult<ModelSource> {
-    match crate::api::inference::servable(state, principal.org_id, model).await? {
-        Some(Ok(source)) => Ok(source),
-        Some(Err(why)) => Err(ApiError::invalid(param, why)),
-        None => Err(ApiError::invalid(
-            param,
-            format!("the model {model:?} does not exist or you do not have access to it"),
-        )),
-    }
 }
 
 /// `ModelInput`: chunks of token ids.
@@ -290,7 +273,7 @@ pub async fn asample(
             return Err(ApiError::invalid("sampling_session_id", "sampling_session_id is required"))
         }
     };
-    let source = source(&state, &principal, "base_model", &model).await?;
+    let source = source_at(&state, principal.org_id, "base_model", &model).await?;
     let params = generation_params(&body)?;
     let prompt = prompt_tokens(&body.prompt)?;
     let limit = state.limits.tinker_org_pending;
