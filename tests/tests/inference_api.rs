@@ -633,7 +633,6 @@ assert last.prompt_logprobs == scored, (last.prompt_logprobs, scored)
 print("PROMPT " + json.dumps(scored[1:]))
 # What is not served is an error naming it, at once.
 for call, needle in ((lambda: sampler.sample(prompt, 1, greedy, include_prompt_logprobs=True, topk_prompt_logprobs=2).result(), "topk_prompt_logprobs"),
-                     (lambda: sc.create_lora_training_client(base_model="tiny-llama", rank=4).result(), "create_model"),
                      (lambda: sc.create_sampling_client(base_model="no-such-model").result(), "no-such-model")):
     try:
         call()
@@ -699,4 +698,154 @@ async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool
         sessions.len() == 1 && sessions[0].1.as_deref() == Some("success"),
         "the SDK's close() finished its session: {sessions:?}"
     );
+}
+
+/// The official Tinker SDK's training loop against Verity (docs/tinker.md): a LoRA training
+/// client, `forward_backward` with `cross_entropy` and `optim_step` until the target sequence is
+/// learned, `forward`, a PPO step on sampled tokens, weights saved for sampling (by the SDK's
+/// own `save_weights_and_get_sampling_client`, and by name, then sampled through its
+/// `tinker://` path), a bad datum named, an unserved call failing without stalling the calls
+/// after it, and the run with its saved weights listed by the SDK's `RestClient`. Prints the saved sampler's greedy tokens with their log-probabilities as
+/// `SAMPLED {json}` and the trainer's `forward` log-probabilities of the same tokens as
+/// `FORWARD {json}`.
+const TINKER_TRAINING_SCRIPT: &str = r#"
+import json, os, tinker
+from tinker import types
+connection = dict(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
+sc = tinker.ServiceClient(**connection)
+tc = sc.create_lora_training_client(base_model="tiny-llama", rank=4).result()
+assert tc.get_info().model_data.model_name == "tiny-llama"
+tokens = [5, 9, 12, 3, 7]
+datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0, 0.0, 1.0, 1.0]})
+losses = []
+for _ in range(8):
+    fb = tc.forward_backward([datum], "cross_entropy")
+    step = tc.optim_step(types.AdamParams(learning_rate=2e-2))
+    out = fb.result()
+    step.result()
+    losses.append(out.metrics["loss:sum"])
+    assert len(out.loss_fn_outputs[0]["logprobs"].tolist()) == 4
+print("LOSSES " + json.dumps(losses))
+assert losses[-1] < 0.5 * losses[0], losses
+# The trained weights, sampled: the SDK's own save-and-sample, then by name through its path.
+sampler = tc.save_weights_and_get_sampling_client()
+prompt = types.ModelInput.from_ints(tokens[:3])
+greedy = types.SamplingParams(max_tokens=2, temperature=0.0, stop=[])
+seq = sampler.sample(prompt=prompt, num_samples=1, sampling_params=greedy).result().sequences[0]
+assert seq.tokens == tokens[3:], seq
+print("SAMPLED " + json.dumps({"tokens": seq.tokens, "logprobs": seq.logprobs}))
+scored = types.Datum(model_input=types.ModelInput.from_ints(tokens[:4]),
+                     loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 4})
+forward = tc.forward([scored], "cross_entropy").result()
+print("FORWARD " + json.dumps(forward.loss_fn_outputs[0]["logprobs"].tolist()))
+path = tc.save_weights_for_sampler("s1").result().path
+assert path.startswith("tinker://tinkjob-") and path.endswith("/sampler_weights/s1"), path
+by_path = sc.create_sampling_client(model_path=path)
+again = by_path.sample(prompt=prompt, num_samples=1, sampling_params=greedy).result().sequences[0]
+assert again.tokens == seq.tokens, (again, seq)
+# A policy-gradient step on the sampled tokens, with the sampler's log-probabilities.
+rl = types.Datum(model_input=types.ModelInput.from_ints(tokens[:4]),
+                 loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [0.0, 0.0] + seq.logprobs,
+                                 "advantages": [0.0, 0.0, 1.0, 1.0]})
+ppo = tc.forward_backward([rl], "ppo", loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}).result()
+assert ppo.metrics["loss:sum"] < 0, ppo.metrics
+tc.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+# A bad datum is named; an unserved call fails and the calls after it still run.
+try:
+    tc.forward_backward([rl], "cross_entropy").result()
+    raise SystemExit("accepted advantages for cross_entropy")
+except tinker.BadRequestError as e:
+    assert "data[0].loss_fn_inputs" in str(e), str(e)
+try:
+    tc.save_state("c1").result()
+    raise SystemExit("save_state was accepted")
+except tinker.RequestFailedError as e:
+    assert "save_weights" in str(e), str(e)
+assert tc.forward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
+# The run and its saved weights, as the SDK's RestClient lists them.
+rc = tinker.RestClient(**connection)
+run_id = path.split("/")[2]
+runs = rc.list_training_runs().result()
+assert [r.training_run_id for r in runs.training_runs] == [run_id], runs
+run = rc.get_training_run(run_id).result()
+assert run.base_model == "tiny-llama" and run.is_lora and run.lora_rank == 4, run
+assert run.last_sampler_checkpoint is not None, run
+saved = rc.list_checkpoints(run_id).result().checkpoints
+assert path in [c.tinker_path for c in saved] and all(c.checkpoint_type == "sampler" for c in saved), saved
+sc.close("success").result()
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity_model(
+    pool: PgPool,
+) {
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    // A training worker beside the inference worker: it claims the client and holds it.
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap());
+    let handler = verity_worker::job::TrainingHandler::new(
+        store,
+        verity_worker::job::TrainingHandlerConfig {
+            cache_dir: stack.dir.path().join("training-cache"),
+            device: candle_core::Device::Cpu,
+            grader_workers: 1,
+        },
+    );
+    let queue = Queue::new(pool.clone(), QueueSettings::default());
+    let worker = tokio::spawn(verity_core::queue::run_worker(
+        queue,
+        WorkerInfo::new(DeviceKind::Cpu, 4096),
+        Arc::new(handler),
+        verity_core::queue::RunnerOptions::default(),
+        stack.shutdown.clone(),
+    ));
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let stdout = run_sdk(&python, TINKER_TRAINING_SCRIPT, &stack, &[("KEY", &key)]).await;
+    // One trainer underneath: the sampler's log-probabilities of the trained weights are the
+    // training client's own `forward` on the same tokens.
+    let json_line = |prefix: &str| -> Value {
+        serde_json::from_str(stdout.lines().find_map(|l| l.strip_prefix(prefix)).unwrap()).unwrap()
+    };
+    let sampled: Vec<f32> =
+        serde_json::from_value(json_line("SAMPLED ")["logprobs"].clone()).unwrap();
+    let forward: Vec<f32> = serde_json::from_value(json_line("FORWARD ")).unwrap();
+    assert_eq!(sampled.len(), 2);
+    for (s, f) in sampled.iter().zip(&forward[2..]) {
+        assert!((s - f).abs() < 1e-3, "sampler {sampled:?} vs trainer {forward:?}");
+    }
+    // The saved weights are a Verity model: served by /v1/chat/completions under their name.
+    let (job_id, model): (String, String) =
+        sqlx::query_as("SELECT m.job_id, c.model FROM tinker_checkpoints c JOIN tinker_models m ON m.id = c.model_id WHERE c.path LIKE '%/s1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(model.starts_with("ft:tiny-llama:") && model.contains(&job_id), "{model}");
+    let messages = json!([{"role": "user", "content": "t5"}]);
+    let (status, reply) =
+        chat(&stack, &key, json!({"model": model, "messages": messages, "max_tokens": 2})).await;
+    assert_eq!(status, 200, "{reply}");
+    // The SDK closed its session: the worker released the client.
+    let started = Instant::now();
+    loop {
+        let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+            .bind(&job_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if state == "succeeded" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the client is still {state}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stack.shutdown.cancel();
+    let _ = worker.await;
 }

@@ -9,7 +9,13 @@ mod api_support;
 use api_support::*;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
+use prost::Message;
 use serde_json::{json, Value};
+use std::collections::HashMap;
+use verity_server::api::tinker::proto::int32s;
+use verity_server::api::tinker::training_proto::{
+    Chunk, ChunkKind, DType, EncodedTextChunk, Encoding, ForwardBackwardRequest, Tensor, WireDatum,
+};
 
 /// `method uri` with the Tinker SDK's credential header.
 async fn tinker(app: &TestApp, method: Method, uri: &str, key: &str, body: Value) -> Reply {
@@ -23,12 +29,19 @@ async fn tinker(app: &TestApp, method: Method, uri: &str, key: &str, body: Value
     send(&app.router, request).await
 }
 
-#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
-async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sqlx::PgPool) {
+/// A router with the tiny base model and a user in each of two orgs: org A's key in its `tml-`
+/// form (as the SDK sends it), org B's as it is.
+async fn two_orgs(pool: &sqlx::PgPool) -> (TestApp, String, String) {
     let app = app(pool.clone()).await;
     base_model(&app).await;
-    let a = format!("tml-{}", user(&pool, "a@a.io", "org-a", "member").await);
-    let b = user(&pool, "b@b.io", "org-b", "member").await;
+    let a = format!("tml-{}", user(pool, "a@a.io", "org-a", "member").await);
+    let b = user(pool, "b@b.io", "org-b", "member").await;
+    (app, a, b)
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sqlx::PgPool) {
+    let (app, a, b) = two_orgs(&pool).await;
     let post = |uri: &'static str, key: &str, body: Value| {
         let key = key.to_string();
         let app = &app;
@@ -110,10 +123,10 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     assert_eq!(failed.json()["category"], "server", "{:?}", failed.json());
     assert!(failed.json()["error"].as_str().unwrap().contains("verity inference"));
 
-    // Training calls are not served: a 400 naming the call, never a hang.
-    let refused = post("/api/v1/create_model", &a, json!({"session_id": session})).await;
+    // What is not served is a 400 naming the call, never a hang.
+    let refused = post("/api/v1/save_weights_external", &a, json!({"model_id": "x"})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
-    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("create_model"));
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("save_weights_external"));
 
     let finish = format!("/api/v1/sessions/{session}/finish");
     let done = json!({"reason": {"type": "success"}});
@@ -147,4 +160,184 @@ async fn an_orgs_pending_sampling_calls_are_capped(pool: sqlx::PgPool) {
     assert!(refused.headers.contains_key("retry-after"));
     let other = tinker(&app, Method::POST, "/api/v1/asample", &b, sample).await;
     assert_eq!(other.status, StatusCode::OK, "{:?}", other.json());
+}
+
+/// A `forward_backward` body as the SDK sends it: one datum, `target_tokens` int64, the float
+/// inputs float32.
+fn forward_backward_body(
+    model_id: &str,
+    seq_id: i32,
+    loss_fn: &str,
+    floats: &[(&str, &[f32])],
+) -> Vec<u8> {
+    let tensor = |bytes: Vec<u8>, dtype: DType, n: usize| Tensor {
+        encoding: Some(Encoding::Dense(bytes)),
+        dtype: dtype as i32,
+        shape: vec![n as i64],
+    };
+    let mut inputs = HashMap::new();
+    let targets: Vec<u8> = [2i64, 3, 4].iter().flat_map(|t| t.to_le_bytes()).collect();
+    inputs.insert("target_tokens".to_string(), tensor(targets, DType::Int64, 3));
+    for (name, values) in floats {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        inputs.insert(name.to_string(), tensor(bytes, DType::Float32, values.len()));
+    }
+    let text = EncodedTextChunk { tokens: int32s(&[1, 2, 3]) };
+    let datum = WireDatum {
+        model_input: vec![Chunk { chunk: Some(ChunkKind::EncodedText(text)) }],
+        loss_fn_inputs: inputs,
+    };
+    ForwardBackwardRequest {
+        model_id: model_id.into(),
+        seq_id,
+        data: vec![datum],
+        loss_fn: loss_fn.into(),
+        ..ForwardBackwardRequest::default()
+    }
+    .encode_to_vec()
+}
+
+/// Training clients at the router (no training worker): `create_model` queues a client of the
+/// org's session (the same request again answers the same client), bad settings and bad calls
+/// are 400s naming their field, calls are the client's org's only, and once the client has
+/// ended its waiting calls fail instead of hanging, and new ones are refused.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPool) {
+    let (app, a, b) = two_orgs(&pool).await;
+    let post = |uri: &'static str, key: &str, body: Value| {
+        let key = key.to_string();
+        let app = &app;
+        async move { tinker(app, Method::POST, uri, &key, body).await }
+    };
+    let session = post("/api/v1/create_session", &a, json!({})).await.json()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let create = |rank: u32, model: &str| {
+        json!({"session_id": session, "model_seq_id": 0, "base_model": model,
+               "lora_config": {"rank": rank}, "optimizer_config": {"type": "adamw"},
+               "type": "create_model"})
+    };
+    let refused = post("/api/v1/create_model", &a, create(0, "tiny")).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("lora_config.rank"));
+    let refused = post("/api/v1/create_model", &a, create(4, "nope")).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("base_model"));
+    let foreign = post("/api/v1/create_model", &b, create(4, "tiny")).await;
+    assert_eq!(foreign.status, StatusCode::NOT_FOUND, "{:?}", foreign.json());
+    let created = post("/api/v1/create_model", &a, create(4, "tiny")).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    let model_id = created.json()["model_id"].as_str().unwrap().to_string();
+    assert_eq!(model_id, format!("{session}:train:0"));
+    let again = post("/api/v1/create_model", &a, create(4, "tiny")).await;
+    assert_eq!(again.json(), created.json(), "a retried create_model is the same client");
+    // The client is a queue row of its own kind: not a fine-tuning job.
+    let kinds: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, kind FROM jobs").fetch_all(&pool).await.unwrap();
+    assert!(
+        kinds.len() == 1 && kinds[0].0.starts_with("tinkjob-") && kinds[0].1 == "tinker",
+        "{kinds:?}"
+    );
+    let jobs = get(&app.router, "/v1/fine_tuning/jobs", &a[4..]).await;
+    assert_eq!(jobs.json()["data"], json!([]), "{:?}", jobs.json());
+
+    let info = post("/api/v1/get_info", &a, json!({"model_id": model_id})).await.json();
+    assert_eq!(info["model_data"]["model_name"], "tiny", "{info}");
+    assert_eq!((info["is_lora"].clone(), info["lora_rank"].clone()), (json!(true), json!(4)));
+    assert_eq!(
+        post("/api/v1/get_info", &b, json!({"model_id": model_id})).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let forward_backward = |key: &str, body: Vec<u8>| {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/forward_backward")
+            .header("x-api-key", key)
+            .header("content-type", "application/x-protobuf")
+            .body(Body::from(body))
+            .unwrap();
+        let app = &app;
+        async move { send(&app.router, request).await }
+    };
+    // A refused call still takes its place in the client's order (the SDK has numbered the
+    // calls after it), filled with a call that fails at once.
+    let bad = forward_backward(&a, forward_backward_body(&model_id, 1, "dro", &[])).await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, Some("loss_fn"));
+    let missing = forward_backward(
+        &a,
+        forward_backward_body(&model_id, 2, "ppo", &[("advantages", &[1.0; 3])]),
+    )
+    .await;
+    assert_error(&missing, StatusCode::BAD_REQUEST, Some("data[0].loss_fn_inputs.logprobs"));
+    let body = forward_backward_body(&model_id, 3, "cross_entropy", &[("weights", &[1.0; 3])]);
+    let foreign = forward_backward(&b, body.clone()).await;
+    assert_error(&foreign, StatusCode::BAD_REQUEST, Some("model_id"));
+    let queued = forward_backward(&a, body.clone()).await;
+    assert_eq!(queued.status, StatusCode::OK, "{:?}", queued.json());
+    let request = queued.json()["request_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        forward_backward(&a, body).await.json()["request_id"],
+        request.as_str(),
+        "a retried call is the same call"
+    );
+    let step = |seq: i32, beta1: f64| {
+        json!({"model_id": model_id, "seq_id": seq, "type": "optim_step",
+                                             "adam_params": {"learning_rate": 1e-4, "beta1": beta1}})
+    };
+    let refused = post("/api/v1/optim_step", &a, step(4, 1.5)).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("adam_params.beta1"));
+    assert_eq!(post("/api/v1/optim_step", &a, step(5, 0.9)).await.status, StatusCode::OK);
+    let save = json!({"model_id": model_id, "seq_id": 6, "path": "../x", "kind": "snapshot"});
+    assert_error(
+        &post("/api/v1/save_weights_for_sampler", &a, save).await,
+        StatusCode::BAD_REQUEST,
+        Some("path"),
+    );
+    let calls: Vec<(i32, String)> =
+        sqlx::query_as("SELECT seq_id, kind FROM tinker_calls ORDER BY seq_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let order: Vec<(i32, &str)> = calls.iter().map(|(seq, kind)| (*seq, kind.as_str())).collect();
+    assert_eq!(
+        order,
+        [
+            (1, "refused"),
+            (2, "refused"),
+            (3, "forward_backward"),
+            (4, "refused"),
+            (5, "optim_step"),
+            (6, "refused")
+        ]
+    );
+
+    // The dashboard's Tinker page lists the run; its page shows the call log, refusals included.
+    let job_id = &kinds[0].0;
+    let cookie = dashboard_cookie(&app.router, "a@a.io").await;
+    let (status, html) = dashboard_page(&app.router, "/tinker", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains(job_id.as_str()) && html.contains("LoRA rank 4"), "{html}");
+    let (status, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("forward_backward")
+            && html.contains("optim_step")
+            && html.contains("refused"),
+        "{html}"
+    );
+    let other = dashboard_cookie(&app.router, "b@b.io").await;
+    let (status, _) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &other).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another org's run is not found");
+
+    // The client ends (its worker stopped): the waiting call fails, new calls are refused.
+    sqlx::query("UPDATE jobs SET state = 'cancelled', finished_at = now()")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let retrieve = json!({"request_id": request, "allow_metadata_only": true});
+    let failed = post("/api/v1/retrieve_future", &a, retrieve).await.json();
+    assert_eq!(failed["category"], "server", "{failed}");
+    assert!(failed["error"].as_str().unwrap().contains("ended"), "{failed}");
+    let late = post("/api/v1/optim_step", &a, json!({"model_id": model_id, "seq_id": 7})).await;
+    assert_eq!(late.status, StatusCode::CONFLICT, "{:?}", late.json());
 }

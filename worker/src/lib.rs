@@ -57,6 +57,7 @@ pub mod sampler;
 pub mod serving;
 pub mod stack;
 pub mod testing;
+pub mod tinker;
 pub mod tokenizer;
 pub mod trainer;
 pub mod weights;

@@ -76,6 +76,12 @@ impl Queue {
         self.enqueue_kind(job, kind.as_str()).await
     }
 
+    /// Inserts a Tinker training client's row (kind [`crate::tinker::clients::TINKER`]), queued
+    /// like a job: its worker holds it while the client lives.
+    pub async fn enqueue_tinker(&self, job: &NewJob) -> Result<String, QueueError> {
+        self.enqueue_kind(job, crate::tinker::clients::TINKER).await
+    }
+
     /// Inserts the job unless its org already has
     /// [`QueueSettings::org_max_queued`](super::QueueSettings) jobs queued; the count and the
     /// insert are one statement, so concurrent requests can pass the limit by at most their

@@ -16,6 +16,7 @@ pub mod playground;
 pub mod progress;
 pub mod recipes;
 pub mod rejection_sampling;
+pub mod tinker;
 pub mod warnings;
 
 use crate::api::state::AppState;
@@ -39,4 +40,5 @@ pub fn router() -> Router<AppState> {
         .merge(evaluations::router())
         .merge(rejection_sampling::router())
         .merge(recipes::router())
+        .merge(tinker::router())
 }

@@ -102,6 +102,28 @@ pub async fn user(pool: &PgPool, email: &str, org: &str, role: &str) -> String {
     verity_cli::commands::admin::create_key(pool, email, "test").await.unwrap()
 }
 
+/// Signs `email` (made by [`user`]) in to the dashboard; the `name=value` of its session cookie.
+pub async fn dashboard_cookie(router: &Router, email: &str) -> String {
+    let body = format!("email={}&password=password123&next=%2Fjobs", email.replace('@', "%40"));
+    let request = Request::builder()
+        .method("POST")
+        .uri("/login")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(body))
+        .unwrap();
+    let reply = send(router, request).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", String::from_utf8_lossy(&reply.bytes));
+    let cookie = reply.headers["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+/// A dashboard page as `cookie` sees it: status and HTML.
+pub async fn dashboard_page(router: &Router, uri: &str, cookie: &str) -> (StatusCode, String) {
+    let request = Request::builder().uri(uri).header("cookie", cookie).body(Body::empty()).unwrap();
+    let reply = send(router, request).await;
+    (reply.status, String::from_utf8_lossy(&reply.bytes).into_owned())
+}
+
 /// A response: status, headers and body (JSON when it parses, else a string).
 pub struct Reply {
     /// Status.

@@ -67,6 +67,11 @@ impl LossConfig {
         }
     }
 
+    /// The ratio's clamp range `(1 − ε_low, 1 + ε_high)`.
+    fn ratio_bounds(&self) -> (f64, f64) {
+        (1.0 - self.epsilon_low, 1.0 + self.epsilon_high)
+    }
+
     /// Checks every field's range, naming the offending one.
     pub fn validate(&self) -> Result<()> {
         let bad = |message: String| Err(GrpoError::InvalidConfig(message));
@@ -286,17 +291,38 @@ fn prepare(inputs: &PolicyLossInputs<'_>, config: &LossConfig) -> Result<Prepare
     })
 }
 
-/// `−min(ρ·A, clip(ρ)·A)`, broadcasting `A` `[N, 1]` over `ratio`.
-fn clipped_surrogate(ratio: &Tensor, advantages: &Tensor, config: &LossConfig) -> Result<Tensor> {
+/// PPO's per-token term `−min(ρ·A, clamp(ρ, low, high)·A)`, broadcasting `A` (`[N, 1]` or
+/// `[N, T]`) over `ratio`.
+pub(crate) fn clipped_surrogate(
+    ratio: &Tensor,
+    advantages: &Tensor,
+    (low, high): (f64, f64),
+) -> Result<Tensor> {
     let unclipped = ratio.broadcast_mul(advantages).ctx("ratio × advantage")?;
     let clipped = ratio
-        .clamp(1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
+        .clamp(low, high)
         .and_then(|clipped| clipped.broadcast_mul(advantages))
         .ctx("clipped ratio × advantage")?;
     unclipped
         .minimum(&clipped)
         .and_then(|surrogate| surrogate.neg())
         .ctx("taking the pessimistic surrogate")
+}
+
+/// CISPO's per-token term `−sg(clamp(ρ, low, high))·A·log p`, broadcasting `A` (`[N, 1]` or
+/// `[N, T]`): the clipped ratio weighs the gradient of `log p` and carries none itself.
+pub(crate) fn cispo_term(
+    ratio: &Tensor,
+    logp: &Tensor,
+    advantages: &Tensor,
+    (low, high): (f64, f64),
+) -> Result<Tensor> {
+    let weight = ratio.clamp(low, high).ctx("clipping the IS weight")?.detach();
+    weight
+        .mul(logp)
+        .and_then(|weighted| weighted.broadcast_mul(advantages))
+        .and_then(|objective| objective.neg())
+        .ctx("cispo term")
 }
 
 /// Per-response unmasked token counts `[N, 1]`, at least 1 so empty responses divide safely.
@@ -310,7 +336,7 @@ fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor
     match config.mode {
         Loss::Grpo | Loss::Dapo | Loss::DrGrpo => {
             let ratio = log_ratio.exp().ctx("ratio")?;
-            let term = clipped_surrogate(&ratio, &prepared.advantages, config)?;
+            let term = clipped_surrogate(&ratio, &prepared.advantages, config.ratio_bounds())?;
             Ok((term, ratio))
         }
         Loss::Gspo => {
@@ -321,7 +347,7 @@ fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor
                 .and_then(|sum| sum.div(&lengths))
                 .ctx("sequence log ratio")?;
             let ratio = mean_log_ratio.exp().ctx("sequence ratio")?;
-            let term = clipped_surrogate(&ratio, &prepared.advantages, config)?;
+            let term = clipped_surrogate(&ratio, &prepared.advantages, config.ratio_bounds())?;
             let shape = prepared.logp.shape();
             let term = term.broadcast_as(shape).ctx("expanding the sequence term")?;
             let ratio = ratio.broadcast_as(shape).ctx("expanding the sequence ratio")?;
@@ -329,15 +355,8 @@ fn policy_term(prepared: &PreparedInputs, config: &LossConfig) -> Result<(Tensor
         }
         Loss::Cispo => {
             let ratio = log_ratio.exp().ctx("ratio")?;
-            let weight = ratio
-                .clamp(1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
-                .ctx("clipping the IS weight")?
-                .detach();
-            let term = weight
-                .mul(&prepared.logp)
-                .and_then(|weighted| weighted.broadcast_mul(&prepared.advantages))
-                .and_then(|objective| objective.neg())
-                .ctx("cispo term")?;
+            let term =
+                cispo_term(&ratio, &prepared.logp, &prepared.advantages, config.ratio_bounds())?;
             Ok((term, ratio))
         }
     }
@@ -413,8 +432,7 @@ fn collect_stats(
         .and_then(|advantages| advantages.flatten_all())
         .and_then(|advantages| advantages.to_vec1::<f64>())
         .ctx("copying advantages")?;
-    let low = 1.0 - config.epsilon_low;
-    let high = 1.0 + config.epsilon_high;
+    let (low, high) = config.ratio_bounds();
     let sign_gated = config.mode != Loss::Cispo;
     let mut stats = LossStats {
         loss_sum: loss

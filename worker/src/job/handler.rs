@@ -857,9 +857,13 @@ pub(super) async fn event(
 #[async_trait]
 impl JobHandler for TrainingHandler {
     async fn run(&self, lease: &Lease, heartbeat: &Heartbeat) -> JobOutcome {
-        let work = match verity_core::sampling_runs::RunSpec::of_job(&lease.job().spec) {
-            Some(spec) => self.sampling_run(lease, heartbeat, spec).await,
-            None => self.train(lease, heartbeat).await,
+        let spec = &lease.job().spec;
+        let work = if let Some(client) = verity_core::tinker::clients::ClientSpec::of_job(spec) {
+            self.tinker_client(lease, heartbeat, client).await
+        } else if let Some(run) = verity_core::sampling_runs::RunSpec::of_job(spec) {
+            self.sampling_run(lease, heartbeat, run).await
+        } else {
+            self.train(lease, heartbeat).await
         };
         let outcome = match work {
             Ok(outcome) => outcome,

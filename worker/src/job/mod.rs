@@ -14,6 +14,7 @@ mod handler;
 mod profile;
 mod progress;
 mod runs;
+mod tinker;
 mod watch;
 mod worker;
 

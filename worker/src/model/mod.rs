@@ -96,6 +96,9 @@ struct Scoring<'a> {
     temperature: f32,
     pad_id: u32,
     masks: &'a [Vec<kernels::VocabMask>],
+    /// The tokens scored at each completion position, when they are not the completion's own
+    /// (empty: the completion's).
+    targets: &'a [Vec<u32>],
 }
 
 /// Per-token outputs of [`Transformer::completion_logprobs`], shaped `(batch, max_completion_len)`
@@ -1044,7 +1047,7 @@ impl Transformer {
         pad_id: u32,
         track: bool,
     ) -> Result<CompletionLogprobs> {
-        let scoring = Scoring { temperature, pad_id, masks };
+        let scoring = Scoring { temperature, pad_id, masks, targets: &[] };
         self.scored_completions(prompts, completions, &scoring, track, None)
     }
 
@@ -1062,10 +1065,41 @@ impl Transformer {
         pad_id: u32,
     ) -> Result<(CompletionLogprobs, Tape)> {
         let mut tape = Tape::default();
-        let scoring = Scoring { temperature, pad_id, masks };
+        let scoring = Scoring { temperature, pad_id, masks, targets: &[] };
         let scored =
             self.scored_completions(prompts, completions, &scoring, true, Some(&mut tape))?;
         Ok((scored, tape))
+    }
+
+    /// Log-probability of `targets[i][t]` after `inputs[i][..=t]`, for every position of every
+    /// sequence (Tinker's next-token alignment, where a target need not be the next input), in
+    /// the [`CompletionLogprobs`] layout `(batch, max_len)`. With `track`, gradients flow as in
+    /// [`Transformer::completion_logprobs`].
+    pub fn next_token_logprobs(
+        &self,
+        inputs: &[Vec<u32>],
+        targets: &[Vec<u32>],
+        pad_id: u32,
+        track: bool,
+    ) -> Result<CompletionLogprobs> {
+        if inputs.len() != targets.len()
+            || inputs.iter().zip(targets).any(|(i, t)| i.is_empty() || i.len() != t.len())
+        {
+            return Err(WorkerError::InvalidArgument(
+                "need one non-empty target list per input, as long as it".into(),
+            ));
+        }
+        // Score as completions of the first token: the rows fed are exactly the inputs (the
+        // completion's last token is never fed), and each position's target replaces the
+        // completion token scored there.
+        let prompts: Vec<Vec<u32>> = inputs.iter().map(|i| vec![i[0]]).collect();
+        let completions: Vec<Vec<u32>> = inputs
+            .iter()
+            .zip(targets)
+            .map(|(i, t)| i[1..].iter().copied().chain(t.last().copied()).collect())
+            .collect();
+        let scoring = Scoring { temperature: 1.0, pad_id, masks: &[], targets };
+        self.scored_completions(&prompts, &completions, &scoring, track, None)
     }
 
     fn scored_completions(
@@ -1076,7 +1110,15 @@ impl Transformer {
         track: bool,
         tape: Option<&mut Tape>,
     ) -> Result<CompletionLogprobs> {
-        let Scoring { temperature, pad_id, masks } = *scoring;
+        let Scoring { temperature, pad_id, masks, targets: scored } = *scoring;
+        if !scored.is_empty()
+            && (scored.len() != completions.len()
+                || scored.iter().zip(completions).any(|(t, c)| t.len() != c.len()))
+        {
+            return Err(WorkerError::InvalidArgument(
+                "need no targets, or one per completion token".into(),
+            ));
+        }
         if !masks.is_empty()
             && (masks.len() != completions.len()
                 || masks.iter().zip(completions).any(|(m, c)| !m.is_empty() && m.len() != c.len()))
@@ -1113,7 +1155,7 @@ impl Transformer {
                 slot[i * max_c + j] = rows.len() as u32 + 1;
                 mask[i * max_c + j] = 1.0;
                 rows.push(row);
-                targets.push(tok);
+                targets.push(scored.get(i).map_or(tok, |t| t[j]));
                 if masked {
                     vocab_masks.push(masks[i].get(j).cloned());
                 }

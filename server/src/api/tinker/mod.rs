@@ -6,13 +6,16 @@
 //! See docs/tinker.md.
 
 pub mod proto;
+mod runs;
 mod sampling;
+mod training;
+pub mod training_proto;
 
 use super::auth::{Principal, Via};
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
 use super::state::AppState;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -39,9 +42,26 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/create_sampling_session", post(sampling::create_sampling_session))
         .route("/api/v1/samplers/{sampler_id}", get(sampling::sampler))
         .route("/api/v1/asample", post(sampling::asample))
+        .route("/api/v1/create_model", post(training::create_model))
+        .route("/api/v1/get_info", post(training::get_info))
+        .route(
+            "/api/v1/forward_backward",
+            post(training::forward_backward).layer(DefaultBodyLimit::max(FORWARD_BACKWARD_BYTES)),
+        )
+        .route("/api/v1/optim_step", post(training::optim_step))
+        .route("/api/v1/save_weights_for_sampler", post(training::save_weights_for_sampler))
+        .route("/api/v1/save_weights", post(training::save_weights))
+        .route("/api/v1/load_weights", post(training::load_weights))
+        .route("/api/v1/training_runs", get(runs::list_training_runs))
+        .route("/api/v1/training_runs/{run_id}", get(runs::training_run))
+        .route("/api/v1/training_runs/{run_id}/checkpoints", get(runs::run_checkpoints))
+        .route("/api/v1/checkpoints", get(runs::checkpoints))
         .route("/api/v1/retrieve_future", post(retrieve_future))
         .route("/api/v1/{*call}", any(not_served))
 }
+
+/// Largest `forward_backward` body: the SDK splits a call into chunks of at most about 5 MB.
+const FORWARD_BACKWARD_BYTES: usize = 8 << 20;
 
 /// The Tinker calls Verity does not serve yet: a 400 naming the call (the SDK raises it at once,
 /// without retrying).
@@ -49,8 +69,9 @@ async fn not_served(_principal: Principal, Path(call): Path<String>) -> ApiError
     ApiError::invalid(
         "call",
         format!(
-            "Verity does not serve the Tinker call `{call}` yet: sessions and sampling are served \
-             (docs/tinker.md); training through the Tinker API is not"
+            "Verity does not serve the Tinker call `{call}` yet: sessions, sampling and training \
+             clients (forward_backward, optim_step, save_weights_for_sampler) are served \
+             (docs/tinker.md)"
         ),
     )
     .with_code("tinker_call_not_served")
@@ -172,7 +193,7 @@ async fn capabilities(
     let supported: Vec<Value> = models
         .into_iter()
         .filter(|m| m.kind != "embedding")
-        .map(|m| json!({ "model_name": m.id, "trainable": false, "sampleable": true }))
+        .map(|m| json!({ "model_name": m.id, "trainable": true, "sampleable": true }))
         .collect();
     Ok(Json(json!({ "supported_models": supported })))
 }
@@ -217,6 +238,24 @@ struct RetrieveFuture {
 /// re-polls at once and waits 45 s for an answer).
 const LONG_POLL: Duration = Duration::from_secs(25);
 
+/// The longest wait between two reads of a pending training call's future.
+const TRAINING_POLL: Duration = Duration::from_millis(20);
+
+/// A stored result as the SDK reads it: `forward_backward` results are stored as JSON by the
+/// worker and sent as the protobuf the SDK requires; the rest as stored.
+fn result_response(kind: &str, content_type: String, result: Vec<u8>) -> Response {
+    if matches!(kind, "forward_backward" | "forward") && content_type == "application/json" {
+        match serde_json::from_slice(&result) {
+            Ok(output) => {
+                let bytes = training_proto::encode_output(&output);
+                return ([(header::CONTENT_TYPE, "application/x-protobuf")], bytes).into_response();
+            }
+            Err(e) => return ApiError::internal("forward_backward result", e).into_response(),
+        }
+    }
+    ([(header::CONTENT_TYPE, content_type)], result).into_response()
+}
+
 /// A future still pending this long was lost with the server that ran it: 410, and the SDK
 /// sends the call again.
 const LOST_AFTER: Duration = Duration::from_secs(15 * 60);
@@ -257,10 +296,26 @@ async fn poll_future(
             return Ok(Json(error).into_response());
         }
         if let (Some(content_type), Some(result)) = (future.content_type, future.result) {
-            return Ok(([(header::CONTENT_TYPE, content_type)], result).into_response());
+            return Ok(result_response(&future.kind, content_type, result));
+        }
+        // A training call runs on its client's worker: when the client has ended, its
+        // future fails now rather than leave the SDK polling.
+        let training = future.kind == "create_model"
+            || verity_core::tinker::clients::ORDERED_CALLS.contains(&future.kind.as_str());
+        if training {
+            let pool = &state.pool;
+            if verity_core::tinker::clients::fail_if_orphaned(
+                pool,
+                principal.org_id,
+                &body.request_id,
+            )
+            .await?
+            {
+                continue;
+            }
         }
         let age = chrono::Utc::now() - future.created_at;
-        if age.to_std().is_ok_and(|age| age > LOST_AFTER) {
+        if !training && age.to_std().is_ok_and(|age| age > LOST_AFTER) {
             return Err(ApiError {
                 status: StatusCode::GONE,
                 message: format!("request {} was lost; send it again", body.request_id),
@@ -274,6 +329,8 @@ async fn poll_future(
             .into_response());
         }
         let _ = tokio::time::timeout(wait, ended).await;
-        wait = (wait * 2).min(Duration::from_millis(200));
+        // A training call ends on a worker, which cannot signal this server: look more often.
+        let longest = if training { TRAINING_POLL } else { Duration::from_millis(200) };
+        wait = (wait * 2).min(longest);
     }
 }

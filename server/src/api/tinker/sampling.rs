@@ -46,14 +46,14 @@ pub async fn create_sampling_session(
     let model = match (body.base_model, body.model_path) {
         (Some(model), _) => model,
         (None, Some(path)) => {
-            return Err(ApiError::invalid(
-                "model_path",
-                format!(
-                    "{path:?}: sampling a Tinker checkpoint path is not served yet; sample a \
-                     Verity model by its name as base_model (a fine-tuned model's `ft:…` name \
-                     or a checkpoint's included)"
-                ),
-            ))
+            verity_core::tinker::clients::checkpoint_model(&state.pool, principal.org_id, &path)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "model_path",
+                        format!("no weights were saved at {path:?} (save_weights_for_sampler)"),
+                    )
+                })?
         }
         (None, None) => return Err(ApiError::invalid("base_model", "base_model is required")),
     };

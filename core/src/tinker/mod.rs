@@ -1,6 +1,8 @@
 //! The rows behind the Tinker API (migration `0017_tinker.sql`): a client's session, the
 //! sampling sessions it opens, and the futures its calls return. Every read and write is scoped
 //! to the caller's org: another org's ids look like unknown ones.
+pub mod clients;
+pub mod training;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -132,6 +134,16 @@ pub struct FutureRecord {
 
 /// A new pending future of `kind` for `org_id` (`req-…`).
 pub async fn create_future(pool: &PgPool, org_id: Uuid, kind: &str) -> Result<String, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    create_future_in(&mut conn, org_id, kind).await
+}
+
+/// [`create_future`] on a given connection (e.g. inside a transaction).
+pub(crate) async fn create_future_in(
+    conn: &mut sqlx::PgConnection,
+    org_id: Uuid,
+    kind: &str,
+) -> Result<String, sqlx::Error> {
     let id = format!("req-{}", Uuid::new_v4().simple());
     sqlx::query!(
         "INSERT INTO tinker_futures (id, org_id, kind) VALUES ($1, $2, $3)",
@@ -139,9 +151,21 @@ pub async fn create_future(pool: &PgPool, org_id: Uuid, kind: &str) -> Result<St
         org_id,
         kind
     )
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(id)
+}
+
+/// Whether `org_id` has session `id` open.
+pub async fn session_is_open(pool: &PgPool, org_id: Uuid, id: &str) -> Result<bool, sqlx::Error> {
+    let open = sqlx::query_scalar!(
+        "SELECT count(*) FROM tinker_sessions WHERE id = $1 AND org_id = $2 AND finished_at IS NULL",
+        id,
+        org_id
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(open.unwrap_or(0) > 0)
 }
 
 /// Futures of `org_id` still pending (created within [`FUTURE_RETENTION_HOURS`]).

@@ -1,0 +1,586 @@
+//! Tinker training clients on the queue (migration `0018_tinker_training.sql`): a client is a
+//! queue row of kind `tinker` that a training worker claims and holds, and its calls wait in
+//! `tinker_calls` until the worker runs them in the client's order. Every read and write the API
+//! makes is scoped to the caller's org; every write the worker makes is fenced by its attempt.
+
+use super::create_future_in;
+use crate::queue::{NewJob, Queue, QueueError};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// `jobs.kind` of Tinker training clients.
+pub const TINKER: &str = "tinker";
+
+/// The queue row's id prefix.
+const JOB_PREFIX: &str = "tinkjob";
+
+/// The kind of the call that fills a refused call's place in its client's order (its future
+/// fails at once; the SDK already had its 400).
+pub const REFUSED: &str = "refused";
+
+/// The future kinds of the calls a training client runs in order.
+pub const ORDERED_CALLS: [&str; 7] = [
+    "forward_backward",
+    "forward",
+    "optim_step",
+    "save_weights_for_sampler",
+    "save_weights",
+    "load_weights",
+    REFUSED,
+];
+
+/// What a training client's queue row holds (`spec.tinker`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientSpec {
+    /// `<session>:train:<n>`.
+    pub model_id: String,
+    /// The Tinker session that made it.
+    pub session_id: String,
+    /// The model it trains.
+    pub base_model: String,
+    /// LoRA rank; `None` trains every weight (a Verity extension).
+    pub lora_rank: Option<u32>,
+    /// LoRA adapter seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// The `create_model` future, completed once the model is resident.
+    pub create_future: String,
+}
+
+impl ClientSpec {
+    /// The client spec of a queue row's `spec`, if it is a Tinker client.
+    pub fn of_job(spec: &Value) -> Option<Result<ClientSpec, serde_json::Error>> {
+        let client = spec.get(TINKER)?;
+        Some(serde_json::from_value(client.clone()))
+    }
+}
+
+/// A new training client: its id and the future of its creation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedClient {
+    /// `<session>:train:<n>`.
+    pub model_id: String,
+    /// The `create_model` future.
+    pub future_id: String,
+}
+
+/// Why a client cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateClientError {
+    /// The org has no such open session.
+    #[error("no open session {0}")]
+    NoSession(String),
+    /// The queue refused the row (e.g. the org's queue is full).
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Settings of a new training client.
+#[derive(Debug, Clone)]
+pub struct NewClient<'a> {
+    /// The session asking.
+    pub session_id: &'a str,
+    /// Its per-session model counter (`model_seq_id`).
+    pub seq: i64,
+    /// The model to train (checked by the caller).
+    pub base_model: &'a str,
+    /// LoRA rank, or `None` for every weight.
+    pub lora_rank: Option<u32>,
+    /// LoRA adapter seed.
+    pub seed: u64,
+    /// The user asking.
+    pub user_id: Option<Uuid>,
+}
+
+/// Queues training client `seq` of `session_id` for `org_id`; the same request again answers the
+/// same client and future.
+pub async fn create_client(
+    queue: &Queue,
+    org_id: Uuid,
+    client: &NewClient<'_>,
+) -> Result<CreatedClient, CreateClientError> {
+    let pool = queue.pool();
+    let model_id = format!("{}:train:{}", client.session_id, client.seq);
+    if let Some(future_id) = sqlx::query_scalar!(
+        "SELECT j.spec #>> '{tinker,create_future}' AS \"future!\" FROM tinker_models m \
+         JOIN jobs j ON j.id = m.job_id WHERE m.id = $1 AND m.org_id = $2",
+        model_id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await?
+    {
+        return Ok(CreatedClient { model_id, future_id });
+    }
+    let open = super::session_is_open(pool, org_id, client.session_id).await?;
+    if !open {
+        return Err(CreateClientError::NoSession(client.session_id.to_string()));
+    }
+    let future_id = super::create_future(pool, org_id, "create_model").await?;
+    let spec = ClientSpec {
+        model_id: model_id.clone(),
+        session_id: client.session_id.to_string(),
+        base_model: client.base_model.to_string(),
+        lora_rank: client.lora_rank,
+        seed: client.seed,
+        create_future: future_id.clone(),
+    };
+    let mut job = NewJob::new(org_id, client.base_model, json!({ TINKER: spec }));
+    job.id = crate::ids::new_id(JOB_PREFIX);
+    job.created_by = client.user_id;
+    job.suffix = Some(TINKER.to_string());
+    // A lost worker loses the resident state: the client fails rather than restart from the base.
+    job.max_attempts = 1;
+    let job_id = queue.enqueue_tinker(&job).await?;
+    sqlx::query!(
+        "INSERT INTO tinker_models (id, session_id, org_id, job_id, base_model, lora_rank) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        model_id,
+        client.session_id,
+        org_id,
+        job_id,
+        client.base_model,
+        client.lora_rank.map(|r| r as i32)
+    )
+    .execute(pool)
+    .await?;
+    Ok(CreatedClient { model_id, future_id })
+}
+
+/// A training client as the API describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientRecord {
+    /// `<session>:train:<n>`.
+    pub id: String,
+    /// Its queue row (the training run's id).
+    pub job_id: String,
+    /// The model it trains.
+    pub base_model: String,
+    /// LoRA rank (`None`: every weight).
+    pub lora_rank: Option<i32>,
+    /// The queue row's state.
+    pub state: String,
+}
+
+/// Training client `id` of `org_id`.
+pub async fn client(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<ClientRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        ClientRecord,
+        "SELECT m.id, m.job_id, m.base_model, m.lora_rank, j.state FROM tinker_models m \
+         JOIN jobs j ON j.id = m.job_id WHERE m.id = $1 AND m.org_id = $2",
+        id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// Why a call cannot be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueCallError {
+    /// The org has no such training client.
+    #[error("no training client {0}")]
+    NoClient(String),
+    /// The client has ended (its worker stopped); nothing more runs on it.
+    #[error("training client {model_id} has ended ({state}); create a new one")]
+    Ended {
+        /// The client.
+        model_id: String,
+        /// Its queue row's state.
+        state: String,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Queues call `seq_id` of training client `model_id` (`kind` one of [`ORDERED_CALLS`]) and
+/// returns its future; the same `seq_id` again (a retried request) answers the first one's.
+pub async fn enqueue_call(
+    pool: &PgPool,
+    org_id: Uuid,
+    model_id: &str,
+    seq_id: i32,
+    kind: &str,
+    body: &Value,
+) -> Result<String, EnqueueCallError> {
+    let Some(client) = client(pool, org_id, model_id).await? else {
+        return Err(EnqueueCallError::NoClient(model_id.to_string()));
+    };
+    if client.state.parse::<crate::JobState>().is_ok_and(|s| s.is_terminal()) {
+        return Err(EnqueueCallError::Ended {
+            model_id: model_id.to_string(),
+            state: client.state,
+        });
+    }
+    let mut tx = pool.begin().await?;
+    let future_id = create_future_in(&mut tx, org_id, kind).await?;
+    let queued = sqlx::query_scalar!(
+        "INSERT INTO tinker_calls (model_id, seq_id, future_id, kind, body) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (model_id, seq_id) DO NOTHING RETURNING future_id",
+        model_id,
+        seq_id,
+        future_id,
+        kind,
+        body
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    match queued {
+        Some(future_id) => {
+            tx.commit().await?;
+            Ok(future_id)
+        }
+        None => {
+            tx.rollback().await?;
+            let first = sqlx::query_scalar!(
+                "SELECT future_id FROM tinker_calls WHERE model_id = $1 AND seq_id = $2",
+                model_id,
+                seq_id
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok(first)
+        }
+    }
+}
+
+/// One queued call, as its worker reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedCall {
+    /// Its place in the client's order.
+    pub seq_id: i32,
+    /// Its future.
+    pub future_id: String,
+    /// Which call (one of [`ORDERED_CALLS`]).
+    pub kind: String,
+    /// Its arguments.
+    pub body: Value,
+}
+
+/// The call training client `model_id` runs next, once it has arrived.
+pub async fn next_call(pool: &PgPool, model_id: &str) -> Result<Option<QueuedCall>, sqlx::Error> {
+    sqlx::query_as!(
+        QueuedCall,
+        "SELECT c.seq_id, c.future_id, c.kind, c.body FROM tinker_calls c \
+         JOIN tinker_models m ON m.id = c.model_id \
+         WHERE c.model_id = $1 AND c.seq_id = m.next_seq",
+        model_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// How a call ended: its result (media type, bytes) or its failure (`{"error", "category"}`).
+pub type CallOutcome = Result<(String, Vec<u8>), Value>;
+
+/// Records how call `call` of `model_id` ended and moves the client to its next call, in one
+/// transaction, as attempt `attempt` of the client's queue row; `LeaseLost` (and nothing
+/// written) when that attempt no longer holds it.
+pub async fn finish_call(
+    queue: &Queue,
+    model_id: &str,
+    attempt: i32,
+    call: &QueuedCall,
+    outcome: &CallOutcome,
+) -> Result<(), QueueError> {
+    let mut tx = queue.pool().begin().await?;
+    let moved = sqlx::query_scalar!(
+        "UPDATE tinker_models m SET next_seq = m.next_seq + 1 FROM jobs j \
+         WHERE m.id = $1 AND m.next_seq = $2 AND j.id = m.job_id AND j.attempt = $3 \
+           AND j.state = 'running' RETURNING j.id",
+        model_id,
+        call.seq_id,
+        attempt
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(job_id) = moved else {
+        tx.rollback().await?;
+        return Err(QueueError::LeaseLost { job_id: model_id.to_string(), attempt });
+    };
+    let (content_type, result, error) = match outcome {
+        Ok((content_type, bytes)) => (Some(content_type.as_str()), Some(bytes.as_slice()), None),
+        Err(error) => (None, None, Some(error)),
+    };
+    sqlx::query!(
+        "UPDATE tinker_futures SET finished_at = now(), content_type = $2, result = $3, error = $4 \
+         WHERE id = $1 AND finished_at IS NULL",
+        call.future_id,
+        content_type,
+        result,
+        error
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    tracing::debug!(job_id, model_id, seq_id = call.seq_id, kind = call.kind, "tinker call done");
+    Ok(())
+}
+
+/// Fails every call of `model_id` still waiting, with `error` (the client ended).
+pub async fn fail_waiting_calls(
+    pool: &PgPool,
+    model_id: &str,
+    error: &Value,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE tinker_futures f SET finished_at = now(), error = $2 FROM tinker_calls c \
+         WHERE c.model_id = $1 AND c.future_id = f.id AND f.finished_at IS NULL",
+        model_id,
+        error
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Fails future `future_id` of `org_id` if it is a training call (or a client's creation) whose
+/// client has ended, so no poll waits on a call nothing will run; true when it did.
+pub async fn fail_if_orphaned(
+    pool: &PgPool,
+    org_id: Uuid,
+    future_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let failed = sqlx::query!(
+        "UPDATE tinker_futures f \
+         SET finished_at = now(), \
+             error = jsonb_build_object('error', 'the training client ended (' || j.state || \
+                     coalesce(': ' || (j.error ->> 'message'), '') || '); create a new one', \
+                     'category', 'server') \
+         FROM tinker_models m JOIN jobs j ON j.id = m.job_id \
+         WHERE f.id = $1 AND f.org_id = $2 AND f.finished_at IS NULL \
+           AND j.state IN ('succeeded', 'failed', 'cancelled') \
+           AND (EXISTS (SELECT 1 FROM tinker_calls c WHERE c.future_id = f.id AND c.model_id = m.id) \
+                OR j.spec #>> '{tinker,create_future}' = f.id)",
+        future_id,
+        org_id
+    )
+    .execute(pool)
+    .await?;
+    Ok(failed.rows_affected() > 0)
+}
+
+/// Saved weights: where (`tinker://` path), what, and the Verity model they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedWeights<'a> {
+    /// `tinker://<run>/<kind>_weights/<name>`.
+    pub path: &'a str,
+    /// `sampler` (weights only) or `training` (with the optimizer).
+    pub kind: &'a str,
+    /// The checkpoint of the client's queue row that holds them.
+    pub step: i32,
+    /// Its Verity model name.
+    pub model: &'a str,
+}
+
+/// Records weights training client `model_id` saved.
+pub async fn record_checkpoint(
+    pool: &PgPool,
+    org_id: Uuid,
+    model_id: &str,
+    saved: &SavedWeights<'_>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO tinker_checkpoints (path, org_id, model_id, kind, step, model) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (path) DO UPDATE SET step = EXCLUDED.step, model = EXCLUDED.model, \
+                                          created_at = now()",
+        saved.path,
+        org_id,
+        model_id,
+        saved.kind,
+        saved.step,
+        saved.model
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A training client as a training run (`RestClient.list_training_runs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// The client's queue row (`tinkjob-…`): the run's id.
+    pub job_id: String,
+    /// `<session>:train:<n>`.
+    pub model_id: String,
+    /// The model it trains.
+    pub base_model: String,
+    /// LoRA rank (`None`: every weight).
+    pub lora_rank: Option<i32>,
+    /// Who made it.
+    pub owner: Option<String>,
+    /// The queue row's state.
+    pub state: String,
+    /// When it was made.
+    pub created_at: DateTime<Utc>,
+    /// Its latest call, if any.
+    pub last_call_at: Option<DateTime<Utc>>,
+    /// Calls it has run.
+    pub calls_run: i32,
+}
+
+/// The org's training runs, newest first: `limit` from `offset`, and how many there are.
+pub async fn list_runs(
+    pool: &PgPool,
+    org_id: Uuid,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<RunRecord>, i64), sqlx::Error> {
+    let runs = select_runs(pool, org_id, None, limit, offset).await?;
+    let total = sqlx::query_scalar!("SELECT count(*) FROM tinker_models WHERE org_id = $1", org_id)
+        .fetch_one(pool)
+        .await?
+        .unwrap_or(0);
+    Ok((runs, total))
+}
+
+/// Training run `job_id` of the org.
+pub async fn run(
+    pool: &PgPool,
+    org_id: Uuid,
+    job_id: &str,
+) -> Result<Option<RunRecord>, sqlx::Error> {
+    Ok(select_runs(pool, org_id, Some(job_id), 1, 0).await?.pop())
+}
+
+/// The org's runs (only `job_id` when given), newest first, `limit` from `offset`.
+async fn select_runs(
+    pool: &PgPool,
+    org_id: Uuid,
+    job_id: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<RunRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        RunRecord,
+        r#"SELECT m.job_id, m.id AS model_id, m.base_model, m.lora_rank, u.email AS "owner?",
+                  j.state, m.created_at,
+                  (SELECT max(c.created_at) FROM tinker_calls c WHERE c.model_id = m.id) AS last_call_at,
+                  m.next_seq - 1 AS "calls_run!"
+           FROM tinker_models m JOIN jobs j ON j.id = m.job_id
+           LEFT JOIN users u ON u.id = j.created_by
+           WHERE m.org_id = $1 AND ($2::text IS NULL OR m.job_id = $2)
+           ORDER BY m.created_at DESC, m.id LIMIT $3 OFFSET $4"#,
+        org_id,
+        job_id,
+        limit,
+        offset
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Weights a run saved, as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedRecord {
+    /// The run (`tinkjob-…`).
+    pub job_id: String,
+    /// `tinker://…` path.
+    pub path: String,
+    /// `sampler` or `training`.
+    pub kind: String,
+    /// Its Verity model name.
+    pub model: String,
+    /// When it was saved.
+    pub created_at: DateTime<Utc>,
+    /// Its size in the store.
+    pub bytes: Option<i64>,
+}
+
+/// The weights the org's runs saved (one run's with `job_id`), newest first.
+pub async fn list_saved(
+    pool: &PgPool,
+    org_id: Uuid,
+    job_id: Option<&str>,
+) -> Result<Vec<SavedRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        SavedRecord,
+        r#"SELECT m.job_id, t.path, t.kind, t.model, t.created_at, c.bytes AS "bytes?"
+           FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id
+           LEFT JOIN checkpoints c ON c.job_id = m.job_id AND c.step = t.step
+           WHERE t.org_id = $1 AND ($2::text IS NULL OR m.job_id = $2)
+           ORDER BY t.created_at DESC, t.path"#,
+        org_id,
+        job_id
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The Verity model saved under `tinker://` path `path` in `org_id`.
+pub async fn checkpoint_model(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT model FROM tinker_checkpoints WHERE path = $1 AND org_id = $2",
+        path,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// One call of a client's log, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    /// Its place in the client's order.
+    pub seq_id: i32,
+    /// Which call.
+    pub kind: String,
+    /// When it arrived.
+    pub created_at: DateTime<Utc>,
+    /// When it ended, once it has.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Input tokens of a `forward_backward` / `forward`.
+    pub tokens: Option<i64>,
+    /// Its `loss:sum`, for a `forward_backward` / `forward` that succeeded.
+    pub loss: Option<f64>,
+    /// Its failure, if it failed.
+    pub error: Option<String>,
+}
+
+/// The latest `limit` calls of run `job_id` of the org, newest first (a call is kept as long as
+/// its future: a day).
+pub async fn list_calls(
+    pool: &PgPool,
+    org_id: Uuid,
+    job_id: &str,
+    limit: i64,
+) -> Result<Vec<CallRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        CallRecord,
+        r#"SELECT c.seq_id, c.kind, c.created_at, f.finished_at,
+                  (SELECT sum(jsonb_array_length(d -> 'tokens'))::int8
+                   FROM jsonb_array_elements(CASE WHEN jsonb_typeof(c.body -> 'data') = 'array'
+                                                  THEN c.body -> 'data' ELSE '[]'::jsonb END) d) AS tokens,
+                  CASE WHEN c.kind IN ('forward_backward', 'forward')
+                            AND f.content_type = 'application/json'
+                       THEN (convert_from(f.result, 'UTF8')::jsonb #>> '{metrics,loss:sum}')::float8
+                  END AS loss,
+                  f.error ->> 'error' AS error
+           FROM tinker_calls c
+           JOIN tinker_futures f ON f.id = c.future_id
+           JOIN tinker_models m ON m.id = c.model_id
+           WHERE m.org_id = $1 AND m.job_id = $2
+           ORDER BY c.seq_id DESC LIMIT $3"#,
+        org_id,
+        job_id,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,304 @@
+//! Training through the Tinker API: `create_model` queues a training client (a queue row a
+//! training worker claims and holds, its model and optimizer resident), and each ordered call
+//! (`forward_backward`, `forward`, `optim_step`, `save_weights_for_sampler`, …) waits in the
+//! client's call queue until that worker runs it; the answer comes back through
+//! `retrieve_future` like a sample's.
+
+use super::training_proto::decode_forward_backward;
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::ApiJson;
+use crate::api::inference::source_at;
+use crate::api::state::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use verity_core::tinker::clients::{self, CreateClientError, EnqueueCallError, NewClient};
+use verity_core::tinker::training::AdamParams;
+
+/// Largest LoRA rank a client may ask for.
+pub const MAX_LORA_RANK: u32 = 256;
+
+/// `lora_config` of `create_model`.
+#[derive(Debug, Deserialize)]
+pub struct LoraSettings {
+    rank: u32,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+/// `optimizer_config` of `create_model`.
+#[derive(Debug, Deserialize)]
+pub struct OptimizerSettings {
+    #[serde(rename = "type", default = "adamw")]
+    kind: String,
+}
+
+fn adamw() -> String {
+    "adamw".into()
+}
+
+/// Body of `create_model`.
+#[derive(Debug, Deserialize)]
+pub struct CreateModel {
+    session_id: String,
+    #[serde(default)]
+    model_seq_id: i64,
+    base_model: String,
+    /// Absent: every weight trains (a Verity extension; Tinker's SDK always sends one).
+    #[serde(default)]
+    lora_config: Option<LoraSettings>,
+    #[serde(default)]
+    optimizer_config: Option<OptimizerSettings>,
+}
+
+/// Queues a training client on `base_model`; the future completes once a worker holds it.
+pub async fn create_model(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateModel>,
+) -> ApiResult<Json<Value>> {
+    crate::api::jobs::validate::check_name_param("base_model", &body.base_model)?;
+    if let Some(lora) = &body.lora_config {
+        if lora.rank == 0 || lora.rank > MAX_LORA_RANK {
+            return Err(ApiError::invalid(
+                "lora_config.rank",
+                format!("must be 1 to {MAX_LORA_RANK}"),
+            ));
+        }
+    }
+    if let Some(optimizer) = &body.optimizer_config {
+        if optimizer.kind != "adamw" {
+            return Err(ApiError::invalid(
+                "optimizer_config.type",
+                format!("{:?} is not served; Verity trains with adamw", optimizer.kind),
+            ));
+        }
+    }
+    source_at(&state, principal.org_id, "base_model", &body.base_model).await?;
+    let client = NewClient {
+        session_id: &body.session_id,
+        seq: body.model_seq_id,
+        base_model: &body.base_model,
+        lora_rank: body.lora_config.as_ref().map(|l| l.rank),
+        seed: body.lora_config.as_ref().and_then(|l| l.seed).unwrap_or(0),
+        user_id: Some(principal.user_id),
+    };
+    let created = clients::create_client(&state.queue, principal.org_id, &client).await.map_err(
+        |e| match e {
+            CreateClientError::NoSession(id) => ApiError::not_found("session", &id),
+            CreateClientError::Queue(e) => e.into(),
+            CreateClientError::Db(e) => e.into(),
+        },
+    )?;
+    tracing::info!(org_id = %principal.org_id, model_id = %created.model_id, "tinker training client queued");
+    Ok(Json(json!({ "request_id": created.future_id, "model_id": created.model_id })))
+}
+
+/// Body of `get_info`.
+#[derive(Debug, Deserialize)]
+pub struct GetInfo {
+    model_id: String,
+}
+
+/// A training client's model (`GetInfoResponse`).
+pub async fn get_info(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<GetInfo>,
+) -> ApiResult<Json<Value>> {
+    let client = clients::client(&state.pool, principal.org_id, &body.model_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("training client", &body.model_id))?;
+    Ok(Json(json!({
+        "type": "get_info",
+        "model_id": client.id,
+        "model_name": client.base_model,
+        "model_data": {"model_name": client.base_model, "tokenizer_id": client.base_model},
+        "is_lora": client.lora_rank.is_some(),
+        "lora_rank": client.lora_rank,
+        "optimizer_config": {"type": "adamw"},
+        "training_run_id": client.job_id,
+    })))
+}
+
+/// Queues one ordered call and answers its future.
+async fn enqueue(
+    state: &AppState,
+    principal: &Principal,
+    model_id: &str,
+    seq_id: i32,
+    kind: &str,
+    body: &Value,
+) -> ApiResult<Json<Value>> {
+    let future_id =
+        clients::enqueue_call(&state.pool, principal.org_id, model_id, seq_id, kind, body)
+            .await
+            .map_err(|e| match e {
+                EnqueueCallError::NoClient(id) => ApiError::invalid(
+                    "model_id",
+                    format!("no training client {id:?} (create one with create_model)"),
+                ),
+                ended @ EnqueueCallError::Ended { .. } => {
+                    ApiError::conflict("training_client_ended", ended.to_string())
+                }
+                EnqueueCallError::Db(e) => e.into(),
+            })?;
+    Ok(Json(json!({ "request_id": future_id, "model_id": model_id })))
+}
+
+/// Answers a refused ordered call: its place in the client's order is filled with a call that
+/// fails at once (the SDK has already numbered the calls after it, which would otherwise wait
+/// for it forever), then the 400.
+async fn refuse(
+    state: &AppState,
+    principal: &Principal,
+    order: Option<(&str, i32)>,
+    error: ApiError,
+) -> ApiError {
+    if let Some((model_id, seq_id)) = order {
+        let body = json!({ "error": error.message });
+        let pool = &state.pool;
+        let org = principal.org_id;
+        if let Err(e) =
+            clients::enqueue_call(pool, org, model_id, seq_id, clients::REFUSED, &body).await
+        {
+            tracing::debug!(model_id, seq_id, error = %e, "no place to fill for a refused call");
+        }
+    }
+    error
+}
+
+/// `forward_backward` and `forward` (protobuf body): checked here, run by the client's worker.
+pub async fn forward_backward(
+    principal: Principal,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let decoded = match decode_forward_backward(&body) {
+        Ok(decoded) => decoded,
+        Err(refused) => {
+            let order = refused.order.as_ref().map(|(model, seq)| (model.as_str(), *seq));
+            let error = ApiError::invalid(refused.error.field, refused.error.message);
+            return Err(refuse(&state, &principal, order, error).await);
+        }
+    };
+    let kind = if decoded.call.forward_only { "forward" } else { "forward_backward" };
+    let call = serde_json::to_value(&decoded.call).map_err(|e| ApiError::internal("call", e))?;
+    enqueue(&state, &principal, &decoded.model_id, decoded.seq_id, kind, &call).await
+}
+
+/// Body of `optim_step`.
+#[derive(Debug, Deserialize)]
+pub struct OptimStep {
+    model_id: String,
+    seq_id: i32,
+    #[serde(default)]
+    adam_params: Option<AdamParams>,
+    #[serde(default)]
+    optimizer_params: Option<Value>,
+}
+
+/// `optim_step` with Adam's settings.
+pub async fn optim_step(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<OptimStep>,
+) -> ApiResult<Json<Value>> {
+    let order = Some((body.model_id.as_str(), body.seq_id));
+    if body.optimizer_params.is_some() {
+        let error = ApiError::invalid(
+            "optimizer_params",
+            "only Adam is served; send adam_params (types.AdamParams)",
+        );
+        return Err(refuse(&state, &principal, order, error).await);
+    }
+    let adam = body.adam_params.unwrap_or_default();
+    if let Err((field, message)) = adam.check() {
+        let error = ApiError::invalid(format!("adam_params.{field}"), message);
+        return Err(refuse(&state, &principal, order, error).await);
+    }
+    let call = json!({ "adam_params": adam });
+    enqueue(&state, &principal, &body.model_id, body.seq_id, "optim_step", &call).await
+}
+
+/// Body of `save_weights_for_sampler`, `save_weights` and `load_weights` on a client.
+#[derive(Debug, Deserialize)]
+pub struct SaveWeights {
+    #[serde(default)]
+    model_id: Option<String>,
+    #[serde(default)]
+    seq_id: Option<i32>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    sampling_session_seq_id: Option<i64>,
+}
+
+/// The name a save is stored under: letters, digits, `-`, `_`, `.`, at most 128.
+fn check_save_name(path: &Option<String>) -> ApiResult<()> {
+    let Some(name) = path else { return Ok(()) };
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("path", "a name of 1 to 128 letters, digits, '-', '_' or '.'"))
+    }
+}
+
+/// The `model_id` and `seq_id` every ordered call carries.
+fn ordered(body: &SaveWeights) -> ApiResult<(&str, i32)> {
+    let model_id =
+        body.model_id.as_deref().ok_or_else(|| ApiError::invalid("model_id", "required"))?;
+    let seq_id = body.seq_id.ok_or_else(|| ApiError::invalid("seq_id", "required"))?;
+    Ok((model_id, seq_id))
+}
+
+/// Saves the client's weights as a Verity model (a checkpoint of its training run) and, when
+/// asked, opens a sampling session on them.
+pub async fn save_weights_for_sampler(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<SaveWeights>,
+) -> ApiResult<Json<Value>> {
+    let (model_id, seq_id) = ordered(&body)?;
+    if let Err(error) = check_save_name(&body.path) {
+        return Err(refuse(&state, &principal, Some((model_id, seq_id)), error).await);
+    }
+    let call =
+        json!({ "path": body.path, "sampling_session_seq_id": body.sampling_session_seq_id });
+    enqueue(&state, &principal, model_id, seq_id, "save_weights_for_sampler", &call).await
+}
+
+/// `save_weights` / `load_weights` on a client: queued in the client's order (so the calls after
+/// them run) and answered by its worker with an error naming them, until they are served.
+pub async fn save_weights(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<SaveWeights>,
+) -> ApiResult<Json<Value>> {
+    let (model_id, seq_id) = ordered(&body)?;
+    enqueue(&state, &principal, model_id, seq_id, "save_weights", &json!({})).await
+}
+
+/// See [`save_weights`]; creating a client from saved state (no `model_id`) is refused at once.
+pub async fn load_weights(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<SaveWeights>,
+) -> ApiResult<Json<Value>> {
+    if body.model_id.is_none() {
+        return Err(ApiError::invalid(
+            "path",
+            "creating a training client from saved state is not served yet (docs/tinker.md)",
+        )
+        .with_code("tinker_call_not_served"));
+    }
+    let (model_id, seq_id) = ordered(&body)?;
+    enqueue(&state, &principal, model_id, seq_id, "load_weights", &json!({})).await
+}

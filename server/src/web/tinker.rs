@@ -1,0 +1,174 @@
+//! The Tinker page: the org's training runs (Tinker training clients) with their state, the
+//! calls they ran and the weights they saved (each a Verity model, opened in the playground),
+//! and a run's call log (calls, tokens, losses, timings).
+
+use super::page::{render, urlencode, when, Nav, WebResult, WebUser};
+use crate::api::error::ApiError;
+use crate::api::state::AppState;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use verity_core::tinker::clients::{self, CallRecord, RunRecord, SavedRecord};
+
+/// Runs shown on the list.
+const LIST_LIMIT: i64 = 100;
+
+/// Calls shown on a run's log.
+const LOG_LIMIT: i64 = 500;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/tinker", get(list_page)).route("/tinker/{run_id}", get(run_page))
+}
+
+/// A run as shown.
+struct RunRow {
+    id: String,
+    client: String,
+    base_model: String,
+    adapter: String,
+    state: String,
+    calls: i32,
+    owner: String,
+    created: String,
+    last_call: String,
+}
+
+impl From<&RunRecord> for RunRow {
+    fn from(run: &RunRecord) -> Self {
+        RunRow {
+            id: run.job_id.clone(),
+            client: run.model_id.clone(),
+            base_model: run.base_model.clone(),
+            adapter: run.lora_rank.map_or("full weights".into(), |r| format!("LoRA rank {r}")),
+            state: run.state.clone(),
+            calls: run.calls_run,
+            owner: run.owner.clone().unwrap_or_default(),
+            created: when(run.created_at),
+            last_call: run.last_call_at.map_or("none".into(), when),
+        }
+    }
+}
+
+/// Saved weights as shown.
+struct SavedRow {
+    path: String,
+    kind: String,
+    model: String,
+    /// The playground comparing them with the run's base model.
+    playground: String,
+    saved: String,
+    size: String,
+}
+
+impl SavedRow {
+    fn new(saved: &SavedRecord, base_model: &str) -> Self {
+        SavedRow {
+            path: saved.path.clone(),
+            kind: saved.kind.clone(),
+            model: saved.model.clone(),
+            playground: format!(
+                "/playground?left={}&right={}",
+                urlencode(base_model),
+                urlencode(&saved.model)
+            ),
+            saved: when(saved.created_at),
+            size: saved.bytes.map_or(String::new(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+        }
+    }
+}
+
+/// A call as shown.
+struct CallRow {
+    seq: i32,
+    kind: String,
+    arrived: String,
+    took: String,
+    tokens: String,
+    loss: String,
+    outcome: String,
+    failed: bool,
+}
+
+impl From<&CallRecord> for CallRow {
+    fn from(call: &CallRecord) -> Self {
+        let took = call.finished_at.map_or("waiting".into(), |end| {
+            format!("{:.3} s", (end - call.created_at).num_milliseconds() as f64 / 1000.0)
+        });
+        CallRow {
+            seq: call.seq_id,
+            kind: call.kind.clone(),
+            arrived: call.created_at.format("%H:%M:%S%.3f").to_string(),
+            took,
+            tokens: call.tokens.map_or(String::new(), |t| t.to_string()),
+            loss: call.loss.map_or(String::new(), |l| format!("{l:.4}")),
+            outcome: match (&call.error, call.finished_at) {
+                (Some(error), _) => error.clone(),
+                (None, Some(_)) => "ok".into(),
+                (None, None) => String::new(),
+            },
+            failed: call.error.is_some(),
+        }
+    }
+}
+
+/// The list.
+#[derive(Template)]
+#[template(path = "tinker_runs.html")]
+struct ListPage {
+    nav: Nav,
+    runs: Vec<RunRow>,
+    saved: Vec<SavedRow>,
+}
+
+async fn list_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
+    let org = user.0.org_id;
+    let (runs, _) =
+        clients::list_runs(&state.pool, org, LIST_LIMIT, 0).await.map_err(ApiError::from)?;
+    let saved = clients::list_saved(&state.pool, org, None).await.map_err(ApiError::from)?;
+    Ok(render(&ListPage {
+        nav: Nav::new("Tinker", "tinker"),
+        runs: runs.iter().map(RunRow::from).collect(),
+        saved: saved
+            .iter()
+            .map(|s| {
+                let base = runs.iter().find(|r| r.job_id == s.job_id).map_or("", |r| &r.base_model);
+                SavedRow::new(s, base)
+            })
+            .collect(),
+    }))
+}
+
+/// A run's page.
+#[derive(Template)]
+#[template(path = "tinker_run.html")]
+struct RunPage {
+    nav: Nav,
+    run: RunRow,
+    saved: Vec<SavedRow>,
+    calls: Vec<CallRow>,
+}
+
+async fn run_page(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(run_id): Path<String>,
+) -> WebResult<Response> {
+    let org = user.0.org_id;
+    let run = clients::run(&state.pool, org, &run_id)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(|| ApiError::not_found("training run", &run_id))?;
+    let saved =
+        clients::list_saved(&state.pool, org, Some(&run_id)).await.map_err(ApiError::from)?;
+    let calls =
+        clients::list_calls(&state.pool, org, &run_id, LOG_LIMIT).await.map_err(ApiError::from)?;
+    Ok(render(&RunPage {
+        nav: Nav::new(format!("Tinker run {run_id}"), "tinker"),
+        run: RunRow::from(&run),
+        saved: saved.iter().map(|s| SavedRow::new(s, &run.base_model)).collect(),
+        calls: calls.iter().map(CallRow::from).collect(),
+    }))
+}

@@ -1,0 +1,365 @@
+//! Tinker training clients under their lease: the worker loads the client's model (LoRA
+//! adapters of the asked rank, or every weight), completes the client's `create_model` future,
+//! then runs the client's calls in their order as they arrive — `forward_backward`, `forward`,
+//! `optim_step` on the resident [`TinkerTrainer`], `save_weights_for_sampler` as a checkpoint of
+//! the client's queue row (so the weights are a Verity model, sampled by inference workers) —
+//! until the session ends, the client idles past its limit, or the user cancels it.
+
+use super::artifacts::remove_cache_dir;
+use super::handler::{lease_error, persist, retryable, user_error, Stop, TrainingHandler};
+use super::runs::interrupted;
+use crate::checkpoint::save_checkpoint;
+use crate::model::lora::LoraConfig;
+use crate::tinker::{TinkerCallError, TinkerTrainer};
+use crate::tokenizer::ChatTokenizer;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use verity_core::queue::{is_transient_db_error, Heartbeat, JobOutcome, Lease, QueueError};
+use verity_core::storage::{publish_folder, StorageError};
+use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, QueuedCall};
+use verity_core::tinker::training::{AdamParams, ForwardBackward};
+
+/// LoRA's `alpha` for every rank (the update is scaled by `alpha / rank`).
+pub const LORA_ALPHA: f64 = 32.0;
+
+/// How long a client may wait for its next call before its worker releases it.
+fn idle_limit() -> Duration {
+    let secs = std::env::var("VERITY_TINKER_IDLE_SECS").ok().and_then(|s| s.parse().ok());
+    Duration::from_secs(secs.unwrap_or(30 * 60))
+}
+
+/// The longest pause between two looks for the next call.
+const MAX_POLL: Duration = Duration::from_millis(50);
+
+/// How often the loop checks that the client's session is still open.
+const SESSION_CHECK: Duration = Duration::from_secs(2);
+
+/// What a client holds while it runs.
+struct Resident {
+    trainer: TinkerTrainer,
+    tokenizer: ChatTokenizer,
+}
+
+/// `save_weights_for_sampler`'s arguments.
+#[derive(Debug, Deserialize)]
+struct SaveForSampler {
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    sampling_session_seq_id: Option<i64>,
+}
+
+/// `optim_step`'s arguments.
+#[derive(Debug, Deserialize)]
+struct OptimStep {
+    #[serde(default)]
+    adam_params: AdamParams,
+}
+
+/// A failed call as the SDK reads it (`RequestFailedError` with this category).
+fn failure(message: impl Into<String>, user: bool) -> Value {
+    json!({"error": message.into(), "category": if user { "user" } else { "server" }})
+}
+
+fn json_result(value: &Value) -> CallOutcome {
+    Ok(("application/json".to_string(), value.to_string().into_bytes()))
+}
+
+impl TrainingHandler {
+    /// Runs a claimed Tinker training client until it ends.
+    pub(super) async fn tinker_client(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: Result<ClientSpec, serde_json::Error>,
+    ) -> Result<JobOutcome, Stop> {
+        let spec = spec.map_err(|e| user_error(format!("invalid training client: {e}")))?;
+        let outcome = self.serve_client(lease, heartbeat, &spec).await;
+        // Nothing runs on the client any more: no poll may wait on its calls.
+        let reason = match &outcome {
+            Ok(JobOutcome::Failed { message, .. })
+            | Err(Stop::Outcome(JobOutcome::Failed { message, .. })) => {
+                format!("the training client failed: {message}")
+            }
+            _ => "the training client ended; create a new one".to_string(),
+        };
+        let pool = lease.queue().pool();
+        let error = failure(reason, false);
+        let _ = clients::fail_waiting_calls(pool, &spec.model_id, &error).await;
+        let _ = verity_core::tinker::fail_future(pool, &spec.create_future, &error).await;
+        outcome
+    }
+
+    async fn serve_client(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+    ) -> Result<JobOutcome, Stop> {
+        let job = lease.job();
+        if job.attempt > 1 {
+            return Err(user_error(
+                "the worker holding this training client was lost, and with it the weights and \
+                 optimizer state since its last save; create a new training client",
+            ));
+        }
+        let mut resident = self.load_client(lease, heartbeat, spec).await?;
+        let pool = lease.queue().pool();
+        let created = json!({"model_id": spec.model_id, "type": "create_model"}).to_string();
+        let complete = || {
+            verity_core::tinker::complete_future(
+                pool,
+                &spec.create_future,
+                "application/json",
+                created.as_bytes(),
+            )
+        };
+        persist("completing create_model", heartbeat, is_transient_db_error, complete)
+            .await
+            .map_err(|e| retryable("completing create_model", e))?;
+        tracing::info!(job_id = %job.id, model_id = %spec.model_id, "tinker training client ready");
+        let idle = idle_limit();
+        let mut last_call = Instant::now();
+        let mut session_checked = Instant::now();
+        let mut wait = Duration::from_millis(2);
+        loop {
+            if let Some(outcome) = interrupted(heartbeat) {
+                return Ok(outcome);
+            }
+            let read = || clients::next_call(pool, &spec.model_id);
+            let next = persist("reading the next call", heartbeat, is_transient_db_error, read)
+                .await
+                .map_err(|e| retryable("reading the next call", e))?;
+            let Some(call) = next else {
+                if last_call.elapsed() > idle {
+                    let result = json!({"released": "idle", "idle_seconds": idle.as_secs()});
+                    return Ok(JobOutcome::Succeeded { result, fine_tuned_model: None });
+                }
+                if session_checked.elapsed() > SESSION_CHECK {
+                    session_checked = Instant::now();
+                    let open =
+                        || verity_core::tinker::session_is_open(pool, job.org_id, &spec.session_id);
+                    let open =
+                        persist("reading the session", heartbeat, is_transient_db_error, open)
+                            .await
+                            .map_err(|e| retryable("reading the session", e))?;
+                    if !open {
+                        let result = json!({"released": "session_finished"});
+                        return Ok(JobOutcome::Succeeded { result, fine_tuned_model: None });
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(MAX_POLL);
+                continue;
+            };
+            let span = tracing::info_span!("tinker_call", model_id = %spec.model_id, seq_id = call.seq_id, kind = %call.kind);
+            let _guard = span.enter();
+            let started = Instant::now();
+            let (back, outcome) = self.run_call(lease, heartbeat, spec, resident, &call).await?;
+            resident = back;
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                ok = outcome.is_ok(),
+                "tinker call ran"
+            );
+            let finish = || {
+                clients::finish_call(lease.queue(), &spec.model_id, job.attempt, &call, &outcome)
+            };
+            persist("recording the call", heartbeat, QueueError::is_transient, finish)
+                .await
+                .map_err(|e| lease_error("recording the call", e))?;
+            last_call = Instant::now();
+            wait = Duration::from_millis(2);
+        }
+    }
+
+    /// Fetches and loads the client's model, with LoRA adapters when it asks for a rank.
+    async fn load_client(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+    ) -> Result<Resident, Stop> {
+        let stack = self.fetch_model(lease, heartbeat, &spec.base_model).await?;
+        let device = self.config.device.clone();
+        let (name, rank, seed) = (spec.base_model.clone(), spec.lora_rank, spec.seed);
+        tokio::task::spawn_blocking(move || -> Result<Resident, Stop> {
+            let loaded = stack
+                .load(&device)
+                .map_err(|e| user_error(format!("model {name:?} cannot be loaded: {e}")))?;
+            let mut model = loaded.model;
+            if let Some(rank) = rank {
+                let modules =
+                    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+                let config = LoraConfig {
+                    r: rank as usize,
+                    lora_alpha: LORA_ALPHA,
+                    target_modules: modules.iter().map(|m| m.to_string()).collect(),
+                    lora_dropout: 0.0,
+                };
+                model.enable_lora(config, seed).map_err(|e| user_error(format!("LoRA: {e}")))?;
+            }
+            let pad = loaded.tokenizer.pad_id();
+            let trainer = TinkerTrainer::new(model, pad)
+                .map_err(|e| retryable("creating the optimizer", e))?;
+            Ok(Resident { trainer, tokenizer: loaded.tokenizer })
+        })
+        .await
+        .map_err(|e| retryable("loading the model", e))?
+    }
+
+    /// Runs one call on the resident model (compute off the async threads); returns the model
+    /// back with the call's outcome.
+    async fn run_call(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+        mut resident: Resident,
+        call: &QueuedCall,
+    ) -> Result<(Resident, CallOutcome), Stop> {
+        match call.kind.as_str() {
+            "forward_backward" | "forward" => {
+                let parsed: Result<ForwardBackward, _> = serde_json::from_value(call.body.clone());
+                let Ok(work) = parsed else {
+                    return Ok((resident, Err(failure("malformed forward_backward call", false))));
+                };
+                let (resident, result) = tokio::task::spawn_blocking(move || {
+                    let result = resident.trainer.forward_backward(&work);
+                    (resident, result)
+                })
+                .await
+                .map_err(|e| retryable("running forward_backward", e))?;
+                let outcome = result
+                    .map_err(call_failure)
+                    .and_then(|out| {
+                        serde_json::to_value(out).map_err(|e| failure(e.to_string(), false))
+                    })
+                    .and_then(|value| json_result(&value));
+                Ok((resident, outcome))
+            }
+            "optim_step" => {
+                let parsed: Result<OptimStep, _> = serde_json::from_value(call.body.clone());
+                let Ok(step) = parsed else {
+                    return Ok((resident, Err(failure("malformed optim_step call", false))));
+                };
+                let (resident, result) = tokio::task::spawn_blocking(move || {
+                    let result = resident.trainer.optim_step(&step.adam_params);
+                    (resident, result)
+                })
+                .await
+                .map_err(|e| retryable("running optim_step", e))?;
+                let outcome = result.map_err(call_failure).and_then(|metrics| {
+                    json_result(&json!({"metrics": metrics, "type": "optim_step"}))
+                });
+                Ok((resident, outcome))
+            }
+            "save_weights_for_sampler" => {
+                let parsed: Result<SaveForSampler, _> = serde_json::from_value(call.body.clone());
+                let Ok(save) = parsed else {
+                    return Ok((
+                        resident,
+                        Err(failure("malformed save_weights_for_sampler call", false)),
+                    ));
+                };
+                self.save_for_sampler(lease, heartbeat, spec, resident, &save).await
+            }
+            clients::REFUSED => {
+                let message = call.body["error"].as_str().unwrap_or("refused").to_string();
+                Ok((resident, Err(failure(message, true))))
+            }
+            other => {
+                let message = format!(
+                    "Verity does not serve `{other}` on training clients yet (docs/tinker.md): \
+                     use save_weights_for_sampler, whose weights are a Verity model"
+                );
+                Ok((resident, Err(failure(message, true))))
+            }
+        }
+    }
+
+    /// Saves the weights as a checkpoint of the client's queue row (a Verity model), records its
+    /// `tinker://` path, and opens a sampling session on it when the SDK asks for one.
+    async fn save_for_sampler(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+        resident: Resident,
+        save: &SaveForSampler,
+    ) -> Result<(Resident, CallOutcome), Stop> {
+        let job = lease.job();
+        let pool = lease.queue().pool();
+        let step = resident.trainer.steps() as i32;
+        let root = self.config.cache_dir.join("jobs");
+        let dir = root.join(&job.id).join(format!("step-{step}"));
+        remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
+        let (save_dir, base) = (dir.clone(), spec.base_model.clone());
+        let (resident, saved) = tokio::task::spawn_blocking(move || {
+            let saved = save_checkpoint(
+                &save_dir,
+                resident.trainer.model(),
+                Some(&resident.tokenizer),
+                None,
+                &base,
+            );
+            (resident, saved)
+        })
+        .await
+        .map_err(|e| retryable("saving weights", e))?;
+        saved.map_err(|e| retryable("saving weights", e))?;
+        let prefix = verity_core::keys::checkpoint(&job.id, step);
+        let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
+        let manifest =
+            persist("publishing weights", heartbeat, StorageError::is_transient, publish)
+                .await
+                .map_err(|e| retryable("publishing weights", e))?;
+        let _ = remove_cache_dir(&root, &dir);
+        let register = || lease.checkpoint(step, &prefix, manifest.total_bytes as i64, None);
+        persist("registering weights", heartbeat, QueueError::is_transient, register)
+            .await
+            .map_err(|e| lease_error("registering weights", e))?;
+        let read =
+            || verity_core::jobs::get_job_of_kind(pool, job.org_id, clients::TINKER, &job.id);
+        let record = persist("reading the client", heartbeat, is_transient_db_error, read)
+            .await
+            .map_err(|e| retryable("reading the client", e))?
+            .ok_or_else(|| retryable("reading the client", "its row is gone"))?;
+        let model = verity_core::models::checkpoint_model_name(&record.output_model_name(), step);
+        let name = save.path.clone().unwrap_or_else(|| format!("step-{step}"));
+        let path = format!("tinker://{}/sampler_weights/{name}", job.id);
+        let saved = clients::SavedWeights { path: &path, kind: "sampler", step, model: &model };
+        let record_path = || clients::record_checkpoint(pool, job.org_id, &spec.model_id, &saved);
+        persist("recording the path", heartbeat, is_transient_db_error, record_path)
+            .await
+            .map_err(|e| retryable("recording the path", e))?;
+        let mut result = json!({"path": path, "model": model, "type": "save_weights_for_sampler"});
+        if let Some(seq) = save.sampling_session_seq_id {
+            let open = || {
+                verity_core::tinker::create_sampling_session(
+                    pool,
+                    job.org_id,
+                    &spec.session_id,
+                    seq,
+                    &model,
+                )
+            };
+            let session =
+                persist("opening a sampling session", heartbeat, is_transient_db_error, open)
+                    .await
+                    .map_err(|e| retryable("opening a sampling session", e))?;
+            match session {
+                Some(id) => result["sampling_session_id"] = json!(id),
+                None => return Ok((resident, Err(failure("the session has ended", true)))),
+            }
+        }
+        tracing::info!(job_id = %job.id, step, model, "tinker weights saved for sampling");
+        Ok((resident, json_result(&result)))
+    }
+}
+
+/// A failed training call's answer: the caller's mistakes are `user` errors, the rest `server`.
+fn call_failure(err: TinkerCallError) -> Value {
+    failure(err.to_string(), err.is_user_error())
+}
