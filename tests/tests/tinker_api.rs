@@ -138,8 +138,8 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     assert_eq!(post("/api/v1/session_heartbeat", &a, beat).await.status, StatusCode::GONE);
 }
 
-/// One org's pending sampling calls are capped (`VERITY_TINKER_ORG_PENDING`): beyond, `asample`
-/// is a 429 the SDK waits out and sends again; another org samples on.
+/// One org's pending calls are capped (`VERITY_TINKER_ORG_PENDING`): beyond, `asample` and
+/// training calls are a 429 the SDK waits out and sends again; another org samples on.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn an_orgs_pending_sampling_calls_are_capped(pool: sqlx::PgPool) {
     let mut config = api_config();
@@ -160,6 +160,17 @@ async fn an_orgs_pending_sampling_calls_are_capped(pool: sqlx::PgPool) {
     assert!(refused.headers.contains_key("retry-after"));
     let other = tinker(&app, Method::POST, "/api/v1/asample", &b, sample).await;
     assert_eq!(other.status, StatusCode::OK, "{:?}", other.json());
+    // Training calls count against the same cap (the SDK sends the same call again).
+    let session = tinker(&app, Method::POST, "/api/v1/create_session", &a, json!({})).await.json()
+        ["session_id"]
+        .clone();
+    let create = json!({"session_id": session, "base_model": "tiny", "lora_config": {"rank": 2}});
+    let created = tinker(&app, Method::POST, "/api/v1/create_model", &a, create).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    let step = json!({"model_id": created.json()["model_id"], "seq_id": 1});
+    let refused = tinker(&app, Method::POST, "/api/v1/optim_step", &a, step).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", refused.json());
+    assert_eq!(refused.json()["error"]["code"], "tinker_pending_limit");
 }
 
 /// A `forward_backward` body as the SDK sends it: one datum, `target_tokens` int64, the float

@@ -47,8 +47,8 @@ pub struct LimitArgs {
         default_value_t = 0
     )]
     pub grader_org_concurrency: usize,
-    /// Tinker calls (`asample`) one org may have pending at once; beyond, 429 (the SDK waits and
-    /// sends again).
+    /// Tinker calls (`asample` and training calls) one org may have pending at once; beyond,
+    /// 429 (the SDK waits and sends again).
     #[arg(
         long = "tinker-org-pending",
         env = "VERITY_TINKER_ORG_PENDING",

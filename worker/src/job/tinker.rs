@@ -15,6 +15,7 @@ use crate::tokenizer::ChatTokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 use verity_core::queue::{is_transient_db_error, Heartbeat, JobOutcome, Lease, QueueError};
 use verity_core::storage::{publish_folder, StorageError};
 use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, QueuedCall};
@@ -154,11 +155,13 @@ impl TrainingHandler {
                 continue;
             };
             let span = tracing::info_span!("tinker_call", model_id = %spec.model_id, seq_id = call.seq_id, kind = %call.kind);
-            let _guard = span.enter();
             let started = Instant::now();
-            let (back, outcome) = self.run_call(lease, heartbeat, spec, resident, &call).await?;
+            let ran = self.run_call(lease, heartbeat, spec, resident, &call).instrument(span).await;
+            let (back, outcome) = ran?;
             resident = back;
             tracing::debug!(
+                model_id = %spec.model_id,
+                seq_id = call.seq_id,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 ok = outcome.is_ok(),
                 "tinker call ran"

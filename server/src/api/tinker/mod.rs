@@ -60,6 +60,23 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/{*call}", any(not_served))
 }
 
+/// Refuses a new call (429, which the SDK waits out and sends again) while `org_id` has
+/// `VERITY_TINKER_ORG_PENDING` calls pending, sampling and training together.
+async fn check_pending(state: &AppState, org_id: uuid::Uuid) -> ApiResult<()> {
+    let limit = state.limits.tinker_org_pending;
+    if limit > 0 && verity_core::tinker::pending_futures(&state.pool, org_id).await? >= limit {
+        return Err(ApiError {
+            message: format!(
+                "your organization has {limit} Tinker calls pending, the most it may \
+                 (VERITY_TINKER_ORG_PENDING); retry when some have finished"
+            ),
+            ..ApiError::rate_limited(1)
+        }
+        .with_code("tinker_pending_limit"));
+    }
+    Ok(())
+}
+
 /// Largest `forward_backward` body: the SDK splits a call into chunks of at most about 5 MB.
 const FORWARD_BACKWARD_BYTES: usize = 8 << 20;
 

@@ -276,19 +276,7 @@ pub async fn asample(
     let source = source_at(&state, principal.org_id, "base_model", &model).await?;
     let params = generation_params(&body)?;
     let prompt = prompt_tokens(&body.prompt)?;
-    let limit = state.limits.tinker_org_pending;
-    if limit > 0
-        && verity_core::tinker::pending_futures(&state.pool, principal.org_id).await? >= limit
-    {
-        return Err(ApiError {
-            message: format!(
-                "your organization has {limit} sampling calls pending, the most it may \
-                 (VERITY_TINKER_ORG_PENDING); retry when some have finished"
-            ),
-            ..ApiError::rate_limited(1)
-        }
-        .with_code("tinker_pending_limit"));
-    }
+    super::check_pending(&state, principal.org_id).await?;
     let request = GenerationRequest { model: source, prompt: PromptInput::Tokens(prompt), params };
     let request_id =
         verity_core::tinker::create_future(&state.pool, principal.org_id, "sample").await?;

@@ -133,6 +133,7 @@ async fn enqueue(
     kind: &str,
     body: &Value,
 ) -> ApiResult<Json<Value>> {
+    super::check_pending(state, principal.org_id).await?;
     let future_id =
         clients::enqueue_call(&state.pool, principal.org_id, model_id, seq_id, kind, body)
             .await
