@@ -704,8 +704,9 @@ async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool
 /// client, `forward_backward` with `cross_entropy` and `optim_step` until the target sequence is
 /// learned, `forward`, a PPO step on sampled tokens, weights saved for sampling (by the SDK's
 /// own `save_weights_and_get_sampling_client`, and by name, then sampled through its
-/// `tinker://` path), a bad datum named, an unserved call failing without stalling the calls
-/// after it, and the run with its saved weights listed by the SDK's `RestClient`. Prints the saved sampler's greedy tokens with their log-probabilities as
+/// `tinker://` path), a bad datum named without stalling the calls after it, the training state
+/// saved, loaded back and started from by a second client, and the runs with their saved
+/// weights listed by the SDK's `RestClient`. Prints the saved sampler's greedy tokens with their log-probabilities as
 /// `SAMPLED {json}` and the trainer's `forward` log-probabilities of the same tokens as
 /// `FORWARD {json}`.
 const TINKER_TRAINING_SCRIPT: &str = r#"
@@ -751,28 +752,44 @@ rl = types.Datum(model_input=types.ModelInput.from_ints(tokens[:4]),
 ppo = tc.forward_backward([rl], "ppo", loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}).result()
 assert ppo.metrics["loss:sum"] < 0, ppo.metrics
 tc.optim_step(types.AdamParams(learning_rate=1e-3)).result()
-# A bad datum is named; an unserved call fails and the calls after it still run.
+# A bad datum is named, and the calls after it still run.
 try:
     tc.forward_backward([rl], "cross_entropy").result()
     raise SystemExit("accepted advantages for cross_entropy")
 except tinker.BadRequestError as e:
     assert "data[0].loss_fn_inputs" in str(e), str(e)
+def loss_now(client):
+    return client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+# The training state (weights and Adam's moments) saved, loaded back, and started from.
+state_path = tc.save_state("c1").result().path
+assert state_path.startswith("tinker://tinkjob-") and state_path.endswith("/weights/c1"), state_path
+saved_loss = loss_now(tc)
+fork = sc.create_training_client_from_state_with_optimizer(state_path)
+assert abs(loss_now(fork) - saved_loss) < 1e-4, (loss_now(fork), saved_loss)
+for client in (tc, fork):
+    client.forward_backward([datum], "cross_entropy")
+    client.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+assert abs(loss_now(fork) - loss_now(tc)) < 1e-4, "the same state takes the same step"
+assert loss_now(tc) != saved_loss
+tc.load_state(state_path).result()
+assert abs(loss_now(tc) - saved_loss) < 1e-4, (loss_now(tc), saved_loss)
 try:
-    tc.save_state("c1").result()
-    raise SystemExit("save_state was accepted")
-except tinker.RequestFailedError as e:
-    assert "save_weights" in str(e), str(e)
-assert tc.forward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
+    tc.load_state("tinker://nowhere/weights/c1").result()
+    raise SystemExit("loaded from nowhere")
+except tinker.BadRequestError as e:
+    assert "path" in str(e), str(e)
+assert loss_now(tc) > 0
 # The run and its saved weights, as the SDK's RestClient lists them.
 rc = tinker.RestClient(**connection)
 run_id = path.split("/")[2]
 runs = rc.list_training_runs().result()
-assert [r.training_run_id for r in runs.training_runs] == [run_id], runs
+assert run_id in [r.training_run_id for r in runs.training_runs] and len(runs.training_runs) == 2, runs
 run = rc.get_training_run(run_id).result()
 assert run.base_model == "tiny-llama" and run.is_lora and run.lora_rank == 4, run
 assert run.last_sampler_checkpoint is not None, run
 saved = rc.list_checkpoints(run_id).result().checkpoints
-assert path in [c.tinker_path for c in saved] and all(c.checkpoint_type == "sampler" for c in saved), saved
+kinds = {c.tinker_path: c.checkpoint_type for c in saved}
+assert kinds[path] == "sampler" and kinds[state_path] == "training", saved
 sc.close("success").result()
 print("SDK OK")
 "#;
@@ -788,7 +805,7 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
         return;
     };
     let stack = stack(pool.clone()).await;
-    // A training worker beside the inference worker: it claims the client and holds it.
+    // Training workers beside the inference worker: each claims a client and holds it.
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap());
     let handler = verity_worker::job::TrainingHandler::new(
@@ -799,14 +816,19 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
             grader_workers: 1,
         },
     );
-    let queue = Queue::new(pool.clone(), QueueSettings::default());
-    let worker = tokio::spawn(verity_core::queue::run_worker(
-        queue,
-        WorkerInfo::new(DeviceKind::Cpu, 4096),
-        Arc::new(handler),
-        verity_core::queue::RunnerOptions::default(),
-        stack.shutdown.clone(),
-    ));
+    // Two: a worker holds one client at a time, and the script makes a second from saved state.
+    let handler = Arc::new(handler);
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(verity_core::queue::run_worker(
+                Queue::new(pool.clone(), QueueSettings::default()),
+                WorkerInfo::new(DeviceKind::Cpu, 4096),
+                handler.clone(),
+                verity_core::queue::RunnerOptions::default(),
+                stack.shutdown.clone(),
+            ))
+        })
+        .collect();
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let stdout = run_sdk(&python, TINKER_TRAINING_SCRIPT, &stack, &[("KEY", &key)]).await;
     // One trainer underneath: the sampler's log-probabilities of the trained weights are the
@@ -832,20 +854,22 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
     let (status, reply) =
         chat(&stack, &key, json!({"model": model, "messages": messages, "max_tokens": 2})).await;
     assert_eq!(status, 200, "{reply}");
-    // The SDK closed its session: the worker released the client.
+    // The SDK closed its session: the workers released both clients.
     let started = Instant::now();
     loop {
-        let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-            .bind(&job_id)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        if state == "succeeded" {
+        let states: Vec<String> =
+            sqlx::query_scalar("SELECT state FROM jobs WHERE kind = 'tinker' ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        if states.len() == 2 && states.iter().all(|s| s == "succeeded") {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the client is still {state}");
+        assert!(started.elapsed() < Duration::from_secs(60), "the clients are {states:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     stack.shutdown.cancel();
-    let _ = worker.await;
+    for worker in workers {
+        let _ = worker.await;
+    }
 }

@@ -48,6 +48,20 @@ pub struct ClientSpec {
     pub seed: u64,
     /// The `create_model` future, completed once the model is resident.
     pub create_future: String,
+    /// Saved weights to start from (`create_training_client_from_state`).
+    #[serde(default)]
+    pub restore: Option<Restore>,
+}
+
+/// Saved weights a client loads: the checkpoint of the run that saved them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restore {
+    /// The run (`tinkjob-…`) whose checkpoint holds them.
+    pub job_id: String,
+    /// Its step.
+    pub step: i32,
+    /// Whether the optimizer's state is loaded too.
+    pub optimizer: bool,
 }
 
 impl ClientSpec {
@@ -96,6 +110,8 @@ pub struct NewClient<'a> {
     pub seed: u64,
     /// The user asking.
     pub user_id: Option<Uuid>,
+    /// Saved weights to start from.
+    pub restore: Option<Restore>,
 }
 
 /// Queues training client `seq` of `session_id` for `org_id`; the same request again answers the
@@ -130,6 +146,7 @@ pub async fn create_client(
         lora_rank: client.lora_rank,
         seed: client.seed,
         create_future: future_id.clone(),
+        restore: client.restore.clone(),
     };
     let mut job = NewJob::new(org_id, client.base_model, json!({ TINKER: spec }));
     job.id = crate::ids::new_id(JOB_PREFIX);
@@ -516,6 +533,39 @@ pub async fn list_saved(
         job_id
     )
     .fetch_all(pool)
+    .await
+}
+
+/// Weights saved under a `tinker://` path, as a client loading them needs them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedSource {
+    /// The run that saved them.
+    pub job_id: String,
+    /// The checkpoint of that run that holds them.
+    pub step: i32,
+    /// `sampler` or `training`.
+    pub kind: String,
+    /// The model that run trains.
+    pub base_model: String,
+    /// Its LoRA rank (`None`: every weight).
+    pub lora_rank: Option<i32>,
+}
+
+/// The weights saved under `tinker://` path `path` in `org_id`.
+pub async fn saved_source(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+) -> Result<Option<SavedSource>, sqlx::Error> {
+    sqlx::query_as!(
+        SavedSource,
+        "SELECT m.job_id, t.step, t.kind, m.base_model, m.lora_rank \
+         FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id \
+         WHERE t.path = $1 AND t.org_id = $2",
+        path,
+        org_id
+    )
+    .fetch_optional(pool)
     .await
 }
 

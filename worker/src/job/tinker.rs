@@ -5,8 +5,10 @@
 //! the client's queue row (so the weights are a Verity model, sampled by inference workers) —
 //! until the session ends, the client idles past its limit, or the user cancels it.
 
-use super::artifacts::remove_cache_dir;
-use super::handler::{lease_error, persist, retryable, user_error, Stop, TrainingHandler};
+use super::artifacts::{cached_folder, remove_cache_dir};
+use super::handler::{
+    lease_error, persist, retryable, transient_chain, user_error, Stop, TrainingHandler,
+};
 use super::runs::interrupted;
 use crate::checkpoint::save_checkpoint;
 use crate::model::lora::LoraConfig;
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 use verity_core::queue::{is_transient_db_error, Heartbeat, JobOutcome, Lease, QueueError};
 use verity_core::storage::{publish_folder, StorageError};
-use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, QueuedCall};
+use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, QueuedCall, Restore};
 use verity_core::tinker::training::{AdamParams, ForwardBackward};
 
 /// LoRA's `alpha` for every rank (the update is scaled by `alpha / rank`).
@@ -42,13 +44,54 @@ struct Resident {
     tokenizer: ChatTokenizer,
 }
 
-/// `save_weights_for_sampler`'s arguments.
+/// `save_weights_for_sampler`'s and `save_weights`' arguments.
 #[derive(Debug, Deserialize)]
-struct SaveForSampler {
+struct Save {
     #[serde(default)]
     path: Option<String>,
     #[serde(default)]
     sampling_session_seq_id: Option<i64>,
+}
+
+/// `load_weights`' arguments (the path checked by the API server).
+#[derive(Debug, Deserialize)]
+struct Load {
+    path: String,
+    #[serde(default)]
+    optimizer: bool,
+}
+
+/// What a save is for: sampling (`sampler_weights/…`) or resuming training (`weights/…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SaveKind {
+    Sampler,
+    Training,
+}
+
+impl SaveKind {
+    /// `tinker_checkpoints.kind`.
+    fn as_str(self) -> &'static str {
+        match self {
+            SaveKind::Sampler => "sampler",
+            SaveKind::Training => "training",
+        }
+    }
+
+    /// The path segment Tinker's paths use.
+    fn segment(self) -> &'static str {
+        match self {
+            SaveKind::Sampler => "sampler_weights",
+            SaveKind::Training => "weights",
+        }
+    }
+
+    /// The call it answers.
+    fn call(self) -> &'static str {
+        match self {
+            SaveKind::Sampler => "save_weights_for_sampler",
+            SaveKind::Training => "save_weights",
+        }
+    }
 }
 
 /// `optim_step`'s arguments.
@@ -106,8 +149,14 @@ impl TrainingHandler {
             ));
         }
         let mut resident = self.load_client(lease, heartbeat, spec).await?;
+        if let Some(restore) = &spec.restore {
+            let (back, restored) = self.restore(heartbeat, resident, restore).await?;
+            resident = back;
+            restored.map_err(|e| user_error(format!("loading the saved weights: {e}")))?;
+        }
         let pool = lease.queue().pool();
-        let created = json!({"model_id": spec.model_id, "type": "create_model"}).to_string();
+        let kind = if spec.restore.is_some() { "load_weights" } else { "create_model" };
+        let created = json!({"model_id": spec.model_id, "type": kind}).to_string();
         let complete = || {
             verity_core::tinker::complete_future(
                 pool,
@@ -258,15 +307,41 @@ impl TrainingHandler {
                 });
                 Ok((resident, outcome))
             }
-            "save_weights_for_sampler" => {
-                let parsed: Result<SaveForSampler, _> = serde_json::from_value(call.body.clone());
-                let Ok(save) = parsed else {
+            "save_weights_for_sampler" | "save_weights" => {
+                let kind = if call.kind == "save_weights" {
+                    SaveKind::Training
+                } else {
+                    SaveKind::Sampler
+                };
+                let Ok(save) = serde_json::from_value::<Save>(call.body.clone()) else {
                     return Ok((
                         resident,
-                        Err(failure("malformed save_weights_for_sampler call", false)),
+                        Err(failure(format!("malformed {} call", kind.call()), false)),
                     ));
                 };
-                self.save_for_sampler(lease, heartbeat, spec, resident, &save).await
+                self.save(lease, heartbeat, spec, resident, &save, kind).await
+            }
+            "load_weights" => {
+                let Ok(load) = serde_json::from_value::<Load>(call.body.clone()) else {
+                    return Ok((resident, Err(failure("malformed load_weights call", false))));
+                };
+                let pool = lease.queue().pool();
+                let find = || clients::saved_source(pool, lease.job().org_id, &load.path);
+                let source =
+                    persist("reading the saved path", heartbeat, is_transient_db_error, find)
+                        .await
+                        .map_err(|e| retryable("reading the saved path", e))?;
+                let Some(source) = source else {
+                    let message = format!("no weights were saved at {:?}", load.path);
+                    return Ok((resident, Err(failure(message, true))));
+                };
+                let restore =
+                    Restore { job_id: source.job_id, step: source.step, optimizer: load.optimizer };
+                let (resident, restored) = self.restore(heartbeat, resident, &restore).await?;
+                let outcome = restored.map_err(call_failure).and_then(|()| {
+                    json_result(&json!({"path": load.path, "type": "load_weights"}))
+                });
+                Ok((resident, outcome))
             }
             clients::REFUSED => {
                 let message = call.body["error"].as_str().unwrap_or("refused").to_string();
@@ -282,15 +357,17 @@ impl TrainingHandler {
         }
     }
 
-    /// Saves the weights as a checkpoint of the client's queue row (a Verity model), records its
-    /// `tinker://` path, and opens a sampling session on it when the SDK asks for one.
-    async fn save_for_sampler(
+    /// Saves the weights and the optimizer's state as a checkpoint of the client's queue row (a
+    /// Verity model), records its `tinker://` path, and opens a sampling session on it when
+    /// the SDK asks for one.
+    async fn save(
         &self,
         lease: &Lease,
         heartbeat: &Heartbeat,
         spec: &ClientSpec,
         resident: Resident,
-        save: &SaveForSampler,
+        save: &Save,
+        kind: SaveKind,
     ) -> Result<(Resident, CallOutcome), Stop> {
         let job = lease.job();
         let pool = lease.queue().pool();
@@ -300,11 +377,12 @@ impl TrainingHandler {
         remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
         let (save_dir, base) = (dir.clone(), spec.base_model.clone());
         let (resident, saved) = tokio::task::spawn_blocking(move || {
+            // Every save holds the optimizer too: one folder per step, whichever call saved it.
             let saved = save_checkpoint(
                 &save_dir,
                 resident.trainer.model(),
                 Some(&resident.tokenizer),
-                None,
+                Some(&resident.trainer.optimizer().adamw),
                 &base,
             );
             (resident, saved)
@@ -331,13 +409,13 @@ impl TrainingHandler {
             .ok_or_else(|| retryable("reading the client", "its row is gone"))?;
         let model = verity_core::models::checkpoint_model_name(&record.output_model_name(), step);
         let name = save.path.clone().unwrap_or_else(|| format!("step-{step}"));
-        let path = format!("tinker://{}/sampler_weights/{name}", job.id);
-        let saved = clients::SavedWeights { path: &path, kind: "sampler", step, model: &model };
+        let path = format!("tinker://{}/{}/{name}", job.id, kind.segment());
+        let saved = clients::SavedWeights { path: &path, kind: kind.as_str(), step, model: &model };
         let record_path = || clients::record_checkpoint(pool, job.org_id, &spec.model_id, &saved);
         persist("recording the path", heartbeat, is_transient_db_error, record_path)
             .await
             .map_err(|e| retryable("recording the path", e))?;
-        let mut result = json!({"path": path, "model": model, "type": "save_weights_for_sampler"});
+        let mut result = json!({"path": path, "model": model, "type": kind.call()});
         if let Some(seq) = save.sampling_session_seq_id {
             let open = || {
                 verity_core::tinker::create_sampling_session(
@@ -357,8 +435,31 @@ impl TrainingHandler {
                 None => return Ok((resident, Err(failure("the session has ended", true)))),
             }
         }
-        tracing::info!(job_id = %job.id, step, model, "tinker weights saved for sampling");
+        tracing::info!(job_id = %job.id, step, model, kind = kind.as_str(), "tinker weights saved");
         Ok((resident, json_result(&result)))
+    }
+
+    /// Fetches the checkpoint `restore` names and loads it into the resident model.
+    async fn restore(
+        &self,
+        heartbeat: &Heartbeat,
+        mut resident: Resident,
+        restore: &Restore,
+    ) -> Result<(Resident, crate::tinker::Result<()>), Stop> {
+        let root = self.config.cache_dir.join("jobs");
+        let dir = root.join(&restore.job_id).join(format!("restore-{}", restore.step));
+        let prefix = verity_core::keys::checkpoint(&restore.job_id, restore.step);
+        let fetch = || cached_folder(self.store.as_ref(), &prefix, &root, &dir);
+        let dir = persist("downloading saved weights", heartbeat, transient_chain, fetch)
+            .await
+            .map_err(|e| retryable("downloading saved weights", e))?;
+        let optimizer = restore.optimizer;
+        tokio::task::spawn_blocking(move || {
+            let restored = resident.trainer.restore(&dir, optimizer);
+            (resident, restored)
+        })
+        .await
+        .map_err(|e| retryable("loading saved weights", e))
     }
 }
 

@@ -157,6 +157,24 @@ impl TinkerTrainer {
         Ok(metrics)
     }
 
+    /// Loads the weights of checkpoint folder `dir` (written by
+    /// [`crate::checkpoint::save_checkpoint`] for a model of the same shape and adapters) and,
+    /// with `optimizer`, its Adam state; gradients waiting for a step are dropped.
+    pub fn restore(&mut self, dir: &std::path::Path, optimizer: bool) -> Result<()> {
+        crate::checkpoint::restore_weights(&mut self.model, dir)?;
+        // Loading an adapter makes new parameters: the optimizer is rebuilt over them, with the
+        // saved moments or fresh ones (the rate and clip come with each step's settings).
+        let adam = self.optimizer.adamw.config.clone();
+        let (schedule, clip) = (self.optimizer.schedule.clone(), self.optimizer.max_grad_norm);
+        self.optimizer = if optimizer {
+            PolicyOptimizer::restore(&self.model, dir, schedule, clip)?
+        } else {
+            PolicyOptimizer::new(&self.model, adam, schedule, clip)?
+        };
+        self.pending = 0;
+        Ok(())
+    }
+
     /// `forward_backward` calls whose gradients wait for the next step.
     pub fn pending_backwards(&self) -> usize {
         self.pending

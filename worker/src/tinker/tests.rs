@@ -198,3 +198,32 @@ fn bad_calls_are_the_caller_s_errors_and_change_nothing() {
     assert_eq!(trainer.steps(), 0);
     assert_eq!(weights(&trainer), before);
 }
+
+#[test]
+fn a_saved_state_restores_the_weights_and_with_them_the_optimizer() {
+    let data = vec![datum(&[5, 9, 12, 3], 7)];
+    let adam = AdamParams { learning_rate: 1e-2, ..AdamParams::default() };
+    let mut trained = trainer(true);
+    for _ in 0..2 {
+        trained.forward_backward(&call(LossFn::CrossEntropy, data.clone())).unwrap();
+        trained.optim_step(&adam).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let optimizer = Some(&trained.optimizer().adamw);
+    crate::checkpoint::save_checkpoint(dir.path(), trained.model(), None, optimizer, "tiny")
+        .unwrap();
+    // Weights only: the same weights, fresh moments.
+    let mut weights_only = trainer(true);
+    weights_only.restore(dir.path(), false).unwrap();
+    assert_eq!(weights(&weights_only), weights(&trained));
+    assert_eq!(weights_only.steps(), 0);
+    // With the optimizer: the next step is the one the saved client would have taken.
+    let mut resumed = trainer(true);
+    resumed.restore(dir.path(), true).unwrap();
+    assert_eq!(resumed.steps(), 2);
+    for t in [&mut trained, &mut resumed] {
+        t.forward_backward(&call(LossFn::CrossEntropy, data.clone())).unwrap();
+        t.optim_step(&adam).unwrap();
+    }
+    assert_eq!(weights(&resumed), weights(&trained));
+}

@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use verity_core::tinker::clients::{self, CreateClientError, EnqueueCallError, NewClient};
+use verity_core::tinker::clients::{self, CreateClientError, EnqueueCallError, NewClient, Restore};
 use verity_core::tinker::training::AdamParams;
 
 /// Largest LoRA rank a client may ask for.
@@ -85,8 +85,18 @@ pub async fn create_model(
         lora_rank: body.lora_config.as_ref().map(|l| l.rank),
         seed: body.lora_config.as_ref().and_then(|l| l.seed).unwrap_or(0),
         user_id: Some(principal.user_id),
+        restore: None,
     };
-    let created = clients::create_client(&state.queue, principal.org_id, &client).await.map_err(
+    create(&state, &principal, &client).await
+}
+
+/// Queues a new client and answers its future.
+async fn create(
+    state: &AppState,
+    principal: &Principal,
+    client: &NewClient<'_>,
+) -> ApiResult<Json<Value>> {
+    let created = clients::create_client(&state.queue, principal.org_id, client).await.map_err(
         |e| match e {
             CreateClientError::NoSession(id) => ApiError::not_found("session", &id),
             CreateClientError::Queue(e) => e.into(),
@@ -225,7 +235,7 @@ pub async fn optim_step(
     enqueue(&state, &principal, &body.model_id, body.seq_id, "optim_step", &call).await
 }
 
-/// Body of `save_weights_for_sampler`, `save_weights` and `load_weights` on a client.
+/// Body of `save_weights_for_sampler` and `save_weights`.
 #[derive(Debug, Deserialize)]
 pub struct SaveWeights {
     #[serde(default)]
@@ -276,30 +286,98 @@ pub async fn save_weights_for_sampler(
     enqueue(&state, &principal, model_id, seq_id, "save_weights_for_sampler", &call).await
 }
 
-/// `save_weights` / `load_weights` on a client: queued in the client's order (so the calls after
-/// them run) and answered by its worker with an error naming them, until they are served.
+/// `save_weights` (`save_state`): the weights and the optimizer's state, saved as a Verity model
+/// under `tinker://<run>/weights/<name>`, for `load_state` or a new client to start from.
 pub async fn save_weights(
     principal: Principal,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<SaveWeights>,
 ) -> ApiResult<Json<Value>> {
     let (model_id, seq_id) = ordered(&body)?;
-    enqueue(&state, &principal, model_id, seq_id, "save_weights", &json!({})).await
+    if let Err(error) = check_save_name(&body.path) {
+        return Err(refuse(&state, &principal, Some((model_id, seq_id)), error).await);
+    }
+    let call = json!({ "path": body.path });
+    enqueue(&state, &principal, model_id, seq_id, "save_weights", &call).await
 }
 
-/// See [`save_weights`]; creating a client from saved state (no `model_id`) is refused at once.
+/// Body of `load_weights`.
+#[derive(Debug, Deserialize)]
+pub struct LoadWeights {
+    #[serde(default)]
+    model_id: Option<String>,
+    #[serde(default)]
+    seq_id: Option<i32>,
+    path: String,
+    #[serde(default)]
+    optimizer: bool,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    model_seq_id: Option<i64>,
+}
+
+/// `load_weights`: into a client (`load_state`, `load_state_with_optimizer`), in its order; or,
+/// without `model_id`, a new client that starts from the saved weights
+/// (`create_training_client_from_state`), on their model with their adapter rank.
 pub async fn load_weights(
     principal: Principal,
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<SaveWeights>,
+    ApiJson(body): ApiJson<LoadWeights>,
 ) -> ApiResult<Json<Value>> {
-    if body.model_id.is_none() {
-        return Err(ApiError::invalid(
-            "path",
-            "creating a training client from saved state is not served yet (docs/tinker.md)",
-        )
-        .with_code("tinker_call_not_served"));
+    let source = clients::saved_source(&state.pool, principal.org_id, &body.path).await?;
+    let unknown = || {
+        ApiError::invalid("path", format!("no weights were saved at {:?} (save_state)", body.path))
+    };
+    let Some(model_id) = body.model_id.as_deref() else {
+        let source = source.ok_or_else(unknown)?;
+        let session_id = body
+            .session_id
+            .as_deref()
+            .ok_or_else(|| ApiError::invalid("session_id", "required"))?;
+        let client = NewClient {
+            session_id,
+            seq: body.model_seq_id.unwrap_or(0),
+            base_model: &source.base_model,
+            lora_rank: source.lora_rank.map(|r| r as u32),
+            seed: 0,
+            user_id: Some(principal.user_id),
+            restore: Some(Restore {
+                job_id: source.job_id,
+                step: source.step,
+                optimizer: body.optimizer,
+            }),
+        };
+        return create(&state, &principal, &client).await;
+    };
+    let seq_id = body.seq_id.ok_or_else(|| ApiError::invalid("seq_id", "required"))?;
+    let order = Some((model_id, seq_id));
+    let Some(source) = source else {
+        return Err(refuse(&state, &principal, order, unknown()).await);
+    };
+    if let Some(client) = clients::client(&state.pool, principal.org_id, model_id).await? {
+        if (client.base_model.as_str(), client.lora_rank)
+            != (source.base_model.as_str(), source.lora_rank)
+        {
+            let error = ApiError::invalid(
+                "path",
+                format!(
+                    "{:?} holds weights of {} ({}); this client trains {} ({})",
+                    body.path,
+                    source.base_model,
+                    adapter(source.lora_rank),
+                    client.base_model,
+                    adapter(client.lora_rank)
+                ),
+            );
+            return Err(refuse(&state, &principal, order, error).await);
+        }
     }
-    let (model_id, seq_id) = ordered(&body)?;
-    enqueue(&state, &principal, model_id, seq_id, "load_weights", &json!({})).await
+    let call = json!({ "path": body.path, "optimizer": body.optimizer });
+    enqueue(&state, &principal, model_id, seq_id, "load_weights", &call).await
+}
+
+/// A client's adapter, in words.
+fn adapter(lora_rank: Option<i32>) -> String {
+    lora_rank.map_or("every weight".into(), |r| format!("LoRA rank {r}"))
 }
