@@ -183,16 +183,23 @@ impl AdamParams {
 /// What `optim_step` returns: `name:reduction` → value.
 pub type OptimStepOutput = BTreeMap<String, f64>;
 
-/// A bad datum: where (`data[i].loss_fn_inputs.weights`, …) and why.
+/// A bad field of a call: where (`data[i].loss_fn_inputs.weights`, …) and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatumError {
+pub struct FieldError {
     /// The JSON-path-like place of the problem.
     pub field: String,
     /// What is wrong there.
     pub message: String,
 }
 
-impl std::fmt::Display for DatumError {
+impl FieldError {
+    /// The problem `message` at `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), message: message.into() }
+    }
+}
+
+impl std::fmt::Display for FieldError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.field, self.message)
     }
@@ -201,15 +208,15 @@ impl std::fmt::Display for DatumError {
 impl ForwardBackward {
     /// Checks every datum against the loss: non-empty input, one value per position in each
     /// input, the inputs the loss needs present, finite values, targets below `vocab_size`.
-    pub fn check(&self, vocab_size: usize) -> Result<(), DatumError> {
+    pub fn check(&self, vocab_size: usize) -> Result<(), FieldError> {
         if self.data.is_empty() {
-            return Err(DatumError { field: "data".into(), message: "no datums".into() });
+            return Err(FieldError { field: "data".into(), message: "no datums".into() });
         }
         if !(self.clip.low.is_finite() && self.clip.high.is_finite())
             || self.clip.low < 0.0
             || self.clip.low > self.clip.high
         {
-            return Err(DatumError {
+            return Err(FieldError {
                 field: "loss_fn_config".into(),
                 message: format!(
                     "clip_low_threshold ({}) and clip_high_threshold ({}) must be finite with \
@@ -219,7 +226,7 @@ impl ForwardBackward {
             });
         }
         for (i, datum) in self.data.iter().enumerate() {
-            datum.check(self.loss_fn, vocab_size).map_err(|(input, message)| DatumError {
+            datum.check(self.loss_fn, vocab_size).map_err(|(input, message)| FieldError {
                 field: match input {
                     "model_input" => format!("data[{i}].model_input"),
                     input => format!("data[{i}].loss_fn_inputs.{input}"),

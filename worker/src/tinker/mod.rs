@@ -16,7 +16,7 @@ use crate::WorkerError;
 use candle_core::{DType, Tensor};
 use std::collections::BTreeMap;
 use verity_core::tinker::training::{
-    AdamParams, DatumError, ForwardBackward, ForwardBackwardOutput, LossFn, OptimStepOutput,
+    AdamParams, FieldError, ForwardBackward, ForwardBackwardOutput, LossFn, OptimStepOutput,
 };
 
 /// Why a training call failed.
@@ -24,7 +24,7 @@ use verity_core::tinker::training::{
 pub enum TinkerCallError {
     /// The call's data does not fit the loss or the model (the caller's mistake).
     #[error("{0}")]
-    Input(DatumError),
+    Input(FieldError),
     /// `optim_step`'s settings are out of range (the caller's mistake).
     #[error("adam_params.{field}: {message}")]
     Adam {

@@ -258,6 +258,9 @@ const LONG_POLL: Duration = Duration::from_secs(25);
 /// The longest wait between two reads of a pending training call's future.
 const TRAINING_POLL: Duration = Duration::from_millis(20);
 
+/// How often a poll on a training call checks that its client has not ended.
+const ORPHAN_CHECK: Duration = Duration::from_secs(1);
+
 /// A stored result as the SDK reads it: `forward_backward` results are stored as JSON by the
 /// worker and sent as the protobuf the SDK requires; the rest as stored.
 fn result_response(kind: &str, content_type: String, result: Vec<u8>) -> Response {
@@ -300,6 +303,7 @@ async fn poll_future(
 ) -> ApiResult<Response> {
     let deadline = tokio::time::Instant::now() + LONG_POLL;
     let mut wait = Duration::from_millis(20);
+    let mut orphan_checked: Option<tokio::time::Instant> = None;
     loop {
         let ended = signal.notified();
         tokio::pin!(ended);
@@ -316,10 +320,12 @@ async fn poll_future(
             return Ok(result_response(&future.kind, content_type, result));
         }
         // A training call runs on its client's worker: when the client has ended, its
-        // future fails now rather than leave the SDK polling.
+        // future fails now rather than leave the SDK polling (checked when the poll starts,
+        // then every ORPHAN_CHECK, not at every read).
         let training = future.kind == "create_model"
             || verity_core::tinker::clients::ORDERED_CALLS.contains(&future.kind.as_str());
-        if training {
+        if training && orphan_checked.is_none_or(|at| at.elapsed() >= ORPHAN_CHECK) {
+            orphan_checked = Some(tokio::time::Instant::now());
             let pool = &state.pool;
             if verity_core::tinker::clients::fail_if_orphaned(
                 pool,

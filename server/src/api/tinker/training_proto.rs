@@ -6,7 +6,7 @@ use super::proto::float32s;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
 use verity_core::tinker::training::{
-    ClipThresholds, Datum, ForwardBackward, ForwardBackwardOutput, LossFn,
+    ClipThresholds, Datum, FieldError, ForwardBackward, ForwardBackwardOutput, LossFn,
 };
 
 /// Element type of a tensor.
@@ -189,19 +189,6 @@ pub struct WireForwardBackwardOutput {
     pub metrics: HashMap<String, f64>,
 }
 
-/// A problem of a request: its field (JSON-path style) and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// Where.
-    pub field: String,
-    /// What.
-    pub message: String,
-}
-
-fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    FieldError { field: field.into(), message: message.into() }
-}
-
 /// A decoded `forward_backward` request: which client, its order, and the call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedForwardBackward {
@@ -228,7 +215,7 @@ pub struct Refused {
 pub fn decode_forward_backward(body: &[u8]) -> Result<DecodedForwardBackward, Refused> {
     let request = ForwardBackwardRequest::decode(body).map_err(|e| Refused {
         order: None,
-        error: field_error("body", format!("not a ForwardBackwardRequest protobuf: {e}")),
+        error: FieldError::new("body", format!("not a ForwardBackwardRequest protobuf: {e}")),
     })?;
     let refused =
         |error| Refused { order: Some((request.model_id.clone(), request.seq_id)), error };
@@ -240,7 +227,7 @@ pub fn decode_forward_backward(body: &[u8]) -> Result<DecodedForwardBackward, Re
 fn read_call(request: &ForwardBackwardRequest) -> Result<ForwardBackward, FieldError> {
     let loss_fn = LossFn::parse(&request.loss_fn).ok_or_else(|| {
         let served: Vec<&str> = LossFn::ALL.iter().map(|l| l.as_str()).collect();
-        field_error(
+        FieldError::new(
             "loss_fn",
             format!("{:?} is not served; Verity serves {}", request.loss_fn, served.join(", ")),
         )
@@ -253,7 +240,7 @@ fn read_call(request: &ForwardBackwardRequest) -> Result<ForwardBackward, FieldE
         .map(|(i, datum)| read_datum(i, datum, loss_fn))
         .collect::<Result<Vec<_>, _>>()?;
     let call = ForwardBackward { data, loss_fn, clip, forward_only: request.forward_only };
-    call.check(usize::MAX).map_err(|e| field_error(e.field, e.message))?;
+    call.check(usize::MAX)?;
     Ok(call)
 }
 
@@ -269,7 +256,7 @@ fn clip_thresholds(
                 settings.insert(key, *n);
             }
             _ => {
-                return Err(field_error(
+                return Err(FieldError::new(
                     format!("loss_fn_config.{key}"),
                     "must be a number for the built-in losses",
                 ))
@@ -287,7 +274,7 @@ fn clip_thresholds(
             _ => {
                 let known = loss_fn.known_config();
                 let reads = if known.is_empty() { "nothing".into() } else { known.join(", ") };
-                return Err(field_error(
+                return Err(FieldError::new(
                     format!("loss_fn_config.{key}"),
                     format!("not a setting of the {} loss (it reads {reads})", loss_fn.as_str()),
                 ));
@@ -306,7 +293,7 @@ fn read_datum(i: usize, datum: &WireDatum, loss_fn: LossFn) -> Result<Datum, Fie
                 tokens.extend(token_ids(&text.tokens, 4, &field)?);
             }
             None => {
-                return Err(field_error(
+                return Err(FieldError::new(
                     format!("data[{i}].model_input.chunks[{c}]"),
                     "only text chunks are served (no image or audio chunks)",
                 ))
@@ -317,7 +304,7 @@ fn read_datum(i: usize, datum: &WireDatum, loss_fn: LossFn) -> Result<Datum, Fie
     for (name, tensor) in &datum.loss_fn_inputs {
         let field = format!("data[{i}].loss_fn_inputs.{name}");
         if !loss_fn.known_inputs().contains(&name.as_str()) {
-            return Err(field_error(
+            return Err(FieldError::new(
                 field,
                 format!(
                     "not an input of the {} loss (it reads {})",
@@ -329,12 +316,12 @@ fn read_datum(i: usize, datum: &WireDatum, loss_fn: LossFn) -> Result<Datum, Fie
         inputs.insert(name.as_str(), (field, tensor));
     }
     let Some((field, targets)) = inputs.remove("target_tokens") else {
-        return Err(field_error(format!("data[{i}].loss_fn_inputs.target_tokens"), "required"));
+        return Err(FieldError::new(format!("data[{i}].loss_fn_inputs.target_tokens"), "required"));
     };
     let target_tokens = match (DType::try_from(targets.dtype), vector(targets, &field)?) {
         (Ok(DType::Int64), bytes) => token_ids(bytes, 8, &field)?,
         (Ok(DType::Int32), bytes) => token_ids(bytes, 4, &field)?,
-        _ => return Err(field_error(field, "must be int64 or int32 token ids")),
+        _ => return Err(FieldError::new(field, "must be int64 or int32 token ids")),
     };
     let mut floats = |name: &str| -> Result<Option<Vec<f32>>, FieldError> {
         let Some((field, tensor)) = inputs.remove(name) else { return Ok(None) };
@@ -348,7 +335,7 @@ fn read_datum(i: usize, datum: &WireDatum, loss_fn: LossFn) -> Result<Datum, Fie
                 .chunks_exact(2)
                 .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
                 .collect(),
-            _ => return Err(field_error(field, "must be float32 (or bfloat16) values")),
+            _ => return Err(FieldError::new(field, "must be float32 (or bfloat16) values")),
         };
         Ok(Some(values))
     };
@@ -365,21 +352,22 @@ fn read_datum(i: usize, datum: &WireDatum, loss_fn: LossFn) -> Result<Datum, Fie
 fn vector<'a>(tensor: &'a Tensor, field: &str) -> Result<&'a [u8], FieldError> {
     match &tensor.encoding {
         Some(Encoding::Dense(bytes)) if tensor.shape.len() <= 1 => Ok(bytes),
-        Some(Encoding::Dense(_)) => Err(field_error(
+        Some(Encoding::Dense(_)) => Err(FieldError::new(
             field,
             format!("must be one value per position, got shape {:?}", tensor.shape),
         )),
-        Some(Encoding::SparseCsr(_)) => {
-            Err(field_error(field, "sparse tensors are not served; send one value per position"))
-        }
-        None => Err(field_error(field, "has no values")),
+        Some(Encoding::SparseCsr(_)) => Err(FieldError::new(
+            field,
+            "sparse tensors are not served; send one value per position",
+        )),
+        None => Err(FieldError::new(field, "has no values")),
     }
 }
 
 /// Little-endian signed integers of `width` bytes as token ids.
 fn token_ids(bytes: &[u8], width: usize, field: &str) -> Result<Vec<u32>, FieldError> {
     if !bytes.len().is_multiple_of(width) {
-        return Err(field_error(
+        return Err(FieldError::new(
             field,
             format!("{} bytes is not a whole number of ids", bytes.len()),
         ));
@@ -392,7 +380,7 @@ fn token_ids(bytes: &[u8], width: usize, field: &str) -> Result<Vec<u32>, FieldE
             } else {
                 i64::from(i32::from_le_bytes(b.try_into().unwrap_or_default()))
             };
-            u32::try_from(id).map_err(|_| field_error(field, format!("{id} is not a token id")))
+            u32::try_from(id).map_err(|_| FieldError::new(field, format!("{id} is not a token id")))
         })
         .collect()
 }
