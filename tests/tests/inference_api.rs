@@ -805,30 +805,8 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
         return;
     };
     let stack = stack(pool.clone()).await;
-    // Training workers beside the inference worker: each claims a client and holds it.
-    let store: Arc<dyn ObjectStore> =
-        Arc::new(LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap());
-    let handler = verity_worker::job::TrainingHandler::new(
-        store,
-        verity_worker::job::TrainingHandlerConfig {
-            cache_dir: stack.dir.path().join("training-cache"),
-            device: candle_core::Device::Cpu,
-            grader_workers: 1,
-        },
-    );
     // Two: a worker holds one client at a time, and the script makes a second from saved state.
-    let handler = Arc::new(handler);
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            tokio::spawn(verity_core::queue::run_worker(
-                Queue::new(pool.clone(), QueueSettings::default()),
-                WorkerInfo::new(DeviceKind::Cpu, 4096),
-                handler.clone(),
-                verity_core::queue::RunnerOptions::default(),
-                stack.shutdown.clone(),
-            ))
-        })
-        .collect();
+    let workers = training_workers(&pool, &stack, 2, None).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let stdout = run_sdk(&python, TINKER_TRAINING_SCRIPT, &stack, &[("KEY", &key)]).await;
     // One trainer underneath: the sampler's log-probabilities of the trained weights are the
@@ -855,19 +833,189 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
         chat(&stack, &key, json!({"model": model, "messages": messages, "max_tokens": 2})).await;
     assert_eq!(status, 200, "{reply}");
     // The SDK closed its session: the workers released both clients.
+    all_clients_end(&pool, 2).await;
+    stack.shutdown.cancel();
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+/// Training workers beside `stack`'s inference worker, each claiming and holding one Tinker
+/// client at a time; `idle` parks a client after that long without a call.
+async fn training_workers(
+    pool: &PgPool,
+    stack: &Stack,
+    count: usize,
+    idle: Option<Duration>,
+) -> Vec<tokio::task::JoinHandle<usize>> {
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap());
+    let mut handler = verity_worker::job::TrainingHandler::new(
+        store,
+        verity_worker::job::TrainingHandlerConfig {
+            cache_dir: stack.dir.path().join("training-cache"),
+            device: candle_core::Device::Cpu,
+            grader_workers: 1,
+        },
+    );
+    if let Some(idle) = idle {
+        handler = handler.with_tinker_idle(idle);
+    }
+    let handler = Arc::new(handler);
+    (0..count)
+        .map(|_| {
+            tokio::spawn(verity_core::queue::run_worker(
+                Queue::new(pool.clone(), QueueSettings::default()),
+                WorkerInfo::new(DeviceKind::Cpu, 4096),
+                handler.clone(),
+                verity_core::queue::RunnerOptions::default(),
+                stack.shutdown.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Waits until the `count` Tinker clients have all ended `succeeded` (their session closed).
+async fn all_clients_end(pool: &PgPool, count: usize) {
     let started = Instant::now();
     loop {
         let states: Vec<String> =
             sqlx::query_scalar("SELECT state FROM jobs WHERE kind = 'tinker' ORDER BY id")
-                .fetch_all(&pool)
+                .fetch_all(pool)
                 .await
                 .unwrap();
-        if states.len() == 2 && states.iter().all(|s| s == "succeeded") {
+        if states.len() == count && states.iter().all(|s| s == "succeeded") {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "the clients are {states:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// An idle training client is parked and comes back exactly as it was (docs/tinker.md): two
+/// steps, the state saved; idle past the limit, so its worker saves it and frees itself; the
+/// next call restores it (the same loss, and the same next step as a client started from the
+/// saved state with its optimizer); then a rewind to the saved state and a different step saves
+/// beside the earlier save, not over it; `weights_info` of a path; deleting paths (a checkpoint
+/// another path still holds stays). Prints the saved paths as `PATHS {json}` and each one's
+/// Verity model before the deletes as `SAVED {json}`.
+const TINKER_PARKING_SCRIPT: &str = r#"
+import json, os, time, tinker, urllib.request
+from tinker import types
+connection = dict(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
+idle = float(os.environ["IDLE_SECS"])
+sc = tinker.ServiceClient(**connection)
+tc = sc.create_lora_training_client(base_model="tiny-llama", rank=4).result()
+tokens = [5, 9, 12, 3, 7]
+datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 4})
+def step(client, lr=2e-2):
+    client.forward_backward([datum], "cross_entropy")
+    client.optim_step(types.AdamParams(learning_rate=lr)).result()
+def loss_now(client):
+    return client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+for _ in range(2):
+    step(tc)
+state = tc.save_state("s2").result().path
+sampler = tc.save_weights_for_sampler("a2").result().path
+before = loss_now(tc)
+time.sleep(idle * 4)
+after = loss_now(tc)
+assert abs(after - before) < 1e-5, (after, before)
+fork = sc.create_training_client_from_state_with_optimizer(state)
+for client in (tc, fork):
+    step(client)
+assert abs(loss_now(fork) - loss_now(tc)) < 1e-4, (loss_now(fork), loss_now(tc))
+c3 = tc.save_weights_for_sampler("c3").result().path
+tc.load_state_with_optimizer(state).result()
+assert abs(loss_now(tc) - before) < 1e-5, (loss_now(tc), before)
+step(tc, lr=5e-2)
+d3 = tc.save_weights_for_sampler("d3").result().path
+print("PATHS " + json.dumps({"state": state, "sampler": sampler, "c3": c3, "d3": d3}))
+run_id = state.split("/")[2]
+listing = urllib.request.Request(
+    os.environ["VERITY_BASE"] + "/api/v1/training_runs/" + run_id + "/checkpoints",
+    headers={"X-API-Key": "tml-" + os.environ["KEY"]})
+saved = json.load(urllib.request.urlopen(listing))["checkpoints"]
+print("SAVED " + json.dumps({c["tinker_path"]: c["verity_model"] for c in saved}))
+rc = tinker.RestClient(**connection)
+info = rc.get_weights_info_by_tinker_path(state).result()
+assert info.base_model == "tiny-llama" and info.is_lora and info.lora_rank == 4, info
+rc.delete_checkpoint_from_tinker_path(sampler).result()
+rc.delete_checkpoint_from_tinker_path(c3).result()
+listed = [c.tinker_path for c in rc.list_checkpoints(run_id).result().checkpoints]
+assert sampler not in listed and c3 not in listed and state in listed and d3 in listed, listed
+try:
+    rc.get_weights_info_by_tinker_path(c3).result()
+    raise SystemExit("weights_info of a deleted path")
+except tinker.NotFoundError:
+    pass
+tc.load_state(state).result()
+assert abs(loss_now(tc) - before) < 1e-5, (loss_now(tc), before)
+sc.close("success").result()
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) {
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    let idle = Duration::from_secs(1);
+    let workers = training_workers(&pool, &stack, 2, Some(idle)).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let idle_secs = idle.as_secs().to_string();
+    let env = [("KEY", key.as_str()), ("IDLE_SECS", idle_secs.as_str())];
+    let stdout = run_sdk(&python, TINKER_PARKING_SCRIPT, &stack, &env).await;
+    let paths: Value = serde_json::from_str(
+        stdout.lines().find_map(|l| l.strip_prefix("PATHS ")).expect("the script's paths"),
+    )
+    .unwrap();
+    let models: Value = serde_json::from_str(
+        stdout.lines().find_map(|l| l.strip_prefix("SAVED ")).expect("the saved models"),
+    )
+    .unwrap();
+    // The checkpoint under each path, from its model's name (`…:ckpt-step-<N>`).
+    let saved_at = |path: &Value| -> i32 {
+        let model = models[path.as_str().unwrap()].as_str().unwrap();
+        model.rsplit("ckpt-step-").next().unwrap().parse().unwrap()
+    };
+    // Saves are numbered by the optimizer step, two saves of one state sharing a checkpoint
+    // ("c3" would be 4 had "a2" taken 3); the rewound third step is a new checkpoint beside
+    // the first third step's.
+    assert_eq!(saved_at(&paths["state"]), 2);
+    assert_eq!(saved_at(&paths["sampler"]), 2);
+    assert_eq!(saved_at(&paths["c3"]), 3);
+    let d3 = saved_at(&paths["d3"]);
+    assert!(d3 > 3, "the rewound step was saved over checkpoint {d3}");
+    // The deleted paths: checkpoint 3 (its only path) is gone with its files; checkpoint 2
+    // stays, "s2" still holding it.
+    let run = paths["state"].as_str().unwrap().split('/').nth(2).unwrap().to_string();
+    let steps: Vec<i32> =
+        sqlx::query_scalar("SELECT step FROM checkpoints WHERE job_id = $1 ORDER BY step")
+            .bind(&run)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(steps.contains(&2) && steps.contains(&d3) && !steps.contains(&3), "{steps:?}");
+    let objects = stack.dir.path().join("objects").join(verity_core::keys::checkpoint(&run, 3));
+    assert!(!objects.join("manifest.json").exists(), "{} is still there", objects.display());
+    // The client was parked (its row paused, its worker freed) and claimed again.
+    let transitions: Vec<String> = sqlx::query_scalar(
+        "SELECT message FROM job_events WHERE job_id = $1 AND kind = 'state' ORDER BY id",
+    )
+    .bind(&run)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(transitions.iter().any(|t| t == "running -> paused"), "{transitions:?}");
+    assert!(transitions.iter().any(|t| t == "paused -> queued"), "{transitions:?}");
+    // The session closed: held clients end as before, parked ones end with it.
+    all_clients_end(&pool, 2).await;
     stack.shutdown.cancel();
     for worker in workers {
         let _ = worker.await;

@@ -340,11 +340,58 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     let (status, _) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &other).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "another org's run is not found");
 
-    // The client ends (its worker stopped): the waiting call fails, new calls are refused.
-    sqlx::query("UPDATE jobs SET state = 'cancelled', finished_at = now()")
-        .execute(&pool)
+    // Saved weights are the org's: another org's `weights_info` and delete are 404s that change
+    // nothing; the owner's delete removes the path, and the checkpoint no other path holds.
+    let org: uuid::Uuid = sqlx::query_scalar("SELECT org_id FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_one(&pool)
         .await
         .unwrap();
+    // A checkpoint as the client's worker writes one, under its lease.
+    let worker = verity_core::queue::WorkerInfo::new(verity_core::queue::DeviceKind::Cpu, 4096);
+    let lease = app.state.queue.claim(&worker).await.unwrap().expect("the client's row");
+    let prefix = verity_core::keys::checkpoint(job_id, 0);
+    lease.checkpoint(0, &prefix, 0, None).await.unwrap();
+    let path = format!("tinker://{job_id}/weights/w0");
+    let saved = verity_core::tinker::clients::SavedWeights {
+        path: &path,
+        kind: "training",
+        step: 0,
+        model: "ft:tiny:w0",
+    };
+    let recorded =
+        verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved).await;
+    assert!(recorded.unwrap(), "the checkpoint exists");
+    let info = |key: &str| post("/api/v1/weights_info", key, json!({"tinker_path": path}));
+    assert_eq!(info(&b).await.status, StatusCode::NOT_FOUND);
+    let mine = info(&a).await;
+    assert_eq!(mine.status, StatusCode::OK, "{:?}", mine.json());
+    let expected = json!({"base_model": "tiny", "is_lora": true, "lora_rank": 4});
+    for field in ["base_model", "is_lora", "lora_rank"] {
+        assert_eq!(mine.json()[field], expected[field], "{:?}", mine.json());
+    }
+    let delete_uri = format!("/api/v1/training_runs/{job_id}/checkpoints/weights/w0");
+    let foreign = tinker(&app, Method::DELETE, &delete_uri, &b, json!({})).await;
+    assert_eq!(foreign.status, StatusCode::NOT_FOUND);
+    let held = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {table}"))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!((held("tinker_checkpoints").await, held("checkpoints").await), (1, 1));
+    let deleted = tinker(&app, Method::DELETE, &delete_uri, &a, json!({})).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert_eq!((held("tinker_checkpoints").await, held("checkpoints").await), (0, 0));
+    let again = tinker(&app, Method::DELETE, &delete_uri, &a, json!({})).await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+    assert_eq!(info(&a).await.status, StatusCode::NOT_FOUND);
+
+    // The client ends (its worker stopped): the waiting call fails, new calls are refused.
+    lease.fail("the worker stopped", false).await.unwrap();
     let retrieve = json!({"request_id": request, "allow_metadata_only": true});
     let failed = post("/api/v1/retrieve_future", &a, retrieve).await.json();
     assert_eq!(failed["category"], "server", "{failed}");

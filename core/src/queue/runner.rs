@@ -41,6 +41,9 @@ pub enum JobOutcome {
     Paused,
     /// The lease was lost; nothing more may be written.
     LeaseLost,
+    /// The handler already gave the job back and recorded the state it left it in (a parked
+    /// Tinker client); nothing more to record.
+    Released,
 }
 
 /// Runs one claimed job.
@@ -185,7 +188,7 @@ async fn run_one(
                 }
                 JobOutcome::Cancelled => lease.ack_cancel().await,
                 JobOutcome::Paused => lease.ack_pause().await,
-                JobOutcome::LeaseLost => Ok(()),
+                JobOutcome::LeaseLost | JobOutcome::Released => Ok(()),
             }
         },
     )
@@ -216,5 +219,6 @@ fn outcome_name(outcome: &JobOutcome) -> &'static str {
         JobOutcome::Cancelled => "cancelled",
         JobOutcome::Paused => "paused",
         JobOutcome::LeaseLost => "lease_lost",
+        JobOutcome::Released => "released",
     }
 }

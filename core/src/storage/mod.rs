@@ -10,7 +10,8 @@ mod signing;
 pub use key::validate_key;
 pub use local::{LocalStore, STALE_TEMP_AGE};
 pub use publish::{
-    download_folder, publish_folder, read_manifest, Manifest, ManifestEntry, MANIFEST,
+    delete_folder, download_folder, publish_folder, read_manifest, Manifest, ManifestEntry,
+    MANIFEST,
 };
 pub use s3::{S3Options, S3Store};
 pub use signing::UrlSigner;

@@ -89,6 +89,14 @@ async fn sha256_file(path: &Path) -> std::io::Result<(u64, String)> {
     Ok((size, hex::encode(hasher.finalize())))
 }
 
+/// Deletes the published folder at `prefix`: its manifest first, so that a half-deleted folder
+/// is never read as complete, then every object under it.
+pub async fn delete_folder(store: &dyn ObjectStore, prefix: &str) -> Result<(), StorageError> {
+    let prefix = format!("{}/", prefix.trim_end_matches('/'));
+    store.delete(&format!("{prefix}{MANIFEST}")).await?;
+    store.delete_prefix(&prefix).await.map(|_| ())
+}
+
 /// Uploads every file of `dir` under `prefix`, then the manifest; returns the manifest.
 /// A `manifest.json` inside `dir` is refused (it would be overwritten).
 pub async fn publish_folder(

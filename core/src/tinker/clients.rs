@@ -234,13 +234,17 @@ pub async fn enqueue_call(
     let Some(client) = client(pool, org_id, model_id).await? else {
         return Err(EnqueueCallError::NoClient(model_id.to_string()));
     };
-    if client.state.parse::<crate::JobState>().is_ok_and(|s| s.is_terminal()) {
-        return Err(EnqueueCallError::Ended {
-            model_id: model_id.to_string(),
-            state: client.state,
-        });
-    }
     let mut tx = pool.begin().await?;
+    // Held until the commit, so a worker parking the client sees this call or leaves the client
+    // parked for this call to wake.
+    let state =
+        sqlx::query_scalar!("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", client.job_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if state.parse::<crate::JobState>().is_ok_and(|s| s.is_terminal()) {
+        tx.rollback().await?;
+        return Err(EnqueueCallError::Ended { model_id: model_id.to_string(), state });
+    }
     let future_id = create_future_in(&mut tx, org_id, kind).await?;
     let queued = sqlx::query_scalar!(
         "INSERT INTO tinker_calls (model_id, seq_id, future_id, kind, body) \
@@ -255,6 +259,17 @@ pub async fn enqueue_call(
     .await?;
     match queued {
         Some(future_id) => {
+            if state == "paused" {
+                // A parked client: queued again, its next worker restores it and runs this call.
+                sqlx::query!(
+                    "UPDATE jobs SET state = 'queued', control = 'none', run_after = now() \
+                     WHERE id = $1 AND state = 'paused'",
+                    client.job_id
+                )
+                .execute(&mut *tx)
+                .await?;
+                tracing::info!(job_id = %client.job_id, model_id, "parked tinker client woken");
+            }
             tx.commit().await?;
             Ok(future_id)
         }
@@ -345,6 +360,115 @@ pub async fn finish_call(
     Ok(())
 }
 
+/// How [`park`] left a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parking {
+    /// Parked: its row is `paused`, its lease given back.
+    Parked,
+    /// A call is waiting: the worker keeps it and runs the call.
+    CallWaiting,
+    /// Its session has finished: nothing will call it again, so it ends instead.
+    SessionFinished,
+    /// The checkpoint is gone (its last path was deleted): save the state again, then park.
+    CheckpointGone,
+}
+
+/// Parks training client `model_id` held by `attempt`: records that checkpoint `checkpoint` of
+/// its queue row holds its state and gives the row back as `paused`, in one transaction, unless
+/// a call is waiting (and `force` is false). A call queued at the same time either is seen
+/// here or finds the row parked and queues it again ([`enqueue_call`] locks the row too).
+/// `LeaseLost` (and nothing written) when `attempt` no longer holds it.
+pub async fn park(
+    queue: &Queue,
+    model_id: &str,
+    attempt: i32,
+    checkpoint: i32,
+    force: bool,
+) -> Result<Parking, QueueError> {
+    let mut tx = queue.pool().begin().await?;
+    let held = sqlx::query_scalar!(
+        "SELECT j.id FROM jobs j JOIN tinker_models m ON m.job_id = j.id \
+         WHERE m.id = $1 AND j.attempt = $2 AND j.state = 'running' FOR UPDATE OF j",
+        model_id,
+        attempt
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(job_id) = held else {
+        tx.rollback().await?;
+        return Err(QueueError::LeaseLost { job_id: model_id.to_string(), attempt });
+    };
+    let waiting = sqlx::query_scalar!(
+        "SELECT EXISTS (SELECT 1 FROM tinker_calls c JOIN tinker_models m ON m.id = c.model_id \
+                        WHERE c.model_id = $1 AND c.seq_id >= m.next_seq) AS \"waiting!\"",
+        model_id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if waiting && !force {
+        tx.rollback().await?;
+        return Ok(Parking::CallWaiting);
+    }
+    // After the lock: a session that finishes from here on ends this row once it is parked.
+    let open = sqlx::query_scalar!(
+        "SELECT s.finished_at IS NULL AS \"open!\" FROM tinker_sessions s \
+         JOIN tinker_models m ON m.session_id = s.id WHERE m.id = $1",
+        model_id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if !open {
+        tx.rollback().await?;
+        return Ok(Parking::SessionFinished);
+    }
+    if !checkpoint_held(&mut tx, model_id, checkpoint).await? {
+        tx.rollback().await?;
+        return Ok(Parking::CheckpointGone);
+    }
+    sqlx::query!(
+        "UPDATE tinker_models SET parked_checkpoint = $2 WHERE id = $1",
+        model_id,
+        checkpoint
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "UPDATE jobs SET state = 'paused', worker_id = NULL, lease_expires_at = NULL, \
+                         control = 'none' WHERE id = $1",
+        job_id
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    tracing::info!(job_id, model_id, checkpoint, "tinker client parked");
+    Ok(Parking::Parked)
+}
+
+/// The checkpoint parked client `model_id` resumes from; `None` when it is not parked.
+pub async fn parked_checkpoint(pool: &PgPool, model_id: &str) -> Result<Option<i32>, sqlx::Error> {
+    let parked =
+        sqlx::query_scalar!("SELECT parked_checkpoint FROM tinker_models WHERE id = $1", model_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(parked.flatten())
+}
+
+/// Clears client `model_id`'s parked checkpoint once its worker restored it: from here on its
+/// state is the resident one, and a lost worker loses it (the client fails, not rewinds).
+pub async fn unpark(pool: &PgPool, model_id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!("UPDATE tinker_models SET parked_checkpoint = NULL WHERE id = $1", model_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The newest checkpoint of queue row `job_id`, if it has one.
+pub async fn last_checkpoint(pool: &PgPool, job_id: &str) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT max(step) FROM checkpoints WHERE job_id = $1", job_id)
+        .fetch_one(pool)
+        .await
+}
+
 /// Fails every call of `model_id` still waiting, with `error` (the client ended).
 pub async fn fail_waiting_calls(
     pool: &PgPool,
@@ -401,13 +525,20 @@ pub struct SavedWeights<'a> {
     pub model: &'a str,
 }
 
-/// Records weights training client `model_id` saved.
+/// Records weights training client `model_id` saved; false (nothing written) when checkpoint
+/// `saved.step` of its queue row is gone (its last path was deleted): save the state again.
 pub async fn record_checkpoint(
     pool: &PgPool,
     org_id: Uuid,
     model_id: &str,
     saved: &SavedWeights<'_>,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    // Held until the commit: a delete of the checkpoint's last path waits, then sees this one.
+    if !checkpoint_held(&mut tx, model_id, saved.step).await? {
+        tx.rollback().await?;
+        return Ok(false);
+    }
     sqlx::query!(
         "INSERT INTO tinker_checkpoints (path, org_id, model_id, kind, step, model) \
          VALUES ($1, $2, $3, $4, $5, $6) \
@@ -420,9 +551,86 @@ pub async fn record_checkpoint(
         saved.step,
         saved.model
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Whether checkpoint `step` of client `model_id`'s queue row exists, locking it against a
+/// delete until the transaction ends.
+async fn checkpoint_held(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    model_id: &str,
+    step: i32,
+) -> Result<bool, sqlx::Error> {
+    let held = sqlx::query_scalar!(
+        "SELECT c.step FROM checkpoints c JOIN tinker_models m ON m.job_id = c.job_id \
+         WHERE m.id = $1 AND c.step = $2 FOR SHARE OF c",
+        model_id,
+        step
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(held.is_some())
+}
+
+/// Deletes the weights saved under `tinker://` path `path` in `org_id`: `None` when there are
+/// none; else the store prefix of the checkpoint that held them when no other path (and no
+/// parked client) holds it any more, its row deleted too: the caller deletes its files.
+pub async fn delete_saved(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let Some(saved) = sqlx::query!(
+        "SELECT t.model_id, t.step, m.job_id FROM tinker_checkpoints t \
+         JOIN tinker_models m ON m.id = t.model_id WHERE t.path = $1 AND t.org_id = $2",
+        path,
+        org_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
+    // Locked first: a save recording another path onto this checkpoint meanwhile is seen below.
+    let prefix = sqlx::query_scalar!(
+        "SELECT storage_prefix FROM checkpoints WHERE job_id = $1 AND step = $2 FOR UPDATE",
+        saved.job_id,
+        saved.step
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    sqlx::query!("DELETE FROM tinker_checkpoints WHERE path = $1 AND org_id = $2", path, org_id)
+        .execute(&mut *tx)
+        .await?;
+    let held = sqlx::query_scalar!(
+        "SELECT EXISTS (SELECT 1 FROM tinker_checkpoints WHERE model_id = $1 AND step = $2) \
+             OR EXISTS (SELECT 1 FROM tinker_models WHERE id = $1 AND parked_checkpoint = $2) \
+         AS \"held!\"",
+        saved.model_id,
+        saved.step
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let orphan = match prefix {
+        Some(prefix) if !held => {
+            sqlx::query!(
+                "DELETE FROM checkpoints WHERE job_id = $1 AND step = $2",
+                saved.job_id,
+                saved.step
+            )
+            .execute(&mut *tx)
+            .await?;
+            Some(prefix)
+        }
+        _ => None,
+    };
+    tx.commit().await?;
+    Ok(Some(orphan))
 }
 
 /// A training client as a training run (`RestClient.list_training_runs`).

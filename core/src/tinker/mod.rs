@@ -62,6 +62,7 @@ pub async fn finish_session(
     id: &str,
     reason: &str,
 ) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let done = sqlx::query!(
         "UPDATE tinker_sessions SET finished_at = coalesce(finished_at, now()), \
          finish_reason = coalesce(finish_reason, $3) WHERE id = $1 AND org_id = $2",
@@ -69,8 +70,29 @@ pub async fn finish_session(
         org_id,
         reason
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    // Its parked training clients end too: nothing will call them again. (A client being parked
+    // now either sees the session finished or is parked before this reads it: see
+    // `clients::park`.)
+    let ended = sqlx::query!(
+        "UPDATE jobs SET state = 'succeeded', finished_at = now(), control = 'none', \
+                         result = '{\"released\": \"session_finished\"}'::jsonb \
+         WHERE state = 'paused' AND org_id = $2 \
+           AND id IN (SELECT job_id FROM tinker_models WHERE session_id = $1 AND org_id = $2)",
+        id,
+        org_id
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    if ended.rows_affected() > 0 {
+        tracing::info!(
+            session_id = id,
+            clients = ended.rows_affected(),
+            "parked tinker clients ended"
+        );
+    }
     Ok(done.rows_affected() == 1)
 }
 

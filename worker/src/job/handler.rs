@@ -47,6 +47,8 @@ pub struct TrainingHandler {
     judges: Arc<JudgeProvider>,
     /// The registered embedding models of `cosine` graders, loaded on first use.
     embeddings: Arc<EmbeddingModels>,
+    /// How long a Tinker training client may wait for a call before it is parked.
+    pub(super) tinker_idle: std::time::Duration,
 }
 
 /// Why a run stopped early.
@@ -130,7 +132,15 @@ impl TrainingHandler {
             config,
             graders: GraderPool::with_budget(budget),
             judges: Arc::new(judges),
+            tinker_idle: super::tinker::idle_limit(),
         }
+    }
+
+    /// Parks an idle Tinker training client after `idle` without a call (default:
+    /// `VERITY_TINKER_IDLE_SECS`, else 30 minutes).
+    pub fn with_tinker_idle(mut self, idle: std::time::Duration) -> TrainingHandler {
+        self.tinker_idle = idle;
+        self
     }
 
     /// Routes and retries judges of model graders as `settings` say (default: no endpoints).

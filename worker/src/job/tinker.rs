@@ -3,7 +3,9 @@
 //! then runs the client's calls in their order as they arrive — `forward_backward`, `forward`,
 //! `optim_step` on the resident [`TinkerTrainer`], `save_weights_for_sampler` as a checkpoint of
 //! the client's queue row (so the weights are a Verity model, sampled by inference workers) —
-//! until the session ends, the client idles past its limit, or the user cancels it.
+//! until the session ends or the user cancels it. A client idle past its limit (or paused by
+//! the user) is parked: its state saved as a checkpoint, its row `paused`, its worker free; the
+//! next call queues it again and the worker that claims it restores that checkpoint first.
 
 use super::artifacts::{cached_folder, remove_cache_dir};
 use super::handler::{
@@ -18,16 +20,20 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
-use verity_core::queue::{is_transient_db_error, Heartbeat, JobOutcome, Lease, QueueError};
+use verity_core::queue::{
+    is_transient_db_error, Heartbeat, HeartbeatState, JobOutcome, Lease, QueueError,
+};
 use verity_core::storage::{publish_folder, StorageError};
-use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, QueuedCall, Restore};
+use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, Parking, QueuedCall, Restore};
 use verity_core::tinker::training::{AdamParams, ForwardBackward};
+use verity_core::ControlSignal;
 
 /// LoRA's `alpha` for every rank (the update is scaled by `alpha / rank`).
 pub const LORA_ALPHA: f64 = 32.0;
 
-/// How long a client may wait for its next call before its worker releases it.
-fn idle_limit() -> Duration {
+/// How long a client may wait for its next call before its worker parks it
+/// (`VERITY_TINKER_IDLE_SECS`, else 30 minutes).
+pub(super) fn idle_limit() -> Duration {
     let secs = std::env::var("VERITY_TINKER_IDLE_SECS").ok().and_then(|s| s.parse().ok());
     Duration::from_secs(secs.unwrap_or(30 * 60))
 }
@@ -42,6 +48,24 @@ const SESSION_CHECK: Duration = Duration::from_secs(2);
 struct Resident {
     trainer: TinkerTrainer,
     tokenizer: ChatTokenizer,
+    /// The checkpoint of the client's row that holds the current weights and optimizer state;
+    /// `None` once they changed since.
+    saved: Option<i32>,
+    /// The client's newest checkpoint: a new one is numbered past it, so no save is ever
+    /// overwritten by different weights (after `load_weights` took the optimizer step back).
+    last: Option<i32>,
+}
+
+impl Resident {
+    /// The number of the checkpoint that saves the current state: the optimizer step, or one
+    /// past the newest checkpoint when that is not below it.
+    fn next_checkpoint(&self) -> i32 {
+        let step = self.trainer.steps() as i32;
+        match self.last {
+            Some(last) if last >= step => last + 1,
+            _ => step,
+        }
+    }
 }
 
 /// `save_weights_for_sampler`'s and `save_weights`' arguments.
@@ -121,6 +145,10 @@ impl TrainingHandler {
         let spec = spec.map_err(|e| user_error(format!("invalid training client: {e}")))?;
         let outcome = self.serve_client(lease, heartbeat, &spec).await;
         // Nothing runs on the client any more: no poll may wait on its calls.
+        if matches!(outcome, Ok(JobOutcome::Released)) {
+            // Parked: its calls wait for the worker that takes it next.
+            return outcome;
+        }
         let reason = match &outcome {
             Ok(JobOutcome::Failed { message, .. })
             | Err(Stop::Outcome(JobOutcome::Failed { message, .. })) => {
@@ -142,38 +170,70 @@ impl TrainingHandler {
         spec: &ClientSpec,
     ) -> Result<JobOutcome, Stop> {
         let job = lease.job();
-        if job.attempt > 1 {
+        let pool = lease.queue().pool();
+        let read = || clients::parked_checkpoint(pool, &spec.model_id);
+        let parked = persist("reading the client", heartbeat, is_transient_db_error, read)
+            .await
+            .map_err(|e| retryable("reading the client", e))?;
+        if job.attempt > 1 && parked.is_none() {
             return Err(user_error(
                 "the worker holding this training client was lost, and with it the weights and \
                  optimizer state since its last save; create a new training client",
             ));
         }
         let mut resident = self.load_client(lease, heartbeat, spec).await?;
-        if let Some(restore) = &spec.restore {
-            let (back, restored) = self.restore(heartbeat, resident, restore).await?;
-            resident = back;
-            restored.map_err(|e| user_error(format!("loading the saved weights: {e}")))?;
-        }
-        let pool = lease.queue().pool();
-        let kind = if spec.restore.is_some() { "load_weights" } else { "create_model" };
-        let created = json!({"model_id": spec.model_id, "type": kind}).to_string();
-        let complete = || {
-            verity_core::tinker::complete_future(
-                pool,
-                &spec.create_future,
-                "application/json",
-                created.as_bytes(),
-            )
-        };
-        persist("completing create_model", heartbeat, is_transient_db_error, complete)
+        let newest = || clients::last_checkpoint(pool, &job.id);
+        resident.last = persist("reading checkpoints", heartbeat, is_transient_db_error, newest)
             .await
-            .map_err(|e| retryable("completing create_model", e))?;
-        tracing::info!(job_id = %job.id, model_id = %spec.model_id, "tinker training client ready");
-        let idle = idle_limit();
+            .map_err(|e| retryable("reading checkpoints", e))?;
+        if let Some(checkpoint) = parked {
+            // A parked client: its state comes back from the checkpoint it was parked with.
+            let restore = Restore { job_id: job.id.clone(), step: checkpoint, optimizer: true };
+            let (back, restored) = self.restore(heartbeat, resident, &restore).await?;
+            resident = back;
+            restored.map_err(|e| retryable("restoring the parked client", e))?;
+            resident.saved = Some(checkpoint);
+            let clear = || clients::unpark(pool, &spec.model_id);
+            persist("clearing the parked state", heartbeat, is_transient_db_error, clear)
+                .await
+                .map_err(|e| retryable("clearing the parked state", e))?;
+            tracing::info!(job_id = %job.id, model_id = %spec.model_id, checkpoint, "tinker training client restored");
+        } else {
+            if let Some(restore) = &spec.restore {
+                let (back, restored) = self.restore(heartbeat, resident, restore).await?;
+                resident = back;
+                restored.map_err(|e| user_error(format!("loading the saved weights: {e}")))?;
+            }
+            let kind = if spec.restore.is_some() { "load_weights" } else { "create_model" };
+            let created = json!({"model_id": spec.model_id, "type": kind}).to_string();
+            let complete = || {
+                verity_core::tinker::complete_future(
+                    pool,
+                    &spec.create_future,
+                    "application/json",
+                    created.as_bytes(),
+                )
+            };
+            persist("completing create_model", heartbeat, is_transient_db_error, complete)
+                .await
+                .map_err(|e| retryable("completing create_model", e))?;
+            tracing::info!(job_id = %job.id, model_id = %spec.model_id, "tinker training client ready");
+        }
+        let idle = self.tinker_idle;
         let mut last_call = Instant::now();
         let mut session_checked = Instant::now();
         let mut wait = Duration::from_millis(2);
         loop {
+            if heartbeat.state() == HeartbeatState::Held(ControlSignal::Pause) {
+                if resident.trainer.pending_backwards() > 0 {
+                    tracing::warn!(job_id = %job.id, model_id = %spec.model_id,
+                        "paused with gradients not yet applied by optim_step: they are dropped");
+                }
+                match self.park(lease, heartbeat, spec, resident, true).await? {
+                    Ok(outcome) => return Ok(outcome),
+                    Err(back) => resident = back,
+                }
+            }
             if let Some(outcome) = interrupted(heartbeat) {
                 return Ok(outcome);
             }
@@ -183,8 +243,22 @@ impl TrainingHandler {
                 .map_err(|e| retryable("reading the next call", e))?;
             let Some(call) = next else {
                 if last_call.elapsed() > idle {
-                    let result = json!({"released": "idle", "idle_seconds": idle.as_secs()});
-                    return Ok(JobOutcome::Succeeded { result, fine_tuned_model: None });
+                    if resident.trainer.pending_backwards() > 0 {
+                        // Gradients wait for an optim_step that no checkpoint can hold: end
+                        // the client (its next call says so) rather than drop them unseen.
+                        let result = json!({"released": "idle", "idle_seconds": idle.as_secs(),
+                                            "gradients_dropped": true});
+                        return Ok(JobOutcome::Succeeded { result, fine_tuned_model: None });
+                    }
+                    match self.park(lease, heartbeat, spec, resident, false).await? {
+                        Ok(outcome) => return Ok(outcome),
+                        Err(back) => {
+                            // A call arrived as it parked: run it.
+                            resident = back;
+                            last_call = Instant::now();
+                            continue;
+                        }
+                    }
                 }
                 if session_checked.elapsed() > SESSION_CHECK {
                     session_checked = Instant::now();
@@ -226,6 +300,43 @@ impl TrainingHandler {
         }
     }
 
+    /// Saves the client's state (unless a checkpoint holds it already) and parks it: the
+    /// outcome to end this attempt with, or the resident back when a call is waiting (only
+    /// without `force`) and must run instead.
+    async fn park(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+        resident: Resident,
+        force: bool,
+    ) -> Result<Result<JobOutcome, Resident>, Stop> {
+        let mut resident = resident;
+        loop {
+            let (back, checkpoint) =
+                self.checkpoint_state(lease, heartbeat, spec, resident).await?;
+            resident = back;
+            let attempt = lease.job().attempt;
+            let park = || clients::park(lease.queue(), &spec.model_id, attempt, checkpoint, force);
+            let parked = persist("parking the client", heartbeat, QueueError::is_transient, park)
+                .await
+                .map_err(|e| lease_error("parking the client", e))?;
+            return Ok(match parked {
+                Parking::Parked => Ok(JobOutcome::Released),
+                Parking::CallWaiting => Err(resident),
+                Parking::SessionFinished => Ok(JobOutcome::Succeeded {
+                    result: json!({"released": "session_finished"}),
+                    fine_tuned_model: None,
+                }),
+                Parking::CheckpointGone => {
+                    // Deleted with its last path since it was saved: save the state anew.
+                    resident.saved = None;
+                    continue;
+                }
+            });
+        }
+    }
+
     /// Fetches and loads the client's model, with LoRA adapters when it asks for a rank.
     async fn load_client(
         &self,
@@ -255,7 +366,7 @@ impl TrainingHandler {
             let pad = loaded.tokenizer.pad_id();
             let trainer = TinkerTrainer::new(model, pad)
                 .map_err(|e| retryable("creating the optimizer", e))?;
-            Ok(Resident { trainer, tokenizer: loaded.tokenizer })
+            Ok(Resident { trainer, tokenizer: loaded.tokenizer, saved: None, last: None })
         })
         .await
         .map_err(|e| retryable("loading the model", e))?
@@ -297,6 +408,7 @@ impl TrainingHandler {
                     return Ok((resident, Err(failure("malformed optim_step call", false))));
                 };
                 let (resident, result) = tokio::task::spawn_blocking(move || {
+                    resident.saved = None;
                     let result = resident.trainer.optim_step(&step.adam_params);
                     (resident, result)
                 })
@@ -337,6 +449,7 @@ impl TrainingHandler {
                 };
                 let restore =
                     Restore { job_id: source.job_id, step: source.step, optimizer: load.optimizer };
+                resident.saved = None;
                 let (resident, restored) = self.restore(heartbeat, resident, &restore).await?;
                 let outcome = restored.map_err(call_failure).and_then(|()| {
                     json_result(&json!({"path": load.path, "type": "load_weights"}))
@@ -357,9 +470,9 @@ impl TrainingHandler {
         }
     }
 
-    /// Saves the weights and the optimizer's state as a checkpoint of the client's queue row (a
-    /// Verity model), records its `tinker://` path, and opens a sampling session on it when
-    /// the SDK asks for one.
+    /// Records the client's state as a save under its `tinker://` path (a checkpoint of the
+    /// client's queue row: a Verity model), and opens a sampling session on it when the SDK
+    /// asks for one.
     async fn save(
         &self,
         lease: &Lease,
@@ -371,50 +484,34 @@ impl TrainingHandler {
     ) -> Result<(Resident, CallOutcome), Stop> {
         let job = lease.job();
         let pool = lease.queue().pool();
-        let step = resident.trainer.steps() as i32;
-        let root = self.config.cache_dir.join("jobs");
-        let dir = root.join(&job.id).join(format!("step-{step}"));
-        remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
-        let (save_dir, base) = (dir.clone(), spec.base_model.clone());
-        let (resident, saved) = tokio::task::spawn_blocking(move || {
-            // Every save holds the optimizer too: one folder per step, whichever call saved it.
-            let saved = save_checkpoint(
-                &save_dir,
-                resident.trainer.model(),
-                Some(&resident.tokenizer),
-                Some(&resident.trainer.optimizer().adamw),
-                &base,
-            );
-            (resident, saved)
-        })
-        .await
-        .map_err(|e| retryable("saving weights", e))?;
-        saved.map_err(|e| retryable("saving weights", e))?;
-        let prefix = verity_core::keys::checkpoint(&job.id, step);
-        let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
-        let manifest =
-            persist("publishing weights", heartbeat, StorageError::is_transient, publish)
-                .await
-                .map_err(|e| retryable("publishing weights", e))?;
-        let _ = remove_cache_dir(&root, &dir);
-        let register = || lease.checkpoint(step, &prefix, manifest.total_bytes as i64, None);
-        persist("registering weights", heartbeat, QueueError::is_transient, register)
-            .await
-            .map_err(|e| lease_error("registering weights", e))?;
         let read =
             || verity_core::jobs::get_job_of_kind(pool, job.org_id, clients::TINKER, &job.id);
         let record = persist("reading the client", heartbeat, is_transient_db_error, read)
             .await
             .map_err(|e| retryable("reading the client", e))?
             .ok_or_else(|| retryable("reading the client", "its row is gone"))?;
-        let model = verity_core::models::checkpoint_model_name(&record.output_model_name(), step);
-        let name = save.path.clone().unwrap_or_else(|| format!("step-{step}"));
-        let path = format!("tinker://{}/{}/{name}", job.id, kind.segment());
-        let saved = clients::SavedWeights { path: &path, kind: kind.as_str(), step, model: &model };
-        let record_path = || clients::record_checkpoint(pool, job.org_id, &spec.model_id, &saved);
-        persist("recording the path", heartbeat, is_transient_db_error, record_path)
-            .await
-            .map_err(|e| retryable("recording the path", e))?;
+        let mut resident = resident;
+        let (step, model, path) = loop {
+            let (back, step) = self.checkpoint_state(lease, heartbeat, spec, resident).await?;
+            resident = back;
+            let model =
+                verity_core::models::checkpoint_model_name(&record.output_model_name(), step);
+            let name = save.path.clone().unwrap_or_else(|| format!("step-{step}"));
+            let path = format!("tinker://{}/{}/{name}", job.id, kind.segment());
+            let saved =
+                clients::SavedWeights { path: &path, kind: kind.as_str(), step, model: &model };
+            let record_path =
+                || clients::record_checkpoint(pool, job.org_id, &spec.model_id, &saved);
+            let recorded =
+                persist("recording the path", heartbeat, is_transient_db_error, record_path)
+                    .await
+                    .map_err(|e| retryable("recording the path", e))?;
+            if recorded {
+                break (step, model, path);
+            }
+            // The checkpoint holding this state was deleted with its last path: save it anew.
+            resident.saved = None;
+        };
         let mut result = json!({"path": path, "model": model, "type": kind.call()});
         if let Some(seq) = save.sampling_session_seq_id {
             let open = || {
@@ -437,6 +534,56 @@ impl TrainingHandler {
         }
         tracing::info!(job_id = %job.id, step, model, kind = kind.as_str(), "tinker weights saved");
         Ok((resident, json_result(&result)))
+    }
+
+    /// Saves the weights and the optimizer's state as a new checkpoint of the client's queue
+    /// row, unless one holds them already; returns its number.
+    async fn checkpoint_state(
+        &self,
+        lease: &Lease,
+        heartbeat: &Heartbeat,
+        spec: &ClientSpec,
+        resident: Resident,
+    ) -> Result<(Resident, i32), Stop> {
+        if let Some(step) = resident.saved {
+            return Ok((resident, step));
+        }
+        let job = lease.job();
+        let step = resident.next_checkpoint();
+        let root = self.config.cache_dir.join("jobs");
+        let dir = root.join(&job.id).join(format!("step-{step}"));
+        remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
+        let (save_dir, base) = (dir.clone(), spec.base_model.clone());
+        let (mut resident, saved) = tokio::task::spawn_blocking(move || {
+            // Every save holds the optimizer too: one checkpoint per state, whichever call saved it.
+            let saved = save_checkpoint(
+                &save_dir,
+                resident.trainer.model(),
+                Some(&resident.tokenizer),
+                Some(&resident.trainer.optimizer().adamw),
+                &base,
+            );
+            (resident, saved)
+        })
+        .await
+        .map_err(|e| retryable("saving weights", e))?;
+        saved.map_err(|e| retryable("saving weights", e))?;
+        let prefix = verity_core::keys::checkpoint(&job.id, step);
+        let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
+        let manifest =
+            persist("publishing weights", heartbeat, StorageError::is_transient, publish)
+                .await
+                .map_err(|e| retryable("publishing weights", e))?;
+        let _ = remove_cache_dir(&root, &dir);
+        let metrics = json!({"optimizer_step": resident.trainer.steps()});
+        let register =
+            || lease.checkpoint(step, &prefix, manifest.total_bytes as i64, Some(&metrics));
+        persist("registering weights", heartbeat, QueueError::is_transient, register)
+            .await
+            .map_err(|e| lease_error("registering weights", e))?;
+        resident.saved = Some(step);
+        resident.last = Some(step);
+        Ok((resident, step))
     }
 
     /// Fetches the checkpoint `restore` names and loads it into the resident model.

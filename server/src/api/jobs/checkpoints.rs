@@ -111,10 +111,7 @@ pub async fn delete_checkpoint(
     if !verity_core::jobs::delete_checkpoint(&state.pool, &job_id, &checkpoint_id).await? {
         return Err(ApiError::not_found("checkpoint", &checkpoint_id));
     }
-    let prefix = format!("{}/", checkpoint.storage_prefix.trim_end_matches('/'));
-    // The manifest goes first so that a half-deleted folder is never seen as complete.
-    state.store.delete(&format!("{prefix}{MANIFEST}")).await?;
-    state.store.delete_prefix(&prefix).await?;
+    verity_core::storage::delete_folder(state.store.as_ref(), &checkpoint.storage_prefix).await?;
     Ok(Json(Deleted { id: checkpoint_id, object: "fine_tuning.job.checkpoint", deleted: true }))
 }
 

@@ -18,7 +18,7 @@ use super::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -55,7 +55,12 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/training_runs", get(runs::list_training_runs))
         .route("/api/v1/training_runs/{run_id}", get(runs::training_run))
         .route("/api/v1/training_runs/{run_id}/checkpoints", get(runs::run_checkpoints))
+        .route(
+            "/api/v1/training_runs/{run_id}/checkpoints/{*checkpoint_id}",
+            delete(runs::delete_checkpoint),
+        )
         .route("/api/v1/checkpoints", get(runs::checkpoints))
+        .route("/api/v1/weights_info", post(runs::weights_info))
         .route("/api/v1/retrieve_future", post(retrieve_future))
         .route("/api/v1/{*call}", any(not_served))
 }

@@ -1,12 +1,15 @@
 //! Training runs and their saved weights as the SDK's `RestClient` lists them: each training
 //! client is a run (its id the client's queue row, `tinkjob-…`), each `save_weights_for_sampler`
-//! a checkpoint with its `tinker://` path — and the Verity model it is (`verity_model`).
+//! a checkpoint with its `tinker://` path — and the Verity model it is (`verity_model`); what a
+//! path holds (`weights_info`), and deleting one.
 
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::extract::ApiJson;
 use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -121,4 +124,50 @@ pub async fn checkpoints(
     let saved = clients::list_saved(&state.pool, principal.org_id, None).await?;
     let checkpoints: Vec<Value> = saved.iter().map(checkpoint_json).collect();
     Ok(Json(json!({ "checkpoints": checkpoints, "cursor": null })))
+}
+
+/// `weights_info`'s body.
+#[derive(Debug, Deserialize)]
+pub struct WeightsInfo {
+    tinker_path: String,
+}
+
+/// `POST /api/v1/weights_info`: what the weights at a `tinker://` path are (the base model and
+/// adapter a client needs to load them).
+pub async fn weights_info(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<WeightsInfo>,
+) -> ApiResult<Json<Value>> {
+    let source = clients::saved_source(&state.pool, principal.org_id, &body.tinker_path)
+        .await?
+        .ok_or_else(|| ApiError::not_found("checkpoint", &body.tinker_path))?;
+    // LoRA adapters sit on every attention and MLP projection, never on the unembedding.
+    let lora = source.lora_rank.is_some();
+    Ok(Json(json!({
+        "base_model": source.base_model,
+        "is_lora": lora,
+        "lora_rank": source.lora_rank,
+        "train_unembed": !lora,
+        "train_mlp": true,
+        "train_attn": true,
+    })))
+}
+
+/// `DELETE /api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}` (`checkpoint_id` is
+/// `weights/<name>` or `sampler_weights/<name>`): the path is gone at once; the checkpoint's
+/// files go with it unless another path (or a parked client) still holds them.
+pub async fn delete_checkpoint(
+    principal: Principal,
+    State(state): State<AppState>,
+    Path((run_id, checkpoint_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let path = format!("tinker://{run_id}/{checkpoint_id}");
+    let deleted = clients::delete_saved(&state.pool, principal.org_id, &path)
+        .await?
+        .ok_or_else(|| ApiError::not_found("checkpoint", &path))?;
+    if let Some(prefix) = deleted {
+        verity_core::storage::delete_folder(state.store.as_ref(), &prefix).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
