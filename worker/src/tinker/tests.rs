@@ -227,3 +227,44 @@ fn a_saved_state_restores_the_weights_and_with_them_the_optimizer() {
     }
     assert_eq!(weights(&resumed), weights(&trained));
 }
+
+/// The rows of a `(batch, len)` tensor, each cut to its length.
+fn rows_of(tensor: &candle_core::Tensor, lengths: &[usize]) -> Vec<Vec<f32>> {
+    let all: Vec<Vec<f32>> = tensor.to_vec2().unwrap();
+    all.into_iter().zip(lengths).map(|(row, &n)| row[..n].to_vec()).collect()
+}
+
+#[test]
+fn the_same_batch_scores_alike_on_the_tinker_path_and_in_a_fine_tuning_job() {
+    // Prompts and completions of different lengths: the job's scoring pads them into one batch
+    // its own way, Tinker's datums are each prompt + completion shifted by one.
+    let mut trainer = trainer(true);
+    let prompts: Vec<Vec<u32>> = vec![vec![3, 14, 15], vec![9], vec![26, 5, 35, 8, 9]];
+    let completions: Vec<Vec<u32>> = vec![vec![7, 9, 2], vec![6, 5, 3, 5, 8], vec![1]];
+    let lengths: Vec<usize> = completions.iter().map(Vec::len).collect();
+    let data: Vec<Datum> = prompts
+        .iter()
+        .zip(&completions)
+        .map(|(p, c)| {
+            let sequence: Vec<u32> = p.iter().chain(c).copied().collect();
+            let (last, inputs) = sequence.split_last().unwrap();
+            datum(inputs, *last)
+        })
+        .collect();
+    let mut forward = call(LossFn::CrossEntropy, data);
+    forward.forward_only = true;
+    let tinker = trainer.forward_backward(&forward).unwrap();
+    // What a job's GRPO step scores (old policy) and trains on (with gradients, by layer).
+    let model = trainer.model();
+    let job = model.completion_logprobs(&prompts, &completions, 1.0, PAD, false).unwrap();
+    let (layered, _tape) =
+        model.completion_logprobs_layered(&prompts, &completions, &[], 1.0, PAD).unwrap();
+    for scored in [&job.logprobs, &layered.logprobs] {
+        for ((row, fields), prompt) in
+            rows_of(scored, &lengths).iter().zip(&tinker.outputs).zip(&prompts)
+        {
+            // Tinker's completion positions start at the prompt's last token.
+            close(&fields["logprobs"][prompt.len() - 1..], row, 1e-4);
+        }
+    }
+}
