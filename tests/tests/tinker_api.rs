@@ -127,6 +127,10 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     let refused = post("/api/v1/save_weights_external", &a, json!({"model_id": "x"})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
     assert!(refused.json()["error"]["message"].as_str().unwrap().contains("save_weights_external"));
+    let publish = "/api/v1/training_runs/tinkjob-x/checkpoints/weights/c1/publish";
+    let refused = post(publish, &a, json!({})).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("c1/publish"));
 
     let finish = format!("/api/v1/sessions/{session}/finish");
     let done = json!({"reason": {"type": "success"}});

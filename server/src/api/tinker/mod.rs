@@ -18,7 +18,7 @@ use super::state::AppState;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, delete, get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -55,10 +55,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/training_runs", get(runs::list_training_runs))
         .route("/api/v1/training_runs/{run_id}", get(runs::training_run))
         .route("/api/v1/training_runs/{run_id}/checkpoints", get(runs::run_checkpoints))
-        .route(
-            "/api/v1/training_runs/{run_id}/checkpoints/{*checkpoint_id}",
-            delete(runs::delete_checkpoint),
-        )
+        .route("/api/v1/training_runs/{run_id}/checkpoints/{*checkpoint_id}", any(runs::checkpoint))
         .route("/api/v1/checkpoints", get(runs::checkpoints))
         .route("/api/v1/weights_info", post(runs::weights_info))
         .route("/api/v1/retrieve_future", post(retrieve_future))
@@ -88,6 +85,11 @@ const FORWARD_BACKWARD_BYTES: usize = 8 << 20;
 /// The Tinker calls Verity does not serve yet: a 400 naming the call (the SDK raises it at once,
 /// without retrying).
 async fn not_served(_principal: Principal, Path(call): Path<String>) -> ApiError {
+    not_served_error(&call)
+}
+
+/// The 400 for a Tinker call Verity does not serve, naming it.
+pub(crate) fn not_served_error(call: &str) -> ApiError {
     ApiError::invalid(
         "call",
         format!(

@@ -9,7 +9,7 @@ use crate::api::extract::ApiJson;
 use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -154,18 +154,32 @@ pub async fn weights_info(
     })))
 }
 
-/// `DELETE /api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}` (`checkpoint_id` is
-/// `weights/<name>` or `sampler_weights/<name>`): the path is gone at once; the checkpoint's
-/// files go with it unless another path (or a parked client) still holds them.
-pub async fn delete_checkpoint(
+/// `/api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}…`: `DELETE` of a saved weight
+/// (`checkpoint_id` is `weights/<name>` or `sampler_weights/<name>`); the calls under it
+/// (`…/publish`, `…/ttl`, `…/external_weights_urls`) are named as not served.
+pub async fn checkpoint(
     principal: Principal,
     State(state): State<AppState>,
+    method: Method,
     Path((run_id, checkpoint_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let path = format!("tinker://{run_id}/{checkpoint_id}");
-    let deleted = clients::delete_saved(&state.pool, principal.org_id, &path)
+    if method != Method::DELETE || checkpoint_id.split('/').count() != 2 {
+        let call = format!("training_runs/{run_id}/checkpoints/{checkpoint_id}");
+        return Err(super::not_served_error(&call));
+    }
+    delete_checkpoint(&state, &principal, &format!("tinker://{run_id}/{checkpoint_id}")).await
+}
+
+/// Deletes the weights saved at `path`: the path is gone at once; the checkpoint's files go
+/// with it unless another path (or a parked client) still holds them.
+async fn delete_checkpoint(
+    state: &AppState,
+    principal: &Principal,
+    path: &str,
+) -> ApiResult<StatusCode> {
+    let deleted = clients::delete_saved(&state.pool, principal.org_id, path)
         .await?
-        .ok_or_else(|| ApiError::not_found("checkpoint", &path))?;
+        .ok_or_else(|| ApiError::not_found("checkpoint", path))?;
     if let Some(prefix) = deleted {
         verity_core::storage::delete_folder(state.store.as_ref(), &prefix).await?;
     }
