@@ -343,6 +343,11 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     let other = dashboard_cookie(&app.router, "b@b.io").await;
     let (status, _) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &other).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "another org's run is not found");
+    // A paused client is shown as what it is: parked, back on its next call.
+    app.state.queue.pause(job_id).await.unwrap();
+    let (_, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
+    assert!(html.contains(">parked<") && html.contains("its next call restores it"), "{html}");
+    app.state.queue.resume(job_id).await.unwrap();
 
     // Saved weights are the org's: another org's `weights_info` and delete are 404s that change
     // nothing; the owner's delete removes the path, and the checkpoint no other path holds.

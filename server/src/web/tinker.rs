@@ -11,6 +11,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use verity_core::tinker::clients::{self, CallRecord, RunRecord, SavedRecord};
+use verity_core::JobState;
 
 /// Runs shown on the list.
 const LIST_LIMIT: i64 = 100;
@@ -30,6 +31,8 @@ struct RunRow {
     base_model: String,
     adapter: String,
     state: String,
+    /// The state in the run's own words: a `paused` client is parked.
+    label: &'static str,
     calls: i32,
     owner: String,
     created: String,
@@ -44,11 +47,23 @@ impl From<&RunRecord> for RunRow {
             base_model: run.base_model.clone(),
             adapter: run.lora_rank.map_or("full weights".into(), |r| format!("LoRA rank {r}")),
             state: run.state.clone(),
+            label: state_label(&run.state),
             calls: run.calls_run,
             owner: run.owner.clone().unwrap_or_default(),
             created: when(run.created_at),
             last_call: run.last_call_at.map_or("none".into(), when),
         }
+    }
+}
+
+/// A client's queue state as the Tinker page says it: a `paused` client was parked (idle; its
+/// next call restores it on a worker).
+fn state_label(state: &str) -> &'static str {
+    match state.parse::<JobState>() {
+        Ok(JobState::Paused) => "parked",
+        Ok(JobState::Succeeded) => "ended",
+        Ok(other) => other.as_str(),
+        Err(_) => "unknown",
     }
 }
 
