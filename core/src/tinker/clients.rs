@@ -152,8 +152,9 @@ pub async fn create_client(
     job.id = crate::ids::new_id(JOB_PREFIX);
     job.created_by = client.user_id;
     job.suffix = Some(TINKER.to_string());
-    // A lost worker loses the resident state: the client fails rather than restart from the base.
-    job.max_attempts = 1;
+    // A lost worker's client comes back only where its newest checkpoint holds its state
+    // (`resumable`); every other failure ends it (its worker does not retry).
+    job.max_attempts = 3;
     let job_id = queue.enqueue_tinker(&job).await?;
     sqlx::query!(
         "INSERT INTO tinker_models (id, session_id, org_id, job_id, base_model, lora_rank) \
@@ -460,6 +461,67 @@ pub async fn unpark(pool: &PgPool, model_id: &str) -> Result<(), sqlx::Error> {
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// The calls that change a client's state (weights, Adam's moments, or gradients waiting for
+/// `optim_step`) when they succeed.
+pub const STATE_CALLS: [&str; 3] = ["forward_backward", "optim_step", "load_weights"];
+
+/// What a client whose worker was lost can come back from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumable {
+    /// Checkpoint `N` of its row holds its state: no call changed it since.
+    From(i32),
+    /// No call ever changed its state: it starts again as created.
+    Fresh,
+    /// Calls changed its state after its newest checkpoint: that state is gone.
+    Lost,
+}
+
+/// Whether client `model_id` (queue row `job_id`) can come back after its worker was lost: its
+/// newest checkpoint records the calls its state reflects (`metrics.next_seq`) and whether
+/// gradients were waiting (`metrics.pending_backwards`); no state-changing call may have
+/// succeeded since.
+pub async fn resumable(
+    pool: &PgPool,
+    model_id: &str,
+    job_id: &str,
+) -> Result<Resumable, sqlx::Error> {
+    let newest = sqlx::query!(
+        "SELECT step, (metrics ->> 'next_seq')::int AS next_seq, \
+                coalesce((metrics ->> 'pending_backwards')::int, 0) AS \"pending!\" \
+         FROM checkpoints WHERE job_id = $1 ORDER BY step DESC LIMIT 1",
+        job_id
+    )
+    .fetch_optional(pool)
+    .await?;
+    let (since, from) = match &newest {
+        Some(c) => match c.next_seq {
+            Some(seq) if c.pending == 0 => (seq, Resumable::From(c.step)),
+            _ => return Ok(Resumable::Lost),
+        },
+        None => (1, Resumable::Fresh),
+    };
+    let changed = sqlx::query_scalar!(
+        "SELECT EXISTS (SELECT 1 FROM tinker_calls c \
+                        JOIN tinker_models m ON m.id = c.model_id \
+                        JOIN tinker_futures f ON f.id = c.future_id \
+                        WHERE c.model_id = $1 AND c.seq_id >= $2 AND c.seq_id < m.next_seq \
+                          AND c.kind = ANY($3) AND f.error IS NULL) AS \"changed!\"",
+        model_id,
+        since,
+        &STATE_CALLS.map(String::from)[..]
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(if changed { Resumable::Lost } else { from })
+}
+
+/// Client `model_id`'s next call's place in its order: every call before it has run.
+pub async fn next_seq(pool: &PgPool, model_id: &str) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar!("SELECT next_seq FROM tinker_models WHERE id = $1", model_id)
+        .fetch_one(pool)
+        .await
 }
 
 /// The newest checkpoint of queue row `job_id`, if it has one.

@@ -24,7 +24,9 @@ use verity_core::queue::{
     is_transient_db_error, Heartbeat, HeartbeatState, JobOutcome, Lease, QueueError,
 };
 use verity_core::storage::{publish_folder, StorageError};
-use verity_core::tinker::clients::{self, CallOutcome, ClientSpec, Parking, QueuedCall, Restore};
+use verity_core::tinker::clients::{
+    self, CallOutcome, ClientSpec, Parking, QueuedCall, Restore, Resumable,
+};
 use verity_core::tinker::training::{AdamParams, ForwardBackward};
 use verity_core::ControlSignal;
 
@@ -143,7 +145,15 @@ impl TrainingHandler {
         spec: Result<ClientSpec, serde_json::Error>,
     ) -> Result<JobOutcome, Stop> {
         let spec = spec.map_err(|e| user_error(format!("invalid training client: {e}")))?;
-        let outcome = self.serve_client(lease, heartbeat, &spec).await;
+        let outcome = match self.serve_client(lease, heartbeat, &spec).await {
+            // A failed client is not tried again: its calls are answered with the failure
+            // below, and only a lost worker's client comes back (`clients::resumable`).
+            Ok(JobOutcome::Failed { message, .. })
+            | Err(Stop::Outcome(JobOutcome::Failed { message, .. })) => {
+                Ok(JobOutcome::Failed { message, retryable: false })
+            }
+            other => other,
+        };
         // Nothing runs on the client any more: no poll may wait on its calls.
         if matches!(outcome, Ok(JobOutcome::Released)) {
             // Parked: its calls wait for the worker that takes it next.
@@ -175,28 +185,47 @@ impl TrainingHandler {
         let parked = persist("reading the client", heartbeat, is_transient_db_error, read)
             .await
             .map_err(|e| retryable("reading the client", e))?;
-        if job.attempt > 1 && parked.is_none() {
-            return Err(user_error(
-                "the worker holding this training client was lost, and with it the weights and \
-                 optimizer state since its last save; create a new training client",
-            ));
+        // A claim after the first with nothing parked: the worker before was lost.
+        let lost = job.attempt > 1 && parked.is_none();
+        let mut resume = parked;
+        if lost {
+            let check = || clients::resumable(pool, &spec.model_id, &job.id);
+            let resumable = persist("reading the client", heartbeat, is_transient_db_error, check)
+                .await
+                .map_err(|e| retryable("reading the client", e))?;
+            match resumable {
+                Resumable::From(checkpoint) => resume = Some(checkpoint),
+                Resumable::Fresh => {}
+                Resumable::Lost => {
+                    return Err(user_error(
+                        "the worker holding this training client was lost, and with it the \
+                         weights and optimizer state since its last save; create a new \
+                         training client (or one from its last save_state)",
+                    ))
+                }
+            }
+            tracing::warn!(job_id = %job.id, model_id = %spec.model_id, checkpoint = ?resume,
+                           "tinker client's worker was lost; its state is whole, resuming");
         }
         let mut resident = self.load_client(lease, heartbeat, spec).await?;
         let newest = || clients::last_checkpoint(pool, &job.id);
         resident.last = persist("reading checkpoints", heartbeat, is_transient_db_error, newest)
             .await
             .map_err(|e| retryable("reading checkpoints", e))?;
-        if let Some(checkpoint) = parked {
-            // A parked client: its state comes back from the checkpoint it was parked with.
+        if let Some(checkpoint) = resume {
+            // A parked client (or a lost one whose newest checkpoint holds its state): its
+            // state comes back from that checkpoint.
             let restore = Restore { job_id: job.id.clone(), step: checkpoint, optimizer: true };
             let (back, restored) = self.restore(heartbeat, resident, &restore).await?;
             resident = back;
             restored.map_err(|e| retryable("restoring the parked client", e))?;
             resident.saved = Some(checkpoint);
-            let clear = || clients::unpark(pool, &spec.model_id);
-            persist("clearing the parked state", heartbeat, is_transient_db_error, clear)
-                .await
-                .map_err(|e| retryable("clearing the parked state", e))?;
+            if parked.is_some() {
+                let clear = || clients::unpark(pool, &spec.model_id);
+                persist("clearing the parked state", heartbeat, is_transient_db_error, clear)
+                    .await
+                    .map_err(|e| retryable("clearing the parked state", e))?;
+            }
             tracing::info!(job_id = %job.id, model_id = %spec.model_id, checkpoint, "tinker training client restored");
         } else {
             if let Some(restore) = &spec.restore {
@@ -575,7 +604,14 @@ impl TrainingHandler {
                 .await
                 .map_err(|e| retryable("publishing weights", e))?;
         let _ = remove_cache_dir(&root, &dir);
-        let metrics = json!({"optimizer_step": resident.trainer.steps()});
+        // What a lost worker's successor needs to know this checkpoint is the client's state
+        // (`clients::resumable`): the calls it reflects, and no gradients left out.
+        let read = || clients::next_seq(lease.queue().pool(), &spec.model_id);
+        let next_seq = persist("reading the client", heartbeat, is_transient_db_error, read)
+            .await
+            .map_err(|e| retryable("reading the client", e))?;
+        let metrics = json!({"optimizer_step": resident.trainer.steps(), "next_seq": next_seq,
+                             "pending_backwards": resident.trainer.pending_backwards()});
         let register =
             || lease.checkpoint(step, &prefix, manifest.total_bytes as i64, Some(&metrics));
         persist("registering weights", heartbeat, QueueError::is_transient, register)
