@@ -371,6 +371,40 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     let recorded =
         verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved).await;
     assert!(recorded.unwrap(), "the checkpoint exists");
+    // The dashboard deletes a second path onto the same checkpoint (asking first): the
+    // checkpoint stays, "w0" still holding it.
+    let second = format!("tinker://{job_id}/sampler_weights/v0");
+    let saved = verity_core::tinker::clients::SavedWeights {
+        path: &second,
+        kind: "sampler",
+        step: 0,
+        model: "ft:tiny:w0",
+    };
+    let recorded =
+        verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved).await;
+    assert!(recorded.unwrap());
+    let (_, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
+    assert!(html.contains("/saved/delete?path=tinker%3A"), "{html}");
+    let action = format!("/tinker/{job_id}/saved/delete?path={}", second.replace(':', "%3A"));
+    let form = |cookie: &str, body: &'static str| {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(&action)
+            .header("cookie", cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap();
+        let router = app.router.clone();
+        async move { send(&router, request).await }
+    };
+    let asked = form(&cookie, "").await;
+    assert_eq!(asked.status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&asked.bytes).contains("id=\"confirm-question\""));
+    assert_eq!(form(&other, "confirm=yes").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(form(&cookie, "confirm=yes").await.status, StatusCode::SEE_OTHER);
+    let paths: Vec<String> =
+        sqlx::query_scalar("SELECT path FROM tinker_checkpoints").fetch_all(&pool).await.unwrap();
+    assert_eq!(paths, [path.clone()]);
     let info = |key: &str| post("/api/v1/weights_info", key, json!({"tinker_path": path}));
     assert_eq!(info(&b).await.status, StatusCode::NOT_FOUND);
     let mine = info(&a).await;

@@ -2,14 +2,20 @@
 //! calls they ran and the weights they saved (each a Verity model, opened in the playground),
 //! and a run's call log (calls, tokens, losses, timings).
 
+use super::jobs::{ConfirmForm, ConfirmPage};
 use super::page::{render, urlencode, when, Nav, WebResult, WebUser};
 use crate::api::error::ApiError;
+use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
+use crate::api::tinker::runs::delete_saved_weights;
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::get;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+use axum::Form;
 use axum::Router;
+use serde::Deserialize;
 use verity_core::tinker::clients::{self, CallRecord, RunRecord, SavedRecord};
 use verity_core::JobState;
 
@@ -21,7 +27,10 @@ const LOG_LIMIT: i64 = 500;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/tinker", get(list_page)).route("/tinker/{run_id}", get(run_page))
+    Router::new()
+        .route("/tinker", get(list_page))
+        .route("/tinker/{run_id}", get(run_page))
+        .route("/tinker/{run_id}/saved/delete", post(delete_saved))
 }
 
 /// A run as shown.
@@ -70,6 +79,8 @@ fn state_label(state: &str) -> &'static str {
 /// Saved weights as shown.
 struct SavedRow {
     path: String,
+    /// Where its Delete form posts.
+    delete: String,
     kind: String,
     model: String,
     /// The playground comparing them with the run's base model.
@@ -82,6 +93,11 @@ impl SavedRow {
     fn new(saved: &SavedRecord, base_model: &str) -> Self {
         SavedRow {
             path: saved.path.clone(),
+            delete: format!(
+                "/tinker/{}/saved/delete?path={}",
+                saved.job_id,
+                urlencode(&saved.path)
+            ),
             kind: saved.kind.clone(),
             model: saved.model.clone(),
             playground: format!(
@@ -186,4 +202,36 @@ async fn run_page(
         saved: saved.iter().map(|s| SavedRow::new(s, &run.base_model)).collect(),
         calls: calls.iter().map(CallRow::from).collect(),
     }))
+}
+
+/// `?path=` of a saved weight's delete.
+#[derive(Debug, Deserialize)]
+struct SavedPath {
+    path: String,
+}
+
+/// Deletes saved weights of the org (after the user confirmed), then shows the run again.
+async fn delete_saved(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<SavedPath>,
+    Form(form): Form<ConfirmForm>,
+) -> WebResult<Response> {
+    if !form.confirmed() {
+        return Ok(render(&ConfirmPage {
+            nav: Nav::new("Delete saved weights", "tinker"),
+            question: format!(
+                "Delete {}? The path stops resolving; the weights' files are removed unless \
+                 another path of the run holds the same checkpoint.",
+                query.path
+            ),
+            action: format!("/tinker/{run_id}/saved/delete?path={}", urlencode(&query.path)),
+            button: "Delete".into(),
+            back: format!("/tinker/{run_id}"),
+            affected: Vec::new(),
+        }));
+    }
+    delete_saved_weights(&state, &user.0, &query.path).await?;
+    Ok(Redirect::to(&format!("/tinker/{run_id}")).into_response())
 }

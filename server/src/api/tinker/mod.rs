@@ -6,7 +6,7 @@
 //! See docs/tinker.md.
 
 pub mod proto;
-mod runs;
+pub(crate) mod runs;
 mod sampling;
 mod training;
 pub mod training_proto;

@@ -167,12 +167,13 @@ pub async fn checkpoint(
         let call = format!("training_runs/{run_id}/checkpoints/{checkpoint_id}");
         return Err(super::not_served_error(&call));
     }
-    delete_checkpoint(&state, &principal, &format!("tinker://{run_id}/{checkpoint_id}")).await
+    delete_saved_weights(&state, &principal, &format!("tinker://{run_id}/{checkpoint_id}")).await
 }
 
-/// Deletes the weights saved at `path`: the path is gone at once; the checkpoint's files go
-/// with it unless another path (or a parked client) still holds them.
-async fn delete_checkpoint(
+/// Deletes the weights the caller's org saved at `path` (the API and the dashboard): the path
+/// is gone at once; the checkpoint's files go with it unless another path (or a parked
+/// client) still holds them.
+pub(crate) async fn delete_saved_weights(
     state: &AppState,
     principal: &Principal,
     path: &str,
