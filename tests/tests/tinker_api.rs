@@ -404,7 +404,7 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     assert_eq!(form(&cookie, "confirm=yes").await.status, StatusCode::SEE_OTHER);
     let paths: Vec<String> =
         sqlx::query_scalar("SELECT path FROM tinker_checkpoints").fetch_all(&pool).await.unwrap();
-    assert_eq!(paths, [path.clone()]);
+    assert_eq!(paths, std::slice::from_ref(&path));
     let info = |key: &str| post("/api/v1/weights_info", key, json!({"tinker_path": path}));
     assert_eq!(info(&b).await.status, StatusCode::NOT_FOUND);
     let mine = info(&a).await;
