@@ -361,28 +361,25 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     let lease = app.state.queue.claim(&worker).await.unwrap().expect("the client's row");
     let prefix = verity_core::keys::checkpoint(job_id, 0);
     lease.checkpoint(0, &prefix, 0, None).await.unwrap();
-    let path = format!("tinker://{job_id}/weights/w0");
-    let saved = verity_core::tinker::clients::SavedWeights {
-        path: &path,
-        kind: "training",
-        step: 0,
-        model: "ft:tiny:w0",
+    let record = |path: String, kind: &'static str| {
+        let (pool, model_id) = (pool.clone(), model_id.clone());
+        async move {
+            let saved = verity_core::tinker::clients::SavedWeights {
+                path: &path,
+                kind,
+                step: 0,
+                model: "ft:tiny:w0",
+            };
+            let recorded =
+                verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved);
+            assert!(recorded.await.unwrap(), "the checkpoint exists");
+            path
+        }
     };
-    let recorded =
-        verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved).await;
-    assert!(recorded.unwrap(), "the checkpoint exists");
+    let path = record(format!("tinker://{job_id}/weights/w0"), "training").await;
     // The dashboard deletes a second path onto the same checkpoint (asking first): the
     // checkpoint stays, "w0" still holding it.
-    let second = format!("tinker://{job_id}/sampler_weights/v0");
-    let saved = verity_core::tinker::clients::SavedWeights {
-        path: &second,
-        kind: "sampler",
-        step: 0,
-        model: "ft:tiny:w0",
-    };
-    let recorded =
-        verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved).await;
-    assert!(recorded.unwrap());
+    let second = record(format!("tinker://{job_id}/sampler_weights/v0"), "sampler").await;
     let (_, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
     assert!(html.contains("/saved/delete?path=tinker%3A"), "{html}");
     let action = format!("/tinker/{job_id}/saved/delete?path={}", second.replace(':', "%3A"));
