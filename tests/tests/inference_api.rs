@@ -893,7 +893,8 @@ async fn all_clients_end(pool: &PgPool, count: usize) {
 }
 
 /// An idle training client is parked and comes back exactly as it was (docs/tinker.md): two
-/// steps, the state saved; idle past the limit, so its worker saves it and frees itself; the
+/// steps, the state saved; idle past the limit, so its worker saves it and frees itself (the
+/// script waits until its run says `paused`); the
 /// next call restores it (the same loss, and the same next step as a client started from the
 /// saved state with its optimizer); then a rewind to the saved state and a different step saves
 /// beside the earlier save, not over it; `weights_info` of a path; deleting paths (a checkpoint
@@ -903,8 +904,11 @@ const TINKER_PARKING_SCRIPT: &str = r#"
 import json, os, time, tinker, urllib.request
 from tinker import types
 connection = dict(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
-idle = float(os.environ["IDLE_SECS"])
 sc = tinker.ServiceClient(**connection)
+def rest(path):
+    request = urllib.request.Request(os.environ["VERITY_BASE"] + path,
+                                     headers={"X-API-Key": "tml-" + os.environ["KEY"]})
+    return json.load(urllib.request.urlopen(request))
 tc = sc.create_lora_training_client(base_model="tiny-llama", rank=4).result()
 tokens = [5, 9, 12, 3, 7]
 datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
@@ -919,7 +923,11 @@ for _ in range(2):
 state = tc.save_state("s2").result().path
 sampler = tc.save_weights_for_sampler("a2").result().path
 before = loss_now(tc)
-time.sleep(idle * 4)
+run_id = state.split("/")[2]
+deadline = time.time() + 120
+while rest("/api/v1/training_runs/" + run_id)["verity_state"] != "paused":
+    assert time.time() < deadline, "the idle client was never parked"
+    time.sleep(0.1)
 after = loss_now(tc)
 assert abs(after - before) < 1e-5, (after, before)
 fork = sc.create_training_client_from_state_with_optimizer(state)
@@ -932,11 +940,7 @@ assert abs(loss_now(tc) - before) < 1e-5, (loss_now(tc), before)
 step(tc, lr=5e-2)
 d3 = tc.save_weights_for_sampler("d3").result().path
 print("PATHS " + json.dumps({"state": state, "sampler": sampler, "c3": c3, "d3": d3}))
-run_id = state.split("/")[2]
-listing = urllib.request.Request(
-    os.environ["VERITY_BASE"] + "/api/v1/training_runs/" + run_id + "/checkpoints",
-    headers={"X-API-Key": "tml-" + os.environ["KEY"]})
-saved = json.load(urllib.request.urlopen(listing))["checkpoints"]
+saved = rest("/api/v1/training_runs/" + run_id + "/checkpoints")["checkpoints"]
 print("SAVED " + json.dumps({c["tinker_path"]: c["verity_model"] for c in saved}))
 rc = tinker.RestClient(**connection)
 info = rc.get_weights_info_by_tinker_path(state).result()
@@ -968,9 +972,7 @@ async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) 
     let idle = Duration::from_secs(1);
     let workers = training_workers(&pool, &stack, 2, Some(idle)).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
-    let idle_secs = idle.as_secs().to_string();
-    let env = [("KEY", key.as_str()), ("IDLE_SECS", idle_secs.as_str())];
-    let stdout = run_sdk(&python, TINKER_PARKING_SCRIPT, &stack, &env).await;
+    let stdout = run_sdk(&python, TINKER_PARKING_SCRIPT, &stack, &[("KEY", &key)]).await;
     let paths: Value = serde_json::from_str(
         stdout.lines().find_map(|l| l.strip_prefix("PATHS ")).expect("the script's paths"),
     )
