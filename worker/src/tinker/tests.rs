@@ -1,6 +1,7 @@
 use super::*;
 use crate::model::lora::LoraConfig;
 use crate::testing::{flat_logits, tiny_model};
+use crate::trainer::fixed_batch::rows;
 use crate::Family;
 use verity_core::tinker::training::{ClipThresholds, Datum};
 
@@ -228,12 +229,6 @@ fn a_saved_state_restores_the_weights_and_with_them_the_optimizer() {
     assert_eq!(weights(&resumed), weights(&trained));
 }
 
-/// The rows of a `(batch, len)` tensor, each cut to its length.
-fn rows_of(tensor: &candle_core::Tensor, lengths: &[usize]) -> Vec<Vec<f32>> {
-    let all: Vec<Vec<f32>> = tensor.to_vec2().unwrap();
-    all.into_iter().zip(lengths).map(|(row, &n)| row[..n].to_vec()).collect()
-}
-
 #[test]
 fn the_same_batch_scores_alike_on_the_tinker_path_and_in_a_fine_tuning_job() {
     // Prompts and completions of different lengths: the job's scoring pads them into one batch
@@ -261,7 +256,7 @@ fn the_same_batch_scores_alike_on_the_tinker_path_and_in_a_fine_tuning_job() {
         model.completion_logprobs_layered(&prompts, &completions, &[], 1.0, PAD).unwrap();
     for scored in [&job.logprobs, &layered.logprobs] {
         for ((row, fields), prompt) in
-            rows_of(scored, &lengths).iter().zip(&tinker.outputs).zip(&prompts)
+            rows(scored, &lengths).unwrap().iter().zip(&tinker.outputs).zip(&prompts)
         {
             // Tinker's completion positions start at the prompt's last token.
             close(&fields["logprobs"][prompt.len() - 1..], row, 1e-4);

@@ -63,7 +63,8 @@ fn weights(trainer: &Trainer) -> Result<BTreeMap<String, Tensor>> {
     Ok(trainer.model.export_weights()?.into_iter().collect())
 }
 
-fn rows(tensor: &Tensor, lengths: &[usize]) -> Result<Vec<Vec<f32>>> {
+/// The rows of a `(batch, len)` tensor as f32, each cut to its length.
+pub(crate) fn rows(tensor: &Tensor, lengths: &[usize]) -> Result<Vec<Vec<f32>>> {
     let all = tensor.to_dtype(DType::F32)?.to_vec2::<f32>()?;
     Ok(all.into_iter().zip(lengths).map(|(row, &n)| row[..n].to_vec()).collect())
 }
