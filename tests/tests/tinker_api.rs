@@ -398,6 +398,16 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     assert_eq!(asked.status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&asked.bytes).contains("id=\"confirm-question\""));
     assert_eq!(form(&other, "confirm=yes").await.status, StatusCode::NOT_FOUND);
+    let elsewhere = action.replacen(job_id.as_str(), "tinkjob-other", 1);
+    let mismatched = Request::builder()
+        .method(Method::POST)
+        .uri(&elsewhere)
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from("confirm=yes"))
+        .unwrap();
+    let mismatched = send(&app.router, mismatched).await;
+    assert_eq!(mismatched.status, StatusCode::NOT_FOUND, "a path of another run is not this run's");
     assert_eq!(form(&cookie, "confirm=yes").await.status, StatusCode::SEE_OTHER);
     let paths: Vec<String> =
         sqlx::query_scalar("SELECT path FROM tinker_checkpoints").fetch_all(&pool).await.unwrap();

@@ -218,6 +218,9 @@ async fn delete_saved(
     ApiQuery(query): ApiQuery<SavedPath>,
     Form(form): Form<ConfirmForm>,
 ) -> WebResult<Response> {
+    if !query.path.starts_with(&format!("tinker://{run_id}/")) {
+        return Err(ApiError::not_found("checkpoint", &query.path).into());
+    }
     if !form.confirmed() {
         return Ok(render(&ConfirmPage {
             nav: Nav::new("Delete saved weights", "tinker"),
