@@ -4,8 +4,9 @@
 use crate::error::{write_json, Result, WorkerError};
 use crate::model::Transformer;
 use crate::optim::AdamW;
+use crate::safetensors_file::{pytorch_metadata, write_safetensors};
 use crate::tokenizer::ChatTokenizer;
-use crate::weights::{save_safetensors, WeightMap};
+use crate::weights::WeightMap;
 use std::path::Path;
 
 pub use verity_core::storage::TRAINER_STATE;
@@ -15,7 +16,8 @@ pub use verity_core::storage::TRAINER_STATE;
 /// and `trainer_state.safetensors` when an optimizer is given.
 ///
 /// Full weights are written in the dtype they were loaded with: an f32 model reloads
-/// bit-exactly, a bf16 one is rounded back to bf16.
+/// bit-exactly, a bf16 one is rounded back to bf16. Weights and moments are written one tensor
+/// at a time, so saving holds at most one tensor's copy beside the model.
 pub fn save_checkpoint(
     dir: &Path,
     model: &Transformer,
@@ -25,10 +27,10 @@ pub fn save_checkpoint(
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
     if model.lora_params().is_empty() {
-        save_safetensors(
+        write_safetensors(
             &dir.join("model.safetensors"),
-            &model.export_weights()?,
-            &model.weight_dtypes(),
+            &model.weights_to_write()?,
+            pytorch_metadata(),
         )?;
         write_json(&dir.join("config.json"), &model.config.to_hf_json())?;
     } else {

@@ -53,6 +53,7 @@ pub mod policy_optimizer;
 pub mod pypi_blas;
 pub mod pypi_models;
 pub mod runs;
+pub mod safetensors_file;
 pub mod sampler;
 pub mod serving;
 pub mod stack;

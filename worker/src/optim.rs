@@ -10,6 +10,8 @@
 
 use crate::error::{Result, WorkerError};
 use crate::model::tape::Tape;
+use crate::safetensors_file::{pytorch_metadata, write_safetensors, PendingTensor};
+use crate::weights::{read_safetensors, read_safetensors_metadata};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Tensor, Var};
 use rayon::prelude::*;
@@ -347,7 +349,7 @@ impl Moments {
         })
     }
 
-    /// Both moments as flat f32 CPU tensors (to save).
+    /// Both moments as flat f32 CPU tensors.
     fn to_host(&self) -> Result<(Tensor, Tensor)> {
         Ok(match self {
             Moments::Host(m, v) => (
@@ -356,6 +358,18 @@ impl Moments {
             ),
             Moments::Device(m, v) => (m.to_device(&Device::Cpu)?, v.to_device(&Device::Cpu)?),
         })
+    }
+
+    /// Both moments as tensors to write: host vectors in place, device tensors copied to the
+    /// host only when written.
+    fn to_write(&self) -> (PendingTensor<'_>, PendingTensor<'_>) {
+        match self {
+            Moments::Host(m, v) => (PendingTensor::f32_slice(m), PendingTensor::f32_slice(v)),
+            Moments::Device(m, v) => (
+                PendingTensor::converted(m.clone(), DType::F32),
+                PendingTensor::converted(v.clone(), DType::F32),
+            ),
+        }
     }
 
     /// The same values on another path (for `var`'s device).
@@ -584,25 +598,19 @@ impl AdamW {
         Ok(())
     }
 
-    /// Saves moments and step count to a safetensors file (exact, f32).
+    /// Saves moments and step count to a safetensors file (exact, f32), one moment at a time:
+    /// host moments are written in place, device moments copied to the host one by one.
     pub fn save(&self, path: &Path) -> Result<()> {
         let mut tensors = Vec::with_capacity(self.names.len() * 2);
         for (name, moments) in self.names.iter().zip(&self.moments) {
-            let (m, v) = moments.to_host()?;
+            let (m, v) = moments.to_write();
             tensors.push((format!("exp_avg/{name}"), m));
             tensors.push((format!("exp_avg_sq/{name}"), v));
         }
-        let mut meta = HashMap::from([
-            ("step".to_string(), self.step.to_string()),
-            ("adamw".to_string(), serde_json::to_string(&self.config).unwrap_or_default()),
-        ]);
-        meta.insert("format".into(), "pt".into());
-        safetensors::serialize_to_file(
-            tensors.iter().map(|(n, t)| (n.as_str(), t)),
-            Some(meta),
-            path,
-        )
-        .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+        let mut meta = pytorch_metadata();
+        meta.insert("step".to_string(), self.step.to_string());
+        meta.insert("adamw".to_string(), serde_json::to_string(&self.config).unwrap_or_default());
+        write_safetensors(path, &tensors, meta)
     }
 
     /// Restores a state written by [`AdamW::save`] for the same parameter list, on the path
@@ -611,18 +619,13 @@ impl AdamW {
         Self::load_with_path(path, params, OptimizerPath::for_params(params))
     }
 
-    /// [`AdamW::load`] onto the given path.
+    /// [`AdamW::load`] onto the given path. The file is read one moment at a time (never whole).
     pub fn load_with_path(
         path: &Path,
         params: &[(String, Var)],
         on: OptimizerPath,
     ) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| WorkerError::io("reading", path, e))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .map_err(|e| WorkerError::Model(format!("{}: {e}", path.display())))?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
-            .map_err(|e| WorkerError::Model(format!("{}: {e}", path.display())))?;
-        let meta = meta.metadata().clone().unwrap_or_default();
+        let meta = read_safetensors_metadata(path)?;
         let step = meta
             .get("step")
             .and_then(|s| s.parse().ok())
@@ -631,16 +634,21 @@ impl AdamW {
             .get("adamw")
             .and_then(|s| serde_json::from_str(s).ok())
             .ok_or_else(|| WorkerError::Model("optimizer state lacks its config".into()))?;
-        let mut opt = Self { config, step, names: Vec::new(), moments: Vec::new(), path: on };
-        let read = |key: String, n: usize| -> Result<Vec<f32>> {
-            let view = st
-                .tensor(&key)
+        let mut stored: HashMap<String, Vec<f32>> = HashMap::new();
+        read_safetensors(path, &Device::Cpu, |key, t| {
+            let values = t
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()
                 .map_err(|e| WorkerError::Model(format!("optimizer state `{key}`: {e}")))?;
-            let data: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            stored.insert(key, values);
+            Ok(())
+        })?;
+        let mut opt = Self { config, step, names: Vec::new(), moments: Vec::new(), path: on };
+        let mut read = |key: String, n: usize| -> Result<Vec<f32>> {
+            let data = stored
+                .remove(&key)
+                .ok_or_else(|| WorkerError::Model(format!("optimizer state lacks `{key}`")))?;
             if data.len() != n {
                 return Err(WorkerError::Model(format!(
                     "optimizer state `{key}` has {} values, expected {n}",

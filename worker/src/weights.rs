@@ -3,6 +3,7 @@
 
 use crate::config::{ModelConfig, QkNorm};
 use crate::error::{read_json, Result, WorkerError};
+use crate::safetensors_file::{pytorch_metadata, write_safetensors, PendingTensor};
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -42,16 +43,27 @@ impl WeightMap {
     }
 }
 
-/// Streams the tensors of a safetensors file one at a time (so loading never holds the file
-/// and the converted weights in memory together), calling `each(name, tensor)`.
-pub fn read_safetensors(
-    path: &Path,
-    device: &Device,
-    mut each: impl FnMut(String, Tensor) -> Result<()>,
-) -> Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
+/// One tensor's entry in a safetensors header: name, dtype, shape and byte range in the data.
+struct HeaderEntry {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    start: u64,
+    end: u64,
+}
+
+/// A safetensors file's header: its tensors in file order, its `__metadata__`, and where the
+/// data begins.
+struct Header {
+    entries: Vec<HeaderEntry>,
+    metadata: HashMap<String, String>,
+    data_start: u64,
+}
+
+/// Reads and checks the header of the safetensors file `f` (at `path`).
+fn read_header(f: &mut std::fs::File, path: &Path) -> Result<Header> {
+    use std::io::Read;
     let bad = |msg: String| WorkerError::Model(format!("{}: {msg}", path.display()));
-    let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
     let file_len = f.metadata().map_err(|e| WorkerError::io("reading", path, e))?.len();
     let mut len8 = [0u8; 8];
     f.read_exact(&mut len8).map_err(|e| WorkerError::io("reading", path, e))?;
@@ -64,15 +76,25 @@ pub fn read_safetensors(
     let header: BTreeMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| bad(format!("header is not JSON: {e}")))?;
     let data_start = 8 + header_len;
-    let mut entries: Vec<(String, String, Vec<usize>, u64, u64)> = Vec::new();
+    let mut entries = Vec::new();
+    let mut metadata = HashMap::new();
     for (name, info) in header {
         if name == "__metadata__" {
+            metadata = serde_json::from_value(info)
+                .map_err(|e| bad(format!("`__metadata__` is not a map of strings: {e}")))?;
             continue;
         }
         let dtype = info
             .get("dtype")
             .and_then(|d| d.as_str())
             .ok_or_else(|| bad(format!("`{name}` has no dtype")))?;
+        let dtype = match dtype {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "F64" => DType::F64,
+            other => return Err(bad(format!("`{name}` has unsupported dtype {other}"))),
+        };
         let shape: Vec<usize> = info
             .get("shape")
             .and_then(|s| s.as_array())
@@ -83,29 +105,42 @@ pub fn read_safetensors(
             .and_then(|s| s.as_array())
             .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
             .unwrap_or_default();
-        let [a, b] = offsets[..] else {
+        let [start, end] = offsets[..] else {
             return Err(bad(format!("`{name}` has bad data_offsets")));
         };
-        if a > b || data_start + b > file_len {
+        if start > end || data_start + end > file_len {
             return Err(bad(format!("`{name}` lies outside the file")));
         }
-        entries.push((name, dtype.to_string(), shape, a, b));
-    }
-    entries.sort_by_key(|e| e.3);
-    for (name, dtype, shape, a, b) in entries {
-        let dtype = match dtype.as_str() {
-            "F32" => DType::F32,
-            "F16" => DType::F16,
-            "BF16" => DType::BF16,
-            "F64" => DType::F64,
-            other => return Err(bad(format!("`{name}` has unsupported dtype {other}"))),
-        };
-        let mut bytes = vec![0u8; (b - a) as usize];
-        f.seek(SeekFrom::Start(data_start + a)).map_err(|e| WorkerError::io("reading", path, e))?;
-        f.read_exact(&mut bytes).map_err(|e| WorkerError::io("reading", path, e))?;
-        if bytes.len() != shape.iter().product::<usize>() * dtype.size_in_bytes() {
+        if end - start != (shape.iter().product::<usize>() * dtype.size_in_bytes()) as u64 {
             return Err(bad(format!("`{name}` size does not match its shape")));
         }
+        entries.push(HeaderEntry { name, dtype, shape, start, end });
+    }
+    entries.sort_by_key(|e| e.start);
+    Ok(Header { entries, metadata, data_start })
+}
+
+/// The `__metadata__` of a safetensors file (empty when it has none), read from its header alone.
+pub fn read_safetensors_metadata(path: &Path) -> Result<HashMap<String, String>> {
+    let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
+    Ok(read_header(&mut f, path)?.metadata)
+}
+
+/// Streams the tensors of a safetensors file one at a time (so loading never holds the file
+/// and the converted weights in memory together), calling `each(name, tensor)`.
+pub fn read_safetensors(
+    path: &Path,
+    device: &Device,
+    mut each: impl FnMut(String, Tensor) -> Result<()>,
+) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
+    let header = read_header(&mut f, path)?;
+    for HeaderEntry { name, dtype, shape, start, end } in header.entries {
+        let mut bytes = vec![0u8; (end - start) as usize];
+        f.seek(SeekFrom::Start(header.data_start + start))
+            .map_err(|e| WorkerError::io("reading", path, e))?;
+        f.read_exact(&mut bytes).map_err(|e| WorkerError::io("reading", path, e))?;
         let t = Tensor::from_raw_buffer(&bytes, dtype, &shape, device)?;
         each(name, t)?;
     }
@@ -143,19 +178,14 @@ pub fn save_safetensors(
     tensors: &[(String, Tensor)],
     dtypes: &HashMap<String, DType>,
 ) -> Result<()> {
-    let mut converted = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        let dtype = dtypes.get(name).copied().unwrap_or(DType::F32);
-        let t = t.to_dtype(dtype)?.to_device(&Device::Cpu)?.contiguous()?;
-        converted.push((name.clone(), t));
-    }
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    safetensors::serialize_to_file(
-        converted.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(metadata),
-        path,
-    )
-    .map_err(|e| WorkerError::Model(format!("writing {}: {e}", path.display())))
+    let pending: Vec<(String, PendingTensor)> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let dtype = dtypes.get(name).copied().unwrap_or(DType::F32);
+            (name.clone(), PendingTensor::converted(t.clone(), dtype))
+        })
+        .collect();
+    write_safetensors(path, &pending, pytorch_metadata())
 }
 
 /// Random weights (HF names) for `config`, deterministic in `seed`: the shapes of a model whose

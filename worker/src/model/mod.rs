@@ -11,6 +11,7 @@ pub mod tape;
 
 use crate::config::{LayerNorms, ModelConfig, QkNorm};
 use crate::error::{Result, WorkerError};
+use crate::safetensors_file::PendingTensor;
 use crate::weights::WeightMap;
 use candle_core::{DType, Device, Tensor, Var};
 use compact::CompactWeights;
@@ -19,7 +20,7 @@ use inputs::{attention_mask, attention_mask_hiding, PaddedBatch, Rotary};
 use kv_cache::KvCache;
 use lora::{LoraAdapter, LoraConfig};
 use prompt_groups::PromptGroups;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use tape::Tape;
 use verity_kernels::{self as kernels, DecodeWeight};
 
@@ -439,6 +440,21 @@ impl Transformer {
             .collect()
     }
 
+    /// Base weights as [`Transformer::export_weights`] names and lays them out, in the dtype
+    /// each was loaded with, to be written one at a time: nothing is copied until the writer
+    /// reaches a weight (a checkpoint then never holds a second copy of the model).
+    pub fn weights_to_write(&self) -> Result<Vec<(String, PendingTensor<'static>)>> {
+        self.named_weights()
+            .into_iter()
+            .map(|(name, v)| {
+                let dtype = self.dtypes.get(&name).copied().unwrap_or(DType::F32);
+                let held = v.as_tensor();
+                let hf = if Self::is_held_transposed(&name) { held.t()? } else { held.clone() };
+                Ok((name, PendingTensor::converted(hf, dtype)))
+            })
+            .collect()
+    }
+
     /// Sets the base weight `name` from a tensor in HF layout.
     pub fn import_weight(&self, name: &str, tensor: &Tensor) -> Result<()> {
         let (_, var) = self
@@ -488,11 +504,6 @@ impl Transformer {
             out.push(("lm_head.weight".to_string(), h.clone()));
         }
         out
-    }
-
-    /// The on-disk dtype of each base weight (f32 when unknown).
-    pub fn weight_dtypes(&self) -> HashMap<String, DType> {
-        self.dtypes.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// The parameters that training updates: the LoRA adapters when LoRA is enabled (PEFT
