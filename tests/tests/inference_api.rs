@@ -790,6 +790,11 @@ assert run.last_sampler_checkpoint is not None, run
 saved = rc.list_checkpoints(run_id).result().checkpoints
 kinds = {c.tinker_path: c.checkpoint_type for c in saved}
 assert kinds[path] == "sampler" and kinds[state_path] == "training", saved
+# The session that opened both clients, as the SDK's RestClient shows it.
+sessions = rc.list_sessions().result().sessions
+opened = {s: rc.get_session(s).result() for s in sessions}
+owners = [s for s, info in opened.items() if run_id in info.training_run_ids]
+assert len(owners) == 1 and len(opened[owners[0]].training_run_ids) == 2, opened
 sc.close("success").result()
 print("SDK OK")
 "#;

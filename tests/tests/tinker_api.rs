@@ -142,6 +142,102 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     assert_eq!(post("/api/v1/session_heartbeat", &a, beat).await.status, StatusCode::GONE);
 }
 
+/// `list_sessions` and `get_session`: the org's sessions newest first, each with the training
+/// runs and samplers it opened, its display name and metadata (strings, as the SDK types them);
+/// another org's session is unknown, and bad names, scopes and pages are 400s naming the field.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn sessions_list_and_show_what_they_opened(pool: sqlx::PgPool) {
+    let (app, a, b) = two_orgs(&pool).await;
+    let call = |method: Method, uri: String, key: &str, body: Value| {
+        let key = key.to_string();
+        let app = &app;
+        async move { tinker(app, method, &uri, &key, body).await }
+    };
+    let open =
+        |key: &str, body: Value| call(Method::POST, "/api/v1/create_session".into(), key, body);
+    let first = open(&a, json!({"tags": [], "user_metadata": null, "sdk_version": "0.38.0"})).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.json());
+    let first = first.json()["session_id"].as_str().unwrap().to_string();
+    let named = json!({"tags": ["rl"], "sdk_version": "0.38.0", "type": "create_session",
+                       "display_name": "arithmetic RL", "project_id": null,
+                       "user_metadata": {"run": "7", "lr": 0.0001, "ok": true}});
+    let second = open(&a, named).await.json()["session_id"].as_str().unwrap().to_string();
+    let other_org = open(&b, json!({})).await.json()["session_id"].as_str().unwrap().to_string();
+
+    // Bad bodies change nothing and name their field.
+    let long = open(&a, json!({"display_name": "x".repeat(257)})).await;
+    assert_error(&long, StatusCode::BAD_REQUEST, Some("display_name"));
+    let nul = open(&a, json!({"user_metadata": {"k": "a\0b"}})).await;
+    assert_error(&nul, StatusCode::BAD_REQUEST, Some("user_metadata"));
+
+    // The second session opens a training client and a sampler.
+    let client = json!({"session_id": second, "model_seq_id": 0, "base_model": "tiny",
+                        "lora_config": {"rank": 4}, "type": "create_model"});
+    let created = call(Method::POST, "/api/v1/create_model".into(), &a, client).await;
+    assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+    let run: String = sqlx::query_scalar("SELECT id FROM jobs").fetch_one(&pool).await.unwrap();
+    let sampler = json!({"session_id": second, "sampling_session_seq_id": 0, "base_model": "tiny"});
+    let sampler = call(Method::POST, "/api/v1/create_sampling_session".into(), &a, sampler).await;
+    let sampler = sampler.json()["sampling_session_id"].as_str().unwrap().to_string();
+
+    let listed = call(Method::GET, "/api/v1/sessions".into(), &a, json!({})).await;
+    assert_eq!(listed.status, StatusCode::OK, "{:?}", listed.json());
+    assert_eq!(listed.json()["sessions"], json!([second, first]), "newest first, the org's own");
+    assert_eq!(listed.json()["cursor"]["total_count"], 2);
+    let page = call(Method::GET, "/api/v1/sessions?limit=1&offset=1".into(), &a, json!({})).await;
+    assert_eq!(page.json()["sessions"], json!([first]), "{:?}", page.json());
+    for (query, field) in
+        [("limit=0", "limit"), ("offset=-1", "offset"), ("access_scope=all", "access_scope")]
+    {
+        let refused = call(Method::GET, format!("/api/v1/sessions?{query}"), &a, json!({})).await;
+        assert_error(&refused, StatusCode::BAD_REQUEST, Some(field));
+    }
+    let theirs =
+        call(Method::GET, "/api/v1/sessions?access_scope=accessible".into(), &b, json!({}));
+    assert_eq!(theirs.await.json()["sessions"], json!([other_org]));
+
+    let shown =
+        call(Method::GET, format!("/api/v1/sessions/{second}?access_scope=owned"), &a, json!({}));
+    let shown = shown.await;
+    assert_eq!(shown.status, StatusCode::OK, "{:?}", shown.json());
+    let shown = shown.json();
+    assert_eq!(shown["training_run_ids"], json!([run]), "{shown}");
+    assert_eq!(shown["sampler_ids"], json!([sampler]), "{shown}");
+    assert_eq!(shown["display_name"], "arithmetic RL");
+    assert_eq!(shown["user_metadata"], json!({"run": "7", "lr": "0.0001", "ok": "true"}));
+    assert_eq!(shown["verity_tags"], json!(["rl"]));
+    assert!(shown["verity_finished_at"].is_null(), "{shown}");
+    let plain = call(Method::GET, format!("/api/v1/sessions/{first}"), &a, json!({})).await.json();
+    assert_eq!(
+        (
+            plain["display_name"].clone(),
+            plain["user_metadata"].clone(),
+            plain["training_run_ids"].clone()
+        ),
+        (Value::Null, json!({}), json!([]))
+    );
+    let foreign = call(Method::GET, format!("/api/v1/sessions/{other_org}"), &a, json!({})).await;
+    assert_eq!(foreign.status, StatusCode::NOT_FOUND, "{:?}", foreign.json());
+
+    // A finished session says so, and why.
+    let finish = format!("/api/v1/sessions/{second}/finish");
+    let done = call(Method::POST, finish, &a, json!({"reason": {"type": "success"}})).await;
+    assert_eq!(done.status, StatusCode::OK);
+    let shown = call(Method::GET, format!("/api/v1/sessions/{second}"), &a, json!({})).await.json();
+    assert!(shown["verity_finished_at"].is_string(), "{shown}");
+    assert_eq!(shown["verity_finish_reason"], "success");
+
+    // The dashboard's Tinker page lists the org's sessions with the runs they opened.
+    let cookie = dashboard_cookie(&app.router, "a@a.io").await;
+    let (status, page) = dashboard_page(&app.router, "/tinker", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains(&second) && page.contains("arithmetic RL") && page.contains(&run),
+        "{page}"
+    );
+    assert!(!page.contains(&other_org), "another org's session is listed");
+}
+
 /// One org's pending calls are capped (`VERITY_TINKER_ORG_PENDING`): beyond, `asample` and
 /// training calls are a 429 the SDK waits out and sends again; another org samples on.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

@@ -12,14 +12,27 @@ use uuid::Uuid;
 /// Futures are kept this long after they are created (then deleted as sessions open).
 pub const FUTURE_RETENTION_HOURS: i32 = 24;
 
+/// Most characters of a session's display name.
+pub const MAX_DISPLAY_NAME_CHARS: usize = 256;
+
+/// What a client sends when it opens a session.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// The SDK's tags (a JSON array of strings).
+    pub tags: Value,
+    /// The user's metadata (a JSON object).
+    pub user_metadata: Value,
+    /// A name for people, 1 to [`MAX_DISPLAY_NAME_CHARS`] characters (not unique).
+    pub display_name: Option<String>,
+}
+
 /// Opens a session for `org_id`; returns its id (`sess-…`). Futures older than
 /// [`FUTURE_RETENTION_HOURS`] are deleted here, once per client, not on each call.
 pub async fn create_session(
     pool: &PgPool,
     org_id: Uuid,
     user_id: Option<Uuid>,
-    tags: &Value,
-    user_metadata: &Value,
+    session: &NewSession,
 ) -> Result<String, sqlx::Error> {
     sqlx::query!(
         "DELETE FROM tinker_futures WHERE created_at < now() - make_interval(hours => $1)",
@@ -29,17 +42,123 @@ pub async fn create_session(
     .await?;
     let id = format!("sess-{}", Uuid::new_v4().simple());
     sqlx::query!(
-        "INSERT INTO tinker_sessions (id, org_id, user_id, tags, user_metadata) \
-         VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO tinker_sessions (id, org_id, user_id, tags, user_metadata, display_name) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
         id,
         org_id,
         user_id,
-        tags,
-        user_metadata
+        session.tags,
+        session.user_metadata,
+        session.display_name
     )
     .execute(pool)
     .await?;
     Ok(id)
+}
+
+/// A session with what it opened: the SDK's `GetSessionResponse` and the dashboard's row.
+#[derive(Debug, Clone)]
+pub struct SessionRecord {
+    /// `sess-…`.
+    pub id: String,
+    /// The name given at creation, if any.
+    pub display_name: Option<String>,
+    /// The user's metadata (a JSON object).
+    pub user_metadata: Value,
+    /// The SDK's tags (a JSON array).
+    pub tags: Value,
+    /// When it opened.
+    pub created_at: DateTime<Utc>,
+    /// Its latest heartbeat.
+    pub last_heartbeat_at: DateTime<Utc>,
+    /// When it finished, if it has.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Why it finished (`finished` by the client, `expired` without heartbeats, …).
+    pub finish_reason: Option<String>,
+    /// The training runs (`tinkjob-…`) of its training clients, oldest first.
+    pub training_run_ids: Vec<String>,
+    /// Its sampling sessions, oldest first.
+    pub sampler_ids: Vec<String>,
+}
+
+/// The org's sessions, newest first: a page of `limit` from `offset`, and how many there are.
+pub async fn list_sessions(
+    pool: &PgPool,
+    org_id: Uuid,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<SessionRecord>, i64), sqlx::Error> {
+    let total = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM tinker_sessions WHERE org_id = $1"#,
+        org_id
+    )
+    .fetch_one(pool)
+    .await?;
+    let ids = sqlx::query_scalar!(
+        "SELECT id FROM tinker_sessions WHERE org_id = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3",
+        org_id,
+        limit,
+        offset
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut sessions = Vec::with_capacity(ids.len());
+    for id in ids {
+        // Deleted between the two reads (its org went): leave it out.
+        if let Some(session) = session(pool, org_id, &id).await? {
+            sessions.push(session);
+        }
+    }
+    Ok((sessions, total))
+}
+
+/// Session `id` of the org with its training runs and samplers; `None` when the org has none.
+pub async fn session(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<SessionRecord>, sqlx::Error> {
+    let Some(row) = sqlx::query!(
+        "SELECT id, display_name, user_metadata, tags, created_at, last_heartbeat_at, \
+                finished_at, finish_reason \
+         FROM tinker_sessions WHERE id = $1 AND org_id = $2",
+        id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let training_run_ids = sqlx::query_scalar!(
+        "SELECT job_id FROM tinker_models WHERE session_id = $1 AND org_id = $2 \
+         ORDER BY created_at, id",
+        id,
+        org_id
+    )
+    .fetch_all(pool)
+    .await?;
+    let sampler_ids = sqlx::query_scalar!(
+        "SELECT id FROM tinker_sampling_sessions WHERE session_id = $1 AND org_id = $2 \
+         ORDER BY created_at, id",
+        id,
+        org_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(SessionRecord {
+        id: row.id,
+        display_name: row.display_name,
+        user_metadata: row.user_metadata,
+        tags: row.tags,
+        created_at: row.created_at,
+        last_heartbeat_at: row.last_heartbeat_at,
+        finished_at: row.finished_at,
+        finish_reason: row.finish_reason,
+        training_run_ids,
+        sampler_ids,
+    }))
 }
 
 /// Records a heartbeat of session `id`; false when the org has no such open session.

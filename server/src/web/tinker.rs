@@ -1,6 +1,6 @@
 //! The Tinker page: the org's training runs (Tinker training clients) with their state, the
 //! calls they ran and the weights they saved (each a Verity model, opened in the playground),
-//! and a run's call log (calls, tokens, losses, timings).
+//! the sessions that opened them, and a run's call log (calls, tokens, losses, timings).
 
 use super::jobs::{ConfirmForm, ConfirmPage};
 use super::page::{render, urlencode, when, Nav, WebResult, WebUser};
@@ -17,9 +17,10 @@ use axum::Form;
 use axum::Router;
 use serde::Deserialize;
 use verity_core::tinker::clients::{self, CallRecord, RunRecord, SavedRecord};
+use verity_core::tinker::{list_sessions, SessionRecord};
 use verity_core::JobState;
 
-/// Runs shown on the list.
+/// Runs (and sessions) shown on the list.
 const LIST_LIMIT: i64 = 100;
 
 /// Calls shown on a run's log.
@@ -73,6 +74,38 @@ fn state_label(state: &str) -> &'static str {
         Ok(JobState::Succeeded) => "ended",
         Ok(other) => other.as_str(),
         Err(_) => "unknown",
+    }
+}
+
+/// A session as shown: who opened it (by id and name), whether it is open, what it opened.
+struct SessionRow {
+    id: String,
+    name: String,
+    opened: String,
+    last_heartbeat: String,
+    /// `open`, or how it finished.
+    status: String,
+    open: bool,
+    runs: Vec<String>,
+    samplers: usize,
+}
+
+impl From<&SessionRecord> for SessionRow {
+    fn from(session: &SessionRecord) -> Self {
+        SessionRow {
+            id: session.id.clone(),
+            name: session.display_name.clone().unwrap_or_default(),
+            opened: when(session.created_at),
+            last_heartbeat: when(session.last_heartbeat_at),
+            status: match (&session.finished_at, &session.finish_reason) {
+                (None, _) => "open".into(),
+                (Some(at), Some(reason)) => format!("finished ({reason}) {}", when(*at)),
+                (Some(at), None) => format!("finished {}", when(*at)),
+            },
+            open: session.finished_at.is_none(),
+            runs: session.training_run_ids.clone(),
+            samplers: session.sampler_ids.len(),
+        }
     }
 }
 
@@ -152,6 +185,7 @@ struct ListPage {
     nav: Nav,
     runs: Vec<RunRow>,
     saved: Vec<SavedRow>,
+    sessions: Vec<SessionRow>,
 }
 
 async fn list_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
@@ -159,9 +193,12 @@ async fn list_page(State(state): State<AppState>, user: WebUser) -> WebResult<Re
     let (runs, _) =
         clients::list_runs(&state.pool, org, LIST_LIMIT, 0).await.map_err(ApiError::from)?;
     let saved = clients::list_saved(&state.pool, org, None).await.map_err(ApiError::from)?;
+    let (sessions, _) =
+        list_sessions(&state.pool, org, LIST_LIMIT, 0).await.map_err(ApiError::from)?;
     Ok(render(&ListPage {
         nav: Nav::new("Tinker", "tinker"),
         runs: runs.iter().map(RunRow::from).collect(),
+        sessions: sessions.iter().map(SessionRow::from).collect(),
         saved: saved
             .iter()
             .map(|s| {

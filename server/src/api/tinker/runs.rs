@@ -15,16 +15,29 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use verity_core::tinker::clients::{self, RunRecord, SavedRecord};
 
-/// Most runs one page lists.
+/// Most runs (or sessions) one page lists.
 const MAX_PAGE: i64 = 1000;
 
-/// `?limit=&offset=` of `training_runs`.
+/// `?limit=&offset=` of `training_runs` and `sessions`.
 #[derive(Debug, Deserialize)]
 pub struct Page {
     #[serde(default = "twenty")]
-    limit: i64,
+    pub(super) limit: i64,
     #[serde(default)]
-    offset: i64,
+    pub(super) offset: i64,
+}
+
+impl Page {
+    /// A 400 naming `limit` or `offset` when either is out of range.
+    pub(super) fn check(&self) -> ApiResult<()> {
+        if !(1..=MAX_PAGE).contains(&self.limit) {
+            return Err(ApiError::invalid("limit", format!("must be 1 to {MAX_PAGE}")));
+        }
+        if self.offset < 0 {
+            return Err(ApiError::invalid("offset", "must be at least 0"));
+        }
+        Ok(())
+    }
 }
 
 fn twenty() -> i64 {
@@ -73,12 +86,7 @@ pub async fn list_training_runs(
     State(state): State<AppState>,
     ApiQuery(page): ApiQuery<Page>,
 ) -> ApiResult<Json<Value>> {
-    if !(1..=MAX_PAGE).contains(&page.limit) {
-        return Err(ApiError::invalid("limit", format!("must be 1 to {MAX_PAGE}")));
-    }
-    if page.offset < 0 {
-        return Err(ApiError::invalid("offset", "must be at least 0"));
-    }
+    page.check()?;
     let (runs, total) =
         clients::list_runs(&state.pool, principal.org_id, page.limit, page.offset).await?;
     let saved = clients::list_saved(&state.pool, principal.org_id, None).await?;
