@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Makes the two base images deploy/Dockerfile.server and Dockerfile.worker-cpu start from, for a
+# machine that reaches Debian's packages and crates.io but no image registry (as these VMs):
+#   docker.io/library/debian:bookworm-slim  Debian bookworm, minbase, made by mmdebstrap
+#   docker.io/library/rust:1.95-bookworm    a stand-in: that Debian, gcc/make/pkg-config/git,
+#                                           and this machine's Rust toolchain (rustc -V below)
+# With a registry, skip this: the Dockerfiles pull the real images. Needs mmdebstrap and podman
+# (ENGINE=docker for Docker); apt-get install mmdebstrap podman runc.
+#
+#   scripts/local-base-images.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+engine=${ENGINE:-podman}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+debian=docker.io/library/debian:bookworm-slim
+rust=docker.io/library/rust:1.95-bookworm
+
+echo "== $debian (mmdebstrap bookworm, minbase, with this machine's extra CAs)"
+mmdebstrap --variant=minbase --include=ca-certificates bookworm "$work/bookworm.tar"
+"$engine" import "$work/bookworm.tar" localhost/verity-bookworm-minbase
+rm "$work/bookworm.tar"
+mkdir -p "$work/ca/extra-ca"
+cp /usr/local/share/ca-certificates/*.crt "$work/ca/extra-ca/" 2>/dev/null || true
+"$engine" build --build-arg BASE_IMAGE=localhost/verity-bookworm-minbase -t "$debian" \
+  -f deploy/local-base/Containerfile.debian "$work/ca"
+
+echo "== $rust (Debian + this machine's toolchain: $(rustc -V))"
+toolchain=$(rustc --print sysroot)
+mkdir "$work/context"
+cp -a "$toolchain" "$work/context/toolchain"
+# Documentation is most of a toolchain's size and no build needs it.
+rm -rf "$work/context/toolchain/share/doc"
+"$engine" build --build-arg "BASE_IMAGE=$debian" -t "$rust" \
+  -f deploy/local-base/Containerfile.rust "$work/context"
+echo "local-base-images: OK ($debian, $rust)"
