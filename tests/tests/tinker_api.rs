@@ -216,6 +216,19 @@ async fn sessions_list_and_show_what_they_opened(pool: sqlx::PgPool) {
         ),
         (Value::Null, json!({}), json!([]))
     );
+    // What the SDK's RestClient asks of sessions that Verity does not serve is a 400 naming it.
+    for (method, uri) in [
+        (Method::POST, "/api/v1/sessions/search".to_string()),
+        (Method::PUT, format!("/api/v1/sessions/{first}/project")),
+        (Method::GET, format!("/api/v1/sessions/{first}/trace_export")),
+        (Method::POST, "/api/v1/sessions".to_string()),
+    ] {
+        let name = uri.trim_start_matches("/api/v1/").to_string();
+        let refused = call(method, uri, &a, json!({})).await;
+        assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
+        let message = refused.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(message.contains(&name), "{message}");
+    }
     let foreign = call(Method::GET, format!("/api/v1/sessions/{other_org}"), &a, json!({})).await;
     assert_eq!(foreign.status, StatusCode::NOT_FOUND, "{:?}", foreign.json());
 

@@ -16,7 +16,7 @@ use super::auth::{Principal, Via};
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;
 use super::state::AppState;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, OriginalUri, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -37,8 +37,11 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/auth/token", post(auth_token))
         .route("/api/v1/create_session", post(sessions::create_session))
         .route("/api/v1/session_heartbeat", post(sessions::session_heartbeat))
-        .route("/api/v1/sessions", get(sessions::list_sessions))
-        .route("/api/v1/sessions/{session_id}", get(sessions::get_session))
+        .route("/api/v1/sessions", get(sessions::list_sessions).fallback(not_served_method))
+        .route(
+            "/api/v1/sessions/{session_id}",
+            get(sessions::get_session).fallback(not_served_method),
+        )
         .route("/api/v1/sessions/{session_id}/finish", post(sessions::finish_session))
         .route("/api/v1/telemetry", post(telemetry))
         .route("/api/v1/get_server_capabilities", get(capabilities))
@@ -89,6 +92,12 @@ const FORWARD_BACKWARD_BYTES: usize = 8 << 20;
 /// without retrying).
 async fn not_served(_principal: Principal, Path(call): Path<String>) -> ApiError {
     not_served_error(&call)
+}
+
+/// [`not_served`] for a path routed for other methods (`POST /api/v1/sessions/search` beside
+/// `GET /api/v1/sessions/{id}`): the same 400 naming the call, not a 405.
+async fn not_served_method(_principal: Principal, OriginalUri(uri): OriginalUri) -> ApiError {
+    not_served_error(uri.path().strip_prefix("/api/v1/").unwrap_or(uri.path()))
 }
 
 /// The 400 for a Tinker call Verity does not serve, naming it.
