@@ -73,7 +73,7 @@ pub struct SessionRecord {
     pub last_heartbeat_at: DateTime<Utc>,
     /// When it finished, if it has.
     pub finished_at: Option<DateTime<Utc>>,
-    /// Why it finished (`finished` by the client, `expired` without heartbeats, …).
+    /// Why it finished: the `reason.type` its client sent to `finish` (`success` by default).
     pub finish_reason: Option<String>,
     /// The training runs (`tinkjob-…`) of its training clients, oldest first.
     pub training_run_ids: Vec<String>,
@@ -94,23 +94,7 @@ pub async fn list_sessions(
     )
     .fetch_one(pool)
     .await?;
-    let ids = sqlx::query_scalar!(
-        "SELECT id FROM tinker_sessions WHERE org_id = $1 \
-         ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3",
-        org_id,
-        limit,
-        offset
-    )
-    .fetch_all(pool)
-    .await?;
-    let mut sessions = Vec::with_capacity(ids.len());
-    for id in ids {
-        // Deleted between the two reads (its org went): leave it out.
-        if let Some(session) = session(pool, org_id, &id).await? {
-            sessions.push(session);
-        }
-    }
-    Ok((sessions, total))
+    Ok((read_sessions(pool, org_id, None, limit, offset).await?, total))
 }
 
 /// Session `id` of the org with its training runs and samplers; `None` when the org has none.
@@ -119,46 +103,38 @@ pub async fn session(
     org_id: Uuid,
     id: &str,
 ) -> Result<Option<SessionRecord>, sqlx::Error> {
-    let Some(row) = sqlx::query!(
-        "SELECT id, display_name, user_metadata, tags, created_at, last_heartbeat_at, \
-                finished_at, finish_reason \
-         FROM tinker_sessions WHERE id = $1 AND org_id = $2",
+    Ok(read_sessions(pool, org_id, Some(id), 1, 0).await?.pop())
+}
+
+/// The org's sessions (only `id`, when given), newest first, each with the runs and samplers it
+/// opened, in one query: a page of `limit` from `offset`.
+async fn read_sessions(
+    pool: &PgPool,
+    org_id: Uuid,
+    id: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<SessionRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        SessionRecord,
+        r#"SELECT s.id, s.display_name, s.user_metadata, s.tags, s.created_at,
+                  s.last_heartbeat_at, s.finished_at, s.finish_reason,
+                  ARRAY(SELECT m.job_id FROM tinker_models m
+                        WHERE m.session_id = s.id AND m.org_id = s.org_id
+                        ORDER BY m.created_at, m.id) AS "training_run_ids!",
+                  ARRAY(SELECT p.id FROM tinker_sampling_sessions p
+                        WHERE p.session_id = s.id AND p.org_id = s.org_id
+                        ORDER BY p.created_at, p.id) AS "sampler_ids!"
+           FROM tinker_sessions s
+           WHERE s.org_id = $1 AND ($2::text IS NULL OR s.id = $2)
+           ORDER BY s.created_at DESC, s.id DESC LIMIT $3 OFFSET $4"#,
+        org_id,
         id,
-        org_id
-    )
-    .fetch_optional(pool)
-    .await?
-    else {
-        return Ok(None);
-    };
-    let training_run_ids = sqlx::query_scalar!(
-        "SELECT job_id FROM tinker_models WHERE session_id = $1 AND org_id = $2 \
-         ORDER BY created_at, id",
-        id,
-        org_id
+        limit,
+        offset
     )
     .fetch_all(pool)
-    .await?;
-    let sampler_ids = sqlx::query_scalar!(
-        "SELECT id FROM tinker_sampling_sessions WHERE session_id = $1 AND org_id = $2 \
-         ORDER BY created_at, id",
-        id,
-        org_id
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(Some(SessionRecord {
-        id: row.id,
-        display_name: row.display_name,
-        user_metadata: row.user_metadata,
-        tags: row.tags,
-        created_at: row.created_at,
-        last_heartbeat_at: row.last_heartbeat_at,
-        finished_at: row.finished_at,
-        finish_reason: row.finish_reason,
-        training_run_ids,
-        sampler_ids,
-    }))
+    .await
 }
 
 /// Records a heartbeat of session `id`; false when the org has no such open session.
