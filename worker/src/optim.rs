@@ -11,7 +11,7 @@
 use crate::error::{Result, WorkerError};
 use crate::model::tape::Tape;
 use crate::safetensors_file::{pytorch_metadata, write_safetensors, PendingTensor};
-use crate::weights::{read_safetensors, read_safetensors_metadata};
+use crate::weights::read_safetensors;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Tensor, Var};
 use rayon::prelude::*;
@@ -625,17 +625,8 @@ impl AdamW {
         params: &[(String, Var)],
         on: OptimizerPath,
     ) -> Result<Self> {
-        let meta = read_safetensors_metadata(path)?;
-        let step = meta
-            .get("step")
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| WorkerError::Model("optimizer state lacks step".into()))?;
-        let config: AdamWConfig = meta
-            .get("adamw")
-            .and_then(|s| serde_json::from_str(s).ok())
-            .ok_or_else(|| WorkerError::Model("optimizer state lacks its config".into()))?;
         let mut stored: HashMap<String, Vec<f32>> = HashMap::new();
-        read_safetensors(path, &Device::Cpu, |key, t| {
+        let meta = read_safetensors(path, &Device::Cpu, |key, t| {
             let values = t
                 .to_dtype(DType::F32)?
                 .flatten_all()?
@@ -644,6 +635,14 @@ impl AdamW {
             stored.insert(key, values);
             Ok(())
         })?;
+        let step = meta
+            .get("step")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| WorkerError::Model("optimizer state lacks step".into()))?;
+        let config: AdamWConfig = meta
+            .get("adamw")
+            .and_then(|s| serde_json::from_str(s).ok())
+            .ok_or_else(|| WorkerError::Model("optimizer state lacks its config".into()))?;
         let mut opt = Self { config, step, names: Vec::new(), moments: Vec::new(), path: on };
         let mut read = |key: String, n: usize| -> Result<Vec<f32>> {
             let data = stored

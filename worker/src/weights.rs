@@ -120,19 +120,14 @@ fn read_header(f: &mut std::fs::File, path: &Path) -> Result<Header> {
     Ok(Header { entries, metadata, data_start })
 }
 
-/// The `__metadata__` of a safetensors file (empty when it has none), read from its header alone.
-pub fn read_safetensors_metadata(path: &Path) -> Result<HashMap<String, String>> {
-    let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
-    Ok(read_header(&mut f, path)?.metadata)
-}
-
 /// Streams the tensors of a safetensors file one at a time (so loading never holds the file
-/// and the converted weights in memory together), calling `each(name, tensor)`.
+/// and the converted weights in memory together), calling `each(name, tensor)`; returns the
+/// file's `__metadata__` (empty when it has none).
 pub fn read_safetensors(
     path: &Path,
     device: &Device,
     mut each: impl FnMut(String, Tensor) -> Result<()>,
-) -> Result<()> {
+) -> Result<HashMap<String, String>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).map_err(|e| WorkerError::io("opening", path, e))?;
     let header = read_header(&mut f, path)?;
@@ -144,7 +139,7 @@ pub fn read_safetensors(
         let t = Tensor::from_raw_buffer(&bytes, dtype, &shape, device)?;
         each(name, t)?;
     }
-    Ok(())
+    Ok(header.metadata)
 }
 
 /// The safetensors files of an HF folder (single file or shards from the index).

@@ -425,16 +425,19 @@ impl Transformer {
         name.ends_with("_proj.weight")
     }
 
+    /// Base weight `name` in HF layout: a view of the parameter `var`, not a copy.
+    fn hf_view(name: &str, var: &Var) -> Result<Tensor> {
+        let held = var.as_tensor();
+        Ok(if Self::is_held_transposed(name) { held.t()? } else { held.clone() })
+    }
+
     /// Base weights in HF layout and names, ready to save (tied LM head omitted, as HF does).
     pub fn export_weights(&self) -> Result<Vec<(String, Tensor)>> {
         self.named_weights()
             .into_iter()
             .map(|(name, v)| {
-                let t = if Self::is_held_transposed(&name) {
-                    v.as_tensor().t()?.contiguous()?
-                } else {
-                    v.as_tensor().copy()?
-                };
+                let view = Self::hf_view(&name, &v)?;
+                let t = if view.is_contiguous() { view.copy()? } else { view.contiguous()? };
                 Ok((name, t))
             })
             .collect()
@@ -448,9 +451,8 @@ impl Transformer {
             .into_iter()
             .map(|(name, v)| {
                 let dtype = self.dtypes.get(&name).copied().unwrap_or(DType::F32);
-                let held = v.as_tensor();
-                let hf = if Self::is_held_transposed(&name) { held.t()? } else { held.clone() };
-                Ok((name, PendingTensor::converted(hf, dtype)))
+                let pending = PendingTensor::converted(Self::hf_view(&name, &v)?, dtype);
+                Ok((name, pending))
             })
             .collect()
     }
