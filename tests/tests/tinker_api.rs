@@ -251,6 +251,71 @@ async fn sessions_list_and_show_what_they_opened(pool: sqlx::PgPool) {
     assert!(!page.contains(&other_org), "another org's session is listed");
 }
 
+/// A session whose client stopped beating (its process died) is closed after
+/// `VERITY_TINKER_SESSION_TIMEOUT_SECS`, with reason `heartbeat_timeout`: its parked training
+/// clients end, its heartbeats are a 410 from then on, and sessions that still beat stay open.
+/// The server's loop does the same on its own.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn sessions_without_heartbeats_are_closed_and_release_their_clients(pool: sqlx::PgPool) {
+    let (app, a, b) = two_orgs(&pool).await;
+    let post = |uri: &'static str, key: &str, body: Value| {
+        let key = key.to_string();
+        let app = &app;
+        async move { tinker(app, Method::POST, uri, &key, body).await }
+    };
+    let open = |key: &str| {
+        let key = key.to_string();
+        async move {
+            let opened = post("/api/v1/create_session", &key, json!({})).await;
+            opened.json()["session_id"].as_str().unwrap().to_string()
+        }
+    };
+    let (dead, dead_elsewhere, alive) = (open(&a).await, open(&b).await, open(&a).await);
+    let client = json!({"session_id": dead, "model_seq_id": 0, "base_model": "tiny",
+                        "lora_config": {"rank": 4}, "type": "create_model"});
+    assert_eq!(post("/api/v1/create_model", &a, client).await.status, StatusCode::OK);
+    // Its client was parked (what a worker does to an idle one: see clients::park).
+    sqlx::query("UPDATE jobs SET state = 'paused'").execute(&pool).await.unwrap();
+    let backdate = "UPDATE tinker_sessions SET last_heartbeat_at = now() - interval '1 hour' \
+                    WHERE id = $1";
+    for id in [&dead, &dead_elsewhere] {
+        sqlx::query(backdate).bind(id).execute(&pool).await.unwrap();
+    }
+
+    let timeout = std::time::Duration::from_secs(600);
+    let mut closed = verity_core::tinker::expire_sessions(&pool, timeout).await.unwrap();
+    closed.sort();
+    let mut expected = vec![dead.clone(), dead_elsewhere.clone()];
+    expected.sort();
+    assert_eq!(closed, expected, "only the sessions that stopped beating");
+    let uri = format!("/api/v1/sessions/{dead}");
+    let shown = tinker(&app, Method::GET, &uri, &a, json!({})).await.json();
+    assert!(shown["verity_finished_at"].is_string(), "{shown}");
+    assert_eq!(shown["verity_finish_reason"], "heartbeat_timeout", "{shown}");
+    let (state, result): (String, Value) =
+        sqlx::query_as("SELECT state, result FROM jobs").fetch_one(&pool).await.unwrap();
+    assert_eq!((state.as_str(), result), ("succeeded", json!({"released": "session_finished"})));
+    let beat = |id: &str| json!({"session_id": id, "type": "session_heartbeat"});
+    assert_eq!(post("/api/v1/session_heartbeat", &a, beat(&dead)).await.status, StatusCode::GONE);
+    assert_eq!(post("/api/v1/session_heartbeat", &a, beat(&alive)).await.status, StatusCode::OK);
+    assert!(verity_core::tinker::expire_sessions(&pool, timeout).await.unwrap().is_empty());
+
+    // The server's loop, with a one-second timeout, closes the session that stops beating.
+    let expiry =
+        verity_server::api::tinker::spawn_expiry(pool.clone(), std::time::Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let uri = format!("/api/v1/sessions/{alive}");
+        let shown = tinker(&app, Method::GET, &uri, &a, json!({})).await.json();
+        if shown["verity_finish_reason"] == "heartbeat_timeout" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never closed: {shown}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    expiry.abort();
+}
+
 /// One org's pending calls are capped (`VERITY_TINKER_ORG_PENDING`): beyond, `asample` and
 /// training calls are a 429 the SDK waits out and sends again; another org samples on.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

@@ -150,6 +150,9 @@ pub async fn heartbeat(pool: &PgPool, org_id: Uuid, id: &str) -> Result<bool, sq
     Ok(done.rows_affected() == 1)
 }
 
+/// Why a session closed when its client stopped beating: [`expire_sessions`] closed it.
+pub const HEARTBEAT_TIMEOUT_REASON: &str = "heartbeat_timeout";
+
 /// Closes session `id` with `reason`; false when the org has no such session.
 pub async fn finish_session(
     pool: &PgPool,
@@ -167,9 +170,61 @@ pub async fn finish_session(
     )
     .execute(&mut *tx)
     .await?;
-    // Its parked training clients end too: nothing will call them again. (A client being parked
-    // now either sees the session finished or is parked before this reads it: see
-    // `clients::park`.)
+    end_parked_clients(&mut tx, org_id, id).await?;
+    tx.commit().await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Closes every open session whose client has sent no heartbeat for `timeout` (its process
+/// died, its machine went away), as a `finish` with reason [`HEARTBEAT_TIMEOUT_REASON`] would:
+/// its parked training clients end, and the workers holding its live ones release them. A
+/// heartbeat that lands first keeps the session open. Returns the ids it closed.
+pub async fn expire_sessions(
+    pool: &PgPool,
+    timeout: std::time::Duration,
+) -> Result<Vec<String>, sqlx::Error> {
+    let secs = timeout.as_secs_f64();
+    let stale = sqlx::query!(
+        "SELECT id, org_id FROM tinker_sessions \
+         WHERE finished_at IS NULL AND last_heartbeat_at < now() - make_interval(secs => $1)",
+        secs
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut closed = Vec::new();
+    for session in stale {
+        let mut tx = pool.begin().await?;
+        // Checked again under the row's lock: a heartbeat since the read keeps it open.
+        let done = sqlx::query!(
+            "UPDATE tinker_sessions SET finished_at = now(), finish_reason = $2 \
+             WHERE id = $1 AND finished_at IS NULL \
+               AND last_heartbeat_at < now() - make_interval(secs => $3)",
+            session.id,
+            HEARTBEAT_TIMEOUT_REASON,
+            secs
+        )
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            end_parked_clients(&mut tx, session.org_id, &session.id).await?;
+            closed.push(session.id);
+        }
+        tx.commit().await?;
+    }
+    if !closed.is_empty() {
+        tracing::info!(sessions = ?closed, "tinker sessions without a heartbeat closed");
+    }
+    Ok(closed)
+}
+
+/// Ends the parked training clients of session `id` (closed in `tx`): nothing will call them
+/// again. (A client being parked now either sees the session finished or is parked before this
+/// reads it: see `clients::park`.)
+async fn end_parked_clients(
+    tx: &mut sqlx::PgConnection,
+    org_id: Uuid,
+    id: &str,
+) -> Result<(), sqlx::Error> {
     let ended = sqlx::query!(
         "UPDATE jobs SET state = 'succeeded', finished_at = now(), control = 'none', \
                          result = '{\"released\": \"session_finished\"}'::jsonb \
@@ -180,7 +235,6 @@ pub async fn finish_session(
     )
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
     if ended.rows_affected() > 0 {
         tracing::info!(
             session_id = id,
@@ -188,7 +242,7 @@ pub async fn finish_session(
             "parked tinker clients ended"
         );
     }
-    Ok(done.rows_affected() == 1)
+    Ok(())
 }
 
 /// Opens the sampling session `seq` of session `session_id` on `model` (the same call again

@@ -93,6 +93,14 @@ pub struct ApiConfig {
     /// How long a grader run waits for a free slot before a 503 with Retry-After (milliseconds).
     #[arg(long = "grader-wait-ms", env = "VERITY_GRADER_WAIT_MS", default_value_t = 2000)]
     pub grader_wait_ms: u64,
+    /// How long a Tinker session may go without a heartbeat (the SDK sends one every 10 s)
+    /// before the server closes it and releases its training clients (seconds; 0: never).
+    #[arg(
+        long = "tinker-session-timeout-secs",
+        env = "VERITY_TINKER_SESSION_TIMEOUT_SECS",
+        default_value_t = 600
+    )]
+    pub tinker_session_timeout_secs: u64,
     /// Where the API server caches files it fetches: embedding models of graders, GGUF exports.
     #[arg(long = "judge-cache-dir", env = "VERITY_CACHE_DIR", default_value = "./.verity/cache")]
     pub judge_cache_dir: std::path::PathBuf,

@@ -47,6 +47,7 @@ pub fn api_config() -> ApiConfig {
         hash_concurrency: 0,
         grader_concurrency: 0,
         grader_wait_ms: 2000,
+        tinker_session_timeout_secs: 600,
         judge_cache_dir: std::env::temp_dir().join("verity-test-judges"),
         judges: verity_server::api::state::JudgeArgs {
             endpoints: String::new(),

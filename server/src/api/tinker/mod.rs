@@ -12,6 +12,8 @@ mod sessions;
 mod training;
 pub mod training_proto;
 
+pub use sessions::spawn_expiry;
+
 use super::auth::{Principal, Via};
 use super::error::{ApiError, ApiResult};
 use super::extract::ApiJson;

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::time::Duration;
 use verity_core::tinker::{NewSession, SessionRecord, MAX_DISPLAY_NAME_CHARS};
 
 /// Body of `create_session` (the SDK's `CreateSessionRequest`; `sdk_version`, `project_id` and
@@ -193,5 +194,26 @@ fn session_json(session: &SessionRecord) -> Value {
         "verity_last_heartbeat_at": session.last_heartbeat_at,
         "verity_finished_at": session.finished_at,
         "verity_finish_reason": session.finish_reason,
+    })
+}
+
+/// Spawns the loop that closes the sessions whose client sent no heartbeat for `timeout`
+/// ([`verity_core::tinker::expire_sessions`]). It counts from its own start, so that clients
+/// whose heartbeats failed while the server was down get a whole `timeout` to beat again.
+pub fn spawn_expiry(pool: sqlx::PgPool, timeout: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let every = (timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if started.elapsed() < timeout {
+                continue;
+            }
+            if let Err(error) = verity_core::tinker::expire_sessions(&pool, timeout).await {
+                tracing::warn!(%error, "closing tinker sessions without a heartbeat failed; retrying");
+            }
+        }
     })
 }
