@@ -726,11 +726,20 @@ async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {
     }
 }
 
+/// Longest a schemathesis run may take: far beyond its usual minutes, so that a run that stops
+/// making progress fails naming what it got through instead of holding the suite until CI's
+/// limit.
+const SCHEMATHESIS_LIMIT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
     let Some(st) = tool("VERITY_TEST_SCHEMATHESIS") else { return };
     let (server, key) = start(&pool).await;
-    let output = tokio::process::Command::new(st)
+    // Its output goes to files, so that what a run printed survives it being stopped.
+    let out = tempfile::tempdir().unwrap();
+    let (stdout_path, stderr_path) = (out.path().join("stdout"), out.path().join("stderr"));
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::new(st)
         .args(["run", &format!("{}/openapi.json", server.base)])
         .args([
             "--checks",
@@ -742,15 +751,22 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
         .args(["--request-timeout", "10000"])
         .args(["-H", &format!("Authorization: Bearer {key}")])
         .env("SCHEMATHESIS_HOOKS", "")
-        .output()
-        .await
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "schemathesis failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let status = tokio::time::timeout(SCHEMATHESIS_LIMIT, child.wait()).await;
+    let printed = || {
+        let read = |path| std::fs::read_to_string(path).unwrap_or_default();
+        format!("{}\n{}", read(&stdout_path), read(&stderr_path))
+    };
+    let Ok(status) = status else {
+        let _ = child.kill().await;
+        panic!("schemathesis made no end in {SCHEMATHESIS_LIMIT:?}; it printed:\n{}", printed());
+    };
+    eprintln!("schemathesis took {:.0} s", started.elapsed().as_secs_f64());
+    assert!(status.unwrap().success(), "schemathesis failed:\n{}", printed());
 }
 
 /// Runs `verity ARGS --json` against the test server; its stdout as JSON (the command must
