@@ -25,6 +25,7 @@ pub mod sessions;
 pub mod spec;
 pub mod storage;
 pub mod tenancy;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tinker;
 pub mod urls;

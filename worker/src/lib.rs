@@ -57,6 +57,8 @@ pub mod safetensors_file;
 pub mod sampler;
 pub mod serving;
 pub mod stack;
+pub mod synthetic;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tinker;
 pub mod tokenizer;

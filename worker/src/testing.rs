@@ -1,52 +1,14 @@
 //! Fixtures for tests: a tiny random model made in memory, and locating the SmolLM2 test model.
+//! Compiled into the crate's own tests and with feature `testing` (the other crates' tests).
 
-use crate::config::{Family, ModelConfig};
+use crate::config::Family;
 use crate::error::Result;
 use crate::model::Transformer;
 use crate::weights::random_weights;
 use candle_core::{Device, Tensor};
 use std::path::PathBuf;
 
-/// A tiny config of the given family (2 layers, vocab 64, GQA 4:2 heads; SmolLM3's second
-/// layer without RoPE, Mistral's window 4 tokens wide, Gemma 3's first layer local with that
-/// window and its own RoPE base, the second global).
-pub fn tiny_config(family: Family) -> ModelConfig {
-    ModelConfig {
-        family,
-        vocab_size: 64,
-        hidden_size: 32,
-        intermediate_size: 48,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 8,
-        rms_norm_eps: 1e-5,
-        rope_theta: 10_000.0,
-        rope_scaling: None,
-        long_rope: None,
-        rotary_dim: if family == Family::Phi3 { 6 } else { 8 },
-        max_position_embeddings: 256,
-        tie_word_embeddings: family != Family::Qwen3,
-        attention_bias: family == Family::Qwen2,
-        nope_layers: if family == Family::SmolLM3 { vec![1] } else { vec![] },
-        sliding_window: matches!(family, Family::Mistral | Family::Gemma3 | Family::Phi3)
-            .then_some(4),
-        full_attention_layers: if family == Family::Gemma3 { vec![1] } else { vec![] },
-        local_rope_theta: (family == Family::Gemma3).then_some(1_000.0),
-        query_pre_attn_scalar: (family == Family::Gemma3).then_some(16),
-        bos_token_id: Some(1),
-        pad_token_id: None,
-        eos_token_ids: vec![2],
-        torch_dtype: "float32".into(),
-    }
-}
-
-/// A tiny random transformer of the given family on the CPU.
-pub fn tiny_model(family: Family, seed: u64) -> Result<Transformer> {
-    let config = tiny_config(family);
-    let weights = random_weights(&config, seed, &Device::Cpu)?;
-    Transformer::from_weights(config, weights, &Device::Cpu)
-}
+pub use crate::synthetic::{tiny_config, tiny_model};
 
 /// A tiny Llama whose next token depends only on the current one: `script` maps a token to its
 /// successor, and every other token is followed by EOS (id 2). Its attention and MLP outputs are

@@ -91,15 +91,11 @@ async fn measure_all(
     verity_core::db::migrate(&pool).await?;
     let store = LocalStore::open(dir.join("objects"), None).await?;
     let model_dir = dir.join("tiny-model");
-    verity_worker::trainer::testing::write_tiny_model_dir(
-        &model_dir,
-        verity_worker::Family::Llama,
-        3,
-    )?;
+    verity_worker::synthetic::write_tiny_model_dir(&model_dir, verity_worker::Family::Llama, 3)?;
     verity_core::storage::publish_folder(&store, &model_dir, "models/tiny").await?;
     verity_core::models::insert_base_model(&pool, None, "tiny", "models/tiny", "hf", &json!({}))
         .await?;
-    let rows = verity_worker::trainer::testing::target_token_jsonl(4);
+    let rows = verity_worker::synthetic::target_token_jsonl(4);
     store.put_bytes("files/file-bench.jsonl", rows.into()).await?;
     let org = verity_core::tenancy::ensure_org(&pool, "bench").await?;
     let queue = Queue::new(pool.clone(), QueueSettings::default());
@@ -116,7 +112,7 @@ async fn measure_all(
 }
 
 fn tiny_job(org: uuid::Uuid) -> NewJob {
-    let grader = verity_worker::trainer::testing::first_token_grader();
+    let grader = verity_worker::synthetic::first_token_grader();
     let hp = json!({"batch_size": 1, "group_size": 2, "max_steps": 1, "max_completion_tokens": 2,
                     "checkpoint_interval": 1, "eval_on_start": false});
     let method = json!({"type": "reinforcement",

@@ -21,6 +21,7 @@ pub mod rollout;
 pub mod state;
 pub mod step;
 pub mod supervised;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tuning;
 
