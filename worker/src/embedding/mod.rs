@@ -248,6 +248,15 @@ impl EmbeddingModel {
         Ok(model as SharedEmbedder)
     }
 
+    /// Checks, loading and fetching nothing, that `grader`'s `cosine` graders that name no model
+    /// have one: the JSON path of the first of them when this process has none.
+    pub fn check(&self, grader: &Grader) -> Result<(), (String, EmbeddingModelError)> {
+        match grader.embedding_paths().into_iter().next() {
+            Some(first) if self.dir.is_none() => Err((first, EmbeddingModelError::NotConfigured)),
+            _ => Ok(()),
+        }
+    }
+
     /// `grader` with this model given to its `cosine` graders that name no model (unchanged
     /// when it has none); the error names the JSON path of the first of them. Graders naming a
     /// registered model get it from [`crate::embedding_models::EmbeddingModels`].
