@@ -726,10 +726,13 @@ async fn openai_python_sdk_runs_model_graders(pool: sqlx::PgPool) {
     }
 }
 
-/// Longest a schemathesis run may take: far beyond its usual minutes, so that a run that stops
-/// making progress fails naming what it got through instead of holding the suite until CI's
-/// limit.
-const SCHEMATHESIS_LIMIT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+/// Longest a schemathesis run may take (`VERITY_TEST_SCHEMATHESIS_LIMIT_SECS`, else 10 minutes):
+/// far beyond its usual seconds, so that a run that stops making progress fails saying where it
+/// stuck instead of holding the suite until CI's limit.
+fn schemathesis_limit() -> std::time::Duration {
+    let secs = std::env::var("VERITY_TEST_SCHEMATHESIS_LIMIT_SECS").ok();
+    std::time::Duration::from_secs(secs.and_then(|s| s.parse().ok()).unwrap_or(10 * 60))
+}
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
@@ -751,22 +754,53 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
         .args(["--request-timeout", "10000"])
         .args(["-H", &format!("Authorization: Bearer {key}")])
         .env("SCHEMATHESIS_HOOKS", "")
+        // SIGABRT makes Python print every thread's stack (see below).
+        .env("PYTHONFAULTHANDLER", "1")
         .stdout(std::fs::File::create(&stdout_path).unwrap())
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let status = tokio::time::timeout(SCHEMATHESIS_LIMIT, child.wait()).await;
+    let limit = schemathesis_limit();
+    let status = tokio::time::timeout(limit, child.wait()).await;
     let printed = || {
         let read = |path| std::fs::read_to_string(path).unwrap_or_default();
         format!("{}\n{}", read(&stdout_path), read(&stderr_path))
     };
     let Ok(status) = status else {
+        // Where it stuck: Python's stack of each thread, and whether the server still answers.
+        if let Some(pid) = child.id() {
+            let _ = Command::new("kill").args(["-ABRT", &pid.to_string()]).status();
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
         let _ = child.kill().await;
-        panic!("schemathesis made no end in {SCHEMATHESIS_LIMIT:?}; it printed:\n{}", printed());
+        let health = health_check(&server.base);
+        panic!(
+            "schemathesis made no end in {limit:?} (the server {health}); it \
+             printed:\n{}",
+            printed()
+        );
     };
     eprintln!("schemathesis took {:.0} s", started.elapsed().as_secs_f64());
     assert!(status.unwrap().success(), "schemathesis failed:\n{}", printed());
+}
+
+/// Whether the server at `base` answers `GET /healthz` within 5 s, in words.
+fn health_check(base: &str) -> String {
+    use std::io::{Read, Write};
+    let address = base.trim_start_matches("http://");
+    let asked = (|| -> std::io::Result<String> {
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+        stream.write_all(format!("GET /healthz HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply)?;
+        Ok(reply.lines().next().unwrap_or_default().to_string())
+    })();
+    match asked {
+        Ok(status) => format!("answered /healthz with {status:?}"),
+        Err(error) => format!("did not answer /healthz: {error}"),
+    }
 }
 
 /// Runs `verity ARGS --json` against the test server; its stdout as JSON (the command must
