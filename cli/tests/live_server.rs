@@ -750,7 +750,10 @@ async fn schemathesis_finds_no_server_errors(pool: sqlx::PgPool) {
             "--experimental",
             "openapi-3.1",
         ])
-        .args(["--hypothesis-max-examples", "8", "--hypothesis-derandomize", "--workers", "2"])
+        // One worker thread: Hypothesis before 6.136 does not promise thread safety, and two
+        // schemathesis workers run its engine side by side (the one CI hang on record was this
+        // run, the server logging nothing meanwhile).
+        .args(["--hypothesis-max-examples", "8", "--hypothesis-derandomize", "--workers", "1"])
         .args(["--request-timeout", "10000"])
         .args(["-H", &format!("Authorization: Bearer {key}")])
         .env("SCHEMATHESIS_HOOKS", "")
