@@ -80,3 +80,94 @@ fn a_sweep_runs_the_grid_reports_it_and_resumes_without_running_finished_runs_ag
     assert_eq!(before.unwrap(), after.unwrap());
     assert!(String::from_utf8_lossy(&grown.stdout).contains("| loss=grpo | 3/3 |"));
 }
+
+/// Writes a task folder (rows, grader, recipe and a calculator environment) for the tiny model.
+fn write_tool_task(task: &Path) {
+    std::fs::create_dir_all(task).unwrap();
+    std::fs::write(task.join("train.jsonl"), target_token_jsonl(4)).unwrap();
+    std::fs::write(task.join("validation.jsonl"), target_token_jsonl(2)).unwrap();
+    std::fs::write(task.join("grader.json"), first_token_grader().to_string()).unwrap();
+    let recipe = serde_json::json!({"batch_size": 2, "group_size": 2, "max_steps": 2,
+        "max_completion_tokens": 4, "eval_samples": 1});
+    std::fs::write(task.join("recipe.json"), recipe.to_string()).unwrap();
+    let environment = serde_json::json!({"max_turns": 2, "tools": [{"type": "calculator"}]});
+    std::fs::write(task.join("environment.json"), environment.to_string()).unwrap();
+}
+
+fn verity(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_verity")).args(args).output().unwrap()
+}
+
+#[test]
+fn a_task_folder_supplies_every_input_and_its_environment_makes_the_rollouts_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    write_tiny_model_dir(&model, Family::Llama, 3).unwrap();
+    let task = dir.path().join("task");
+    write_tool_task(&task);
+    let learn = ["bench", "learn", "--model"].map(std::ffi::OsStr::new);
+    let run =
+        verity(&[&learn[..], &[model.as_os_str(), "--task".as_ref(), task.as_os_str()]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let steps: Vec<&serde_json::Value> = lines.iter().filter(|l| l["kind"] == "step").collect();
+    assert_eq!(steps.len(), 2, "{lines:?}");
+    for step in steps {
+        // Episodes with tools: every step line carries the tool metrics.
+        let turns = step["turns_per_episode"].as_f64().expect("turns_per_episode");
+        assert!((1.0..=2.0).contains(&turns), "{step}");
+        assert!(step["tool_calls_per_episode"].is_number(), "{step}");
+    }
+    assert_eq!(lines.last().unwrap()["kind"], "summary");
+
+    // --eval-only scores the model on the held-out rows once, and trains nothing.
+    let eval_only = ["--task".as_ref(), task.as_os_str(), "--eval-only".as_ref()];
+    let scored = verity(&[&learn[..], &[model.as_os_str()], &eval_only[..]].concat());
+    assert!(scored.status.success(), "{}", String::from_utf8_lossy(&scored.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&scored.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["eval", "summary"], "{lines:?}");
+    assert_eq!(lines[1]["steps"], 0);
+    assert_eq!(lines[1]["generated_tokens"], 0);
+    assert!(lines[1]["validation_pass_at_1_before"].is_number(), "{}", lines[1]);
+
+    // A sweep records the environment: the same folder with another environment is refused.
+    let out = dir.path().join("sweep");
+    let sweep = |extra: &[&std::ffi::OsStr]| {
+        let args = [
+            model.as_os_str(),
+            "--task".as_ref(),
+            task.as_os_str(),
+            "--seeds".as_ref(),
+            "1".as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ];
+        verity(&[&learn[..], &args[..], extra].concat())
+    };
+    let first = sweep(&[]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let other = dir.path().join("other-environment.json");
+    std::fs::write(&other, r#"{"max_turns": 3, "tools": [{"type": "calculator"}]}"#).unwrap();
+    let refused = sweep(&["--environment".as_ref(), other.as_os_str()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("another tool environment"), "{stderr}");
+
+    // A malformed environment is named before anything runs.
+    std::fs::write(&other, r#"{"max_turns": "three"}"#).unwrap();
+    let single = ["--environment".as_ref(), other.as_os_str()];
+    let bad = verity(
+        &[&learn[..], &[model.as_os_str(), "--task".as_ref(), task.as_os_str()], &single[..]]
+            .concat(),
+    );
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("other-environment.json"), "{stderr}");
+}

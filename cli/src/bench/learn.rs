@@ -6,9 +6,13 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use verity_core::environment::Environment;
 use verity_worker::bench::learning::{learning_run, LearningRun};
 use verity_worker::bench::sweep::grid::Axis;
 use verity_worker::bench::sweep::{Sweep, SweepInputs};
+
+/// The task `verity bench learn` runs when `--task` is not given.
+const DEFAULT_TASK: &str = "examples/arithmetic";
 
 /// Options of `verity bench learn`.
 #[derive(Debug, Args)]
@@ -16,19 +20,34 @@ pub struct LearnArgs {
     /// HF folder or GGUF file.
     #[arg(long)]
     pub model: PathBuf,
-    /// Training rows (JSONL).
-    #[arg(long, default_value = "examples/arithmetic/train.jsonl")]
-    pub train: PathBuf,
-    /// Held-out rows (JSONL).
-    #[arg(long, default_value = "examples/arithmetic/validation.jsonl")]
-    pub validation: PathBuf,
-    /// The grader spec (JSON).
-    #[arg(long, default_value = "examples/arithmetic/grader.json")]
-    pub grader: PathBuf,
+    /// A task folder: its `train.jsonl`, `validation.jsonl`, `grader.json`, `recipe.json` and,
+    /// when present, `environment.json` are the run's inputs unless the options below name
+    /// others (tasks in examples/: arithmetic, multistep, code-functions,
+    /// multiplication-tools).
+    #[arg(long, default_value = DEFAULT_TASK)]
+    pub task: PathBuf,
+    /// Training rows (JSONL); default: the task's `train.jsonl`.
+    #[arg(long)]
+    pub train: Option<PathBuf>,
+    /// Held-out rows (JSONL); default: the task's `validation.jsonl`.
+    #[arg(long)]
+    pub validation: Option<PathBuf>,
+    /// The grader spec (JSON); default: the task's `grader.json`.
+    #[arg(long)]
+    pub grader: Option<PathBuf>,
     /// The hyperparameters (JSON object, as in a job's `method.reinforcement.hyperparameters`);
-    /// in a sweep, the recipe each setting's values override.
-    #[arg(long, default_value = "examples/arithmetic/recipe.json")]
-    pub hyperparameters: PathBuf,
+    /// in a sweep, the recipe each setting's values override. Default: the task's `recipe.json`.
+    #[arg(long)]
+    pub hyperparameters: Option<PathBuf>,
+    /// A tool environment (JSON, as a job's `method.reinforcement.environment`): rollouts are
+    /// multi-turn episodes. Default: the task's `environment.json` when it has one.
+    #[arg(long)]
+    pub environment: Option<PathBuf>,
+    /// Only evaluate the model on the held-out rows with the recipe's evaluation settings
+    /// (`eval_samples`, `temperature`, `max_completion_tokens`, `seed`), without training: scores
+    /// a peer's checkpoint exactly as Verity's own runs are scored.
+    #[arg(long, conflicts_with_all = ["seeds", "seed_list", "axes", "report_only"])]
+    pub eval_only: bool,
     /// Sweep: run every setting with seeds 1 to N.
     #[arg(long, value_name = "N", conflicts_with = "seed_list")]
     pub seeds: Option<u64>,
@@ -72,30 +91,58 @@ fn read_text(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// The files a learning run reads.
+/// The files a learning run reads, with their paths (for errors).
 struct Inputs {
     train: String,
     validation: String,
+    grader_path: PathBuf,
     grader_text: String,
+    recipe_path: PathBuf,
     recipe: Map<String, Value>,
+    environment: Option<(PathBuf, String)>,
 }
 
 impl Inputs {
+    /// Reads the options' files, each from the task folder unless named.
     fn read(args: &LearnArgs) -> anyhow::Result<Inputs> {
-        let recipe_text = read_text(&args.hyperparameters)?;
+        let path = |given: &Option<PathBuf>, file: &str| {
+            given.clone().unwrap_or_else(|| args.task.join(file))
+        };
+        let recipe_path = path(&args.hyperparameters, "recipe.json");
+        let recipe_text = read_text(&recipe_path)?;
         let recipe: Map<String, Value> = serde_json::from_str(&recipe_text)
-            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
+            .with_context(|| format!("hyperparameters {}", recipe_path.display()))?;
+        let environment = match &args.environment {
+            Some(given) => Some(given.clone()),
+            None => Some(args.task.join("environment.json")).filter(|p| p.is_file()),
+        };
+        let environment = match environment {
+            Some(p) => Some((p.clone(), read_text(&p)?)),
+            None => None,
+        };
+        let grader_path = path(&args.grader, "grader.json");
         Ok(Inputs {
-            train: read_text(&args.train)?,
-            validation: read_text(&args.validation)?,
-            grader_text: read_text(&args.grader)?,
+            train: read_text(&path(&args.train, "train.jsonl"))?,
+            validation: read_text(&path(&args.validation, "validation.jsonl"))?,
+            grader_text: read_text(&grader_path)?,
+            grader_path,
+            recipe_path,
             recipe,
+            environment,
         })
     }
 
-    fn grader(&self, path: &Path) -> anyhow::Result<verity_verifiers::Grader> {
+    fn grader(&self) -> anyhow::Result<verity_verifiers::Grader> {
         verity_verifiers::Grader::from_json(&self.grader_text)
-            .map_err(|e| anyhow::anyhow!("grader {}: {e}", path.display()))
+            .map_err(|e| anyhow::anyhow!("grader {}: {e}", self.grader_path.display()))
+    }
+
+    /// The tool environment, if the run has one.
+    fn environment(&self) -> anyhow::Result<Option<Environment>> {
+        let Some((path, text)) = &self.environment else { return Ok(None) };
+        let environment = serde_json::from_str(text)
+            .with_context(|| format!("environment {}", path.display()))?;
+        Ok(Some(environment))
     }
 }
 
@@ -106,14 +153,15 @@ pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
     if args.is_sweep() {
         return sweep(args, inputs).await;
     }
-    let grader = inputs.grader(&args.grader)?;
+    let grader = inputs.grader()?;
+    let environment = inputs.environment()?;
     let hyperparameters: verity_core::spec::Hyperparameters =
         serde_json::from_value(Value::Object(inputs.recipe.clone()))
-            .with_context(|| format!("hyperparameters {}", args.hyperparameters.display()))?;
+            .with_context(|| format!("hyperparameters {}", inputs.recipe_path.display()))?;
     hyperparameters
         .validate("hyperparameters")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
-    let model = args.model.clone();
+    let (model, evaluate_only) = (args.model.clone(), args.eval_only);
     let summary = tokio::task::spawn_blocking(move || {
         let run = LearningRun {
             model_dir: &model,
@@ -121,6 +169,8 @@ pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
             validation_jsonl: &inputs.validation,
             grader,
             hyperparameters,
+            environment,
+            evaluate_only,
         };
         learning_run(run, |line| println!("{line}"))
     })
@@ -138,13 +188,15 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
         &inputs.train,
         &inputs.validation,
         &inputs.grader_text,
+        inputs.environment.as_ref().map(|(_, text)| text.as_str()),
         inputs.recipe.clone(),
     );
     // Every input is checked before the sweep's folder is created or touched.
-    inputs.grader(&args.grader)?;
+    inputs.grader()?;
+    inputs.environment()?;
     let sweep = Sweep::open(&args.out, sweep_inputs, &axes, seeds)?;
     let report_only = args.report_only;
-    let (model, grader_path) = (args.model.clone(), args.grader.clone());
+    let model = args.model.clone();
     let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         if report_only {
             return Ok(sweep.report()?);
@@ -156,8 +208,10 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
                 model_dir: &model,
                 train_jsonl: &inputs.train,
                 validation_jsonl: &inputs.validation,
-                grader: inputs.grader(&grader_path)?,
+                grader: inputs.grader()?,
                 hyperparameters: spec.hyperparameters.clone(),
+                environment: inputs.environment()?,
+                evaluate_only: false,
             };
             Ok(learning_run(run, report)?)
         };

@@ -1,6 +1,7 @@
 //! `verity bench learn`: a learning-quality run outside the queue — validation before, a
 //! fixed number of GRPO steps with periodic evaluation, validation after — reported as JSON
-//! lines (one per step and per evaluation) and a closing summary.
+//! lines (one per step and per evaluation) and a closing summary. With a tool environment the
+//! rollouts are multi-turn episodes, as in a job with `method.reinforcement.environment`.
 
 use crate::trainer::dataset::Dataset;
 use crate::trainer::error::Result;
@@ -9,6 +10,7 @@ use crate::trainer::step::{Trainer, TrainerOptions};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Instant;
+use verity_core::environment::Environment;
 use verity_core::spec::Hyperparameters;
 use verity_verifiers::Grader;
 
@@ -25,6 +27,11 @@ pub struct LearningRun<'a> {
     /// The recipe; `max_steps` bounds the run, `eval_interval` spaces the evaluations (0: only
     /// before and after).
     pub hyperparameters: Hyperparameters,
+    /// A tool environment: every rollout (training and evaluation) is a multi-turn episode.
+    pub environment: Option<Environment>,
+    /// Only evaluate (the recipe's evaluation settings on the held-out rows), never train: how
+    /// a peer's model (a TRL checkpoint) is scored exactly as Verity's own runs are.
+    pub evaluate_only: bool,
 }
 
 /// An evaluation's line: pass@k and mean reward after `generated_tokens` completion tokens
@@ -64,6 +71,9 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
         Some(validation),
         options,
     )?;
+    if let Some(environment) = run.environment {
+        trainer = trainer.with_environment(environment)?;
+    }
     let evaluate = |trainer: &Trainer,
                     generated: u64,
                     report: &mut dyn FnMut(&Value)|
@@ -77,17 +87,22 @@ pub fn learning_run(run: LearningRun<'_>, mut report: impl FnMut(&Value)) -> Res
     let mut generated = 0;
     let before = evaluate(&trainer, generated, &mut report)?;
     let mut after = before.clone();
-    while !trainer.finished() {
+    while !run.evaluate_only && !trainer.finished() {
         let out = trainer.train_step()?;
         let m = &out.metrics;
         generated += m.generated_tokens;
-        report(
-            &json!({"kind": "step", "step": m.step, "reward_mean": m.reward_mean, "accuracy": m.accuracy,
-                       "completion_length_mean": m.completion_length_mean, "truncated_fraction": m.truncated_fraction,
-                       "zero_advantage_group_fraction": m.zero_advantage_group_fraction, "entropy": m.entropy,
-                       "grad_norm": m.grad_norm, "step_generated_tokens": m.generated_tokens,
-                       "generated_tokens": generated, "elapsed_s": started.elapsed().as_secs_f64()}),
-        );
+        let mut line = json!({"kind": "step", "step": m.step, "reward_mean": m.reward_mean, "accuracy": m.accuracy,
+                   "completion_length_mean": m.completion_length_mean, "truncated_fraction": m.truncated_fraction,
+                   "zero_advantage_group_fraction": m.zero_advantage_group_fraction, "entropy": m.entropy,
+                   "grad_norm": m.grad_norm, "step_generated_tokens": m.generated_tokens,
+                   "generated_tokens": generated, "elapsed_s": started.elapsed().as_secs_f64()});
+        // Episodes with tools add their metrics (turns, tool calls and errors per episode).
+        if let (Some(episodes), Some(fields)) = (&m.episodes, line.as_object_mut()) {
+            if let Ok(Value::Object(tools)) = serde_json::to_value(episodes) {
+                fields.extend(tools);
+            }
+        }
+        report(&line);
         if trainer.finished() || (eval_interval > 0 && trainer.step() % eval_interval == 0) {
             after = evaluate(&trainer, generated, &mut report)?;
         }

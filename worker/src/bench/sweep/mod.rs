@@ -83,17 +83,22 @@ pub struct SweepInputs {
     pub validation_sha256: String,
     /// SHA-256 of the grader spec.
     pub grader_sha256: String,
+    /// SHA-256 of the tool environment, when the runs have one (absent in sweeps without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_sha256: Option<String>,
     /// The recipe the settings' values override.
     pub recipe: Map<String, Value>,
 }
 
 impl SweepInputs {
-    /// The inputs of a sweep over `model` with these rows, grader and base recipe.
+    /// The inputs of a sweep over `model` with these rows, grader, tool environment and base
+    /// recipe.
     pub fn new(
         model: &Path,
         train: &str,
         validation: &str,
         grader: &str,
+        environment: Option<&str>,
         recipe: Map<String, Value>,
     ) -> SweepInputs {
         let sha = |text: &str| format!("{:x}", Sha256::digest(text.as_bytes()));
@@ -102,6 +107,7 @@ impl SweepInputs {
             train_sha256: sha(train),
             validation_sha256: sha(validation),
             grader_sha256: sha(grader),
+            environment_sha256: environment.map(sha),
             recipe,
         }
     }
@@ -113,6 +119,7 @@ impl SweepInputs {
             (self.train_sha256 != other.train_sha256, "training file"),
             (self.validation_sha256 != other.validation_sha256, "validation file"),
             (self.grader_sha256 != other.grader_sha256, "grader"),
+            (self.environment_sha256 != other.environment_sha256, "tool environment"),
             (self.recipe != other.recipe, "base recipe"),
         ]
         .into_iter()
@@ -184,9 +191,10 @@ impl Sweep {
         self.dir.join("runs").join(format!("{}.jsonl", run_file_stem(setting, seed)))
     }
 
-    /// The grid's runs, setting by setting, seed by seed.
+    /// The grid's runs, seed by seed, setting by setting: a grid cut short compares every
+    /// setting on the seeds it reached.
     fn grid(&self) -> impl Iterator<Item = (&Setting, u64)> + '_ {
-        self.settings.iter().flat_map(|setting| self.seeds.iter().map(move |&seed| (setting, seed)))
+        self.seeds.iter().flat_map(|&seed| self.settings.iter().map(move |setting| (setting, seed)))
     }
 
     /// The runs not finished yet, in grid order.
@@ -299,6 +307,7 @@ impl Sweep {
             }
             rows.push(report::aggregate(setting, &runs, self.seeds.len(), failed));
         }
+        rows.extend(self.peer_rows()?);
         let title = format!("held-out pass@1, {} seeds per setting", self.seeds.len());
         write_atomically(&self.dir.join("table.md"), report::markdown(&rows, &title).as_bytes())?;
         let json = serde_json::to_string_pretty(&rows).unwrap_or_default();
@@ -330,6 +339,40 @@ impl Sweep {
     }
 }
 
+impl Sweep {
+    /// The rows of peers — another trainer on the same task and seeds, its checkpoints scored
+    /// by `verity bench learn --eval-only` (`bench/peers/trl_learn.py`) — from
+    /// `peers/<name>__seed=<n>.jsonl` files in the run format, one row per name (`peer=<name>`).
+    fn peer_rows(&self) -> Result<Vec<SettingRow>, SweepError> {
+        let dir = self.dir.join(PEERS);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("reading", &dir)(e)),
+        };
+        let mut by_name: std::collections::BTreeMap<String, Vec<RunRecord>> = Default::default();
+        for entry in entries {
+            let path = entry.map_err(io_error("reading", &dir))?.path();
+            let name =
+                path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".jsonl"));
+            let Some((name, _seed)) = name.and_then(|n| n.rsplit_once("__seed=")) else { continue };
+            if let Some(run) = report::read_run(&path)? {
+                by_name.entry(name.to_string()).or_default().push(run);
+            }
+        }
+        Ok(by_name
+            .into_iter()
+            .map(|(name, runs)| {
+                let setting = Setting { values: vec![("peer".into(), Value::String(name))] };
+                report::aggregate(&setting, &runs, self.seeds.len(), 0)
+            })
+            .collect())
+    }
+}
+
+/// The folder of a sweep's peer runs.
+pub const PEERS: &str = "peers";
+
 /// Writes `bytes` to `path` through a temporary file renamed into place.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SweepError> {
     let mut temp = path.as_os_str().to_owned();
@@ -345,7 +388,7 @@ mod tests {
     use serde_json::json;
 
     fn inputs(recipe: Value) -> SweepInputs {
-        SweepInputs::new(Path::new("m"), "t", "v", "g", recipe.as_object().unwrap().clone())
+        SweepInputs::new(Path::new("m"), "t", "v", "g", None, recipe.as_object().unwrap().clone())
     }
 
     /// A run that "learns" its seed's share: pass@1 0.1 before, 0.1 + seed/10 after.
@@ -379,7 +422,7 @@ mod tests {
                 |_| {},
             )
             .unwrap();
-        assert_eq!(ran.len(), 4);
+        assert_eq!(ran, ["loss=grpo 1", "loss=dapo 1", "loss=grpo 2", "loss=dapo 2"]);
         assert_eq!((rows[1].seeds_finished, rows[1].seeds_failed), (1, 1));
         assert!((rows[0].gain.unwrap().mean - 0.15).abs() < 1e-9, "{:?}", rows[0]);
         let error = dir.path().join("runs/loss=dapo__seed=2.jsonl.error");
@@ -410,6 +453,32 @@ mod tests {
         assert!(!error.exists() && !partial.exists() && finished.is_file());
         let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
         assert!(table.contains("| loss=dapo | 2/2 |"), "{table}");
+
+        // A peer's runs in peers/ join the table as their own row.
+        std::fs::create_dir(dir.path().join(PEERS)).unwrap();
+        let mut lines = Vec::new();
+        let spec = &specs_of(&open().unwrap())[0];
+        let summary = fake_run(spec, &mut |line| lines.push(line.to_string())).unwrap();
+        lines.push(summary.to_string());
+        let lines = lines.join("\n") + "\n";
+        std::fs::write(dir.path().join("peers/trl-defaults__seed=1.jsonl"), lines).unwrap();
+        let rows = open().unwrap().report().unwrap();
+        let peer = rows.iter().find(|row| row.setting == "peer=trl-defaults").expect("peer row");
+        assert_eq!(peer.seeds_finished, 1);
+        let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
+        assert!(table.contains("| peer=trl-defaults | 1/2 |"), "{table}");
+    }
+
+    /// Every run of the grid (finished or not) as a spec.
+    fn specs_of(sweep: &Sweep) -> Vec<RunSpec> {
+        sweep
+            .grid()
+            .map(|(setting, seed)| RunSpec {
+                setting: setting.clone(),
+                seed,
+                hyperparameters: setting.hyperparameters(&sweep.inputs.recipe, seed).unwrap(),
+            })
+            .collect()
     }
 
     #[test]
