@@ -92,7 +92,7 @@ def evaluate(model_dir, step):
     out = subprocess.run([args.verity, "bench", "learn", "--model", model_dir, "--task", task,
                           "--hyperparameters", seeded_recipe, "--eval-only"],
                          capture_output=True, text=True, check=True)
-    line = next(json.loads(l) for l in out.stdout.splitlines() if json.loads(l)["kind"] == "eval")
+    line = next(l for l in map(json.loads, out.stdout.splitlines()) if l["kind"] == "eval")
     point = {"kind": "eval", "step": step, "pass_at_k": line["pass_at_k"], "mean_reward": line["mean_reward"],
              "grader_errors": line.get("grader_errors", 0), "generated_tokens": generated["tokens"],
              "elapsed_s": time.perf_counter() - started}

@@ -160,6 +160,30 @@ fn a_task_folder_supplies_every_input_and_its_environment_makes_the_rollouts_epi
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("another tool environment"), "{stderr}");
 
+    // An environment a job would refuse is refused before the sweep's folder is created,
+    // naming the file and the field.
+    std::fs::write(&other, r#"{"max_turns": 0, "tools": [{"type": "calculator"}]}"#).unwrap();
+    let fresh = dir.path().join("fresh-sweep");
+    let args = [
+        model.as_os_str(),
+        "--task".as_ref(),
+        task.as_os_str(),
+        "--seeds".as_ref(),
+        "1".as_ref(),
+        "--environment".as_ref(),
+        other.as_os_str(),
+        "--out".as_ref(),
+        fresh.as_os_str(),
+    ];
+    let invalid = verity(&[&learn[..], &args[..]].concat());
+    assert!(!invalid.status.success());
+    let stderr = String::from_utf8_lossy(&invalid.stderr);
+    assert!(
+        stderr.contains("other-environment.json") && stderr.contains("environment.max_turns"),
+        "{stderr}"
+    );
+    assert!(!fresh.exists());
+
     // A malformed environment is named before anything runs.
     std::fs::write(&other, r#"{"max_turns": "three"}"#).unwrap();
     let single = ["--environment".as_ref(), other.as_os_str()];

@@ -6,7 +6,8 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
-use verity_core::environment::Environment;
+use verity_core::environment::{Environment, HttpAllowList};
+use verity_core::spec::Hyperparameters;
 use verity_worker::bench::learning::{learning_run, LearningRun};
 use verity_worker::bench::sweep::grid::Axis;
 use verity_worker::bench::sweep::{Sweep, SweepInputs};
@@ -112,14 +113,12 @@ impl Inputs {
         let recipe_text = read_text(&recipe_path)?;
         let recipe: Map<String, Value> = serde_json::from_str(&recipe_text)
             .with_context(|| format!("hyperparameters {}", recipe_path.display()))?;
-        let environment = match &args.environment {
-            Some(given) => Some(given.clone()),
-            None => Some(args.task.join("environment.json")).filter(|p| p.is_file()),
-        };
-        let environment = match environment {
-            Some(p) => Some((p.clone(), read_text(&p)?)),
-            None => None,
-        };
+        let environment = args
+            .environment
+            .clone()
+            .or_else(|| Some(args.task.join("environment.json")).filter(|p| p.is_file()))
+            .map(|p| read_text(&p).map(|text| (p, text)))
+            .transpose()?;
         let grader_path = path(&args.grader, "grader.json");
         Ok(Inputs {
             train: read_text(&path(&args.train, "train.jsonl"))?,
@@ -137,11 +136,33 @@ impl Inputs {
             .map_err(|e| anyhow::anyhow!("grader {}: {e}", self.grader_path.display()))
     }
 
-    /// The tool environment, if the run has one.
-    fn environment(&self) -> anyhow::Result<Option<Environment>> {
+    /// The recipe as hyperparameters, checked as a job's are.
+    fn hyperparameters(&self) -> anyhow::Result<Hyperparameters> {
+        let hyperparameters: Hyperparameters =
+            serde_json::from_value(Value::Object(self.recipe.clone()))
+                .with_context(|| format!("hyperparameters {}", self.recipe_path.display()))?;
+        hyperparameters
+            .validate("hyperparameters")
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
+        Ok(hyperparameters)
+    }
+
+    /// The tool environment, if the run has one, checked as a job's is against the completion
+    /// budget of `hyperparameters`.
+    fn environment(
+        &self,
+        hyperparameters: &Hyperparameters,
+    ) -> anyhow::Result<Option<Environment>> {
         let Some((path, text)) = &self.environment else { return Ok(None) };
-        let environment = serde_json::from_str(text)
+        let environment: Environment = serde_json::from_str(text)
             .with_context(|| format!("environment {}", path.display()))?;
+        environment
+            .validate(
+                "environment",
+                hyperparameters.max_completion_tokens(),
+                &HttpAllowList::from_env(),
+            )
+            .map_err(|e| anyhow::anyhow!("environment {}: {e}", path.display()))?;
         Ok(Some(environment))
     }
 }
@@ -154,13 +175,8 @@ pub async fn learn(args: &LearnArgs) -> anyhow::Result<()> {
         return sweep(args, inputs).await;
     }
     let grader = inputs.grader()?;
-    let environment = inputs.environment()?;
-    let hyperparameters: verity_core::spec::Hyperparameters =
-        serde_json::from_value(Value::Object(inputs.recipe.clone()))
-            .with_context(|| format!("hyperparameters {}", inputs.recipe_path.display()))?;
-    hyperparameters
-        .validate("hyperparameters")
-        .map_err(|e| anyhow::anyhow!("{}: {}", e.param, e.message))?;
+    let hyperparameters = inputs.hyperparameters()?;
+    let environment = inputs.environment(&hyperparameters)?;
     let (model, evaluate_only) = (args.model.clone(), args.eval_only);
     let summary = tokio::task::spawn_blocking(move || {
         let run = LearningRun {
@@ -193,7 +209,7 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
     );
     // Every input is checked before the sweep's folder is created or touched.
     inputs.grader()?;
-    inputs.environment()?;
+    inputs.environment(&inputs.hyperparameters()?)?;
     let sweep = Sweep::open(&args.out, sweep_inputs, &axes, seeds)?;
     let report_only = args.report_only;
     let model = args.model.clone();
@@ -210,7 +226,7 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
                 validation_jsonl: &inputs.validation,
                 grader: inputs.grader()?,
                 hyperparameters: spec.hyperparameters.clone(),
-                environment: inputs.environment()?,
+                environment: inputs.environment(&spec.hyperparameters)?,
                 evaluate_only: false,
             };
             Ok(learning_run(run, report)?)

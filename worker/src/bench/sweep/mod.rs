@@ -337,9 +337,7 @@ impl Sweep {
         write_atomically(&self.dir.join("pass_at_1_vs_seconds.svg"), seconds.as_bytes())?;
         Ok(rows)
     }
-}
 
-impl Sweep {
     /// The rows of peers — another trainer on the same task and seeds, its checkpoints scored
     /// by `verity bench learn --eval-only` (`bench/peers/trl_learn.py`) — from
     /// `peers/<name>__seed=<n>.jsonl` files in the run format, one row per name (`peer=<name>`).
