@@ -2,8 +2,8 @@
 # Validates deploy/: every Kubernetes manifest against the Kubernetes API schema
 # (kubernetes-validate --strict: unknown fields are errors), the compose file against the
 # compose-spec JSON schema (check-jsonschema's vendored copy; no Docker daemon or CLI needed),
-# and the references between files (kustomization resources exist; compose depends_on names
-# services). A broken manifest is also fed to the validator, to prove it rejects one.
+# and the references between files (kustomization resources exist; seccomp profiles are shipped;
+# compose depends_on names services). A broken manifest is also fed to the validator, to prove it rejects one.
 # Tools: the venv that scripts/test-services.sh installs (VERITY_DEPLOY_VENV). scripts/test.sh runs this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +47,26 @@ services = compose["services"]
 bad_deps = [(s, d) for s, v in services.items() for d in (v.get("depends_on") or {}) if d not in services]
 bad_volumes = [(s, v.split(":")[0]) for s, sv in services.items() for v in sv.get("volumes", [])
                if not v.startswith((".", "/")) and v.split(":")[0] not in (compose.get("volumes") or {})]
+# Seccomp profiles: compose's `seccomp=FILE` (relative to the compose file) and Kubernetes'
+# Localhost profiles (installed on nodes from deploy/seccomp/) must name files shipped here.
+profiles = [o.split("=", 1)[1] for sv in services.values() for o in sv.get("security_opt", [])
+            if o.startswith("seccomp=") and o != "seccomp=unconfined"]
+bad_profiles = [p for p in profiles if not (pathlib.Path("deploy") / p).is_file()]
+def localhost_profiles(node):
+    if isinstance(node, dict):
+        if node.get("type") == "Localhost" and "localhostProfile" in node:
+            yield node["localhostProfile"]
+        for value in node.values():
+            yield from localhost_profiles(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from localhost_profiles(value)
+for path in k8s.glob("*.yaml"):
+    for doc in yaml.safe_load_all(path.read_text()):
+        bad_profiles += [f"{path.name}: {p}" for p in localhost_profiles(doc)
+                         if not (pathlib.Path("deploy/seccomp") / p).is_file()]
 problems = []
+if bad_profiles: problems.append(f"seccomp profiles not in deploy/ (compose) or deploy/seccomp/ (k8s): {bad_profiles}")
 if missing: problems.append(f"kustomization.yaml lists missing files: {missing}")
 if images - used: problems.append(f"kustomization.yaml sets images no manifest uses: {sorted(images - used)}")
 if used - images: problems.append(f"manifests use images kustomization.yaml does not set: {sorted(used - images)}")

@@ -7,7 +7,9 @@
 # With a registry, skip this: the Dockerfiles pull the real images. Needs mmdebstrap and podman
 # (ENGINE=docker for Docker); apt-get install mmdebstrap podman runc.
 #
-#   scripts/local-base-images.sh
+#   scripts/local-base-images.sh                # both
+#   scripts/local-base-images.sh --debian-only  # only bookworm-slim (the runtime stages; the
+#                                               # worker image test in cli/tests/worker_image.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine=${ENGINE:-podman}
@@ -25,6 +27,11 @@ mkdir -p "$work/ca/extra-ca"
 cp /usr/local/share/ca-certificates/*.crt "$work/ca/extra-ca/" 2>/dev/null || true
 "$engine" build --build-arg BASE_IMAGE=localhost/verity-bookworm-minbase -t "$debian" \
   -f deploy/local-base/Containerfile.debian "$work/ca"
+
+if [ "${1:-}" = --debian-only ]; then
+  echo "local-base-images: OK ($debian)"
+  exit 0
+fi
 
 echo "== $rust (Debian + this machine's toolchain: $(rustc -V))"
 toolchain=$(rustc --print sysroot)

@@ -103,3 +103,27 @@ if [ ! -x "$VERITY_DEPLOY_VENV/bin/kubernetes-validate" ] || [ ! -x "$VERITY_DEP
 fi
 # The interpreter the cluster topology test reads the manifests' env with.
 export VERITY_DEPLOY_PYTHON="$VERITY_DEPLOY_VENV/bin/python"
+
+# --- podman and the Debian base image (the worker image's sandbox, cli/tests/worker_image.rs) ---
+# podman, runc and mmdebstrap from Debian. CONTAINERS_CONF points podman at this repository's
+# settings for machines like these VMs (scripts/podman-containers.conf; nothing under /etc
+# changes). The base image debian:bookworm-slim is made once with mmdebstrap when podman has none
+# (no registry is needed: scripts/local-base-images.sh --debian-only, a few minutes).
+_verity_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$_verity_repo/scripts/podman-containers.conf}
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
+  echo "test-services: installing podman, runc and mmdebstrap" >&2
+  _apt_install podman runc mmdebstrap || echo "test-services: WARNING: podman could not be installed" >&2
+fi
+_verity_base=docker.io/library/debian:bookworm-slim
+if command -v podman >/dev/null && ! podman image exists "$_verity_base"; then
+  echo "test-services: making the base image $_verity_base with mmdebstrap (once)" >&2
+  "$_verity_repo/scripts/local-base-images.sh" --debian-only >"$VERITY_CACHE/local-base-images.log" 2>&1 \
+    || echo "test-services: WARNING: no base image; see $VERITY_CACHE/local-base-images.log" >&2
+fi
+if command -v podman >/dev/null && podman image exists "$_verity_base"; then
+  VERITY_TEST_PODMAN=$(command -v podman)
+  export VERITY_TEST_PODMAN
+else
+  echo "test-services: WARNING: no podman or no $_verity_base; the worker image tests say SKIPPED" >&2
+fi

@@ -27,7 +27,7 @@ chmod -R a+rX "$model_copy"
 name=verity-verify-$$
 server=localhost/verity-server:local
 worker=localhost/verity-worker-cpu:local
-sandbox=(--security-opt seccomp=unconfined --security-opt apparmor=unconfined
+sandbox=(--security-opt seccomp=deploy/seccomp/verity-sandbox.json --security-opt apparmor=unconfined
   --security-opt systempaths=unconfined)
 
 cleanup() {

@@ -23,7 +23,7 @@ docker run --rm verity-server:local --version
 docker run --rm --entrypoint id verity-server:local -u | grep -qx 10001
 docker run --rm verity-worker-cpu:local --version
 echo "== the worker image's sandbox starts (bubblewrap + python3, as the compose file runs it)"
-docker run --rm --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+docker run --rm --security-opt seccomp=deploy/seccomp/verity-sandbox.json --security-opt apparmor=unconfined \
   --security-opt systempaths=unconfined --entrypoint bwrap verity-worker-cpu:local \
   --unshare-all --unshare-user --die-with-parent --new-session \
   --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/bin /bin \

@@ -9,6 +9,13 @@
 //! replica, complete events and metrics, key revocation across replicas and cancel through the
 //! other replica; then the faults: a SIGKILLed worker holding a job, a replica SIGKILLed
 //! mid-upload, a Postgres restart, and S3 unreachable for 30 s.
+//!
+//! The same test runs twice: once with the roles as processes, and once with each `verity`
+//! process in its image's container (podman, the `runtime` stages of `deploy/Dockerfile.server`
+//! and `deploy/Dockerfile.worker-cpu` with the test step's own binary mounted in, on the host's
+//! network; the workers under the worker container options and seccomp profile of the
+//! manifests), killed with `podman kill` where the processes are SIGKILLed. Postgres and the S3
+//! server stay host processes in both, so that the faults can be injected alike.
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -18,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verity_cli::commands::postgres_cluster::PrivateCluster;
 use verity_core::storage::{ObjectStore, S3Store};
+use verity_testkit::images;
 use verity_testkit::proxy::FaultProxy;
 
 const JWT_SECRET: &str = "cluster-test-secret-cluster-test-secret-0123";
@@ -41,19 +49,50 @@ fn manifest_roles() -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// The site: what replaces the manifests' placeholders here.
+/// How the roles run.
+#[derive(Clone)]
+enum Launcher {
+    /// `verity` processes on this machine.
+    Processes,
+    /// Each `verity` in its image's container; the podman command.
+    Containers(String),
+}
+
+/// One started role: its command, and its container's name when it runs in one.
+struct Launch {
+    command: Command,
+    container: Option<String>,
+}
+
+/// The site: what replaces the manifests' placeholders here, and how roles run.
 struct Site {
     roles: Value,
     database_url: String,
     storage: String,
     s3_endpoint: String,
+    launcher: Launcher,
+    /// Folders a container sees at the same path (the private Postgres's socket folder).
+    shared_dirs: Vec<PathBuf>,
 }
 
 impl Site {
     /// A command for `role` with exactly the manifest's env (site values replacing the
     /// placeholders, each of which the manifest must set) and args; nothing else of the test's
-    /// environment but PATH and HOME.
+    /// environment but PATH and HOME (a container gets its image's).
     fn command(&self, role: &str, extra_env: &[(&str, &str)]) -> Command {
+        self.launch(role, extra_env, None, None).command
+    }
+
+    /// As [`Site::command`] for the instance `name` of `role` if given (its pod name:
+    /// `HOSTNAME`, and its container's name), working in `workdir` (the image's
+    /// `/var/lib/verity`) if given.
+    fn launch(
+        &self,
+        role: &str,
+        extra_env: &[(&str, &str)],
+        name: Option<&str>,
+        workdir: Option<&Path>,
+    ) -> Launch {
         let spec = &self.roles[role];
         let mut env: BTreeMap<String, String> = spec["env"]
             .as_object()
@@ -81,52 +120,115 @@ impl Site {
             assert!(env.contains_key(*name), "{role}: the manifest sets no {name}");
             env.insert(name.to_string(), value.to_string());
         }
-        let mut command = Command::new(env!("CARGO_BIN_EXE_verity"));
-        command
-            .env_clear()
-            .envs(&env)
-            .args(spec["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()));
-        for var in ["PATH", "HOME"] {
-            if let Ok(value) = std::env::var(var) {
-                command.env(var, value);
+        if let Some(name) = name {
+            env.insert("HOSTNAME".to_string(), name.to_string());
+        }
+        let args = spec["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string());
+        match &self.launcher {
+            Launcher::Processes => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_verity"));
+                command.env_clear().envs(&env).args(args);
+                for var in ["PATH", "HOME"] {
+                    if let Ok(value) = std::env::var(var) {
+                        command.env(var, value);
+                    }
+                }
+                if let Some(workdir) = workdir {
+                    command.current_dir(workdir);
+                }
+                Launch { command, container: None }
+            }
+            Launcher::Containers(podman) => {
+                let dockerfile =
+                    if role == "worker-cpu" { images::WORKER_CPU } else { images::SERVER };
+                let container =
+                    format!("verity-cluster-{}-{}", std::process::id(), name.unwrap_or(role));
+                let mut command = Command::new(podman);
+                command.args(["run", "--rm", "--network", "host", "--name", &container]);
+                command.arg("-v").arg(images::binary_mount(env!("CARGO_BIN_EXE_verity")));
+                for dir in &self.shared_dirs {
+                    command.arg("-v").arg(format!("{0}:{0}", dir.display()));
+                }
+                if role == "worker-cpu" || role == "server" {
+                    // Both run the sandbox (the API grades code for graders/run and validate).
+                    let profile = images::sandbox_seccomp_profile();
+                    command.args(images::sandbox_container_options(Some(
+                        &profile.display().to_string(),
+                    )));
+                }
+                if let Some(name) = name {
+                    command.args(["--hostname", name]);
+                }
+                if let Some(workdir) = workdir {
+                    // The image runs as uid 10001, which must own its working directory.
+                    std::os::unix::fs::chown(workdir, Some(10001), Some(10001)).unwrap();
+                    command.arg("-v").arg(format!("{}:/var/lib/verity", workdir.display()));
+                }
+                for (key, value) in &env {
+                    command.arg("-e").arg(format!("{key}={value}"));
+                }
+                command.arg(images::runtime_image(podman, dockerfile)).args(args);
+                Launch { command, container: Some(container) }
             }
         }
-        command
     }
 }
 
-/// A started process, SIGKILLed on drop.
-struct Process(Child);
+/// A started process (or `podman run` attached to its container), SIGKILLed on drop.
+struct Process {
+    child: Child,
+    /// The podman command and the container's name, when it runs in one.
+    container: Option<(String, String)>,
+}
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some((podman, name)) = &self.container {
+            let _ = Command::new(podman).args(["rm", "-f", "-t", "0", name]).output();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 impl Process {
+    /// Starts `launch`, its output as given.
+    fn spawn(site: &Site, launch: Launch, stdout: Stdio) -> Process {
+        let Launch { mut command, container } = launch;
+        let child =
+            command.stdout(stdout).stderr(Stdio::inherit()).spawn().expect("spawning verity");
+        let container = container.map(|name| match &site.launcher {
+            Launcher::Containers(podman) => (podman.clone(), name),
+            Launcher::Processes => unreachable!("a container name without podman"),
+        });
+        Process { child, container }
+    }
+
+    /// SIGKILLs the process (in a container: its main process, through podman).
     fn sigkill(&mut self) {
-        self.0.kill().expect("SIGKILL"); // Child::kill sends SIGKILL on Unix.
-        self.0.wait().unwrap();
+        match &self.container {
+            Some((podman, name)) => {
+                let killed = Command::new(podman).args(["kill", "--signal", "KILL", name]).output();
+                assert!(killed.expect("podman kill").status.success(), "podman kill {name}");
+            }
+            None => self.child.kill().expect("SIGKILL"), // Child::kill sends SIGKILL on Unix.
+        }
+        self.child.wait().unwrap();
     }
 
     fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
+        self.child.try_wait().unwrap().is_none()
     }
 }
 
 /// Starts a `verity serve` replica; returns it and its base URL.
-async fn start_replica(site: &Site) -> (Process, String) {
-    let mut child = site
-        .command("server", &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning verity serve");
-    let stdout = child.stdout.take().unwrap();
+async fn start_replica(site: &Site, n: usize) -> (Process, String) {
+    let name = format!("replica-{n}");
+    let mut replica =
+        Process::spawn(site, site.launch("server", &[], Some(&name), None), Stdio::piped());
+    let stdout = replica.child.stdout.take().unwrap();
     let base = verity_testkit::serve::listening_address(stdout).await.unwrap();
-    (Process(child), base)
+    (replica, base)
 }
 
 /// Starts worker `n` (its pod name, and so `HOSTNAME`, is `worker-n`) in its own working
@@ -134,15 +236,8 @@ async fn start_replica(site: &Site) -> (Process, String) {
 fn start_worker(site: &Site, root: &Path, n: usize) -> Process {
     let dir = root.join(format!("worker-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let child = site
-        .command("worker-cpu", &[])
-        .env("HOSTNAME", format!("worker-{n}"))
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning verity worker");
-    Process(child)
+    let name = format!("worker-{n}");
+    Process::spawn(site, site.launch("worker-cpu", &[], Some(&name), Some(&dir)), Stdio::null())
 }
 
 /// The API client: alternates between the replicas.
@@ -401,8 +496,25 @@ async fn assert_no_half_files(pool: &sqlx::PgPool, store: &dyn ObjectStore) {
     assert_eq!(objects, records, "file objects and file records match");
 }
 
+/// One cluster at a time: the two tests below would share two cores.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
+    let _one = ONE_CLUSTER.lock().await;
+    run_cluster(Launcher::Processes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_of_containers_from_the_deploy_images_runs_jobs_and_survives_faults() {
+    let test = "a_cluster_of_containers_from_the_deploy_images_runs_jobs_and_survives_faults";
+    let Some(podman) = images::podman(test) else { return };
+    let _one = ONE_CLUSTER.lock().await;
+    run_cluster(Launcher::Containers(podman)).await;
+}
+
+/// Starts the cluster with `launcher` and runs the jobs and faults.
+async fn run_cluster(launcher: Launcher) {
     let started = Instant::now();
     let Some(moto) = verity_core::testing::s3_test_endpoint("the cluster topology test") else {
         return;
@@ -428,6 +540,8 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
         database_url: database_url.clone(),
         storage: format!("s3://{}/verity", options.bucket),
         s3_endpoint,
+        launcher,
+        shared_dirs: vec![pg_dir.join("run")],
     };
 
     // The migration Job, then the rest.
@@ -457,8 +571,8 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
         .unwrap();
     let key = verity_cli::commands::admin::create_key(&pool, "ops@x.io", "ops").await.unwrap();
 
-    let (mut replica_a, base_a) = start_replica(&site).await;
-    let (mut replica_b, base_b) = start_replica(&site).await;
+    let (mut replica_a, base_a) = start_replica(&site, 0).await;
+    let (mut replica_b, base_b) = start_replica(&site, 1).await;
     let mut workers: Vec<Process> = (0..3).map(|n| start_worker(&site, root.path(), n)).collect();
     let client = Client {
         http: reqwest::Client::new(),
@@ -488,6 +602,21 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
         assert_events_and_metrics(&client, job, STEPS).await;
     }
     eprintln!("six jobs ran on {ran_on:?} in {:.1?}", started.elapsed());
+
+    // The API grades code itself (graders/run, and graders/validate's trial of a python grader):
+    // in its own sandbox, so the server's container must run it too.
+    let code = json!({"type": "code", "name": "double", "language": "python",
+                      "tests": "assert double(2) == 4", "scoring": "all_pass"});
+    for _ in 0..2 {
+        let body = json!({"grader": code, "item": {},
+                          "model_sample": "```python\ndef double(x):\n    return 2 * x\n```"});
+        let (status, run) = client.post("/v1/fine_tuning/alpha/graders/run", &body).await;
+        assert_eq!((status, run["reward"].as_f64()), (200, Some(1.0)), "graders/run: {run}");
+        let python = json!({"grader": {"type": "python", "name": "p",
+                            "source": "def grade(sample, item):\n    return 1.0\n"}});
+        let (status, valid) = client.post("/v1/fine_tuning/alpha/graders/validate", &python).await;
+        assert_eq!(status, 200, "graders/validate of a python grader: {valid}");
+    }
 
     // A key made and revoked on replica A is refused on replica B at once.
     let (status, created) = client.post_on(&base_a, "/v1/api_keys", &json!({"name": "t"})).await;
@@ -606,7 +735,7 @@ async fn a_cluster_of_processes_runs_jobs_and_survives_faults() {
     );
     assert_eq!(big_records().await, 1);
     assert_no_half_files(&pool, &store).await;
-    let (replacement, base_a) = start_replica(&site).await;
+    let (replacement, base_a) = start_replica(&site, 2).await;
     replica_a = replacement;
     let client = Client { replicas: vec![base_a.clone(), base_b.clone()], ..client };
 

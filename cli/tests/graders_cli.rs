@@ -100,3 +100,15 @@ fn without_a_setting_the_default_embedding_model_is_fetched_on_first_use() {
     assert!((score - 0.768879).abs() < 1e-4, "the same model as the fixture: {result}");
     assert!(cache.join("all-minilm-l6-v2/model.safetensors").is_file(), "cached for next time");
 }
+
+#[test]
+fn graders_seccomp_profile_prints_the_shipped_profile() {
+    let output = verity(&["graders", "seccomp-profile"], None);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let shipped = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/seccomp/verity-sandbox.json"),
+    )
+    .expect("deploy/seccomp/verity-sandbox.json");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&shipped));
+}

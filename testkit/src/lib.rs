@@ -1,7 +1,9 @@
 //! What Verity's tests share (a dev-dependency only; nothing here ships in a binary): a TCP
 //! proxy that injects outages ([`proxy`]), the per-test database's URL for child processes
-//! ([`db`]), and serving on free loopback ports ([`serve`]).
+//! ([`db`]), serving on free loopback ports ([`serve`]), and the deploy images' runtime stages
+//! with podman ([`images`]).
 
 pub mod db;
+pub mod images;
 pub mod proxy;
 pub mod serve;

@@ -18,6 +18,7 @@
 //! bind.
 
 mod config;
+pub mod container_profile;
 pub mod packages;
 mod run;
 pub mod seccomp;

@@ -1,5 +1,6 @@
 //! `verity graders run|validate`: try a grader on local files before paying for a job;
-//! `verity graders install-packages`: install the grader image's Python packages ahead of time.
+//! `verity graders install-packages`: install the grader image's Python packages ahead of time;
+//! `verity graders seccomp-profile`: the seccomp profile a worker's container runs under.
 
 pub mod files;
 
@@ -26,6 +27,11 @@ pub enum GradersCommand {
     /// the cache (`VERITY_GRADER_PACKAGES`, else ~/.cache/verity/grader-packages); prints the
     /// layer's folder. Otherwise the first python grader importing one of them installs them.
     InstallPackages,
+    /// Print the seccomp profile (the JSON Docker, Podman, containerd and CRI-O read) a worker's
+    /// container needs for the sandbox instead of `Unconfined`: the sandbox's deny list minus
+    /// what bubblewrap calls to build a sandbox. The same as deploy/seccomp/verity-sandbox.json
+    /// of this version; see deploy/README.md, "Sandbox".
+    SeccompProfile,
 }
 
 /// Options of `verity graders run`.
@@ -119,6 +125,11 @@ pub fn run(command: &GradersCommand) -> anyhow::Result<()> {
             Ok(())
         }
         GradersCommand::InstallPackages => install_packages(),
+        GradersCommand::SeccompProfile => {
+            use verity_verifiers::sandbox::container_profile::profile_text;
+            print!("{}", profile_text());
+            Ok(())
+        }
         GradersCommand::Validate(args) => {
             let spec = read_grader(&args.grader)?;
             let report = validate(&spec, args.dataset.as_deref());
