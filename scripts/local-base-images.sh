@@ -10,6 +10,9 @@
 #   scripts/local-base-images.sh                # both
 #   scripts/local-base-images.sh --debian-only  # only bookworm-slim (the runtime stages; the
 #                                               # worker image test in cli/tests/worker_image.rs)
+#   scripts/local-base-images.sh --services     # stand-ins for the compose file's third-party
+#                                               # images, on bookworm-slim (made if missing):
+#                                               # postgres:16, minio/minio, minio/mc
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine=${ENGINE:-podman}
@@ -18,6 +21,19 @@ trap 'rm -rf "$work"' EXIT
 
 debian=docker.io/library/debian:bookworm-slim
 rust=docker.io/library/rust:1.95-bookworm
+
+if [ "${1:-}" = --services ]; then
+  "$engine" image exists "$debian" || "$0" --debian-only
+  echo "== docker.io/library/postgres:16 (a stand-in: Debian's PostgreSQL 15, deploy/local-base/Containerfile.postgres)"
+  "$engine" build --build-arg "BASE_IMAGE=$debian" -t docker.io/library/postgres:16 \
+    -f deploy/local-base/Containerfile.postgres deploy/local-base
+  echo "== docker.io/minio/minio:latest and minio/mc:latest (a stand-in: moto, deploy/local-base/Containerfile.minio)"
+  "$engine" build --build-arg "BASE_IMAGE=$debian" -t docker.io/minio/minio:latest \
+    -f deploy/local-base/Containerfile.minio deploy/local-base
+  "$engine" tag docker.io/minio/minio:latest docker.io/minio/mc:latest
+  echo "local-base-images: OK (postgres:16, minio/minio:latest, minio/mc:latest stand-ins)"
+  exit 0
+fi
 
 echo "== $debian (mmdebstrap bookworm, minbase, with this machine's extra CAs)"
 mmdebstrap --variant=minbase --include=ca-certificates bookworm "$work/bookworm.tar"

@@ -76,33 +76,7 @@ podman exec "$name-server" verity admin create-user --email ops@example.com --or
 key=$(podman exec "$name-server" verity admin create-key --email ops@example.com --name verify \
   | sed -n 's/.*"api_key":"\([^"]*\)".*/\1/p')
 [ -n "$key" ] || { echo "verify-images-podman: no API key printed" >&2; exit 1; }
-auth=(-H "Authorization: Bearer $key")
 
 echo "== a reinforcement job through the API, trained by the worker container"
-file=$(curl -fsS "${auth[@]}" -F purpose=fine-tune -F file=@examples/addition/train.jsonl "$base/v1/files" \
-  | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
-grader=$(cat examples/addition/grader.json)
-job=$(curl -fsS "${auth[@]}" -H 'Content-Type: application/json' "$base/v1/fine_tuning/jobs" -d "{
-  \"model\": \"verify-model\", \"training_file\": \"$file\",
-  \"method\": {\"type\": \"reinforcement\", \"reinforcement\": {\"grader\": $grader,
-    \"hyperparameters\": {\"max_steps\": 2, \"batch_size\": 1, \"group_size\": 2,
-                          \"max_completion_tokens\": 16}}}}" \
-  | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
-echo "job $job"
-status=queued
-for _ in $(seq 1 300); do
-  status=$(curl -fsS "${auth[@]}" "$base/v1/fine_tuning/jobs/$job" \
-    | python3 -c 'import json, sys; print(json.load(sys.stdin)["status"])')
-  case $status in succeeded|failed|cancelled) break ;; esac
-  sleep 2
-done
-echo "job $job: $status"
-if [ "$status" != succeeded ]; then
-  podman logs --tail 50 "$name-worker" >&2
-  exit 1
-fi
-checkpoints=$(curl -fsS "${auth[@]}" "$base/v1/fine_tuning/jobs/$job/checkpoints" \
-  | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["data"]))')
-echo "checkpoints listed: $checkpoints"
-[ "$checkpoints" -ge 1 ]
+scripts/train-through-api.sh "$base" "$key" verify-model "podman logs --tail 50 $name-worker"
 echo "verify-images-podman: OK"
