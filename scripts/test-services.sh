@@ -104,22 +104,37 @@ fi
 # The interpreter the cluster topology test reads the manifests' env with.
 export VERITY_DEPLOY_PYTHON="$VERITY_DEPLOY_VENV/bin/python"
 
-# --- podman and the Debian base image (the worker image's sandbox, cli/tests/worker_image.rs) ---
-# podman, runc and mmdebstrap from Debian. CONTAINERS_CONF points podman at this repository's
-# settings for machines like these VMs (scripts/podman-containers.conf; nothing under /etc
-# changes). The base image debian:bookworm-slim is made once with mmdebstrap when podman has none
-# (no registry is needed: scripts/local-base-images.sh --debian-only, a few minutes).
+# --- podman, the base image and the compose file's images (cli/tests/worker_image.rs, the
+# container cluster test, scripts/verify-compose-podman.sh) ---
+# podman, runc, mmdebstrap and docker-compose from Debian. CONTAINERS_CONF points podman at this
+# repository's settings for machines like these VMs (scripts/podman-containers.conf; nothing
+# under /etc changes). The images are pulled from their registry; where none is reachable they
+# are made once: debian:bookworm-slim with mmdebstrap, and stand-ins for the compose file's
+# postgres:16 and minio images (scripts/local-base-images.sh, a few minutes).
 _verity_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$_verity_repo/scripts/podman-containers.conf}
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
-  echo "test-services: installing podman, runc and mmdebstrap" >&2
-  _apt_install podman runc mmdebstrap || echo "test-services: WARNING: podman could not be installed" >&2
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null \
+  || ! command -v docker-compose >/dev/null; then
+  echo "test-services: installing podman, runc, mmdebstrap and docker-compose" >&2
+  _apt_install podman runc mmdebstrap docker-compose \
+    || echo "test-services: WARNING: podman could not be installed" >&2
 fi
+# Pulls IMAGE, else runs local-base-images.sh with ARG (once: the result is kept by podman).
+_verity_image() {
+  podman image exists "$1" && return 0
+  timeout 120 podman pull -q "$1" >/dev/null 2>&1 && return 0
+  echo "test-services: no registry gives $1; making it locally (scripts/local-base-images.sh $2)" >&2
+  "$_verity_repo/scripts/local-base-images.sh" "$2" >>"$VERITY_CACHE/local-base-images.log" 2>&1 \
+    || echo "test-services: WARNING: see $VERITY_CACHE/local-base-images.log" >&2
+}
 _verity_base=docker.io/library/debian:bookworm-slim
-if command -v podman >/dev/null && ! podman image exists "$_verity_base"; then
-  echo "test-services: making the base image $_verity_base with mmdebstrap (once)" >&2
-  "$_verity_repo/scripts/local-base-images.sh" --debian-only >"$VERITY_CACHE/local-base-images.log" 2>&1 \
-    || echo "test-services: WARNING: no base image; see $VERITY_CACHE/local-base-images.log" >&2
+if command -v podman >/dev/null; then
+  _verity_image "$_verity_base" --debian-only
+  if command -v docker-compose >/dev/null; then
+    for _verity_service in docker.io/library/postgres:16 docker.io/minio/minio:latest docker.io/minio/mc:latest; do
+      _verity_image "$_verity_service" --services
+    done
+  fi
 fi
 if command -v podman >/dev/null && podman image exists "$_verity_base"; then
   VERITY_TEST_PODMAN=$(command -v podman)

@@ -27,4 +27,20 @@ if "$target_dir/debug/verity" graders install-packages; then
 else
   echo "test.sh: WARNING: could not install the grader image's packages; their tests will be skipped" >&2
 fi
-cargo test --workspace --locked --no-fail-fast "$@"
+status=0
+cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+# The compose file itself, on podman: every service of deploy/docker-compose.yml from its image
+# (the runtime stages with this build's binary), a job trained through it, code graded in the
+# server container. Needs podman, docker-compose and the SmolLM2 model; otherwise SKIPPED
+# loudly, unless VERITY_REQUIRE_PODMAN=1 (CI) makes that a failure.
+model="${VERITY_TEST_MODEL_DIR:-${VERITY_MODEL_CACHE:-$HOME/.cache/verity/models}/smollm2-135m-instruct}"
+if [ -n "${VERITY_TEST_PODMAN:-}" ] && command -v docker-compose >/dev/null && [ -f "$model/config.json" ]; then
+  echo "test.sh: the compose file on podman (scripts/verify-compose-podman.sh)"
+  scripts/verify-compose-podman.sh "$model" "$target_dir/debug/verity" || status=1
+elif [ "${VERITY_REQUIRE_PODMAN:-}" = 1 ]; then
+  echo "test.sh: FAILED: the compose check needs podman, docker-compose and $model" >&2
+  status=1
+else
+  echo "test.sh: SKIPPED: the compose check (podman, docker-compose or $model missing)" >&2
+fi
+exit "$status"
