@@ -13,8 +13,10 @@
 //! The same test runs twice: once with the roles as processes, and once with each `verity`
 //! process in its image's container (podman, the `runtime` stages of `deploy/Dockerfile.server`
 //! and `deploy/Dockerfile.worker-cpu` with the test step's own binary mounted in, on the host's
-//! network; the workers under the worker container options and seccomp profile of the
-//! manifests), killed with `podman kill` where the processes are SIGKILLed. Postgres and the S3
+//! network; each with its manifest's security settings and scratch volumes as `manifest-env.py`
+//! translates them — user, capabilities, no new privileges, the Localhost seccomp profile,
+//! AppArmor, unmasked /proc, read-only root), killed with `podman kill` where the processes are
+//! SIGKILLed. Postgres and the S3
 //! server stay host processes in both, so that the faults can be injected alike.
 
 use futures::StreamExt;
@@ -149,12 +151,24 @@ impl Site {
                 for dir in &self.shared_dirs {
                     command.arg("-v").arg(format!("{0}:{0}", dir.display()));
                 }
-                if role == "worker-cpu" || role == "server" {
-                    // Both run the sandbox (the API grades code for graders/run and validate).
-                    let profile = images::sandbox_seccomp_profile();
-                    command.args(images::sandbox_container_options(Some(
-                        &profile.display().to_string(),
-                    )));
+                // The manifest's security settings and scratch volumes (manifest-env.py); the
+                // working directory given stands for the emptyDir of the image's cache folder.
+                let options: Vec<&str> = spec["podman"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| o.as_str().unwrap())
+                    .collect();
+                let mut options = options.iter().peekable();
+                while let Some(option) = options.next() {
+                    if *option == "--tmpfs"
+                        && workdir.is_some()
+                        && options.peek().is_some_and(|p| p.starts_with("/var/lib/verity:"))
+                    {
+                        options.next();
+                        continue;
+                    }
+                    command.arg(option);
                 }
                 if let Some(name) = name {
                     command.args(["--hostname", name]);
