@@ -139,7 +139,7 @@ fn a_task_folder_supplies_every_input_and_its_environment_makes_the_rollouts_epi
 
     // A sweep records the environment: the same folder with another environment is refused.
     let out = dir.path().join("sweep");
-    let sweep = |extra: &[&std::ffi::OsStr]| {
+    let sweep = |out: &std::path::Path, extra: &[&std::ffi::OsStr]| {
         let args = [
             model.as_os_str(),
             "--task".as_ref(),
@@ -151,11 +151,11 @@ fn a_task_folder_supplies_every_input_and_its_environment_makes_the_rollouts_epi
         ];
         verity(&[&learn[..], &args[..], extra].concat())
     };
-    let first = sweep(&[]);
+    let first = sweep(&out, &[]);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     let other = dir.path().join("other-environment.json");
     std::fs::write(&other, r#"{"max_turns": 3, "tools": [{"type": "calculator"}]}"#).unwrap();
-    let refused = sweep(&["--environment".as_ref(), other.as_os_str()]);
+    let refused = sweep(&out, &["--environment".as_ref(), other.as_os_str()]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("another tool environment"), "{stderr}");
@@ -164,18 +164,7 @@ fn a_task_folder_supplies_every_input_and_its_environment_makes_the_rollouts_epi
     // naming the file and the field.
     std::fs::write(&other, r#"{"max_turns": 0, "tools": [{"type": "calculator"}]}"#).unwrap();
     let fresh = dir.path().join("fresh-sweep");
-    let args = [
-        model.as_os_str(),
-        "--task".as_ref(),
-        task.as_os_str(),
-        "--seeds".as_ref(),
-        "1".as_ref(),
-        "--environment".as_ref(),
-        other.as_os_str(),
-        "--out".as_ref(),
-        fresh.as_os_str(),
-    ];
-    let invalid = verity(&[&learn[..], &args[..]].concat());
+    let invalid = sweep(&fresh, &["--environment".as_ref(), other.as_os_str()]);
     assert!(!invalid.status.success());
     let stderr = String::from_utf8_lossy(&invalid.stderr);
     assert!(
