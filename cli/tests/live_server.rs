@@ -105,7 +105,7 @@ async fn start_with_inference(pool: &sqlx::PgPool, env: &[(&str, &str)]) -> (Ser
         .expect("spawning verity inference");
     server.inference = Some(child);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while verity_core::serving::live_inference_workers(pool, 10.0).await.unwrap().is_empty() {
+    while verity_core::inference::live_inference_workers(pool, 10.0).await.unwrap().is_empty() {
         assert!(std::time::Instant::now() < deadline, "verity inference never registered");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

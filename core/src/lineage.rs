@@ -70,7 +70,7 @@ async fn checkpoint_of(
     org_id: Uuid,
     name: &str,
 ) -> Result<Option<(String, String)>, sqlx::Error> {
-    Ok(match crate::serving::parse_checkpoint_model_name(name) {
+    Ok(match crate::inference::parse_checkpoint_model_name(name) {
         Some((job_id, step)) => sqlx::query!(
             r#"SELECT j.model, c.storage_prefix, j.id AS job_id, c.step, j.suffix,
                       o.name AS org_name

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
 use verity_core::spec::RolloutDtype;
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
+use verity_worker::inference::Engine;
 use verity_worker::model::lora::LoraConfig;
-use verity_worker::serving::Engine;
 
 /// The base model's name.
 const BASE: &str = "tiny-llama";

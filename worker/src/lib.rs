@@ -43,6 +43,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod grpo;
+pub mod inference;
 pub mod job;
 pub mod judge;
 pub mod loader;
@@ -55,7 +56,6 @@ pub mod pypi_models;
 pub mod runs;
 pub mod safetensors_file;
 pub mod sampler;
-pub mod serving;
 pub mod stack;
 pub mod synthetic;
 #[cfg(any(test, feature = "testing"))]

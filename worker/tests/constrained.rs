@@ -136,10 +136,10 @@ fn formats_are_checked_before_anything_samples() {
 async fn the_serving_engine_answers_in_the_requested_json() {
     use std::sync::Arc;
     use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
-    use verity_worker::serving::request::{
+    use verity_worker::inference::request::{
         GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
     };
-    use verity_worker::serving::{Engine, EngineConfig};
+    use verity_worker::inference::{Engine, EngineConfig};
     let Some(dir) = smollm2_dir("the_serving_engine_answers_in_the_requested_json") else {
         return;
     };

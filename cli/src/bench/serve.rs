@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
-use verity_worker::serving::request::{
+use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
 };
-use verity_worker::serving::{Engine, EngineConfig};
+use verity_worker::inference::{Engine, EngineConfig};
 use verity_worker::ChatMessage;
 
 /// Options of `verity bench serve`.

@@ -194,7 +194,7 @@ async fn serve_and_work(
     // dies, `/readyz` says why and `verity up` exits); inference then answers 503 until then.
     let inference = match verity_server::inference::engine_config(&inference_args) {
         Ok(config) => {
-            let engine = std::sync::Arc::new(verity_worker::serving::Engine::new(
+            let engine = std::sync::Arc::new(verity_worker::inference::Engine::new(
                 state.store.clone(),
                 config,
             ));

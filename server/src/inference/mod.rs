@@ -1,5 +1,5 @@
 //! The inference role (`verity inference`, also inside `verity up`): an internal HTTP service
-//! over a [`verity_worker::serving::Engine`] that registers itself in Postgres with a heartbeat;
+//! over a [`verity_worker::inference::Engine`] that registers itself in Postgres with a heartbeat;
 //! API servers forward chat and completion requests to a live one
 //! ([`crate::api::inference::forward`]).
 
@@ -11,7 +11,7 @@ use clap::Args;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use verity_core::config::{DatabaseConfig, StorageConfig};
-use verity_worker::serving::{Engine, EngineConfig};
+use verity_worker::inference::{Engine, EngineConfig};
 
 /// Options of `verity inference`.
 #[derive(Debug, Clone, Args)]
@@ -125,7 +125,8 @@ pub async fn serve(
         .context("serving inference");
     shutdown.cancel();
     let _ = heartbeat.await;
-    if let Err(error) = verity_core::serving::remove_inference_worker(&pool, registration.id).await
+    if let Err(error) =
+        verity_core::inference::remove_inference_worker(&pool, registration.id).await
     {
         tracing::warn!(%error, "could not deregister the inference worker");
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use verity_core::serving::{heartbeat_inference_worker, InferenceWorkerRecord};
-use verity_worker::serving::Engine;
+use verity_core::inference::{heartbeat_inference_worker, InferenceWorkerRecord};
+use verity_worker::inference::Engine;
 
 /// How often a worker refreshes its row.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -12,8 +12,8 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
-use verity_worker::serving::request::{GenerationEvent, GenerationRequest};
-use verity_worker::serving::{Engine, ServeError};
+use verity_worker::inference::request::{GenerationEvent, GenerationRequest};
+use verity_worker::inference::{Engine, ServeError};
 
 #[derive(Clone)]
 struct Internal {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use verity_core::spec::RolloutDtype;
 use verity_core::storage::ObjectStore;
-use verity_worker::serving::{Engine, EngineConfig};
+use verity_worker::inference::{Engine, EngineConfig};
 use verity_worker::trainer::testing::write_tiny_model_dir;
 use verity_worker::Family;
 
@@ -54,7 +54,7 @@ pub async fn start_worker(
         shutdown.clone(),
     ));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while verity_core::serving::live_inference_workers(pool, 10.0).await.unwrap().is_empty() {
+    while verity_core::inference::live_inference_workers(pool, 10.0).await.unwrap().is_empty() {
         assert!(Instant::now() < deadline, "the inference worker never registered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use std::pin::Pin;
-use verity_worker::serving::request::{GenerationEvent, GenerationRequest};
+use verity_worker::inference::request::{GenerationEvent, GenerationRequest};
 
 /// The events of a generation after `started`; ends when the worker closes the stream.
 pub type Events = Pin<Box<dyn Stream<Item = GenerationEvent> + Send>>;
@@ -32,7 +32,8 @@ pub(crate) fn no_worker() -> ApiError {
 /// Sends `request` to a live inference worker; its refusals come back as the API's errors (a
 /// 400 names the field, e.g. `max_tokens` beyond the model's context).
 pub async fn forward(state: &AppState, request: &GenerationRequest) -> Result<Forwarded, ApiError> {
-    let mut workers = verity_core::serving::live_inference_workers(&state.pool, FRESH_SECS).await?;
+    let mut workers =
+        verity_core::inference::live_inference_workers(&state.pool, FRESH_SECS).await?;
     let key = request.model.cache_key();
     // Stable: the least busy worker that has the model loaded, else the least busy one.
     workers.sort_by_key(|w| {

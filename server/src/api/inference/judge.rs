@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt, JudgeReply, TokenUsage};
-use verity_worker::judge::local::{chat_messages, prompt_seed};
-use verity_worker::serving::request::{
+use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
 };
+use verity_worker::judge::local::{chat_messages, prompt_seed};
 
 /// The judge answering every model `grader` (at JSON path `param`) names for org `org_id`:
 /// a 400 naming the grader's `model` field when the org has no such model, 503 when no inference
@@ -37,7 +37,7 @@ pub async fn judge_for(
         models.insert(name, source);
     }
     if !models.is_empty()
-        && verity_core::serving::live_inference_workers(&state.pool, FRESH_SECS).await?.is_empty()
+        && verity_core::inference::live_inference_workers(&state.pool, FRESH_SECS).await?.is_empty()
     {
         let mut e = no_worker();
         e.message =

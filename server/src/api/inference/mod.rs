@@ -1,7 +1,7 @@
 //! OpenAI-compatible inference: `POST /v1/chat/completions` and `POST /v1/completions` for any
 //! model the caller's org can use (a base model, a job's fine-tuned model, a checkpoint). The
 //! API server checks the request and resolves the model
-//! ([`verity_core::serving::resolve_model`]), then forwards it to an inference worker
+//! ([`verity_core::inference::resolve_model`]), then forwards it to an inference worker
 //! ([`forward`]) and relays its events as one JSON answer or as server-sent events in OpenAI's
 //! chunk format, ending with `data: [DONE]`. A client that goes away stops the generation.
 
@@ -20,7 +20,7 @@ use axum::routing::post;
 use axum::Router;
 use openai::{ChatCompletionRequest, Checked, CompletionRequest};
 use respond::Shape;
-use verity_worker::serving::request::{GenerationRequest, ModelSource, PromptInput};
+use verity_worker::inference::request::{GenerationRequest, ModelSource, PromptInput};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -76,7 +76,7 @@ pub(crate) async fn servable(
     org_id: uuid::Uuid,
     model: &str,
 ) -> Result<Option<Result<ModelSource, String>>, ApiError> {
-    let Some(served) = verity_core::serving::resolve_model(&state.pool, org_id, model).await?
+    let Some(served) = verity_core::inference::resolve_model(&state.pool, org_id, model).await?
     else {
         return Ok(None);
     };

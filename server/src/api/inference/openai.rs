@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
-use verity_worker::serving::request::GenerationParams;
+use verity_worker::inference::request::GenerationParams;
 use verity_worker::ChatMessage;
 
 /// Most choices per request.

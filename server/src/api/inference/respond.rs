@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
-use verity_worker::serving::request::{GenerationEvent, StopReason, TokenLogprob};
+use verity_worker::inference::request::{GenerationEvent, StopReason, TokenLogprob};
 
 /// Which endpoint answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

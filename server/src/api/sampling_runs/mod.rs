@@ -77,7 +77,7 @@ pub async fn resolve_run_model(
     name: &str,
 ) -> ApiResult<RunModel> {
     crate::api::jobs::validate::check_name_param(param, name)?;
-    let served = verity_core::serving::resolve_model(&state.pool, principal.org_id, name)
+    let served = verity_core::inference::resolve_model(&state.pool, principal.org_id, name)
         .await?
         .ok_or_else(|| {
             ApiError::invalid(param, format!("model {name:?} does not exist (see GET /v1/models)"))

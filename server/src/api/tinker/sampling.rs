@@ -17,7 +17,7 @@ use prost::Message;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use verity_worker::serving::request::{
+use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, PromptInput, StopReason as Stop,
 };
 

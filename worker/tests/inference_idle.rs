@@ -5,10 +5,10 @@ use candle_core::Device;
 use std::sync::Arc;
 use std::time::Duration;
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
-use verity_worker::serving::request::{
+use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
 };
-use verity_worker::serving::{Engine, EngineConfig};
+use verity_worker::inference::{Engine, EngineConfig};
 use verity_worker::trainer::testing::write_tiny_model_dir;
 use verity_worker::Family;
 
