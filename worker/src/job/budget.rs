@@ -2,7 +2,7 @@
 //! tokens on top of what earlier attempts used, stored at the end of every step (as a total, so
 //! a retried write changes nothing), with the caps read back in the same write.
 
-use super::handler::{persist, retryable, Stop};
+use super::stop::{persist, retryable, Stop};
 use sqlx::Error;
 use std::time::Instant;
 use verity_core::budget::{job_budget, record_usage, Caps, Usage};

@@ -3,7 +3,7 @@
 //! reports a cancel (or a lost lease) meanwhile, the flag is raised, the sampler and the grading
 //! pool stop at their next decode step or row, and the job ends without waiting for the rest.
 
-use super::handler::{retryable, Stop};
+use super::stop::{retryable, Stop};
 use verity_core::queue::{Heartbeat, HeartbeatState, JobOutcome};
 use verity_verifiers::StopFlag;
 

@@ -1,28 +1,29 @@
-//! [`TrainingHandler`]: runs one claimed training job under its lease.
+//! [`TrainingHandler`]: runs one claimed training job under its lease — set-up (files, grader,
+//! trainer) and the step loop; what it records, checkpoints and pauses for lives beside it.
 
-use super::artifacts::{append_metrics_line, cached_folder, remove_cache_dir, write_results_file};
+use super::artifacts::cached_folder;
 use super::budget::{store_usage, usage_before, Meter};
 use super::cancellable::blocking_until_cancelled;
 use super::progress::{JobPhase, LiveProgress};
+use super::records::{eval_event, step_tokens};
+use super::stop::{
+    event, lease_error, persist, retryable, trainer_error, transient_chain, user_error, Stop,
+};
 use super::watch::Watch;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
-use crate::stack::{fetch_stack, FetchedStack};
-use crate::trainer::{
-    Dataset, Evaluation, Phase, SampleRecord, StepOutput, Trainer, TrainerError, TrainerOptions,
-};
+use crate::trainer::{Dataset, Evaluation, Phase, Trainer, TrainerError, TrainerOptions};
 use async_trait::async_trait;
-use bytes::Bytes;
 use candle_core::Device;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use verity_core::queue::{
-    is_transient_db_error, retry_transient, EventLevel, Heartbeat, HeartbeatState, JobHandler,
-    JobOutcome, Lease, QueueError, RetryPolicy, SampleIndexRow, TrainedModel,
+    is_transient_db_error, EventLevel, Heartbeat, HeartbeatState, JobHandler, JobOutcome, Lease,
+    QueueError,
 };
 use verity_core::spec::Method;
-use verity_core::storage::{publish_folder, ObjectStore, StorageError};
+use verity_core::storage::{ObjectStore, StorageError};
 use verity_core::ControlSignal;
 use verity_verifiers::{Grader, GraderPool, GradingBudget};
 
@@ -49,62 +50,6 @@ pub struct TrainingHandler {
     embeddings: Arc<EmbeddingModels>,
     /// How long a Tinker training client may wait for a call before it is parked.
     pub(super) tinker_idle: std::time::Duration,
-}
-
-/// Why a run stopped early.
-pub(super) enum Stop {
-    /// End with this outcome.
-    Outcome(JobOutcome),
-}
-
-pub(super) fn user_error(message: impl Into<String>) -> Stop {
-    Stop::Outcome(JobOutcome::Failed { message: message.into(), retryable: false })
-}
-
-pub(super) fn retryable(context: &str, err: impl std::fmt::Display) -> Stop {
-    Stop::Outcome(JobOutcome::Failed { message: format!("{context}: {err}"), retryable: true })
-}
-
-pub(super) fn trainer_error(err: TrainerError) -> Stop {
-    let retry = !err.is_user_error();
-    Stop::Outcome(JobOutcome::Failed { message: err.to_string(), retryable: retry })
-}
-
-/// Runs a read or write of the store or the database, retrying it with backoff while it fails
-/// transiently (Postgres restarting, the store unreachable) for up to
-/// [`RetryPolicy::WORKER`]'s budget, so that a short outage does not cost the job an attempt.
-/// Stops retrying once the lease is lost. Every operation retried here is idempotent (upserts
-/// keyed by step, objects overwritten whole).
-pub(super) async fn persist<T, E, F, Fut>(
-    what: &str,
-    heartbeat: &Heartbeat,
-    is_transient: impl Fn(&E) -> bool,
-    op: F,
-) -> Result<T, E>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, E>>,
-    E: std::fmt::Display,
-{
-    let lost = || heartbeat.state() == HeartbeatState::Lost;
-    retry_transient(what, RetryPolicy::WORKER, is_transient, lost, op).await
-}
-
-/// Whether an error chain holds a transient database, queue, store or I/O failure.
-pub(super) fn transient_chain(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause.downcast_ref::<sqlx::Error>().is_some_and(is_transient_db_error)
-            || cause.downcast_ref::<QueueError>().is_some_and(QueueError::is_transient)
-            || cause.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
-            || cause.downcast_ref::<std::io::Error>().is_some()
-    })
-}
-
-pub(super) fn lease_error(context: &str, err: QueueError) -> Stop {
-    match err {
-        QueueError::LeaseLost { .. } => Stop::Outcome(JobOutcome::LeaseLost),
-        other => retryable(context, other),
-    }
 }
 
 impl TrainingHandler {
@@ -343,195 +288,6 @@ impl TrainingHandler {
         Ok((built, checkpoint.map(|(step, _)| step)))
     }
 
-    /// Fetches the model the job starts from: a base model, or another job's model or
-    /// checkpoint over the model that job started from ([`verity_core::lineage`], org checked).
-    async fn start_model(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-    ) -> Result<FetchedStack, Stop> {
-        self.fetch_model(lease, heartbeat, &lease.job().model).await
-    }
-
-    /// Resolves the org's model `name` (a base, a fine-tuned model or a checkpoint) into its
-    /// stack and fetches every folder of it into the local cache.
-    pub(super) async fn fetch_model(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        name: &str,
-    ) -> Result<FetchedStack, Stop> {
-        let org = lease.job().org_id;
-        let pool = lease.queue().pool();
-        let lookup = || verity_core::lineage::resolve_stack(pool, org, name);
-        let stack = persist("looking up the model", heartbeat, is_transient_db_error, lookup)
-            .await
-            .map_err(|e| retryable("model lookup", e))?
-            .ok_or_else(|| user_error(format!("model {name:?} does not exist")))?;
-        let cache = self.config.cache_dir.join("models");
-        let fetch = || fetch_stack(self.store.as_ref(), &stack, &cache);
-        persist("fetching the model", heartbeat, transient_chain, fetch).await.map_err(
-            |e| match e {
-                e if transient_chain(&e) => retryable("fetching the model", format!("{e:#}")),
-                e => user_error(format!("model {name:?} cannot be fetched: {e:#}")),
-            },
-        )
-    }
-
-    /// Saves, publishes and registers a checkpoint of the trainer's current step.
-    async fn checkpoint(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        trainer: Trainer,
-        metrics: Option<&Value>,
-    ) -> Result<Trainer, Stop> {
-        let job_id = lease.job().id.clone();
-        let step = trainer.step();
-        let root = self.config.cache_dir.join("jobs");
-        let dir = root.join(&job_id).join(format!("step-{step}"));
-        remove_cache_dir(&root, &dir).map_err(|e| user_error(e.to_string()))?;
-        let save_dir = dir.clone();
-        let trainer = tokio::task::spawn_blocking(move || trainer.save(&save_dir).map(|_| trainer))
-            .await
-            .map_err(|e| retryable("saving a checkpoint", e))?
-            .map_err(|e| retryable("saving a checkpoint", e))?;
-        let prefix = verity_core::keys::checkpoint(&job_id, step);
-        let publish = || publish_folder(self.store.as_ref(), &dir, &prefix);
-        let manifest =
-            persist("publishing a checkpoint", heartbeat, StorageError::is_transient, publish)
-                .await
-                .map_err(|e| retryable("publishing a checkpoint", e))?;
-        let register =
-            || lease.checkpoint(step as i32, &prefix, manifest.total_bytes as i64, metrics);
-        let id = persist("registering a checkpoint", heartbeat, QueueError::is_transient, register)
-            .await
-            .map_err(|e| lease_error("registering a checkpoint", e))?;
-        let data = json!({"step": step, "checkpoint_id": id, "storage_prefix": prefix, "bytes": manifest.total_bytes});
-        let message = format!("checkpoint saved at step {step}");
-        event(lease, heartbeat, EventLevel::Info, "checkpoint", &message, Some(&data)).await?;
-        let _ = remove_cache_dir(&root, &dir);
-        Ok(trainer)
-    }
-
-    /// Writes `samples/step-{step}.jsonl` and its index rows. Training samples (`training`)
-    /// are indexed with their advantage and score; a sampling run's without an advantage, and
-    /// a failed grading without a score.
-    pub(super) async fn record_samples(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        step: i32,
-        records: &[SampleRecord],
-        training: bool,
-    ) -> Result<(), Stop> {
-        let key = verity_core::keys::samples(&lease.job().id, step);
-        self.store_samples(lease, heartbeat, step, &key, records, 0, training).await
-    }
-
-    /// Writes the validation samples an evaluation after `step` kept
-    /// (`samples/step-{step}-validation.jsonl`), indexed after the step's `first` training
-    /// samples and without an advantage, which tells them apart.
-    async fn record_validation_samples(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        step: u64,
-        eval: &Evaluation,
-        first: usize,
-    ) -> Result<(), Stop> {
-        let Evaluation::Reinforcement(eval) = eval else { return Ok(()) };
-        if eval.samples.is_empty() {
-            return Ok(());
-        }
-        let key = verity_core::keys::validation_samples(&lease.job().id, step);
-        self.store_samples(lease, heartbeat, step as i32, &key, &eval.samples, first, false).await
-    }
-
-    /// Writes `records` to `key` and indexes them under `step` from index `first` on.
-    #[allow(clippy::too_many_arguments)]
-    async fn store_samples(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        step: i32,
-        key: &str,
-        records: &[SampleRecord],
-        first: usize,
-        training: bool,
-    ) -> Result<(), Stop> {
-        let key = key.to_string();
-        let mut body = String::new();
-        for record in records {
-            body.push_str(
-                &serde_json::to_string(record).map_err(|e| retryable("encoding samples", e))?,
-            );
-            body.push('\n');
-        }
-        let body = Bytes::from(body);
-        let put = || self.store.put_bytes(&key, body.clone());
-        persist("writing samples", heartbeat, StorageError::is_transient, put)
-            .await
-            .map_err(|e| retryable("writing samples", e))?;
-        let rows: Vec<SampleIndexRow> = records
-            .iter()
-            .enumerate()
-            .map(|(line, s)| SampleIndexRow {
-                idx: (first + s.idx) as i32,
-                prompt_idx: s.prompt_idx as i32,
-                score: (training || s.grader_error.is_none()).then_some(s.score),
-                advantage: training.then_some(s.advantage),
-                finish_reason: Some(s.finish_reason.clone()),
-                storage_key: key.clone(),
-                line_no: line as i32,
-            })
-            .collect();
-        let index = || lease.samples(step, &rows);
-        persist("indexing samples", heartbeat, QueueError::is_transient, index)
-            .await
-            .map_err(|e| lease_error("indexing samples", e))
-    }
-
-    /// Writes a step's metrics row, metrics line, samples and event.
-    async fn record_step(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        out: &StepOutput,
-        eval: Option<&Evaluation>,
-    ) -> Result<Value, Stop> {
-        let job_id = &lease.job().id;
-        let step = out.metrics.step;
-        let mut row = out.row().map_err(|e| retryable("encoding metrics", e))?;
-        if let (Some(eval), Some(map)) = (eval, row.as_object_mut()) {
-            map.insert("eval".into(), serde_json::to_value(eval).unwrap_or(Value::Null));
-        }
-        self.record_samples(lease, heartbeat, step as i32, &out.samples, true).await?;
-        let metric = || lease.metric(step as i32, &row);
-        persist("writing metrics", heartbeat, QueueError::is_transient, metric)
-            .await
-            .map_err(|e| lease_error("writing metrics", e))?;
-        let line = || append_metrics_line(self.store.as_ref(), job_id, step, &row);
-        persist("writing metrics.jsonl", heartbeat, transient_chain, line)
-            .await
-            .map_err(|e| retryable("writing metrics.jsonl", e))?;
-        let (summary, message) = match &out.tuning {
-            None => (
-                json!({"step": step, "reward_mean": out.metrics.reward_mean, "loss": out.metrics.loss}),
-                format!("step {step}: reward {:.3}", out.metrics.reward_mean),
-            ),
-            Some(tuning) => (
-                json!({"step": step, "loss": tuning.loss}),
-                format!("step {step}: loss {:.4}", tuning.loss),
-            ),
-        };
-        event(lease, heartbeat, EventLevel::Debug, "step", &message, Some(&summary)).await?;
-        if let Some(eval) = eval {
-            eval_event(lease, heartbeat, eval).await?;
-        }
-        Ok(row)
-    }
-
     /// Evaluates in a blocking task (its phase reported, counted by the trainer where it
     /// samples); hands the trainer back.
     async fn evaluate(
@@ -547,129 +303,6 @@ impl TrainingHandler {
         })
         .await?;
         Ok((trainer, eval.map_err(trainer_error)?))
-    }
-
-    /// The job's metrics rows so far, by step.
-    async fn metrics_rows(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-    ) -> Result<Vec<(i32, Value)>, Stop> {
-        let pool = lease.queue().pool();
-        let read = || verity_core::jobs::metrics_rows(pool, &lease.job().id);
-        persist("reading the metrics", heartbeat, is_transient_db_error, read)
-            .await
-            .map_err(|e| retryable("reading the metrics", e))
-    }
-
-    /// The job's rows as the monitor reads them (baseline and steps so far).
-    async fn monitor_rows(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<Vec<Value>, Stop> {
-        let pool = lease.queue().pool();
-        let read = || verity_core::monitor::job_rows(pool, &lease.job().id);
-        persist("reading the metrics", heartbeat, is_transient_db_error, read)
-            .await
-            .map_err(|e| retryable("reading the metrics", e))
-    }
-
-    /// Reports the warnings a new row set off (a `warning` event each, the first time a kind
-    /// fires); the reason to pause when one of them is listed in `auto_pause_on` (after an
-    /// `auto_pause` event).
-    async fn watch_row(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        watch: &mut Watch,
-        row: Value,
-    ) -> Result<Option<String>, Stop> {
-        let mut pause = None;
-        for warning in watch.observe(row) {
-            let data = serde_json::to_value(&warning).unwrap_or(Value::Null);
-            event(lease, heartbeat, EventLevel::Warn, "warning", &warning.message, Some(&data))
-                .await?;
-            if watch.pauses(&warning) {
-                let message = format!(
-                    "paused by auto_pause_on: {} ({} = {:.3}, threshold {:.3}, step {}); resume the \
-                     job to continue",
-                    warning.kind.as_str(),
-                    warning.metric,
-                    warning.value,
-                    warning.threshold,
-                    warning.step
-                );
-                event(lease, heartbeat, EventLevel::Warn, "auto_pause", &message, Some(&data))
-                    .await?;
-                pause = Some(message);
-            }
-        }
-        Ok(pause)
-    }
-
-    /// Pauses the job itself for `reason`: checkpoints the trainer (unless `trainer` is `None`:
-    /// nothing was trained since the checkpoint it resumed from), stores the reason with the
-    /// progress, and ends the attempt as paused, as a user's pause does.
-    async fn pause_for(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        progress: &LiveProgress,
-        trainer: Option<Trainer>,
-        metrics: Option<&Value>,
-        reason: &str,
-    ) -> Result<JobOutcome, Stop> {
-        if let Some(trainer) = trainer {
-            progress.phase(JobPhase::Checkpointing);
-            self.checkpoint(lease, heartbeat, trainer, metrics).await?;
-        }
-        progress.paused(reason);
-        if let Some(report) = progress.snapshot() {
-            let store = || lease.heartbeat(Some(&report));
-            persist("reporting progress", heartbeat, QueueError::is_transient, store)
-                .await
-                .map_err(|e| lease_error("reporting progress", e))?;
-        }
-        Ok(JobOutcome::Paused)
-    }
-
-    /// Reports a cap of the job's budget reached after `step` (a `budget_pause` event); the
-    /// reason to pause.
-    async fn budget_reached(
-        &self,
-        lease: &Lease,
-        heartbeat: &Heartbeat,
-        reached: verity_core::budget::Reached,
-        step: u64,
-    ) -> Result<String, Stop> {
-        let field = reached.cap.field();
-        let reason = format!(
-            "{}; raise {field} (POST /v1/verity/jobs/{}/budget) and resume the job to continue",
-            reached.describe(step),
-            lease.job().id
-        );
-        let data =
-            json!({"cap": field, "limit": reached.limit, "used": reached.used, "step": step});
-        tracing::info!(job_id = %lease.job().id, cap = field, step, "budget reached; pausing the job");
-        event(lease, heartbeat, EventLevel::Warn, "budget_pause", &reason, Some(&data)).await?;
-        Ok(reason)
-    }
-
-    /// Writes the results file and describes the model the job produced (its final checkpoint).
-    async fn trained_model(
-        &self,
-        heartbeat: &Heartbeat,
-        rows: &[(i32, Value)],
-        checkpoint: String,
-        lora: bool,
-    ) -> Result<TrainedModel, Stop> {
-        let write = || write_results_file(self.store.as_ref(), rows);
-        let file =
-            persist("writing the results file", heartbeat, StorageError::is_transient, write)
-                .await
-                .map_err(|e| retryable("writing the results file", e))?;
-        Ok(TrainedModel {
-            storage_prefix: checkpoint,
-            format: if lora { "peft" } else { "hf" }.to_string(),
-            results_file: Some(file),
-        })
     }
 
     async fn train(&self, lease: &Lease, heartbeat: &Heartbeat) -> Result<JobOutcome, Stop> {
@@ -835,33 +468,6 @@ impl TrainingHandler {
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, Some(&result)).await?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: Some(Box::new(model)) })
     }
-}
-
-/// The `trained_tokens` of a stored metrics row (0 for rows written before it was measured).
-fn step_tokens(row: &Value) -> u64 {
-    row.get("trained_tokens").and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// An `eval` event carrying the validation results (step 0 is the baseline before training).
-async fn eval_event(lease: &Lease, heartbeat: &Heartbeat, eval: &Evaluation) -> Result<(), Stop> {
-    let data = serde_json::to_value(eval).unwrap_or(Value::Null);
-    let message = eval.summary();
-    event(lease, heartbeat, EventLevel::Info, "eval", &message, Some(&data)).await
-}
-
-/// Appends an event to the job's log, retrying while the database is unreachable.
-pub(super) async fn event(
-    lease: &Lease,
-    heartbeat: &Heartbeat,
-    level: EventLevel,
-    kind: &str,
-    message: &str,
-    data: Option<&Value>,
-) -> Result<(), Stop> {
-    let write = || lease.event(level, kind, message, data);
-    persist("writing an event", heartbeat, QueueError::is_transient, write)
-        .await
-        .map_err(|e| lease_error("writing an event", e))
 }
 
 #[async_trait]

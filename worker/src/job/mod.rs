@@ -10,10 +10,14 @@
 pub(crate) mod artifacts;
 mod budget;
 mod cancellable;
+mod checkpoint;
 mod handler;
+mod pause;
 mod profile;
 mod progress;
+mod records;
 mod runs;
+mod stop;
 mod tinker;
 mod watch;
 mod worker;

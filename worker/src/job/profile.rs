@@ -5,8 +5,9 @@
 //! run's result.
 
 use super::cancellable::blocking_until_cancelled;
-use super::handler::{event, retryable, Stop, TrainingHandler};
+use super::handler::TrainingHandler;
 use super::runs::{interrupted, parse_dataset, run_seed, RunContext};
+use super::stop::{event, retryable, Stop};
 use crate::loader::LoadedModel;
 use crate::runs::sample_records;
 use crate::trainer::draw::sampling_params;

@@ -5,9 +5,8 @@
 //! difficulty profile runs in `super::profile` on the helpers here.
 
 use super::cancellable::blocking_until_cancelled;
-use super::handler::{
-    event, lease_error, persist, retryable, trainer_error, user_error, Stop, TrainingHandler,
-};
+use super::handler::TrainingHandler;
+use super::stop::{event, lease_error, persist, retryable, trainer_error, user_error, Stop};
 use crate::constrained::OutputConstraint;
 use crate::loader::LoadedModel;
 use crate::runs::{prompt_chunks, sample_and_grade, sample_records, select, supervised_jsonl};
