@@ -20,6 +20,7 @@ pub mod names;
 pub mod queue;
 pub mod recipes;
 pub mod response_format;
+pub mod sampling;
 pub mod sampling_runs;
 pub mod sessions;
 pub mod spec;

@@ -7,6 +7,7 @@
 
 use crate::jobs::JobRecord;
 use crate::metrics_csv::csv_field;
+pub use crate::sampling::{InvalidSetting, SamplingSettings};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -48,91 +49,12 @@ impl RunKind {
 /// Most completions per prompt a run may ask for.
 pub const MAX_SAMPLES_PER_PROMPT: usize = 1024;
 
-/// How completions are sampled (one set for every model of a run, so they are comparable).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SamplingSettings {
-    /// Softmax temperature (0 = greedy; default 1, the temperature pass@k is meant for).
-    #[serde(default = "one")]
-    pub temperature: f64,
-    /// Nucleus mass kept (default 1).
-    #[serde(default = "one")]
-    pub top_p: f64,
-    /// Longest completion in tokens (default 256).
-    #[serde(default = "default_max_tokens")]
-    pub max_tokens: usize,
-    /// Texts that end a completion.
-    #[serde(default)]
-    pub stop: Vec<String>,
-    /// OpenAI's structured outputs (graders read `sample.output_json` with a JSON format).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_format: Option<crate::response_format::ResponseFormat>,
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-fn default_max_tokens() -> usize {
-    256
-}
-
-impl Default for SamplingSettings {
-    fn default() -> Self {
-        SamplingSettings {
-            temperature: 1.0,
-            top_p: 1.0,
-            max_tokens: 256,
-            stop: Vec::new(),
-            response_format: None,
-        }
-    }
-}
-
-/// A setting that is out of range: the field and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidSetting {
-    /// The request field at fault.
-    pub param: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-fn invalid(param: &str, message: impl Into<String>) -> InvalidSetting {
-    InvalidSetting { param: param.to_string(), message: message.into() }
-}
-
-impl SamplingSettings {
-    /// Checks the ranges (temperature 0–2, top_p in (0, 1], max_tokens 1–32768, ≤ 4 stops).
-    pub fn validate(&self) -> Result<(), InvalidSetting> {
-        if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
-            return Err(invalid("temperature", "must be between 0 and 2"));
-        }
-        if !(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(invalid("top_p", "must be in (0, 1]"));
-        }
-        if !(1..=32_768).contains(&self.max_tokens) {
-            return Err(invalid("max_tokens", "must be between 1 and 32768"));
-        }
-        if self.stop.len() > 4 || self.stop.iter().any(String::is_empty) {
-            return Err(invalid("stop", "at most 4 non-empty strings"));
-        }
-        if let Some(Err(e)) = self.response_format.as_ref().map(|f| f.validate()) {
-            return Err(InvalidSetting {
-                param: format!("response_format.{}", e.field),
-                message: e.message,
-            });
-        }
-        Ok(())
-    }
-}
-
 /// Checks a samples-per-prompt count (`n`, `k`): 1 to [`MAX_SAMPLES_PER_PROMPT`].
 pub fn validate_samples(param: &str, n: usize) -> Result<(), InvalidSetting> {
     if (1..=MAX_SAMPLES_PER_PROMPT).contains(&n) {
         Ok(())
     } else {
-        Err(invalid(param, format!("must be between 1 and {MAX_SAMPLES_PER_PROMPT}")))
+        Err(InvalidSetting::new(param, format!("must be between 1 and {MAX_SAMPLES_PER_PROMPT}")))
     }
 }
 

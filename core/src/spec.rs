@@ -1,6 +1,7 @@
 //! The job specification: method, grader and hyperparameters, with documented defaults and
 //! validation that names the offending field.
 
+use crate::sampling::{self, MAX_STOP_STRINGS, MAX_TEMPERATURE};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -227,14 +228,9 @@ impl ReasoningEffort {
 const BASE_GROUP_SIZE: f64 = 8.0;
 /// Largest `compute_multiplier`.
 const MAX_COMPUTE_MULTIPLIER: f64 = 128.0;
-/// Largest sampling `temperature` (OpenAI's sampling range is 0 to 2; a job's must be above 0).
-pub const MAX_TEMPERATURE: f64 = 2.0;
-
-/// Most stop strings a job may set (as OpenAI's `stop`).
 /// Largest `max_staleness`: the asynchronous pipeline samples one step ahead.
 pub const MAX_STALENESS: u32 = 1;
-const MAX_STOP_STRINGS: usize = 4;
-/// Longest stop string, in bytes.
+/// Longest stop string of a job, in bytes.
 const MAX_STOP_LEN: usize = 64;
 
 /// Training hyperparameters. Every field has a default; `"auto"` is accepted where OpenAI's
@@ -550,8 +546,8 @@ impl Hyperparameters {
                 format!("must be in (0, {MAX_TEMPERATURE}], got {}", self.temperature),
             );
         }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        if let Err(m) = sampling::check_top_p(self.top_p) {
+            return err("top_p", format!("{m}, got {}", self.top_p));
         }
         if self.stop.len() > MAX_STOP_STRINGS {
             return err(

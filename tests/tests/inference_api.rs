@@ -323,15 +323,14 @@ const SEEDS: [u64; 3] = [0, 7, 123];
 /// `verity generate`'s options for `seed` reading `dtype` weights.
 fn generate_options(seed: u64, dtype: RolloutDtype) -> verity_worker::GenerateOptions {
     verity_worker::GenerateOptions {
-        system: None,
-        max_tokens: 20,
-        temperature: 0.9,
-        top_p: 1.0,
-        top_k: 0,
-        n: 1,
-        seed,
-        device: "cpu".into(),
-        rollout_dtype: dtype,
+        sampling: verity_worker::SamplingParams {
+            max_new_tokens: 20,
+            temperature: 0.9,
+            seed,
+            rollout_dtype: dtype,
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
 

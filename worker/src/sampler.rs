@@ -25,6 +25,8 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use verity_core::sampling::SamplingSettings;
+use verity_verifiers::judge::JudgeSampling;
 
 /// How to sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +70,39 @@ impl Default for SamplingParams {
             rollout_dtype: RolloutDtype::F32,
             max_batch_rows: 0,
             constraint: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding of at most `max_new_tokens` tokens: one completion per prompt, seed 0.
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        SamplingParams { temperature: 0.0, max_new_tokens, ..SamplingParams::default() }
+    }
+}
+
+/// A sampling run's settings: one completion per prompt and seed 0 until the run sets them.
+impl From<&SamplingSettings> for SamplingParams {
+    fn from(s: &SamplingSettings) -> Self {
+        SamplingParams {
+            temperature: s.temperature as f32,
+            top_p: s.top_p as f32,
+            max_new_tokens: s.max_tokens,
+            stop_strings: s.stop.clone(),
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// A model grader's judge settings: one reply of at most its budget, from its seed.
+impl From<&JudgeSampling> for SamplingParams {
+    fn from(s: &JudgeSampling) -> Self {
+        SamplingParams {
+            temperature: s.temperature as f32,
+            top_p: s.top_p as f32,
+            max_new_tokens: s.max_completion_tokens,
+            seed: s.seed,
+            ..SamplingParams::default()
         }
     }
 }

@@ -63,7 +63,7 @@ pub fn greedy_ids(
     ids: Vec<u32>,
     max_new_tokens: usize,
 ) -> Result<Vec<u32>> {
-    let params = crate::SamplingParams { temperature: 0.0, max_new_tokens, ..Default::default() };
+    let params = crate::SamplingParams::greedy(max_new_tokens);
     let out = crate::sample(
         &lm.model,
         &[ids],

@@ -169,16 +169,11 @@ async fn the_serving_engine_answers_in_the_requested_json() {
         prompt: PromptInput::Chat(vec![ChatMessage::new("user", question)]),
         params: GenerationParams {
             n: 2,
-            temperature: 1.0,
-            top_p: 1.0,
             max_tokens: Some(48),
-            stop: Vec::new(),
-            stop_token_ids: Vec::new(),
             seed: 5,
             logprobs: Some(0),
-            logit_bias: Default::default(),
-            prompt_logprobs: false,
             response_format: Some(verdict_format()),
+            ..GenerationParams::default()
         },
     };
     let mut generation = engine.generate(request).await.unwrap();

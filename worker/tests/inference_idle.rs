@@ -22,19 +22,7 @@ async fn answer(engine: &Engine) {
             checkpoint_prefix: None,
         },
         prompt: PromptInput::Text("t1 t2".into()),
-        params: GenerationParams {
-            n: 1,
-            temperature: 1.0,
-            top_p: 1.0,
-            max_tokens: Some(3),
-            stop: Vec::new(),
-            stop_token_ids: Vec::new(),
-            seed: 1,
-            logprobs: None,
-            logit_bias: Default::default(),
-            prompt_logprobs: false,
-            response_format: None,
-        },
+        params: GenerationParams { max_tokens: Some(3), seed: 1, ..GenerationParams::default() },
     };
     let mut generation = engine.generate(request).await.unwrap();
     while let Some(event) = generation.events.recv().await {

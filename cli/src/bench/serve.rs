@@ -99,17 +99,11 @@ impl Client {
                     model: source.clone(),
                     prompt: PromptInput::Chat(prompt(index)),
                     params: GenerationParams {
-                        n: 1,
                         temperature,
-                        top_p: 1.0,
                         max_tokens: Some(max_tokens),
-                        stop: Vec::new(),
-                        stop_token_ids: Vec::new(),
                         seed: index as u64,
-                        logprobs: None,
                         logit_bias: bias.clone(),
-                        prompt_logprobs: false,
-                        response_format: None,
+                        ..GenerationParams::default()
                     },
                 };
                 let mut generation = engine.generate(request).await?;

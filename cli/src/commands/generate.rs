@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
-use verity_worker::GenerateOptions;
+use verity_worker::{GenerateOptions, SamplingParams};
 
 /// Options of `verity generate`.
 #[derive(Debug, Args)]
@@ -44,14 +44,16 @@ pub struct GenerateArgs {
 pub async fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let options = GenerateOptions {
         system: args.system.clone(),
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: 0,
-        n: args.n,
-        seed: args.seed,
         device: args.device.name.clone(),
-        rollout_dtype: args.rollout_dtype,
+        sampling: SamplingParams {
+            n: args.n,
+            temperature: args.temperature,
+            top_p: args.top_p,
+            max_new_tokens: args.max_tokens,
+            seed: args.seed,
+            rollout_dtype: args.rollout_dtype,
+            ..SamplingParams::default()
+        },
     };
     let (model, prompt) = (args.model.clone(), args.prompt.clone());
     let completions =

@@ -53,7 +53,7 @@ struct FieldRow {
 /// `(min, min excluded, max)`.
 fn bounds(name: &str) -> Option<(f64, bool, f64)> {
     match name {
-        "temperature" => Some((0.0, true, verity_core::spec::MAX_TEMPERATURE)),
+        "temperature" => Some((0.0, true, verity_core::sampling::MAX_TEMPERATURE)),
         _ => None,
     }
 }

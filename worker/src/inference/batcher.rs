@@ -291,18 +291,7 @@ impl Batcher {
         self.count(|c| {
             c.rows.fetch_add(n, Ordering::SeqCst);
         });
-        let sampling = SamplingParams {
-            n,
-            temperature: a.params.temperature,
-            top_p: a.params.top_p,
-            top_k: 0,
-            max_new_tokens: a.max_tokens,
-            stop_strings: vec![],
-            seed: a.params.seed,
-            rollout_dtype: Default::default(),
-            max_batch_rows: 0,
-            constraint: None,
-        };
+        let sampling = SamplingParams { n, ..a.params.sampling(a.max_tokens) };
         self.requests.push(Some(Live {
             params: a.params,
             sampling,
@@ -516,19 +505,7 @@ mod tests {
         let mut receivers = Vec::new();
         for &(len, n) in prompts {
             let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
-            let params = GenerationParams {
-                n,
-                temperature: 0.0,
-                top_p: 1.0,
-                max_tokens: None,
-                stop: vec![],
-                stop_token_ids: Vec::new(),
-                seed: 0,
-                logprobs: None,
-                logit_bias: Default::default(),
-                prompt_logprobs: false,
-                response_format: None,
-            };
+            let params = GenerationParams { n, temperature: 0.0, ..GenerationParams::default() };
             queue.push_back(Admission { prompt: vec![7; len], params, max_tokens: 4, events });
             receivers.push(receiver);
         }

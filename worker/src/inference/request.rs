@@ -2,8 +2,11 @@
 //! events that come back (JSON on the wire between them).
 
 use crate::chat_template::ChatMessage;
+use crate::judge::local::prompt_seed;
+use crate::sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use verity_verifiers::judge::JudgePrompt;
 
 /// Where a served model's weights live in the object store; the API server resolves a
 /// request's `model` name to this (with the caller's org checked) before forwarding it.
@@ -90,6 +93,56 @@ pub struct GenerationParams {
     /// decoding); absent is free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<verity_core::response_format::ResponseFormat>,
+}
+
+impl Default for GenerationParams {
+    /// One choice at temperature 1 and top_p 1, up to the model's context, seed 0, nothing else.
+    fn default() -> Self {
+        GenerationParams {
+            n: 1,
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: None,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            seed: 0,
+            logprobs: None,
+            logit_bias: BTreeMap::new(),
+            prompt_logprobs: false,
+            response_format: None,
+        }
+    }
+}
+
+impl GenerationParams {
+    /// The sampler's settings for this request's rows: its `n` choices of at most
+    /// `max_new_tokens` (what the context leaves of `max_tokens`). Stop strings, stop tokens and
+    /// the grammar are matched by the serving loop itself, so the sampler gets none.
+    pub fn sampling(&self, max_new_tokens: usize) -> SamplingParams {
+        SamplingParams {
+            n: self.n,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_new_tokens,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// A model grader's judge prompt, sampled as a training worker's judge samples it: one reply
+/// from the prompt's own seed ([`prompt_seed`]), of at most the grader's reply budget.
+impl From<&JudgePrompt> for GenerationParams {
+    fn from(prompt: &JudgePrompt) -> Self {
+        let s = &prompt.sampling;
+        GenerationParams {
+            temperature: s.temperature as f32,
+            top_p: s.top_p as f32,
+            max_tokens: Some(s.max_completion_tokens),
+            seed: prompt_seed(prompt),
+            ..GenerationParams::default()
+        }
+    }
 }
 
 /// One inference request.

@@ -137,17 +137,8 @@ impl TrainingHandler {
         let loaded = self.load_run_model(lease, heartbeat, &model.name).await?;
         let settings = spec.sampling();
         let n = spec.samples_per_prompt();
-        let params = SamplingParams {
-            n,
-            temperature: settings.temperature as f32,
-            top_p: settings.top_p as f32,
-            top_k: 0,
-            max_new_tokens: settings.max_tokens,
-            stop_strings: settings.stop.clone(),
-            // every model samples from the same streams, so their results are comparable
-            seed: run_seed(lease),
-            ..SamplingParams::default()
-        };
+        // every model samples from the same streams, so their results are comparable
+        let params = SamplingParams { n, seed: run_seed(lease), ..settings.into() };
         let (loaded, dataset) = parse_dataset(lease, loaded, ctx.text, settings.max_tokens).await?;
         let rows: Vec<usize> = (0..dataset.len()).collect();
         let models = spec.models().len();

@@ -135,13 +135,7 @@ pub fn generate(lm: &LoadedModel, prompts: &[&JudgePrompt]) -> Vec<Result<JudgeR
         let ids: Vec<Vec<u32>> = chunk.iter().map(|(_, ids, _)| ids.clone()).collect();
         let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
         let room = context.saturating_sub(longest).max(1);
-        let params = SamplingParams {
-            n: 1,
-            temperature: sampling.temperature as f32,
-            top_p: sampling.top_p as f32,
-            max_new_tokens: asked.min(room),
-            ..SamplingParams::default()
-        };
+        let params = SamplingParams { max_new_tokens: asked.min(room), ..sampling.into() };
         let seeds: Vec<u64> = chunk.iter().map(|(_, _, seed)| *seed).collect();
         match sample_seeded(&lm.model, &ids, &seeds, &params, eos, pad, Some(&lm.tokenizer)) {
             Ok(completions) => {

@@ -17,7 +17,7 @@ use crate::grpo::StepMetrics;
 use crate::sampler::{sample, SamplingParams};
 use serde::Serialize;
 use std::time::Instant;
-use verity_core::spec::{Method, MethodKind, RolloutDtype};
+use verity_core::spec::{Method, MethodKind};
 use verity_verifiers::Grader;
 
 /// Validation prompts (or training prompts without a validation file) whose greedy completion
@@ -398,16 +398,8 @@ impl Trainer {
         let examples = &rows.examples[..rows.len().min(SAMPLE_PROMPTS)];
         let prompts: Vec<Vec<u32>> = examples.iter().map(|e| e.prompt_ids.clone()).collect();
         let params = SamplingParams {
-            n: 1,
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            max_new_tokens: self.hp.max_completion_tokens(),
-            stop_strings: Vec::new(),
             seed: self.seed,
-            rollout_dtype: RolloutDtype::F32,
-            max_batch_rows: 0,
-            constraint: None,
+            ..SamplingParams::greedy(self.hp.max_completion_tokens())
         };
         let tokenizer = &self.tokenizer;
         let mut completions = sample(

@@ -17,7 +17,7 @@ use verity_verifiers::{Grader, Judge, JudgeError, JudgePrompt, JudgeReply, Token
 use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
 };
-use verity_worker::judge::local::{chat_messages, prompt_seed};
+use verity_worker::judge::local::chat_messages;
 
 /// The judge answering every model `grader` (at JSON path `param`) names for org `org_id`:
 /// a 400 naming the grader's `model` field when the org has no such model, 503 when no inference
@@ -85,23 +85,10 @@ impl WorkerJudge {
             .models
             .get(&prompt.model)
             .ok_or_else(|| JudgeError::UnknownModel(prompt.model.clone()))?;
-        let sampling = &prompt.sampling;
         let request = GenerationRequest {
             model: model.clone(),
             prompt: PromptInput::Judge(chat_messages(prompt)),
-            params: GenerationParams {
-                n: 1,
-                temperature: sampling.temperature as f32,
-                top_p: sampling.top_p as f32,
-                max_tokens: Some(sampling.max_completion_tokens),
-                stop: Vec::new(),
-                stop_token_ids: Vec::new(),
-                seed: prompt_seed(prompt),
-                logprobs: None,
-                logit_bias: BTreeMap::new(),
-                prompt_logprobs: false,
-                response_format: None,
-            },
+            params: GenerationParams::from(prompt),
         };
         let forwarded = forward(&self.state, &request).await.map_err(|e| {
             if e.status.is_client_error() {

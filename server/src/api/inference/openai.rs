@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
+use verity_core::sampling;
 use verity_worker::inference::request::GenerationParams;
 use verity_worker::ChatMessage;
 
@@ -14,8 +15,6 @@ use verity_worker::ChatMessage;
 pub const MAX_N: u32 = 16;
 /// Most alternatives per token in `top_logprobs` (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
-/// Most stop strings (OpenAI's limit).
-pub const MAX_STOP: usize = 4;
 
 /// `stop`: one string or a list.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -176,13 +175,10 @@ impl Sampling {
     /// Checks the shared fields; `max_tokens` and `logprobs` come from the endpoint.
     fn check(&self, max_tokens: Option<i64>, logprobs: Option<usize>) -> Result<Checked, ApiError> {
         let temperature = self.temperature.unwrap_or(1.0);
-        if !(0.0..=2.0).contains(&temperature) {
-            return Err(ApiError::invalid("temperature", "must be between 0 and 2"));
-        }
+        sampling::check_temperature(temperature.into())
+            .map_err(|m| ApiError::invalid("temperature", m))?;
         let top_p = self.top_p.unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(ApiError::invalid("top_p", "must be in (0, 1]"));
-        }
+        sampling::check_top_p(top_p.into()).map_err(|m| ApiError::invalid("top_p", m))?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N as i64).contains(&n) {
             return Err(ApiError::invalid("n", format!("must be between 1 and {MAX_N}")));
@@ -197,9 +193,7 @@ impl Sampling {
             Some(Stop::One(s)) => vec![s.clone()],
             Some(Stop::Many(list)) => list.clone(),
         };
-        if stop.len() > MAX_STOP || stop.iter().any(String::is_empty) {
-            return Err(ApiError::invalid("stop", "up to 4 non-empty strings"));
-        }
+        sampling::check_stop(&stop).map_err(|m| ApiError::invalid("stop", m))?;
         for (param, value) in [
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
@@ -229,12 +223,10 @@ impl Sampling {
                 top_p,
                 max_tokens,
                 stop,
-                stop_token_ids: Vec::new(),
                 seed: self.seed.map_or_else(rand::random, |s| s as u64),
                 logprobs,
                 logit_bias,
-                prompt_logprobs: false,
-                response_format: None,
+                ..GenerationParams::default()
             },
             stream,
             include_usage,

@@ -175,13 +175,10 @@ pub async fn prepare(
         .ok_or_else(|| ApiError::invalid("job.method.reinforcement.grader", "missing grader"))?;
     validate_rows(state, "job.training_file", &checked.training, checked.method.rows()).await?;
     let model = resolve_run_model(state, principal, "job.model", &checked.model).await?;
-    let sampling = SamplingSettings {
-        temperature: hyperparameters.temperature,
-        top_p: hyperparameters.top_p,
-        max_tokens: hyperparameters.max_completion_tokens(),
-        stop: hyperparameters.stop.clone(),
-        response_format: method.reinforcement().and_then(|r| r.response_format.clone()),
-    };
+    let sampling = SamplingSettings::of_recipe(
+        &hyperparameters,
+        method.reinforcement().and_then(|r| r.response_format.clone()),
+    );
     let spec = RunSpec::DifficultyProfile(DifficultyProfileSpec {
         model,
         grader,

@@ -153,13 +153,7 @@ async fn job_defaults(state: &AppState, principal: &Principal, id: &str) -> ApiR
         file,
         grader: rl.grader.clone(),
         n: hp.eval_samples(),
-        sampling: SamplingSettings {
-            temperature: hp.temperature,
-            top_p: hp.top_p,
-            max_tokens: hp.max_completion_tokens(),
-            stop: hp.stop.clone(),
-            response_format: rl.response_format.clone(),
-        },
+        sampling: SamplingSettings::of_recipe(hp, rl.response_format.clone()),
     })
 }
 

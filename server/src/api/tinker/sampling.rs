@@ -16,7 +16,6 @@ use futures::StreamExt;
 use prost::Message;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use verity_worker::inference::request::{
     GenerationEvent, GenerationParams, GenerationRequest, PromptInput, StopReason as Stop,
 };
@@ -249,9 +248,8 @@ fn generation_params(body: &Asample) -> ApiResult<GenerationParams> {
         stop_token_ids,
         seed: p.seed.map_or_else(rand::random, |s| s as u64),
         logprobs: Some(0),
-        logit_bias: BTreeMap::new(),
         prompt_logprobs: body.prompt_logprobs,
-        response_format: None,
+        ..GenerationParams::default()
     })
 }
 
