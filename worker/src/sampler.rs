@@ -653,3 +653,31 @@ impl Slots {
         self.finished.resize(prompts, 0);
     }
 }
+
+#[cfg(test)]
+mod conversion_tests {
+    use super::*;
+
+    #[test]
+    fn a_sampling_run_s_settings_keep_their_stops_and_leave_n_and_seed_to_the_run() {
+        let settings = SamplingSettings {
+            temperature: 0.7,
+            top_p: 0.95,
+            max_tokens: 64,
+            stop: vec!["###".into()],
+            response_format: None,
+        };
+        let params = SamplingParams { n: 4, seed: 11, ..(&settings).into() };
+        assert_eq!((params.n, params.seed, params.max_new_tokens), (4, 11, 64));
+        assert_eq!((params.temperature, params.top_p), (0.7, 0.95));
+        assert_eq!(params.stop_strings, vec!["###".to_string()]);
+        assert_eq!(params.top_k, 0);
+    }
+
+    #[test]
+    fn greedy_is_one_completion_at_temperature_zero() {
+        let greedy = SamplingParams::greedy(5);
+        assert_eq!((greedy.n, greedy.temperature, greedy.max_new_tokens), (1, 0.0, 5));
+        assert_eq!(greedy.rollout_dtype, RolloutDtype::F32);
+    }
+}

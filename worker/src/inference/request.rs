@@ -238,3 +238,53 @@ pub enum GenerationEvent {
         message: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verity_verifiers::judge::{JudgeMessage, JudgeSampling};
+
+    fn judge_prompt(text: &str) -> JudgePrompt {
+        JudgePrompt {
+            model: "judge".into(),
+            messages: vec![JudgeMessage { role: "user".into(), content: text.into() }],
+            sampling: JudgeSampling {
+                temperature: 0.5,
+                top_p: 0.9,
+                seed: 3,
+                max_completion_tokens: 40,
+                reasoning_effort: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_routed_judge_prompt_samples_as_the_local_judge_does() {
+        let prompt = judge_prompt("Score this.");
+        let routed = GenerationParams::from(&prompt);
+        assert_eq!((routed.n, routed.temperature, routed.top_p), (1, 0.5, 0.9));
+        assert_eq!(routed.max_tokens, Some(40));
+        // the per-prompt stream, as `judge::local::generate` draws it
+        assert_eq!(routed.seed, prompt_seed(&prompt));
+        assert_ne!(routed.seed, GenerationParams::from(&judge_prompt("Other.")).seed);
+        let local = SamplingParams::from(&prompt.sampling);
+        assert_eq!((local.temperature, local.top_p, local.max_new_tokens), (0.5, 0.9, 40));
+    }
+
+    #[test]
+    fn a_request_s_rows_sample_with_its_settings_and_no_stop_strings() {
+        let request = GenerationParams {
+            n: 3,
+            temperature: 0.2,
+            top_p: 0.8,
+            max_tokens: Some(100),
+            stop: vec!["\n".into()],
+            seed: 9,
+            ..GenerationParams::default()
+        };
+        let rows = request.sampling(12);
+        assert_eq!((rows.n, rows.temperature, rows.top_p, rows.seed), (3, 0.2, 0.8, 9));
+        assert_eq!(rows.max_new_tokens, 12, "the budget the context leaves, not max_tokens");
+        assert!(rows.stop_strings.is_empty(), "the serving loop matches stop strings itself");
+    }
+}
