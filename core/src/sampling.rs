@@ -1,46 +1,21 @@
-//! How completions are sampled: the one place the ranges and defaults of sampling settings are
-//! defined. A job's hyperparameters, OpenAI's inference requests and the sampling runs check
-//! their fields with these rules; the worker converts each of them into its `SamplingParams`.
+//! How completions are sampled: the sampling runs' settings and defaults, and the ranges every
+//! setting is checked with (defined in `verity_verifiers::sampling`, the lowest crate that checks
+//! them: model graders' judges do too). A job's hyperparameters, OpenAI's inference requests and
+//! the sampling runs check their fields with these rules; the worker converts each of them into
+//! its `SamplingParams`.
 
 use crate::response_format::ResponseFormat;
 use crate::spec::Hyperparameters;
 use serde::{Deserialize, Serialize};
 
-/// Largest sampling temperature (OpenAI's range is 0 to 2).
-pub const MAX_TEMPERATURE: f64 = 2.0;
-/// Most stop strings a request may set (as OpenAI's `stop`).
-pub const MAX_STOP_STRINGS: usize = 4;
+pub use verity_verifiers::sampling::{
+    check_stop, check_temperature, check_top_p, MAX_STOP_STRINGS, MAX_TEMPERATURE,
+};
+
 /// Longest completion a sampling run may ask for, in tokens.
 pub const MAX_COMPLETION_TOKENS: usize = 32_768;
 /// Completion budget when a sampling run does not set one, in tokens.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
-
-/// Checks a temperature: finite, 0 (greedy) to [`MAX_TEMPERATURE`]; the error is the message.
-pub fn check_temperature(temperature: f64) -> Result<(), String> {
-    if temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&temperature) {
-        Ok(())
-    } else {
-        Err(format!("must be between 0 and {MAX_TEMPERATURE}"))
-    }
-}
-
-/// Checks a nucleus mass: in (0, 1]; the error is the message.
-pub fn check_top_p(top_p: f64) -> Result<(), String> {
-    if top_p.is_finite() && top_p > 0.0 && top_p <= 1.0 {
-        Ok(())
-    } else {
-        Err("must be in (0, 1]".to_string())
-    }
-}
-
-/// Checks stop strings: at most [`MAX_STOP_STRINGS`], none empty; the error is the message.
-pub fn check_stop(stop: &[String]) -> Result<(), String> {
-    if stop.len() <= MAX_STOP_STRINGS && !stop.iter().any(String::is_empty) {
-        Ok(())
-    } else {
-        Err(format!("at most {MAX_STOP_STRINGS} non-empty strings"))
-    }
-}
 
 /// A setting that is out of range: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,23 +110,6 @@ impl SamplingSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_rules_accept_openai_s_ranges_and_name_what_they_refuse() {
-        for t in [0.0, 1.0, 2.0] {
-            check_temperature(t).unwrap();
-        }
-        for t in [-0.1, 2.01, f64::NAN] {
-            assert_eq!(check_temperature(t).unwrap_err(), "must be between 0 and 2");
-        }
-        check_top_p(1.0).unwrap();
-        for p in [0.0, 1.5, f64::NAN] {
-            check_top_p(p).unwrap_err();
-        }
-        check_stop(&["a".into(), "b".into(), "c".into(), "d".into()]).unwrap();
-        check_stop(&vec!["a".to_string(); 5]).unwrap_err();
-        check_stop(&["".into()]).unwrap_err();
-    }
 
     #[test]
     fn a_recipe_s_settings_are_the_job_s_sampling() {

@@ -102,7 +102,9 @@ impl Setup {
         assert_eq!(stack.base.id, MODEL);
         let cache = self.root.path().join("start-cache");
         let fetched =
-            verity_worker::stack::fetch_stack(self.store.as_ref(), &stack, &cache).await.unwrap();
+            verity_worker::checkpoint::stack::fetch_stack(self.store.as_ref(), &stack, &cache)
+                .await
+                .unwrap();
         fetched.load(&Device::Cpu).unwrap()
     }
 

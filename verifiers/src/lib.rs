@@ -11,6 +11,8 @@
 //!   worker crate: a model registered in Verity, or an operator's OpenAI-compatible endpoint).
 //! - [`grader_json_schema`] exports the spec's JSON Schema (`verity graders run|validate` and
 //!   `verity bench graders` live in the `verity-cli` crate).
+//! - [`sampling`]: the ranges of sampling settings (temperature, top_p, stop strings) that
+//!   judges and every other sampling edge are checked with.
 //! - [`stop`]: a cooperative [`StopFlag`] that ends long batches early (a cancelled job).
 //! - [`sandbox`] runs untrusted programs under bubblewrap; [`SandboxConfig`] finds `bwrap` and
 //!   `python3` on `PATH` (overridable with `VERITY_SANDBOX_BWRAP` / `VERITY_SANDBOX_PYTHON`).
@@ -27,6 +29,7 @@ pub mod probes;
 pub mod python;
 pub mod result;
 pub mod sample;
+pub mod sampling;
 pub mod sandbox;
 pub mod spec;
 pub mod stop;

@@ -4,9 +4,9 @@
 //! `VERITY_EMBEDDING_MODEL`). The default all-MiniLM-L6-v2, once fetched, is registered for every
 //! org as [`DEFAULT_MODEL_NAME`], so it is listed with the other models and graders can name it.
 
+use crate::checkpoint::cache::cached_folder;
+use crate::checkpoint::stack::model_folder;
 use crate::embedding::{configured, BertEmbedder, EmbeddingModelError};
-use crate::job::artifacts::cached_folder;
-use crate::stack::model_folder;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! Verity worker: models, sampler, trainable forward, GRPO-family losses, optimizer, claim loop.
 //!
 //! The model core: [`loader`] opens HF folders and GGUF files, [`model::Transformer`] is the
-//! trainable forward, [`sampler`] generates completions, [`optim`] and [`policy_optimizer`] hold
-//! AdamW, clipping and gradient accumulation, [`checkpoint`] saves and restores everything,
+//! trainable forward, [`sampler`] generates completions, [`optim`] holds AdamW, clipping,
+//! gradient accumulation and the trainer's update loop, [`checkpoint`] saves and restores everything,
 //! [`generate`] samples text from a local model, [`bench`] holds the model benchmarks `verity
 //! bench` runs, [`judge`] runs the judge models of model graders.
 //!
@@ -50,13 +50,11 @@ pub mod loader;
 pub mod memory;
 pub mod model;
 pub mod optim;
-pub mod policy_optimizer;
 pub mod pypi_blas;
 pub mod pypi_models;
 pub mod runs;
 pub mod safetensors_file;
 pub mod sampler;
-pub mod stack;
 pub mod synthetic;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -73,7 +71,7 @@ pub use error::{Result, WorkerError};
 pub use generate::{generate, GenerateOptions, GeneratedText};
 pub use loader::{load_model, LoadedModel};
 pub use model::{CompletionLogprobs, Kernels, Transformer};
+pub use optim::policy_optimizer::{PolicyOptimizer, StepStats};
 pub use optim::{AdamW, AdamWConfig, GradAccumulator, LrSchedule, OptimizerPath};
-pub use policy_optimizer::{PolicyOptimizer, StepStats};
 pub use sampler::{sample, Completion, FinishReason, SamplingParams};
 pub use tokenizer::ChatTokenizer;

@@ -6,8 +6,8 @@
 use serde_json::{json, Value};
 use verity_core::spec::Method;
 use verity_verifiers::GraderPool;
+use verity_worker::optim::policy_optimizer::PolicyOptimizer;
 use verity_worker::optim::LrSchedule;
-use verity_worker::policy_optimizer::PolicyOptimizer;
 use verity_worker::trainer::supervised::{supervised_backward, supervised_row};
 use verity_worker::trainer::testing::tiny_tokenizer;
 use verity_worker::trainer::{SupervisedExample, Trainer, TrainerOptions};

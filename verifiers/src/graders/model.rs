@@ -12,6 +12,7 @@ use crate::judge::{
 };
 use crate::result::{ErrorKind, GradeResult};
 use crate::sample::Sample;
+use crate::sampling::{check_temperature, check_top_p};
 use crate::spec::{JudgeInputMessage, JudgeSamplingParams};
 use crate::template::{MissingField, Template};
 
@@ -85,12 +86,12 @@ impl JudgeTemplate {
         }
         let p = params.cloned().unwrap_or_default();
         let temperature = p.temperature.unwrap_or(0.0);
-        if !(0.0..=2.0).contains(&temperature) {
-            push(at("sampling_params.temperature"), "must be in [0, 2]".into());
+        if let Err(m) = check_temperature(temperature) {
+            push(at("sampling_params.temperature"), m);
         }
         let top_p = p.top_p.unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            push(at("sampling_params.top_p"), "must be in (0, 1]".into());
+        if let Err(m) = check_top_p(top_p) {
+            push(at("sampling_params.top_p"), m);
         }
         let max_tokens = p.max_completions_tokens.unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS);
         if max_tokens == 0 || max_tokens > MAX_COMPLETION_TOKENS {

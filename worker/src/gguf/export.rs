@@ -153,7 +153,7 @@ pub fn export_gguf(
 /// the GGUF file `out` (see [`export_gguf`]); returns what was written and the Ollama
 /// [`modelfile`] for it.
 pub fn export_stack(
-    stack: &crate::stack::FetchedStack,
+    stack: &crate::checkpoint::stack::FetchedStack,
     name: &str,
     quant: GgufQuant,
     out: &Path,

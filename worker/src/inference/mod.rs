@@ -8,7 +8,7 @@ mod batcher;
 pub mod request;
 pub mod text;
 
-use crate::job::artifacts::{cached_folder, model_path};
+use crate::checkpoint::cache::{cached_folder, model_path};
 use crate::loader::{load_checkpoint, load_stack};
 use crate::model::compact::{CompactWeights, RolloutDtype};
 use crate::model::Transformer;

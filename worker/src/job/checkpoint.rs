@@ -2,10 +2,11 @@
 //! job's model or checkpoint) into the local cache, and saving, publishing and registering each
 //! checkpoint; the model a finished job describes.
 
-use super::artifacts::{remove_cache_dir, write_results_file};
+use super::artifacts::write_results_file;
 use super::handler::TrainingHandler;
 use super::stop::{event, lease_error, persist, retryable, transient_chain, user_error, Stop};
-use crate::stack::{fetch_stack, FetchedStack};
+use crate::checkpoint::cache::remove_cache_dir;
+use crate::checkpoint::stack::{fetch_stack, FetchedStack};
 use crate::trainer::Trainer;
 use serde_json::{json, Value};
 use verity_core::queue::{

@@ -1,7 +1,6 @@
 //! [`TrainingHandler`]: runs one claimed training job under its lease — set-up (files, grader,
 //! trainer) and the step loop; what it records, checkpoints and pauses for lives beside it.
 
-use super::artifacts::cached_folder;
 use super::budget::{store_usage, usage_before, Meter};
 use super::cancellable::blocking_until_cancelled;
 use super::progress::{JobPhase, LiveProgress};
@@ -10,6 +9,7 @@ use super::stop::{
     event, lease_error, persist, retryable, trainer_error, transient_chain, user_error, Stop,
 };
 use super::watch::Watch;
+use crate::checkpoint::cache::cached_folder;
 use crate::embedding_models::{EmbeddingModels, EmbeddingSetupError};
 use crate::judge::{JudgeProvider, JudgeSettings, JudgeSetupError};
 use crate::trainer::{Dataset, Evaluation, Phase, Trainer, TrainerError, TrainerOptions};

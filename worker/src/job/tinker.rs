@@ -7,10 +7,10 @@
 //! the user) is parked: its state saved as a checkpoint, its row `paused`, its worker free; the
 //! next call queues it again and the worker that claims it restores that checkpoint first.
 
-use super::artifacts::{cached_folder, remove_cache_dir};
 use super::handler::TrainingHandler;
 use super::runs::interrupted;
 use super::stop::{lease_error, persist, retryable, transient_chain, user_error, Stop};
+use crate::checkpoint::cache::{cached_folder, remove_cache_dir};
 use crate::checkpoint::save_checkpoint;
 use crate::model::lora::LoraConfig;
 use crate::tinker::{TinkerCallError, TinkerTrainer};

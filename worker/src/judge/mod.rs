@@ -9,7 +9,7 @@ pub mod local;
 pub use endpoint::{parse_endpoints, EndpointJudge, JudgeEndpoint, JudgeSettings};
 pub use local::{LoadedJudges, LocalJudge};
 
-use crate::stack::fetch_stack;
+use crate::checkpoint::stack::fetch_stack;
 pub use candle_core::Device;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
@@ -205,7 +205,7 @@ impl JudgeProvider {
     }
 
     /// The loaded model `name` (a base model, or a fine-tuned one or checkpoint with the
-    /// models under it merged in: [`crate::stack`]), fetched and loaded when it is not yet.
+    /// models under it merged in: [`crate::checkpoint::stack`]), fetched and loaded when it is not yet.
     async fn load(
         &self,
         store: &dyn ObjectStore,

@@ -10,8 +10,8 @@ pub use loss::datum_losses;
 
 use crate::grpo::GrpoError;
 use crate::model::Transformer;
+use crate::optim::policy_optimizer::PolicyOptimizer;
 use crate::optim::{AdamWConfig, LrSchedule};
-use crate::policy_optimizer::PolicyOptimizer;
 use crate::WorkerError;
 use candle_core::{DType, Tensor};
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use super::chat_rows::{messages, objects, parse_turns, tools, Turn};
 use super::dataset::{Dataset, Example};
 use super::error::{Result, TrainerError};
 use crate::model::Transformer;
-use crate::policy_optimizer::PolicyOptimizer;
+use crate::optim::policy_optimizer::PolicyOptimizer;
 use crate::tokenizer::ChatTokenizer;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@ use super::step::Trainer;
 use super::tuning::{Objective, PreferenceData};
 use super::ReferenceLogprobs;
 use crate::checkpoint::{restore_weights, save_checkpoint};
-use crate::policy_optimizer::PolicyOptimizer;
+use crate::optim::policy_optimizer::PolicyOptimizer;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

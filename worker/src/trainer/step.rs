@@ -15,8 +15,8 @@ use crate::grpo::{
 };
 use crate::model::lora::LoraConfig;
 use crate::model::Transformer;
+use crate::optim::policy_optimizer::PolicyOptimizer;
 use crate::optim::{AdamWConfig, LrSchedule};
-use crate::policy_optimizer::PolicyOptimizer;
 use crate::sampler::{FinishReason, SamplingParams};
 use crate::tokenizer::ChatTokenizer;
 use crate::weights::WeightMap;
@@ -614,7 +614,7 @@ impl Trainer {
     }
 
     /// The optimizer's step; a non-finite gradient is the user's to fix (a lower learning rate).
-    pub(super) fn optimizer_step(&mut self) -> Result<crate::policy_optimizer::StepStats> {
+    pub(super) fn optimizer_step(&mut self) -> Result<crate::optim::policy_optimizer::StepStats> {
         self.optimizer.step().map_err(|e| match e {
             WorkerError::NonFiniteGradient { norm } => TrainerError::Config(format!(
                 "the gradient norm is {norm} at step {}; lower the learning rate",

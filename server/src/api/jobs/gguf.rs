@@ -129,7 +129,7 @@ async fn build(
         .await
         .map_err(|e| ApiError::database("resolving the checkpoint's model", e))?
         .ok_or_else(|| ApiError::not_found("model", model))?;
-    let fetched = verity_worker::stack::fetch_stack(
+    let fetched = verity_worker::checkpoint::stack::fetch_stack(
         state.store.as_ref(),
         &stack,
         &exports.cache_dir,

@@ -180,9 +180,8 @@ fn generation_params(body: &Asample) -> ApiResult<GenerationParams> {
     if !(p.temperature.is_finite() && p.temperature >= 0.0) {
         return Err(ApiError::invalid("sampling_params.temperature", "must be at least 0"));
     }
-    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
-        return Err(ApiError::invalid("sampling_params.top_p", "must be in (0, 1]"));
-    }
+    verity_core::sampling::check_top_p(p.top_p)
+        .map_err(|m| ApiError::invalid("sampling_params.top_p", m))?;
     if p.top_k > 0 {
         return Err(ApiError::invalid(
             "sampling_params.top_k",

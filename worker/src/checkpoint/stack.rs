@@ -2,8 +2,8 @@
 //! checkpoints of chained jobs over it) from the object store into a local cache, and loading
 //! it as one model: what a job starts from, and what a fine-tuned judge runs.
 
+use crate::checkpoint::cache::{cached_folder, model_path};
 use crate::error::Result;
-use crate::job::artifacts::{cached_folder, model_path};
 use crate::loader::{is_adapter, load_stack, LoadedModel};
 use candle_core::Device;
 use std::path::{Path, PathBuf};

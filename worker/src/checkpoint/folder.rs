@@ -1,4 +1,4 @@
-//! Checkpoints: full weights in HF layout (original names and dtypes) or the PEFT adapter,
+//! A checkpoint folder: full weights in HF layout (original names and dtypes) or the PEFT adapter,
 //! plus the optimizer state, and restoring them bit-exactly.
 
 use crate::error::{write_json, Result, WorkerError};
