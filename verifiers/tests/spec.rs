@@ -59,6 +59,25 @@ fn a_judge_image_part_is_refused_by_its_type() {
     assert!(err.0[0].message.contains("'input_image': image parts are not supported"), "{err}");
 }
 
+/// A judge's sampling settings are checked with the ranges every other sampling edge uses
+/// (`verity_verifiers::sampling`): each refusal names its field and gives the shared rule.
+#[test]
+fn a_judge_s_sampling_settings_are_checked_with_the_shared_ranges() {
+    let judge = |params: serde_json::Value| {
+        json!({"type": "score_model", "name": "j", "model": "judge", "sampling_params": params,
+               "input": [{"role": "user", "content": "Score {{sample.output_text}}"}]})
+    };
+    Grader::from_json(&judge(json!({"temperature": 2.0, "top_p": 1.0})).to_string()).unwrap();
+    let err = Grader::from_json(&judge(json!({"temperature": 2.5, "top_p": 0.0})).to_string())
+        .unwrap_err();
+    let found: Vec<(&str, &str)> =
+        err.0.iter().map(|e| (e.path.as_str(), e.message.as_str())).collect();
+    let temperature = verity_verifiers::sampling::check_temperature(2.5).unwrap_err();
+    let top_p = verity_verifiers::sampling::check_top_p(0.0).unwrap_err();
+    assert!(found.contains(&("sampling_params.temperature", temperature.as_str())), "{found:?}");
+    assert!(found.contains(&("sampling_params.top_p", top_p.as_str())), "{found:?}");
+}
+
 #[test]
 fn schema_is_exported() {
     let schema = grader_json_schema().to_string();
