@@ -1,9 +1,10 @@
 //! What Verity's tests share (a dev-dependency only; nothing here ships in a binary): a TCP
 //! proxy that injects outages ([`proxy`]), the per-test database's URL for child processes
-//! ([`db`]), serving on free loopback ports ([`serve`]), and the deploy images' runtime stages
-//! with podman ([`images`]).
+//! ([`db`]), serving on free loopback ports ([`serve`]), the deploy images' runtime stages
+//! with podman ([`images`]), and a WebDriver client for the browser tests ([`webdriver`]).
 
 pub mod db;
 pub mod images;
 pub mod proxy;
 pub mod serve;
+pub mod webdriver;

@@ -1,7 +1,7 @@
 //! Authentication and tenancy: JWT minting and tampering, roles, rate limits, and isolation
 //! of every endpoint between orgs (another org's id answers 404).
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::{Method, StatusCode};

@@ -3,7 +3,7 @@
 //! never echoed; file rows capped; grading slots shared fairly between orgs; `/login?next=`
 //! only to same-origin paths; `/metrics` labels bounded and behind an optional token.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::body::Body;

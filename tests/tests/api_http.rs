@@ -2,7 +2,7 @@
 //! server of `scripts/test-services.sh`): a multi-part streamed upload, download, job creation,
 //! and checkpoint download both as a streamed tar and through a presigned S3 redirect.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use serde_json::json;

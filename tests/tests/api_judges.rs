@@ -2,7 +2,7 @@
 //! 400 naming the JSON path at job creation, `graders/validate` and `graders/run`, with nothing
 //! enqueued; a valid `score_model` whose judge is the registered model `tiny` is accepted.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::StatusCode;

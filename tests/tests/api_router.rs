@@ -1,7 +1,7 @@
 //! Router tests of the REST API (tower `oneshot`, a fresh Postgres database per test, a local
 //! object store): files, jobs, control, events, checkpoints, metrics, samples, models, objects.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::{Method, StatusCode};

@@ -2,7 +2,7 @@
 //! storage (with one answer for every other prefix, so nothing leaks about other orgs' objects),
 //! and everything derived from an API key dies with it, on every server at once.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::{Method, StatusCode};

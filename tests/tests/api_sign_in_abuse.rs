@@ -5,7 +5,7 @@
 //! throttled per address, `X-Forwarded-For` is believed only from a trusted proxy, and a flood
 //! of hashes waits for a slot or gets 429.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use futures::future::join_all;

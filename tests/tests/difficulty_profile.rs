@@ -5,8 +5,8 @@
 //! exactly the rows always or never solved (kept rows unchanged and in order) and trains a job,
 //! and bad requests are refused naming the field.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{get, post, upload, user};
 use axum::http::StatusCode;

@@ -3,7 +3,7 @@
 //! org as `all-minilm-l6-v2`: `GET /v1/models` lists it as an embedding model, and a grader of
 //! another org can name it. Its own binary: the process's embedding model is set once.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::{get, post, user};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! as GGUF (the adapter merged into its base), kept in the store for the next download, with its
 //! Ollama Modelfile; bad parameters and other orgs refused (skipped loudly without the fixture).
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::StatusCode;

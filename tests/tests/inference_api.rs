@@ -3,8 +3,8 @@
 //! store, a LoRA checkpoint of a job and the same adapter merged into full weights. Driven by
 //! the official `openai` Python SDK and by plain HTTP.
 
-mod api_support;
-mod inference_support;
+use verity_tests::api_support;
+use verity_tests::inference_support;
 
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};

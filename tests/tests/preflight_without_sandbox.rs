@@ -1,7 +1,7 @@
 //! A machine without bubblewrap (issue #44): a job whose grader needs the sandbox hears so at
 //! pre-flight, before it is created, and a grader that needs no sandbox is unaffected. Its own test binary: the sandbox's tools are discovered once per process.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::StatusCode;

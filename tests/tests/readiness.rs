@@ -4,7 +4,7 @@
 //! writes are swept while a write in progress keeps its own, and so are readiness-probe objects
 //! a probe could not delete.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::http::{header, Method, StatusCode};

@@ -6,8 +6,8 @@
 //! start stops the recipe naming the field; a guard that predicts no advantage pauses the recipe
 //! before the stage and resuming runs it anyway; cancel and resume.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{get, post, upload, user};
 use axum::http::StatusCode;

@@ -4,8 +4,8 @@
 //! rejection sampling into a supervised file (exactly the passing samples; the best one per
 //! prompt), bad requests refused before anything is queued, org isolation, cancel.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{get, post, upload, user};
 use axum::http::StatusCode;

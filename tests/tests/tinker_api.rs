@@ -4,7 +4,7 @@
 //! naming every call Verity does not serve. The official SDK drives the rest against a real
 //! inference worker in `inference_api.rs`.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use axum::body::Body;

@@ -3,8 +3,8 @@
 //! that save and the SDK's calls go on; once a call has changed it, the client fails (its state
 //! is gone) instead of silently going back to the save.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -75,7 +75,7 @@ async fn replace_worker(worker: &mut Child, pool: &sqlx::PgPool, url: &str, root
         .await
         .unwrap();
     assert_eq!(state, "running", "the client is held by the worker about to be killed");
-    let next = spawn_worker(url, root);
+    let next = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), url, root);
     worker.kill().expect("SIGKILL the worker");
     worker.wait().unwrap();
     next
@@ -99,7 +99,7 @@ async fn a_lost_workers_client_comes_back_from_its_save_unless_a_call_changed_it
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(verity_server::app::serve(listener, verity_server::app::app(state)));
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
-    let mut worker = spawn_worker(&url, root.path());
+    let mut worker = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), &url, root.path());
 
     let script = root.path().join("script.py");
     std::fs::write(&script, SCRIPT).unwrap();

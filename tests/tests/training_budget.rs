@@ -4,8 +4,8 @@
 //! refused while the cap is reached; raising it with `POST /v1/verity/jobs/{id}/budget` lets
 //! the resumed job run to the end, with usage summed over both attempts.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{get, post, upload, user};
 use axum::http::StatusCode;

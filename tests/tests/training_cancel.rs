@@ -4,7 +4,7 @@
 //! learned of the cancel only between steps, and this evaluation kept judging for minutes.
 //! Skipped loudly without the model (`scripts/fetch-test-model.sh`).
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

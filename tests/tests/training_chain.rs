@@ -5,8 +5,8 @@
 //! (full and LoRA) judge `score_model` graders as their weights, and another org's model is
 //! refused naming `model`.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{post, upload, user};
 use axum::http::StatusCode;

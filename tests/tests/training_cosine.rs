@@ -3,8 +3,8 @@
 //! without it) and one step runs end to end with the rollouts' similarities as rewards; the
 //! same model registered in the models registry (kind `embedding`) and named by the grader.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use serde_json::json;
 use sqlx::PgPool;

@@ -2,7 +2,7 @@
 //! the last checkpoint after the lease expires, and each step's metrics exist exactly once
 //! (in Postgres and in `metrics.jsonl`).
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::json;
 use sqlx::PgPool;
@@ -25,7 +25,7 @@ async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
                     "max_completion_tokens": 16, "checkpoint_interval": 2, "micro_batch_size": 8});
     let job = enqueue(&pool, &queue, method(hp)).await;
 
-    let mut first = spawn_worker(&url, root.path());
+    let mut first = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), &url, root.path());
     let started = Instant::now();
     loop {
         let checkpoints: i64 =
@@ -49,7 +49,7 @@ async fn a_killed_training_worker_is_resumed_from_its_checkpoint(pool: PgPool) {
     assert!((at_kill.len() as i32) < STEPS, "killed mid-job: {at_kill:?}");
     assert_eq!(queue.state(&job).await.unwrap(), JobState::Running);
 
-    let mut second = spawn_worker(&url, root.path());
+    let mut second = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), &url, root.path());
     let started = Instant::now();
     while queue.state(&job).await.unwrap() != JobState::Succeeded {
         assert!(started.elapsed() < Duration::from_secs(180), "the second worker did not finish");

@@ -2,7 +2,7 @@
 //! object store; metrics, samples, events and checkpoints land where the API reads them, the
 //! final checkpoint reloads, and user errors fail the job without retries.
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::json;
 use sqlx::PgPool;

@@ -4,7 +4,7 @@
 //! judge endpoint is down is paused with a clear event instead of scoring zeros. Skipped loudly
 //! without the model (`scripts/fetch-test-model.sh`).
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

@@ -3,8 +3,8 @@
 //! rewards anything fires that warning (a `warning` event), is paused by the worker, and shows
 //! it on `GET /v1/verity/jobs/{id}/warnings`; an unknown kind is a 400 naming the field.
 
-mod api_support;
-mod training_support;
+use verity_tests::api_support;
+use verity_tests::training_support;
 
 use api_support::{get, post, upload, user};
 use axum::http::StatusCode;

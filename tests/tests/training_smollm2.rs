@@ -2,7 +2,7 @@
 //! local store; the final checkpoint downloads and reloads. Skipped loudly without the model
 //! (`scripts/fetch-test-model.sh`).
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::json;
 use sqlx::PgPool;

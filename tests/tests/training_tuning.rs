@@ -3,7 +3,7 @@
 //! checkpoints that reload — and a DPO job whose worker process is SIGKILLed resumes from its
 //! checkpoint (with the cached reference log-probs), each step exactly once.
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -206,7 +206,7 @@ async fn a_killed_dpo_job_resumes_from_its_checkpoint(pool: PgPool) {
         "batch_size": 1, "learning_rate": 0.001, "max_steps": STEPS, "checkpoint_interval": 2}}});
     let job = enqueue(&pool, &queue, method).await;
 
-    let mut first = spawn_worker(&url, root.path());
+    let mut first = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), &url, root.path());
     let started = Instant::now();
     loop {
         let checkpoints: i64 =
@@ -229,7 +229,7 @@ async fn a_killed_dpo_job_resumes_from_its_checkpoint(pool: PgPool) {
     let at_kill = metric_steps(&pool, &job).await;
     assert!((at_kill.len() as i32) < STEPS, "killed mid-job: {at_kill:?}");
 
-    let mut second = spawn_worker(&url, root.path());
+    let mut second = spawn_worker(env!("CARGO_BIN_EXE_verity-training-worker"), &url, root.path());
     let started = Instant::now();
     loop {
         let state = queue.state(&job).await.unwrap();

@@ -4,10 +4,10 @@
 //! open the completions, download a checkpoint, continue training from it (the new-job page
 //! prefilled) and test a model grader judged by the fine-tuned model, cancel a second job, create and revoke an API key. WebDriver is spoken by the small client in `webdriver/`. Screenshots of each page land in `$CARGO_TARGET_DIR/dashboard-screenshots/`.
 
-mod api_support;
-mod inference_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::inference_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

@@ -5,8 +5,8 @@
 //! worker pauses the job at its budget the reason appears live ("budget of 600 s reached at
 //! step 8"); the budget form raises the cap and Resume then queues the job.
 
-mod api_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::webdriver;
 
 use api_support::{base_model, post, upload, DATASET};
 use serde_json::{json, Value};

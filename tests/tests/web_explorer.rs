@@ -7,9 +7,9 @@
 //! shown apart ("validation, step 6"), and an evaluation report of the job shows validation
 //! completions of the base and the checkpoint side by side per row.
 
-mod api_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

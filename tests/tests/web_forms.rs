@@ -5,8 +5,8 @@
 //! (radio buttons named `method` shadowed `form.method`) and checks the temperature range, the
 //! error next to the field; an API key needs a name, the error next to the field.
 
-mod api_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::webdriver;
 
 use api_support::{
     api_config, app, app_with, base_model, call, file_and_job, post, upload, TestApp, DATASET,

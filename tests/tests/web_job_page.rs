@@ -5,9 +5,9 @@
 //! where valid, and Cancel asks before it runs. The API's `estimated_finish` is set while a job
 //! runs. Phone widths do not overflow.
 
-mod api_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use api_support::{base_model, file_and_job, get};
 use serde_json::{json, Value};

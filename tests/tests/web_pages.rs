@@ -2,7 +2,7 @@
 //! signed out, every page rendering, cross-origin writes refused, login throttling (API and
 //! dashboard), and the API-key endpoints and page (a revoked key stops working at once).
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::{app, base_model, call, file_and_job, get, post, send, user, Reply, TestApp};
 use axum::body::Body;

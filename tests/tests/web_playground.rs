@@ -5,9 +5,9 @@
 //! aborts both streams and the worker frees their rows; the models page links to the
 //! playground; no horizontal scrolling at 390 px.
 
-mod api_support;
-mod inference_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::inference_support;
+use verity_tests::webdriver;
 
 use serde_json::json;
 use sqlx::PgPool;

@@ -4,8 +4,8 @@
 //! row starts from the file's first row, job creation refuses the file with nothing enqueued, a
 //! non-numeric learning rate names its field, and a resubmit clears the old error.
 
-mod api_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::webdriver;
 
 use serde_json::json;
 use sqlx::PgPool;

@@ -4,9 +4,9 @@
 //! zero-advantage fraction exactly as the API reports them, and the estimate; "Drop …" writes
 //! the filtered file and makes it the job's training file.
 
-mod api_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use serde_json::json;
 use sqlx::PgPool;

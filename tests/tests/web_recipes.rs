@@ -4,9 +4,9 @@
 //! figure, the evaluation's pass@k table matching the API — while an in-process CPU worker runs
 //! its stages on a tiny random model; no horizontal scrolling at 390 px.
 
-mod api_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

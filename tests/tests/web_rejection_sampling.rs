@@ -6,9 +6,9 @@
 //! this file" opens the new-job page with the kept file and the supervised method chosen; Cancel
 //! asks first; no horizontal scrolling at 390 px.
 
-mod api_support;
-mod training_support;
-mod webdriver;
+use verity_tests::api_support;
+use verity_tests::training_support;
+use verity_tests::webdriver;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;

@@ -3,7 +3,7 @@
 //! from the key cache past its expiry. Before it, pages open; after it, they send the browser
 //! back to the sign-in page, and signing in again with the key is refused as expired.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::{post, send, user};
 use axum::body::Body;

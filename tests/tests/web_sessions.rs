@@ -4,7 +4,7 @@
 //! role at the next request whatever they hold — session, API key or access token — also on a
 //! server that caches verdicts while listening for changes.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use reqwest::StatusCode;

@@ -1,7 +1,7 @@
 //! Issue #43: a model whose name is `.` or `..` (inserted straight into the database, as the API
 //! refuses it) fails its job at once, without retries, and deletes nothing in the cache.
 
-mod training_support;
+use verity_tests::training_support;
 
 use sqlx::PgPool;
 use training_support::{method, prepare_store, run_one_job, MODEL};

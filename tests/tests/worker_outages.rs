@@ -7,7 +7,7 @@
 //! metrics row (and one `metrics.jsonl` line); after the store outage the final checkpoint
 //! downloads and loads.
 
-mod training_support;
+use verity_tests::training_support;
 
 use serde_json::json;
 use sqlx::PgPool;

@@ -3,7 +3,7 @@
 //! `verity up` restarts a worker that panics, and gives up (with the reason, for `/readyz` and
 //! the exit status) on one that cannot start.
 
-mod api_support;
+use verity_tests::api_support;
 
 use api_support::*;
 use async_trait::async_trait;

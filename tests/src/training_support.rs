@@ -1,8 +1,6 @@
 //! Shared set-up of the training-job tests: an org, a local object store holding a tiny random
 //! model (published HF folder, registered in `models`) and the synthetic task's files, and a job.
 
-#![allow(dead_code)]
-
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::path::Path;
@@ -116,10 +114,11 @@ pub fn cpu_training_handler(store: Arc<dyn ObjectStore>, cache: &Path) -> Traini
     )
 }
 
-/// Starts a `verity-training-worker` process on the test database with its store and cache
+/// Starts the `verity-training-worker` process at `worker` (a test passes
+/// `env!("CARGO_BIN_EXE_verity-training-worker")`) on the test database with its store and cache
 /// under `root` and a 2 s lease (so that a killed worker's job is rescued quickly).
-pub fn spawn_worker(database_url: &str, root: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_verity-training-worker"))
+pub fn spawn_worker(worker: &str, database_url: &str, root: &Path) -> std::process::Child {
+    std::process::Command::new(worker)
         .env("DATABASE_URL", database_url)
         .env("VERITY_STORAGE", root.join("objects"))
         .env("VERITY_CACHE_DIR", root.join("cache"))

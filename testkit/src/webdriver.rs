@@ -1,8 +1,7 @@
 //! A minimal W3C WebDriver client over reqwest: just the commands the dashboard's browser tests
 //! use (a full client crate pulled in features that rebuilt most of the dependency tree), and
-//! what those tests share: a chromedriver process, waiting on the page, screenshots, serving
-//! the app.
-#![allow(dead_code)]
+//! what those tests share: a chromedriver process, waiting on the page, screenshots (serving the
+//! app is `verity_tests::webdriver::serve`, beside the server it needs).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -181,7 +180,7 @@ impl Driver {
             std::path::Path::new(&path).exists(),
             "chromedriver not found at {path}: run `. scripts/test-services.sh` first"
         );
-        let port = verity_testkit::serve::free_port().unwrap();
+        let port = crate::serve::free_port().unwrap();
         let child = Command::new(&path)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -271,9 +270,4 @@ pub async fn sign_in(c: &Browser, base: &str, path: &str) {
     fill(c, "#password", "password123").await;
     click(c, "#sign-in").await;
     until(c, &format!("location.pathname === '{}'", path.split('?').next().unwrap_or(path))).await;
-}
-
-/// Serves the app on a free loopback port; its base URL.
-pub async fn serve(state: verity_server::api::state::AppState) -> String {
-    verity_testkit::serve::spawn_app(verity_server::app::app(state)).await.unwrap()
 }

@@ -1,7 +1,5 @@
 //! What the inference tests share: a tiny random Llama with a long context, and a real
 //! inference worker (engine + internal HTTP service) registered through Postgres.
-#![allow(dead_code)]
-
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use std::path::Path;

@@ -1,7 +1,5 @@
 //! Shared helpers of the API tests: an app over a fresh database and a local store, users with
 //! keys, and one-shot requests through the router.
-#![allow(dead_code)]
-
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
