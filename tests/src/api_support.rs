@@ -202,7 +202,18 @@ pub fn multipart(filename: &str, purpose: &str, content: &[u8]) -> (String, Vec<
 
 /// Uploads a file through the router.
 pub async fn upload(router: &Router, token: &str, filename: &str, content: &[u8]) -> Reply {
-    let (content_type, body) = multipart(filename, "fine-tune", content);
+    upload_for(router, token, filename, "fine-tune", content).await
+}
+
+/// Uploads a file with the given `purpose` through the router.
+pub async fn upload_for(
+    router: &Router,
+    token: &str,
+    filename: &str,
+    purpose: &str,
+    content: &[u8],
+) -> Reply {
+    let (content_type, body) = multipart(filename, purpose, content);
     let request = Request::builder()
         .method(Method::POST)
         .uri("/v1/files")

@@ -93,19 +93,6 @@ async fn dot_names_are_refused_at_every_entry_point(pool: sqlx::PgPool) {
     assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.json());
 }
 
-/// A multipart upload with a `purpose` of `purpose_len` bytes.
-async fn upload_with_purpose(app: &TestApp, token: &str, purpose: &str) -> Reply {
-    let (content_type, body) = multipart("train.jsonl", purpose, DATASET);
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri("/v1/files")
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", content_type)
-        .body(Body::from(body))
-        .unwrap();
-    send(&app.router, request).await
-}
-
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn multipart_text_is_capped_and_never_echoed_and_rows_are_capped(pool: sqlx::PgPool) {
     let mut config = api_config();
@@ -114,14 +101,17 @@ async fn multipart_text_is_capped_and_never_echoed_and_rows_are_capped(pool: sql
     let key = user(&pool, "ada@a.io", "org-a", "member").await;
     let marker = "PURPOSE-MARKER-";
     let long = marker.repeat(1000);
-    let refused = upload_with_purpose(&app, &key, &long).await;
+    let refused = upload_for(&app.router, &key, "train.jsonl", &long, DATASET).await;
     assert_400(&refused, "purpose");
     assert!(refused.bytes.len() < 1024, "{} bytes", refused.bytes.len());
     assert!(!String::from_utf8_lossy(&refused.bytes).contains(marker));
-    let wrong = upload_with_purpose(&app, &key, "PURPOSE-MARKER").await;
+    let wrong = upload_for(&app.router, &key, "train.jsonl", "PURPOSE-MARKER", DATASET).await;
     assert_400(&wrong, "purpose");
     assert!(!String::from_utf8_lossy(&wrong.bytes).contains(marker));
-    assert!(upload_with_purpose(&app, &key, "fine-tune").await.status.is_success());
+    assert!(upload_for(&app.router, &key, "train.jsonl", "fine-tune", DATASET)
+        .await
+        .status
+        .is_success());
 
     // One long row (stored, though it fails validation) and one short one.
     let long_row =
