@@ -2,9 +2,7 @@
 
 use crate::sampler::SamplingParams;
 use crate::tokenizer::ChatTokenizer;
-use crate::trainer::rollout::{
-    finish_reason_name, per_grader_scores, Group, Rollout, RolloutTimes,
-};
+use crate::trainer::rollout::{Group, Rollout, RolloutTimes};
 use crate::trainer::{Dataset, Result, SampleRecord};
 
 /// Sequences sampled per rollout call (prompts × completions), as wide as a default training
@@ -39,32 +37,10 @@ pub fn sample_records(
     grader_name: &str,
     tokenizer: &ChatTokenizer,
 ) -> Vec<SampleRecord> {
-    let mut out = Vec::new();
-    for g in groups {
-        let n = g.completions.len();
-        for (j, ((c, text), grade)) in g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate()
-        {
-            out.push(SampleRecord {
-                step,
-                idx: g.example * n + j,
-                prompt_idx: g.example,
-                row: Some(g.example),
-                prompt: dataset.examples[g.example].prompt_text.clone(),
-                completion: text.clone(),
-                score: grade.score,
-                per_grader: per_grader_scores(grade, grader_name),
-                reason: grade.reason.clone(),
-                grader_error: grade.error.as_ref().map(|e| e.message.clone()),
-                reward: grade.score,
-                advantage: 0.0,
-                finish_reason: finish_reason_name(c.finish_reason).to_string(),
-                tokens: c.token_ids.len(),
-                reference: None,
-                episode: g.episode_record(tokenizer, j),
-            });
-        }
-    }
-    out
+    groups
+        .iter()
+        .flat_map(|g| g.sample_records(step, &dataset.examples, grader_name, tokenizer))
+        .collect()
 }
 
 #[cfg(test)]

@@ -102,7 +102,10 @@ impl Trainer {
             Objective::Reinforcement { name, .. } => name.as_str(),
             _ => "",
         };
-        crate::runs::sample_records(self.step, groups, validation, name, &self.tokenizer)
+        let records = groups
+            .iter()
+            .map(|g| g.sample_records(self.step, &validation.examples, name, &self.tokenizer));
+        records.flatten().collect()
     }
 }
 

@@ -3,6 +3,7 @@
 use super::dataset::Example;
 use super::error::{Result, TrainerError};
 use super::phase::{tell, Phase, PhaseObserver};
+use super::step::SampleRecord;
 use crate::constrained::OutputConstraint;
 use crate::episodes::tools::ToolHost;
 use crate::episodes::{completion_sample, grader_sample, Episode, EpisodeRunner};
@@ -45,6 +46,42 @@ impl Group {
         j: usize,
     ) -> Option<crate::episodes::EpisodeRecord> {
         self.episodes.get(j).and_then(|e| crate::episodes::EpisodeRecord::of(tokenizer, e).ok())
+    }
+
+    /// The stored form of this group's completions (one `samples/step-{step}.jsonl` line each),
+    /// numbered by the prompt's row (`idx` = row × n + sample) with the score as the reward and
+    /// no advantage: what sampling runs and evaluations store; a training step renumbers them by
+    /// position and sets the rewards and advantages it trained with.
+    pub fn sample_records(
+        &self,
+        step: u64,
+        examples: &[Example],
+        grader_name: &str,
+        tokenizer: &ChatTokenizer,
+    ) -> Vec<SampleRecord> {
+        let n = self.completions.len();
+        let completions = self.completions.iter().zip(&self.texts).zip(&self.grades);
+        completions
+            .enumerate()
+            .map(|(j, ((c, text), grade))| SampleRecord {
+                step,
+                idx: self.example * n + j,
+                prompt_idx: self.example,
+                row: Some(self.example),
+                prompt: examples[self.example].prompt_text.clone(),
+                completion: text.clone(),
+                score: grade.score,
+                per_grader: per_grader_scores(grade, grader_name),
+                reason: grade.reason.clone(),
+                grader_error: grade.error.as_ref().map(|e| e.message.clone()),
+                reward: grade.score,
+                advantage: 0.0,
+                finish_reason: finish_reason_name(c.finish_reason).to_string(),
+                tokens: c.token_ids.len(),
+                reference: None,
+                episode: self.episode_record(tokenizer, j),
+            })
+            .collect()
     }
 
     /// Per completion, which of its tokens the model sampled (`None` for plain completions,

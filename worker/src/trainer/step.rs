@@ -6,7 +6,7 @@ use super::error::{Result, TrainerError};
 use super::mix_seed;
 use super::phase::{tell, Phase, PhaseObserver};
 use super::pipeline::{InFlight, Pipeline};
-use super::rollout::{finish_reason_name, per_grader_scores, Group, Rollout};
+use super::rollout::{per_grader_scores, Group, Rollout};
 use super::tuning::{Objective, TuningMetrics};
 use crate::error::WorkerError;
 use crate::grpo::{
@@ -586,28 +586,15 @@ impl Trainer {
     ) -> Vec<SampleRecord> {
         let mut out = Vec::new();
         for (prompt_idx, g) in groups.iter().enumerate() {
-            for (j, ((c, text), grade)) in
-                g.completions.iter().zip(&g.texts).zip(&g.grades).enumerate()
-            {
+            let records =
+                g.sample_records(step, &self.train.examples, self.grader_name(), &self.tokenizer);
+            for (j, mut record) in records.into_iter().enumerate() {
                 let idx = prompt_idx * self.hp.group_size() + j;
-                out.push(SampleRecord {
-                    step,
-                    idx,
-                    prompt_idx,
-                    row: Some(g.example),
-                    prompt: self.train.examples[g.example].prompt_text.clone(),
-                    completion: text.clone(),
-                    score: grade.score,
-                    per_grader: per_grader_scores(grade, self.grader_name()),
-                    reason: grade.reason.clone(),
-                    grader_error: grade.error.as_ref().map(|e| e.message.clone()),
-                    reward: rewards.get(idx).copied().unwrap_or(0.0),
-                    advantage: advantages.get(idx).copied().unwrap_or(0.0),
-                    finish_reason: finish_reason_name(c.finish_reason).to_string(),
-                    tokens: c.token_ids.len(),
-                    reference: None,
-                    episode: g.episode_record(&self.tokenizer, j),
-                });
+                record.idx = idx;
+                record.prompt_idx = prompt_idx;
+                record.reward = rewards.get(idx).copied().unwrap_or(0.0);
+                record.advantage = advantages.get(idx).copied().unwrap_or(0.0);
+                out.push(record);
             }
         }
         out
