@@ -234,10 +234,20 @@ async fn sweep(args: &LearnArgs, inputs: Inputs) -> anyhow::Result<()> {
         Ok(sweep.run(runner, |line| eprintln!("bench learn: {line}"))?)
     })
     .await??;
-    let unfinished = rows.iter().filter(|row| row.seeds_finished < row.seeds_planned).count();
+    let (peers, own): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .filter(|row| row.seeds_finished < row.seeds_planned)
+        .partition(|row| row.setting.starts_with("peer="));
     print!("{}", read_text(&args.out.join("table.md"))?);
-    if unfinished > 0 {
-        eprintln!("bench learn: {unfinished} settings have unfinished runs; run the same command again to finish them");
+    if !own.is_empty() {
+        eprintln!("bench learn: {} settings have unfinished runs; run the same command again to finish them", own.len());
+    }
+    if !peers.is_empty() {
+        eprintln!(
+            "bench learn: {} peer settings lack seeds of the grid; bench/peers/trl_learn.py --seed N --out {} runs them",
+            peers.len(),
+            args.out.display()
+        );
     }
     eprintln!(
         "bench learn: table in {0}/table.md and {0}/table.json, plots in {0}/pass_at_1_vs_tokens.svg \
