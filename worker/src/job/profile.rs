@@ -67,7 +67,8 @@ impl TrainingHandler {
         let outcomes: Vec<RowOutcome> = groups.iter().map(|g| row_outcome(g, &lines)).collect();
         let difficulty = Difficulty::of(&outcomes, profile.k, hp.group_size());
         let grader_name = ctx.grader.spec().name().unwrap_or(ctx.grader.spec().kind()).to_string();
-        let records = sample_records(0, &groups, &dataset, &grader_name, &loaded.tokenizer);
+        let records =
+            sample_records(0, &groups, &dataset.examples, &grader_name, &loaded.tokenizer);
         self.record_samples(lease, heartbeat, 0, &records, false).await?;
         let prompt_tokens: usize = rows.iter().map(|&r| dataset.examples[r].prompt_ids.len()).sum();
         let throughput = Throughput {

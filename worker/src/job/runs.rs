@@ -150,8 +150,13 @@ impl TrainingHandler {
         };
         let summary = summarize_groups(&groups, n).map_err(trainer_error)?;
         let grader_name = ctx.grader.spec().name().unwrap_or(ctx.grader.spec().kind()).to_string();
-        let records =
-            sample_records(index as u64, &groups, &dataset, &grader_name, &loaded.tokenizer);
+        let records = sample_records(
+            index as u64,
+            &groups,
+            &dataset.examples,
+            &grader_name,
+            &loaded.tokenizer,
+        );
         let result = ModelResult {
             model: model.name.clone(),
             base: model.base.clone(),

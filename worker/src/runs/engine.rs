@@ -1,9 +1,8 @@
 //! Sampling and grading every prompt of a dataset, chunk by chunk.
 
 use crate::sampler::SamplingParams;
-use crate::tokenizer::ChatTokenizer;
 use crate::trainer::rollout::{Group, Rollout, RolloutTimes};
-use crate::trainer::{Dataset, Result, SampleRecord};
+use crate::trainer::{Dataset, Result};
 
 /// Sequences sampled per rollout call (prompts × completions), as wide as a default training
 /// step's batch.
@@ -26,21 +25,6 @@ pub fn sample_and_grade(
     params: &SamplingParams,
 ) -> Result<(Vec<Group>, RolloutTimes)> {
     rollout.run(&dataset.examples, prompts, params)
-}
-
-/// The stored form of graded groups (one `samples/step-{step}.jsonl` line each, `idx` =
-/// prompt × n + sample, the reward being the score and no advantage).
-pub fn sample_records(
-    step: u64,
-    groups: &[Group],
-    dataset: &Dataset,
-    grader_name: &str,
-    tokenizer: &ChatTokenizer,
-) -> Vec<SampleRecord> {
-    groups
-        .iter()
-        .flat_map(|g| g.sample_records(step, &dataset.examples, grader_name, tokenizer))
-        .collect()
 }
 
 #[cfg(test)]

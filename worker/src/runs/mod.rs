@@ -7,5 +7,6 @@
 pub mod engine;
 pub mod selection;
 
-pub use engine::{prompt_chunks, sample_and_grade, sample_records};
+pub use crate::trainer::rollout::sample_records;
+pub use engine::{prompt_chunks, sample_and_grade};
 pub use selection::{select, supervised_jsonl, Kept, PromptSummary, Selection};

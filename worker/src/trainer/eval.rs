@@ -102,10 +102,13 @@ impl Trainer {
             Objective::Reinforcement { name, .. } => name.as_str(),
             _ => "",
         };
-        let records = groups
-            .iter()
-            .map(|g| g.sample_records(self.step, &validation.examples, name, &self.tokenizer));
-        records.flatten().collect()
+        super::rollout::sample_records(
+            self.step,
+            groups,
+            &validation.examples,
+            name,
+            &self.tokenizer,
+        )
     }
 }
 

@@ -106,6 +106,19 @@ impl Group {
     }
 }
 
+/// The stored form of graded `groups` over `examples` ([`Group::sample_records`], group after
+/// group): what a sampling run or an evaluation stores.
+pub fn sample_records(
+    step: u64,
+    groups: &[Group],
+    examples: &[Example],
+    grader_name: &str,
+    tokenizer: &ChatTokenizer,
+) -> Vec<SampleRecord> {
+    let records = groups.iter().map(|g| g.sample_records(step, examples, grader_name, tokenizer));
+    records.flatten().collect()
+}
+
 /// Time spent in one rollout.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RolloutTimes {
