@@ -687,8 +687,14 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     // `cosine` is graded with all-MiniLM-L6-v2 when it is fetched, and refused without it.
     let minilm = verity_worker::testing::minilm_dir("the examples' cosine grader");
     let embedding = minilm.as_ref().map_or("off".into(), |dir| dir.to_string_lossy().into_owned());
-    let (server, key) =
-        start_with_inference(&pool, &[("VERITY_EMBEDDING_MODEL", &embedding)]).await;
+    // The W&B example exports to a loopback server speaking W&B's run protocol.
+    let wandb = verity_testkit::wandb::WandbServer::start("examples-wandb-key").await.unwrap();
+    let server_env = [
+        ("VERITY_EMBEDDING_MODEL", embedding.as_str()),
+        ("WANDB_API_KEY", "examples-wandb-key"),
+        ("WANDB_BASE_URL", wandb.base_url.as_str()),
+    ];
+    let (server, key) = start_with_inference(&pool, &server_env).await;
     let env = [("VERITY_EXAMPLES_EMBEDDING", if minilm.is_some() { "1" } else { "0" })];
     let store = LocalStore::open(server._dir.path(), None).await.unwrap();
     verity_core::testing::publish_base_model(&pool, &store, &smollm2, "smollm2").await;
@@ -703,6 +709,22 @@ async fn openai_documentation_examples_are_accepted_and_graded(pool: sqlx::PgPoo
     for python in &pythons {
         run_examples(python, &["finished"], (&server, &key), &jobs.join(" "), &env).await;
     }
+    // One W&B run per SDK's "W&B Integration" job, named and tagged as the example asks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let runs = wandb.runs();
+        let named = runs.iter().filter(|(_, run)| {
+            run.project == "my-wandb-project"
+                && run.display_name.as_deref() == Some("ft-run-display-name")
+                && run.tags.starts_with(&["first-experiment".into(), "v2".into()])
+        });
+        if named.count() == pythons.len() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "W&B runs: {runs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert_eq!(wandb.unauthorised(), 0);
 }
 
 /// Runs tests/openai_examples/run.py with `args` under `python` against `server`; its stdout,

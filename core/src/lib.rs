@@ -9,6 +9,7 @@ pub mod environment;
 pub mod files;
 pub mod ids;
 pub mod inference;
+pub mod integrations;
 pub mod job_state;
 pub mod jobs;
 pub mod keys;

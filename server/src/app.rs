@@ -111,6 +111,9 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
     let mut detached = state.clone();
     detached.background = Default::default();
     state.background.hold(recipes::advance::spawn(detached));
+    if let Some(client) = state.wandb.clone() {
+        state.background.hold(crate::integrations::export::spawn(state.pool.clone(), client));
+    }
     if config.api.tinker_session_timeout_secs > 0 {
         let timeout = std::time::Duration::from_secs(config.api.tinker_session_timeout_secs);
         state.background.hold(tinker::spawn_expiry(state.pool.clone(), timeout));

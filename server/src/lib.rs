@@ -5,4 +5,5 @@
 pub mod api;
 pub mod app;
 pub mod inference;
+pub mod integrations;
 pub mod web;

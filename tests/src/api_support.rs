@@ -54,6 +54,7 @@ pub fn api_config() -> ApiConfig {
             models_loaded: 1,
         },
         limits: verity_server::api::limits::LimitArgs::default(),
+        wandb: verity_server::integrations::WandbArgs::default(),
     }
 }
 

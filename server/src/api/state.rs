@@ -110,6 +110,9 @@ pub struct ApiConfig {
     /// Bounds on what one request may read, return or run, and `/metrics` access.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Where jobs with a `wandb` integration are exported.
+    #[command(flatten)]
+    pub wandb: crate::integrations::WandbArgs,
 }
 
 /// Routing, timeouts and retries of the judges of model graders (`score_model`, `label_model`),
@@ -292,6 +295,9 @@ pub struct AppState {
     pub tinker_wakeups: Arc<super::tinker::Wakeups>,
     /// HTTP client forwarding inference requests to inference workers.
     pub inference_http: reqwest::Client,
+    /// The W&B server jobs with a `wandb` integration are exported to (`None`: no API key, so
+    /// such jobs are refused).
+    pub wandb: Option<crate::integrations::WandbClient>,
     /// Tasks that live as long as the state (the change listeners): stopped when its last
     /// clone drops, so a process that stops serving stops them before its database goes.
     pub background: Arc<BackgroundTasks>,
@@ -417,6 +423,7 @@ impl AppState {
                 .connect_timeout(Duration::from_secs(3))
                 .build()
                 .map_err(|e| ConfigError(format!("inference HTTP client: {e}")))?,
+            wandb: crate::integrations::WandbClient::new(&api.wandb).map_err(ConfigError)?,
             background: Arc::default(),
         })
     }

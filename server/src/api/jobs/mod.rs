@@ -26,6 +26,7 @@ use utoipa::ToSchema;
 pub use validate::validate_grader;
 use verity_core::budget::Caps;
 use verity_core::files::FileRecord;
+use verity_core::integrations::WandbIntegration;
 use verity_core::jobs::{JobRecord, MetadataFilter};
 use verity_core::queue::NewJob;
 use verity_core::JobState;
@@ -68,7 +69,8 @@ pub struct CreateJobRequest {
     /// Up to 16 string pairs (keys up to 64 characters, values up to 512).
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
-    /// Refused unless null or empty: Verity has no integrations.
+    /// `[{type: "wandb", wandb: {project, name?, entity?, tags?}}]`: the job's metrics go to
+    /// this W&B run (the server needs `WANDB_API_KEY`); null or `[]`: none.
     #[schema(value_type = Option<Vec<Object>>)]
     pub integrations: Option<Value>,
     /// OpenAI's legacy shape: without `method`, the job is supervised with these
@@ -116,6 +118,8 @@ pub struct CheckedRequest {
     pub validation: Option<FileRecord>,
     /// The budget's caps (none when not asked for).
     pub budget: Caps,
+    /// Where its metrics are exported (`integrations`).
+    pub integrations: Vec<WandbIntegration>,
 }
 
 impl CheckedRequest {
@@ -137,6 +141,8 @@ pub struct CheckedFields {
     pub method: validate::CheckedMethod,
     /// The budget's caps (none when not asked for).
     pub budget: Caps,
+    /// Where its metrics are exported (`integrations`).
+    pub integrations: Vec<WandbIntegration>,
 }
 
 /// Every check of a job request (fields, model, grader, files) but the row check, cheapest
@@ -146,7 +152,8 @@ pub async fn check_request(
     principal: &Principal,
     request: &CreateJobRequest,
 ) -> ApiResult<CheckedRequest> {
-    let CheckedFields { model, method, budget } = check_fields(state, principal, request).await?;
+    let CheckedFields { model, method, budget, integrations } =
+        check_fields(state, principal, request).await?;
     let training_file = request.training_file.as_deref().unwrap_or_default();
     let training =
         validate::validate_file(state, principal, "training_file", training_file).await?;
@@ -154,7 +161,7 @@ pub async fn check_request(
         Some(id) => Some(validate::validate_file(state, principal, "validation_file", id).await?),
         None => None,
     };
-    Ok(CheckedRequest { model, method, training, validation, budget })
+    Ok(CheckedRequest { model, method, training, validation, budget, integrations })
 }
 
 /// Every check of a job request, rows included, but those of the files named in `deferred`
@@ -219,14 +226,12 @@ pub async fn check_fields(
     let method = match request.method.as_ref().filter(|m| !m.is_null()) {
         Some(method) => {
             let hyperparameters = request.hyperparameters.as_ref();
-            validate::refuse_unsupported(request.integrations.as_ref(), hyperparameters)?;
+            validate::refuse_top_level_hyperparameters(hyperparameters)?;
             validate::validate_method(Some(method))?
         }
-        None => {
-            validate::refuse_unsupported(request.integrations.as_ref(), None)?;
-            validate::legacy_method(request.hyperparameters.as_ref())?
-        }
+        None => validate::legacy_method(request.hyperparameters.as_ref())?,
     };
+    let integrations = validate::validate_integrations(state, request.integrations.as_ref())?;
     validate::validate_suffix(request.suffix.as_deref())?;
     validate::validate_metadata(request.metadata.as_ref())?;
     let budget = match request.budget.as_ref().filter(|b| !b.is_null()) {
@@ -241,7 +246,7 @@ pub async fn check_fields(
         let embedding = crate::api::graders::validate_embedding_models;
         embedding(state, principal, "method.reinforcement.grader", grader).await?;
     }
-    Ok(CheckedFields { model, method, budget })
+    Ok(CheckedFields { model, method, budget, integrations })
 }
 
 /// Creates a job and queues it.
@@ -270,7 +275,10 @@ pub async fn create(
         validate::validate_rows(state, param, file, checked.method.rows()).await?;
     }
     let seed = request.seed.unwrap_or_else(|| rand::random::<u32>() as i64);
-    let resolved = json!({ "method": checked.method.resolved });
+    let mut resolved = json!({ "method": checked.method.resolved });
+    if !checked.integrations.is_empty() {
+        resolved["integrations"] = verity_core::integrations::to_spec(&checked.integrations);
+    }
     let mut job = NewJob::new(principal.org_id, checked.model, resolved);
     if let Some(id) = id {
         job.id = id;

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 use verity_core::environment::Environment;
 use verity_core::files::FileRecord;
+use verity_core::integrations::WandbIntegration;
 use verity_core::response_format::ResponseFormat;
 use verity_core::spec::{Hyperparameters, Method, MethodKind, TuningHyperparameters};
 use verity_verifiers::Grader;
@@ -291,25 +292,28 @@ pub fn validate_suffix(suffix: Option<&str>) -> ApiResult<()> {
     }
 }
 
-/// Refuses what Verity does not do rather than dropping it: `integrations` (Weights & Biases
-/// and the like) and the deprecated top-level `hyperparameters` (they belong in
-/// `method.{type}.hyperparameters`). Null and an empty list are accepted.
-pub fn refuse_unsupported(
+/// The request's `integrations`, checked: a W&B run needs the server's W&B API key.
+pub fn validate_integrations(
+    state: &AppState,
     integrations: Option<&Value>,
-    hyperparameters: Option<&Value>,
-) -> ApiResult<()> {
-    match integrations {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(list)) if list.is_empty() => {}
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "integrations",
-                "Verity has no integrations (wandb, …); read metrics from \
-                 GET /v1/fine_tuning/jobs/{id}/metrics or the job's results file",
-            )
-            .with_code("unsupported_parameter"))
-        }
+) -> ApiResult<Vec<WandbIntegration>> {
+    let parsed = verity_core::integrations::parse(integrations)
+        .map_err(|e| ApiError::invalid(e.field.as_str(), e.message))?;
+    if !parsed.is_empty() && state.wandb.is_none() {
+        return Err(ApiError::invalid(
+            "integrations",
+            "this server has no Weights & Biases API key: its operator sets WANDB_API_KEY (and \
+             WANDB_BASE_URL for a self-hosted W&B) on `verity serve`/`verity up`; metrics are \
+             always at GET /v1/fine_tuning/jobs/{id}/metrics",
+        )
+        .with_code("unsupported_parameter"));
     }
+    Ok(parsed)
+}
+
+/// Refuses the deprecated top-level `hyperparameters` beside a `method` (they belong in
+/// `method.{type}.hyperparameters`) rather than dropping them. Null is accepted.
+pub fn refuse_top_level_hyperparameters(hyperparameters: Option<&Value>) -> ApiResult<()> {
     match hyperparameters {
         None | Some(Value::Null) => Ok(()),
         Some(_) => Err(ApiError::invalid(

@@ -69,7 +69,8 @@ pub struct JobObject {
     pub user_provided_suffix: Option<String>,
     /// While running: when the job should finish (Unix seconds), from its measured step times.
     pub estimated_finish: Option<i64>,
-    /// Always null: Verity refuses `integrations` at creation.
+    /// The job's W&B run (`[{type: "wandb", wandb: {project, name, entity, tags, run_id}}]`,
+    /// the run id being the job id), or null.
     #[schema(value_type = Option<Vec<Object>>)]
     pub integrations: Option<Vec<Value>>,
     /// A cancel or pause the worker has yet to act on (Verity extension).
@@ -163,7 +164,7 @@ impl From<JobRecord> for JobObject {
             user_provided_suffix: job.suffix.clone(),
             suffix: job.suffix,
             estimated_finish,
-            integrations: None,
+            integrations: verity_core::integrations::view(&job.spec, &job.id),
             pending_control: (job.control != "none").then_some(job.control),
             progress: job.progress,
             budget,
