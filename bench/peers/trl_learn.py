@@ -115,6 +115,24 @@ class EvaluateOnSave(TrainerCallback):
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
+# TRL's per-step logs under the names of Verity's step lines, to compare runs step by step.
+STEP_FIELDS = {"reward": "reward_mean", "completions/mean_length": "completion_length_mean",
+               "completions/clipped_ratio": "truncated_fraction", "frac_reward_zero_std": "zero_advantage_group_fraction",
+               "entropy": "entropy", "grad_norm": "grad_norm", "learning_rate": "learning_rate", "loss": "loss"}
+steps = []
+
+
+class RecordSteps(TrainerCallback):
+    """Keeps each training step's logged figures (TRL logs every step: logging_steps=1)."""
+
+    def on_log(self, a, state, control, logs=None, **kw):
+        if logs and "reward" in logs:
+            line = {"kind": "step", "step": state.global_step}
+            line.update({ours: logs[theirs] for theirs, ours in STEP_FIELDS.items() if theirs in logs})
+            line.update(generated_tokens=generated["tokens"], elapsed_s=time.perf_counter() - started)
+            steps.append(line)
+
+
 # ---- the trainer -------------------------------------------------------------------------------------------------
 tok = AutoTokenizer.from_pretrained(args.model)
 rows = [json.loads(l) for l in open(os.path.join(task, "train.jsonl")) if l.strip()]
@@ -143,7 +161,7 @@ print(f"trl_learn: mode {args.mode}: loss_type={config.loss_type} scale_rewards=
       f"P×G={P}×{G} steps={STEPS}", flush=True)
 points.append(evaluate(args.model, 0))
 trainer = GRPOTrainer(model=model, reward_funcs=verity_reward, args=config, train_dataset=ds,
-                      processing_class=tok, callbacks=[EvaluateOnSave()])
+                      processing_class=tok, callbacks=[EvaluateOnSave(), RecordSteps()])
 trainer.train()
 
 # ---- the run, in a sweep's run format ------------------------------------------------------------------------------
@@ -157,7 +175,7 @@ summary = {"kind": "summary", "peer": "trl", "mode": args.mode, "loss_type": con
            "generated_tokens": generated["tokens"], "wall_s": time.perf_counter() - started}
 with open(path + ".partial", "w") as f:
     f.write(json.dumps({"kind": "run", "peer": "trl", "mode": args.mode, "seed": args.seed}) + "\n")
-    for point in points:
+    for point in sorted(points + steps, key=lambda p: (p["step"], p["kind"] == "eval")):
         f.write(json.dumps(point) + "\n")
     f.write(json.dumps(summary) + "\n")
 os.replace(path + ".partial", path)
