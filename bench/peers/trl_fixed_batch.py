@@ -9,6 +9,11 @@ rewards and hyperparameters, one optimisation step, compared with Verity's repor
     python trl_fixed_batch.py --model MODEL --recipe RECIPE --train TRAIN \
         --batch /tmp/batch.json --verity /tmp/verity.json [--loss-type grpo|dapo|dr_grpo]
 
+With `--steps K` on both sides (`grpo_fixed_batch … train BATCH OUT --steps K …`) each trainer
+takes K steps on the batch, training on it again at each (advantages fixed, log-probs those of
+the moment): past the first step, AdamW's update depends on its moments (the first step's is
+about lr · sign(g) whatever they hold), so K > 1 checks the optimizer's state and schedule too.
+
 It checks that the prompt token ids are what TRL's chat template gives, then compares, token by
 token and weight by weight: advantages, per-token log-probs (and the sampler's), the loss, the
 gradient norm before clipping, and the AdamW update. Prints a table and `SUMMARY {json}`;
@@ -36,6 +41,7 @@ ap.add_argument("--batch", required=True)
 ap.add_argument("--verity", required=True, help="grpo_fixed_batch's train report")
 ap.add_argument("--loss-type", default=None)
 ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--steps", type=int, default=1, help="optimisation steps on the batch (as Verity's report took)")
 ap.add_argument("--advantages", choices=["verity", "trl"], default="verity",
                 help="which advantages the loss uses (they differ in the std: see the table)")
 ap.add_argument("--check", action="store_true")
@@ -132,17 +138,26 @@ results["advantage_max_diff"] = max(abs(a - float(b)) for a, b in zip(verity["ad
 results["advantages_verity"] = [round(a, 4) for a in verity["advantages"][:G]]
 results["advantages_trl"] = [round(float(a), 4) for a in advantages[:G]]
 
-# ---- loss, gradient, AdamW step --------------------------------------------------------------------------------
+# ---- loss, gradient, AdamW steps -------------------------------------------------------------------------------
 before = {n: p.detach().clone() for n, p in model.named_parameters()}
 trainer.create_optimizer_and_scheduler(num_training_steps=recipe.get("max_steps", 40))
-loss = trainer._compute_loss(model, inputs)
-loss.backward()
-grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
-lr = trainer.lr_scheduler.get_last_lr()[0]
-trainer.optimizer.step()
-results["loss"] = {"verity": verity["metrics"]["loss"], "trl": float(loss)}
-results["grad_norm"] = {"verity": verity["metrics"]["grad_norm"], "trl": grad_norm}
-results["lr"] = {"verity": verity["metrics"]["learning_rate"], "trl": lr}
+trl_steps = []
+for _ in range(args.steps):
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+    lr = trainer.lr_scheduler.get_last_lr()[0]
+    trainer.optimizer.step()
+    trainer.lr_scheduler.step()
+    trainer.optimizer.zero_grad()
+    trl_steps.append({"loss": float(loss), "grad_norm": grad_norm, "lr": lr})
+verity_steps = verity.get("step_metrics", [verity["metrics"]])
+assert len(verity_steps) == args.steps, f"Verity's report has {len(verity_steps)} steps, --steps is {args.steps}"
+results["loss"] = {"verity": verity_steps[0]["loss"], "trl": trl_steps[0]["loss"]}
+results["grad_norm"] = {"verity": verity_steps[0]["grad_norm"], "trl": trl_steps[0]["grad_norm"]}
+results["lr"] = {"verity": verity_steps[0]["learning_rate"], "trl": trl_steps[0]["lr"]}
+results["steps"] = [{"loss": (v["loss"], t["loss"]), "grad_norm": (v["grad_norm"], t["grad_norm"]),
+                     "lr": (v["learning_rate"], t["lr"])} for v, t in zip(verity_steps, trl_steps)]
 deltas = {n: (p.detach() - before[n]) for n, p in model.named_parameters()}
 trl_norms = {n: float(d.norm()) for n, d in deltas.items()}
 results["update_norm"] = {"verity": verity["update_norm"], "trl": math.sqrt(sum(v * v for v in trl_norms.values()))}
@@ -170,6 +185,8 @@ checks = {
     "log-probs (2e-3)": results["logprob_max_diff_verity"] < 2e-3,
     "loss (1e-3 rel)": rel(results["loss"]) < 1e-3 or abs(results["loss"]["trl"]) < 1e-6,
     "grad norm (1e-2 rel)": rel(results["grad_norm"]) < 1e-2,
+    "grad norm, every step (1e-2 rel)": all(
+        rel({"verity": v, "trl": t}) < 1e-2 for v, t in (s["grad_norm"] for s in results["steps"])),
     "update norm (1e-2 rel)": rel(results["update_norm"]) < 1e-2,
     "update cosines (> 0.99)": all(c > 0.99 for c in cosines.values()),
 }

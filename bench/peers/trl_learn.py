@@ -128,7 +128,7 @@ class RecordSteps(TrainerCallback):
     def on_log(self, a, state, control, logs=None, **kw):
         if logs and "reward" in logs:
             line = {"kind": "step", "step": state.global_step}
-            line.update({ours: logs[theirs] for theirs, ours in STEP_FIELDS.items() if theirs in logs})
+            line.update({ours: float(logs[theirs]) for theirs, ours in STEP_FIELDS.items() if theirs in logs})
             line.update(generated_tokens=generated["tokens"], elapsed_s=time.perf_counter() - started)
             steps.append(line)
 

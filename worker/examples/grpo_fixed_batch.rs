@@ -4,10 +4,11 @@
 //!     grpo_fixed_batch MODEL RECIPE TRAIN GRADER draw OUT
 //!         samples and grades the first step's groups as `verity bench learn` would, and writes
 //!         them (prompt and completion token ids, sampler log-probs, rewards) to OUT as JSON;
-//!     grpo_fixed_batch MODEL RECIPE TRAIN GRADER train BATCH OUT [WEIGHT…]
-//!         takes one optimisation step on BATCH from MODEL's weights and writes the advantages,
-//!         per-token log-probs and loss mask, the loss, the gradient norm, the learning rate and
-//!         the update of every weight (the named WEIGHTs element by element) to OUT.
+//!     grpo_fixed_batch MODEL RECIPE TRAIN GRADER train BATCH OUT [--steps K] [WEIGHT…]
+//!         takes one optimisation step (K steps, BATCH trained on again at each) on BATCH from
+//!         MODEL's weights and writes the advantages, per-token log-probs and loss mask, each
+//!         step's loss, gradient norm and learning rate, and the update of every weight over
+//!         the steps (the named WEIGHTs element by element) to OUT.
 //!
 //! RECIPE is a hyperparameters JSON (e.g. examples/arithmetic/recipe.json).
 
@@ -23,7 +24,9 @@ fn read(path: &str) -> Result<String> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        bail!("usage: grpo_fixed_batch MODEL RECIPE TRAIN GRADER (draw OUT | train BATCH OUT [WEIGHT…])");
+        bail!(
+            "usage: grpo_fixed_batch MODEL RECIPE TRAIN GRADER (draw OUT | train BATCH OUT [--steps K] [WEIGHT…])"
+        );
     }
     let (model_dir, recipe, train, grader) = (&args[0], &args[1], &args[2], &args[3]);
     let hp: Hyperparameters =
@@ -48,10 +51,17 @@ fn main() -> Result<()> {
         "train" if args.len() >= 7 => {
             let batch: FixedBatch = serde_json::from_str(&read(&args[5])?)
                 .with_context(|| format!("batch {}", args[5]))?;
-            let report = trainer.train_on_fixed_batch(&batch, &args[7..])?;
+            let (steps, watch) = match args.get(7).map(String::as_str) {
+                Some("--steps") => {
+                    let k = args.get(8).context("--steps needs a number")?;
+                    (k.parse().with_context(|| format!("--steps {k}"))?, &args[9.min(args.len())..])
+                }
+                _ => (1, &args[7..]),
+            };
+            let report = trainer.train_on_fixed_batch(&batch, watch, steps)?;
             std::fs::write(&args[6], serde_json::to_string(&report)?)?;
         }
-        other => bail!("unknown command {other:?}: draw OUT | train BATCH OUT [WEIGHT…]"),
+        other => bail!("unknown command {other:?}: draw OUT | train BATCH OUT [--steps K] [WEIGHT…]"),
     }
     Ok(())
 }

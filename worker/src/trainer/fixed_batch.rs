@@ -39,22 +39,25 @@ pub struct FixedBatch {
     pub texts: Vec<String>,
 }
 
-/// What one optimisation step on a [`FixedBatch`] computed.
+/// What optimisation steps on a [`FixedBatch`] computed.
 #[derive(Debug, Clone, Serialize)]
 pub struct FixedBatchReport {
     /// One advantage per completion.
     pub advantages: Vec<f64>,
-    /// Per completion, the log-prob of each of its tokens under the weights before the step.
+    /// Per completion, the log-prob of each of its tokens under the weights before the first
+    /// step.
     pub logprobs: Vec<Vec<f32>>,
     /// Per completion, the loss mask of each of its tokens (0: not trained on).
     pub loss_mask: Vec<Vec<f32>>,
-    /// The step's metrics (loss, gradient norm before clipping, learning rate, …).
+    /// The first step's metrics (loss, gradient norm before clipping, learning rate, …).
     pub metrics: StepMetrics,
-    /// L2 norm of the change of every trainable weight, by name.
+    /// Every step's metrics, in order (the batch trained on again at each).
+    pub step_metrics: Vec<StepMetrics>,
+    /// L2 norm of the change of every trainable weight over all the steps, by name.
     pub update_norms: BTreeMap<String, f64>,
-    /// L2 norm of the change of all weights together.
+    /// L2 norm of the change of all weights together over all the steps.
     pub update_norm: f64,
-    /// The change of each weight named in the request, element by element.
+    /// The change over all the steps of each weight named in the request, element by element.
     pub updates: BTreeMap<String, Vec<f32>>,
 }
 
@@ -116,15 +119,22 @@ impl Trainer {
         FixedBatch::of_groups(self, &groups)
     }
 
-    /// One optimisation step on `batch` with this trainer's hyperparameters: group advantages
-    /// of its rewards, the loss mask (truncated completions masked when `mask_truncated`), μ
-    /// passes of the policy loss and the clipped AdamW step — the code of a training step after
-    /// grading. `watch` names weights whose change is returned element by element.
+    /// `steps` optimisation steps on `batch` with this trainer's hyperparameters, the batch
+    /// trained on again at each (its advantages fixed, the log-probs those of the weights of the
+    /// moment): group advantages of its rewards, the loss mask (truncated completions masked
+    /// when `mask_truncated`), μ passes of the policy loss and the clipped AdamW step — the code
+    /// of a training step after grading. Several steps exercise AdamW's moments and the
+    /// learning-rate schedule past the first step. `watch` names weights whose change is
+    /// returned element by element.
     pub fn train_on_fixed_batch(
         &mut self,
         batch: &FixedBatch,
         watch: &[String],
+        steps: usize,
     ) -> Result<FixedBatchReport> {
+        if steps == 0 {
+            return Err(TrainerError::Config("fixed batch: at least one step".into()));
+        }
         batch.check()?;
         let g = batch.group_size;
         if g != self.hp.group_size() {
@@ -154,9 +164,7 @@ impl Trainer {
             .map(|(row, &k)| if k { row } else { vec![0.0; row.len()] })
             .collect();
         let before = weights(self)?;
-        let mut metrics = StepMetrics { step: self.step + 1, ..StepMetrics::default() };
-        metrics.zero_advantage_group_fraction = advantages.zero_advantage_group_fraction();
-        let steps = Batch {
+        let trained = Batch {
             prompts,
             completions: batch.completions.clone(),
             sampler_logprobs: batch.sampler_logprobs.clone(),
@@ -165,8 +173,14 @@ impl Trainer {
             model_masks: vec![None; batch.completions.len()],
             token_masks: vec![Vec::new(); batch.completions.len()],
         };
-        verity_kernels::on_pool(|| self.optimise(&steps, &mut metrics))?;
-        self.step += 1;
+        let mut step_metrics = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            let mut metrics = StepMetrics { step: self.step + 1, ..StepMetrics::default() };
+            metrics.zero_advantage_group_fraction = advantages.zero_advantage_group_fraction();
+            verity_kernels::on_pool(|| self.optimise(&trained, &mut metrics))?;
+            self.step += 1;
+            step_metrics.push(metrics);
+        }
         let after = weights(self)?;
         let mut update_norms = BTreeMap::new();
         let mut updates = BTreeMap::new();
@@ -185,7 +199,8 @@ impl Trainer {
             advantages: advantages.advantages,
             logprobs: rows(&scored.logprobs, &lengths)?,
             loss_mask,
-            metrics,
+            metrics: step_metrics[0].clone(),
+            step_metrics,
             update_norms,
             update_norm: total.sqrt(),
             updates,
@@ -221,7 +236,7 @@ mod tests {
         let mut fixed = tiny_rollout_trainer(recipe(), 6, 3).unwrap();
         let batch = fixed.draw_fixed_batch().unwrap();
         assert_eq!(batch.completions.len(), 8);
-        let report = fixed.train_on_fixed_batch(&batch, &[]).unwrap();
+        let report = fixed.train_on_fixed_batch(&batch, &[], 1).unwrap();
         assert!(step.grad_norm > 0.0, "the step had contrast");
         assert_eq!(report.metrics.loss, step.loss);
         assert_eq!(report.metrics.grad_norm, step.grad_norm);
@@ -233,6 +248,14 @@ mod tests {
             assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{name}");
         }
         assert!(report.update_norm > 0.0);
+        // two steps on the batch are two training steps on it
+        let mut twice = tiny_rollout_trainer(recipe(), 6, 3).unwrap();
+        let batch2 = twice.draw_fixed_batch().unwrap();
+        let report2 = twice.train_on_fixed_batch(&batch2, &[], 2).unwrap();
+        assert_eq!(report2.step_metrics.len(), 2);
+        assert_eq!(report2.step_metrics[0].loss, report.metrics.loss);
+        assert_ne!(report2.step_metrics[1].grad_norm, report2.step_metrics[0].grad_norm);
+        assert_ne!(report2.update_norm, report.update_norm, "the second step moved the weights");
         // the batch survives JSON unchanged
         let json = serde_json::to_string(&batch).unwrap();
         assert_eq!(serde_json::from_str::<FixedBatch>(&json).unwrap(), batch);
@@ -243,7 +266,7 @@ mod tests {
         let mut trainer = tiny_rollout_trainer(recipe(), 6, 3).unwrap();
         let mut batch = trainer.draw_fixed_batch().unwrap();
         batch.rewards.pop();
-        let err = trainer.train_on_fixed_batch(&batch, &[]).unwrap_err().to_string();
+        let err = trainer.train_on_fixed_batch(&batch, &[], 1).unwrap_err().to_string();
         assert!(err.contains("rewards has 7 entries"), "{err}");
     }
 }
