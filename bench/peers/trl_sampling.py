@@ -10,7 +10,9 @@ tempered distribution as transformers computes it.
 Prints, per side: mean completion length, the fraction cut at the budget, the fraction ending
 at an EOS token, the fraction with a `\\boxed{}` matching nothing in particular (format), the
 first tokens' distribution; then the largest difference between Verity's sampler log-probs and
-transformers' log-probs of the same tokens; `SUMMARY {json}`.
+transformers' log-probs of the same tokens; per prompt and overall, the difference of mean
+length and of the cut fraction over its standard error (z; |z| > 2 is beyond sampling noise);
+`SUMMARY {json}`.
 """
 
 import argparse
@@ -74,6 +76,28 @@ def stats(completions):
 
 result = {"verity": stats(verity), "trl": stats(trl)}
 
+
+def z_of_means(a, b):
+    """(mean(a) − mean(b)) over its standard error: |z| > 2 is a difference beyond sampling noise."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / max(len(a) - 1, 1)
+    vb = sum((x - mb) ** 2 for x in b) / max(len(b) - 1, 1)
+    return (ma - mb) / max((va / len(a) + vb / len(b)) ** 0.5, 1e-12)
+
+
+# Per prompt and overall: length and cut, Verity against TRL, with the z of each difference.
+per_prompt = []
+for p in range(len(batch["prompts"])):
+    v, t = verity[p * G:(p + 1) * G], trl[p * G:(p + 1) * G]
+    cut = lambda cs: [float(len(c) >= MAX and c[-1] not in eos) for c in cs]
+    per_prompt.append({"prompt": p, "length": (sum(map(len, v)) / G, sum(map(len, t)) / G),
+                       "length_z": round(z_of_means([len(c) for c in v], [len(c) for c in t]), 2),
+                       "cut": (sum(cut(v)) / G, sum(cut(t)) / G), "cut_z": round(z_of_means(cut(v), cut(t)), 2)})
+result["per_prompt"] = per_prompt
+result["length_z"] = round(z_of_means([len(c) for c in verity], [len(c) for c in trl]), 2)
+result["cut_z"] = round(z_of_means([float(len(c) >= MAX and c[-1] not in eos) for c in verity],
+                                   [float(len(c) >= MAX and c[-1] not in eos) for c in trl]), 2)
+
 # Verity's sampler log-probs against transformers' log-softmax(logits / T) of the same tokens
 diffs = []
 with torch.no_grad():
@@ -88,4 +112,7 @@ result["sampler_logprob_max_diff"] = max(diffs)
 for side in ("verity", "trl"):
     print(side, json.dumps(result[side]))
 print("sampler log-prob max |diff| vs transformers (16 completions):", result["sampler_logprob_max_diff"])
+for row in per_prompt:
+    print("prompt", json.dumps(row))
+print("length z (Verity − TRL):", result["length_z"], " cut z:", result["cut_z"])
 print("SUMMARY", json.dumps(result), flush=True)
