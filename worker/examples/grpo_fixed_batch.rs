@@ -61,7 +61,9 @@ fn main() -> Result<()> {
             let report = trainer.train_on_fixed_batch(&batch, watch, steps)?;
             std::fs::write(&args[6], serde_json::to_string(&report)?)?;
         }
-        other => bail!("unknown command {other:?}: draw OUT | train BATCH OUT [--steps K] [WEIGHT…]"),
+        other => {
+            bail!("unknown command {other:?}: draw OUT | train BATCH OUT [--steps K] [WEIGHT…]")
+        }
     }
     Ok(())
 }
