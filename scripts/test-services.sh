@@ -82,6 +82,23 @@ if [ ! -f "$tinker_stamp" ]; then
   "$tinker_venv/bin/pip" install -q "$TINKER_SDK" && touch "$tinker_stamp"
 fi
 export VERITY_TEST_TINKER_PYTHON="$tinker_venv/bin/python"
+# tinker-cookbook's RL recipe (tests/tests/tinker_cookbook.rs), beside the same SDK. The cookbook
+# imports torch at module level (PyPI's wheel brings CUDA libraries: about 2.5 GB to download,
+# 6 GB installed, once per machine); its pin `tml-renderers>=0.4.1` does not exist on PyPI (only
+# 0.2.1, which the arithmetic recipe never imports), hence `--no-deps` for the cookbook itself.
+# sympy and pylatexenc are imported by the math_rl command line.
+cookbook_venv="$VERITY_CACHE/tinker-cookbook-venv"
+cookbook_stamp="$cookbook_venv/.verity-cookbook-1"  # bump when the pins below change
+if [ ! -f "$cookbook_stamp" ]; then
+  echo "test-services: installing tinker-cookbook 0.6.1 and torch (about 2.5 GB, once)" >&2
+  python3 -m venv "$cookbook_venv"
+  "$cookbook_venv/bin/pip" install -q "$TINKER_SDK" 'torch==2.15.0' 'transformers==5.2.0' \
+    'datasets==5.2.0' 'chz==0.4.0' 'tml-renderers==0.2.1' 'sympy==1.14.0' 'pylatexenc==2.11' \
+    blobfile termcolor cloudpickle pillow tiktoken pyrage rich safetensors tqdm \
+    && "$cookbook_venv/bin/pip" install -q --no-deps 'tinker-cookbook==0.6.1' \
+    && touch "$cookbook_stamp"
+fi
+export VERITY_TEST_TINKER_COOKBOOK_PYTHON="$cookbook_venv/bin/python"
 export VERITY_TEST_PYTHON="$api_venv/bin/python"
 export VERITY_TEST_PYTHON_OLDEST="$oldest_venv/bin/python"
 export VERITY_TEST_SCHEMATHESIS="$api_venv/bin/st"

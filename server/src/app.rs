@@ -118,5 +118,6 @@ pub async fn build_state(config: &ServeConfig) -> anyhow::Result<AppState> {
         let timeout = std::time::Duration::from_secs(config.api.tinker_session_timeout_secs);
         state.background.hold(tinker::spawn_expiry(state.pool.clone(), timeout));
     }
+    state.background.hold(tinker::spawn_weight_expiry(state.pool.clone(), state.store.clone()));
     Ok(state)
 }

@@ -789,6 +789,29 @@ assert run.last_sampler_checkpoint is not None, run
 saved = rc.list_checkpoints(run_id).result().checkpoints
 kinds = {c.tinker_path: c.checkpoint_type for c in saved}
 assert kinds[path] == "sampler" and kinds[state_path] == "training", saved
+# Saves that expire (the SDK's `ttl_seconds`), as RestClient lists them; an expiry set, removed,
+# and out of range refused by name (on a save, and the later calls still run).
+import datetime
+tc.forward_backward([datum], "cross_entropy")
+tc.optim_step(types.AdamParams(learning_rate=2e-2)).result()  # a state no other save holds
+short = tc.save_weights_for_sampler("short", ttl_seconds=7200).result().path
+listed = {c.tinker_path: c for c in rc.list_checkpoints(run_id).result().checkpoints}
+assert listed[path].expires_at is None, listed[path]
+left = (listed[short].expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+assert 7000 < left <= 7200, left
+rc.set_checkpoint_ttl_from_tinker_path(path, 86400).result()
+rc.set_checkpoint_ttl_from_tinker_path(short, None).result()
+listed = {c.tinker_path: c for c in rc.list_checkpoints(run_id).result().checkpoints}
+assert listed[short].expires_at is None and listed[path].expires_at is not None, listed
+for bad in (lambda: rc.set_checkpoint_ttl_from_tinker_path(short, 60).result(),
+            lambda: tc.save_state("soon", ttl_seconds=10).result()):
+    try:
+        bad()
+        raise SystemExit("accepted a ttl of seconds")
+    except tinker.BadRequestError as e:
+        assert "ttl_seconds" in str(e), str(e)
+assert loss_now(tc) > 0
+print("EXPIRING " + short)
 # The session that opened both clients, as the SDK's RestClient shows it.
 sessions = rc.list_sessions().result().sessions
 opened = {s: rc.get_session(s).result() for s in sessions}
@@ -836,6 +859,39 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
     let (status, reply) =
         chat(&stack, &key, json!({"model": model, "messages": messages, "max_tokens": 2})).await;
     assert_eq!(status, 200, "{reply}");
+    // A path whose time has passed is deleted by the server's sweep, its files with it (no other
+    // path holds its checkpoint); the others stay.
+    let short = stdout.lines().find_map(|l| l.strip_prefix("EXPIRING ")).unwrap();
+    let (job, step): (String, i32) = sqlx::query_as(
+        "SELECT m.job_id, t.step FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id \
+         WHERE t.path = $1",
+    )
+    .bind(short)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE tinker_checkpoints SET expires_at = now() - interval '1 second' WHERE path = $1",
+    )
+    .bind(short)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = LocalStore::open(stack.dir.path().join("objects"), None).await.unwrap();
+    let deleted = verity_server::api::tinker::delete_expired_weights(&pool, &store).await.unwrap();
+    assert_eq!(deleted, 1);
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT path FROM tinker_checkpoints").fetch_all(&pool).await.unwrap();
+    assert!(!left.iter().any(|p| p == short) && left.len() >= 3, "{left:?}");
+    let files: Option<String> = sqlx::query_scalar(
+        "SELECT storage_prefix FROM checkpoints WHERE job_id = $1 AND step = $2",
+    )
+    .bind(&job)
+    .bind(step)
+    .fetch_optional(&pool)
+    .await
+    .unwrap();
+    assert_eq!(files, None, "the expired path's checkpoint went with it");
     // The SDK closed its session: the workers released both clients.
     all_clients_end(&pool, 2).await;
     stack.shutdown.cancel();

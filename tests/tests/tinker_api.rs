@@ -543,6 +543,7 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
                 kind,
                 step: 0,
                 model: "ft:tiny:w0",
+                ttl_seconds: None,
             };
             let recorded =
                 verity_core::tinker::clients::record_checkpoint(&pool, org, &model_id, &saved);

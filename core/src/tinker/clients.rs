@@ -317,8 +317,8 @@ pub async fn next_call(pool: &PgPool, model_id: &str) -> Result<Option<QueuedCal
 /// How a call ended: its result (media type, bytes) or its failure (`{"error", "category"}`).
 pub type CallOutcome = Result<(String, Vec<u8>), Value>;
 
-/// Records how call `call` of `model_id` ended and moves the client to its next call, in one
-/// transaction, as attempt `attempt` of the client's queue row; `LeaseLost` (and nothing
+/// Records how call `call` of `model_id` ended (and that the worker ran it for `ran`) and moves
+/// the client to its next call, in one transaction, as attempt `attempt` of the client's queue row; `LeaseLost` (and nothing
 /// written) when that attempt no longer holds it.
 pub async fn finish_call(
     queue: &Queue,
@@ -326,6 +326,7 @@ pub async fn finish_call(
     attempt: i32,
     call: &QueuedCall,
     outcome: &CallOutcome,
+    ran: std::time::Duration,
 ) -> Result<(), QueueError> {
     let mut tx = queue.pool().begin().await?;
     let moved = sqlx::query_scalar!(
@@ -353,6 +354,15 @@ pub async fn finish_call(
         content_type,
         result,
         error
+    )
+    .execute(&mut *tx)
+    .await?;
+    let ran_ms = i32::try_from(ran.as_millis()).unwrap_or(i32::MAX);
+    sqlx::query!(
+        "UPDATE tinker_calls SET ran_ms = $3 WHERE model_id = $1 AND seq_id = $2",
+        model_id,
+        call.seq_id,
+        ran_ms
     )
     .execute(&mut *tx)
     .await?;
@@ -585,7 +595,13 @@ pub struct SavedWeights<'a> {
     pub step: i32,
     /// Its Verity model name.
     pub model: &'a str,
+    /// Seconds until the path expires (`None`: kept until deleted).
+    pub ttl_seconds: Option<i64>,
 }
+
+/// Shortest and longest time a saved path may be kept before it expires, in seconds: an hour and
+/// ten years, as Tinker's service bounds them.
+pub const TTL_SECONDS: std::ops::RangeInclusive<i64> = 3600..=10 * 365 * 24 * 3600;
 
 /// Records weights training client `model_id` saved; false (nothing written) when checkpoint
 /// `saved.step` of its queue row is gone (its last path was deleted): save the state again.
@@ -602,16 +618,17 @@ pub async fn record_checkpoint(
         return Ok(false);
     }
     sqlx::query!(
-        "INSERT INTO tinker_checkpoints (path, org_id, model_id, kind, step, model) \
-         VALUES ($1, $2, $3, $4, $5, $6) \
+        "INSERT INTO tinker_checkpoints (path, org_id, model_id, kind, step, model, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::int8)) \
          ON CONFLICT (path) DO UPDATE SET step = EXCLUDED.step, model = EXCLUDED.model, \
-                                          created_at = now()",
+                                          created_at = now(), expires_at = EXCLUDED.expires_at",
         saved.path,
         org_id,
         model_id,
         saved.kind,
         saved.step,
-        saved.model
+        saved.model,
+        saved.ttl_seconds
     )
     .execute(&mut *tx)
     .await?;
@@ -782,6 +799,8 @@ pub struct SavedRecord {
     pub model: String,
     /// When it was saved.
     pub created_at: DateTime<Utc>,
+    /// When it expires (`None`: kept until deleted).
+    pub expires_at: Option<DateTime<Utc>>,
     /// Its size in the store.
     pub bytes: Option<i64>,
 }
@@ -794,7 +813,7 @@ pub async fn list_saved(
 ) -> Result<Vec<SavedRecord>, sqlx::Error> {
     sqlx::query_as!(
         SavedRecord,
-        r#"SELECT m.job_id, t.path, t.kind, t.model, t.created_at, c.bytes AS "bytes?"
+        r#"SELECT m.job_id, t.path, t.kind, t.model, t.created_at, t.expires_at, c.bytes AS "bytes?"
            FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id
            LEFT JOIN checkpoints c ON c.job_id = m.job_id AND c.step = t.step
            WHERE t.org_id = $1 AND ($2::text IS NULL OR m.job_id = $2)
@@ -804,6 +823,39 @@ pub async fn list_saved(
     )
     .fetch_all(pool)
     .await
+}
+
+/// Sets when the weights saved under `path` in `org_id` expire: `ttl_seconds` from now, or never
+/// (`None`). False when the org has no such path.
+pub async fn set_saved_ttl(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+    ttl_seconds: Option<i64>,
+) -> Result<bool, sqlx::Error> {
+    let set = sqlx::query!(
+        "UPDATE tinker_checkpoints SET expires_at = now() + make_interval(secs => $3::int8) \
+         WHERE path = $1 AND org_id = $2",
+        path,
+        org_id,
+        ttl_seconds
+    )
+    .execute(pool)
+    .await?;
+    Ok(set.rows_affected() > 0)
+}
+
+/// Up to `limit` saved paths whose time has passed, oldest expiry first: (org, path) pairs for
+/// [`delete_saved`].
+pub async fn expired_saved(pool: &PgPool, limit: i64) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "SELECT org_id, path FROM tinker_checkpoints WHERE expires_at <= now() \
+         ORDER BY expires_at LIMIT $1",
+        limit
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.org_id, r.path)).collect())
 }
 
 /// Weights saved under a `tinker://` path, as a client loading them needs them.
@@ -865,6 +917,8 @@ pub struct CallRecord {
     pub created_at: DateTime<Utc>,
     /// When it ended, once it has.
     pub finished_at: Option<DateTime<Utc>>,
+    /// Milliseconds the worker spent running it (its own compute), once it has run.
+    pub ran_ms: Option<i32>,
     /// Input tokens of a `forward_backward` / `forward`.
     pub tokens: Option<i64>,
     /// Its `loss:sum`, for a `forward_backward` / `forward` that succeeded.
@@ -873,17 +927,18 @@ pub struct CallRecord {
     pub error: Option<String>,
 }
 
-/// The latest `limit` calls of run `job_id` of the org, newest first (a call is kept as long as
-/// its future: a day).
+/// The latest `limit` calls of run `job_id` of the org after skipping `offset`, newest first (a
+/// call is kept as long as its future: a day).
 pub async fn list_calls(
     pool: &PgPool,
     org_id: Uuid,
     job_id: &str,
     limit: i64,
+    offset: i64,
 ) -> Result<Vec<CallRecord>, sqlx::Error> {
     sqlx::query_as!(
         CallRecord,
-        r#"SELECT c.seq_id, c.kind, c.created_at, f.finished_at,
+        r#"SELECT c.seq_id, c.kind, c.created_at, f.finished_at, c.ran_ms,
                   (SELECT sum(jsonb_array_length(d -> 'tokens'))::int8
                    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(c.body -> 'data') = 'array'
                                                   THEN c.body -> 'data' ELSE '[]'::jsonb END) d) AS tokens,
@@ -896,10 +951,11 @@ pub async fn list_calls(
            JOIN tinker_futures f ON f.id = c.future_id
            JOIN tinker_models m ON m.id = c.model_id
            WHERE m.org_id = $1 AND m.job_id = $2
-           ORDER BY c.seq_id DESC LIMIT $3"#,
+           ORDER BY c.seq_id DESC LIMIT $3 OFFSET $4"#,
         org_id,
         job_id,
-        limit
+        limit,
+        offset
     )
     .fetch_all(pool)
     .await

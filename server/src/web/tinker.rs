@@ -119,6 +119,8 @@ struct SavedRow {
     /// The playground comparing them with the run's base model.
     playground: String,
     saved: String,
+    /// When the path expires (empty: kept until deleted).
+    expires: String,
     size: String,
 }
 
@@ -139,6 +141,7 @@ impl SavedRow {
                 urlencode(&saved.model)
             ),
             saved: when(saved.created_at),
+            expires: saved.expires_at.map_or(String::new(), when),
             size: saved.bytes.map_or(String::new(), |b| format!("{:.1} MB", b as f64 / 1e6)),
         }
     }
@@ -150,6 +153,7 @@ struct CallRow {
     kind: String,
     arrived: String,
     took: String,
+    ran: String,
     tokens: String,
     loss: String,
     outcome: String,
@@ -166,6 +170,7 @@ impl From<&CallRecord> for CallRow {
             kind: call.kind.clone(),
             arrived: call.created_at.format("%H:%M:%S%.3f").to_string(),
             took,
+            ran: call.ran_ms.map_or(String::new(), |ms| format!("{:.3} s", f64::from(ms) / 1000.0)),
             tokens: call.tokens.map_or(String::new(), |t| t.to_string()),
             loss: call.loss.map_or(String::new(), |l| format!("{l:.4}")),
             outcome: match (&call.error, call.finished_at) {
@@ -231,8 +236,9 @@ async fn run_page(
         .ok_or_else(|| ApiError::not_found("training run", &run_id))?;
     let saved =
         clients::list_saved(&state.pool, org, Some(&run_id)).await.map_err(ApiError::from)?;
-    let calls =
-        clients::list_calls(&state.pool, org, &run_id, LOG_LIMIT).await.map_err(ApiError::from)?;
+    let calls = clients::list_calls(&state.pool, org, &run_id, LOG_LIMIT, 0)
+        .await
+        .map_err(ApiError::from)?;
     Ok(render(&RunPage {
         nav: Nav::new(format!("Tinker run {run_id}"), "tinker"),
         run: RunRow::from(&run),

@@ -76,6 +76,9 @@ struct Save {
     path: Option<String>,
     #[serde(default)]
     sampling_session_seq_id: Option<i64>,
+    /// Seconds until the path expires (checked by the API server).
+    #[serde(default)]
+    ttl_seconds: Option<i64>,
 }
 
 /// `load_weights`' arguments (the path checked by the API server).
@@ -310,15 +313,17 @@ impl TrainingHandler {
             let ran = self.run_call(lease, heartbeat, spec, resident, &call).instrument(span).await;
             let (back, outcome) = ran?;
             resident = back;
+            let took = started.elapsed();
             tracing::debug!(
                 model_id = %spec.model_id,
                 seq_id = call.seq_id,
-                elapsed_ms = started.elapsed().as_millis() as u64,
+                elapsed_ms = took.as_millis() as u64,
                 ok = outcome.is_ok(),
                 "tinker call ran"
             );
             let finish = || {
-                clients::finish_call(lease.queue(), &spec.model_id, job.attempt, &call, &outcome)
+                let queue = lease.queue();
+                clients::finish_call(queue, &spec.model_id, job.attempt, &call, &outcome, took)
             };
             persist("recording the call", heartbeat, QueueError::is_transient, finish)
                 .await
@@ -526,8 +531,13 @@ impl TrainingHandler {
                 verity_core::models::checkpoint_model_name(&record.output_model_name(), step);
             let name = save.path.clone().unwrap_or_else(|| format!("step-{step}"));
             let path = format!("tinker://{}/{}/{name}", job.id, kind.segment());
-            let saved =
-                clients::SavedWeights { path: &path, kind: kind.as_str(), step, model: &model };
+            let saved = clients::SavedWeights {
+                path: &path,
+                kind: kind.as_str(),
+                step,
+                model: &model,
+                ttl_seconds: save.ttl_seconds,
+            };
             let record_path =
                 || clients::record_checkpoint(pool, job.org_id, &spec.model_id, &saved);
             let recorded =

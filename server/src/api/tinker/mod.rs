@@ -12,6 +12,7 @@ mod sessions;
 mod training;
 pub mod training_proto;
 
+pub use runs::{delete_expired_weights, spawn_weight_expiry};
 pub use sessions::spawn_expiry;
 
 use super::auth::{Principal, Via};
@@ -63,6 +64,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/training_runs", get(runs::list_training_runs))
         .route("/api/v1/training_runs/{run_id}", get(runs::training_run))
         .route("/api/v1/training_runs/{run_id}/checkpoints", get(runs::run_checkpoints))
+        .route("/api/v1/training_runs/{run_id}/calls", get(runs::run_calls))
         .route("/api/v1/training_runs/{run_id}/checkpoints/{*checkpoint_id}", any(runs::checkpoint))
         .route("/api/v1/checkpoints", get(runs::checkpoints))
         .route("/api/v1/weights_info", post(runs::weights_info))

@@ -8,12 +8,13 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiJson;
 use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use verity_core::tinker::clients::{self, RunRecord, SavedRecord};
+use verity_core::tinker::clients::{self, CallRecord, RunRecord, SavedRecord};
 
 /// Most runs (or sessions) one page lists.
 const MAX_PAGE: i64 = 1000;
@@ -54,6 +55,7 @@ fn checkpoint_json(saved: &SavedRecord) -> Value {
         "tinker_path": saved.path,
         "size_bytes": saved.bytes,
         "public": false,
+        "expires_at": saved.expires_at,
         "verity_model": saved.model,
     })
 }
@@ -124,6 +126,42 @@ pub async fn run_checkpoints(
     Ok(Json(json!({ "checkpoints": checkpoints, "cursor": null })))
 }
 
+/// A call of a run's log (`GET /api/v1/training_runs/{id}/calls`, a Verity extension).
+fn call_json(call: &CallRecord) -> Value {
+    let took_ms = call.finished_at.map(|end| (end - call.created_at).num_milliseconds());
+    json!({
+        "seq_id": call.seq_id,
+        "kind": call.kind,
+        "created_at": call.created_at,
+        "finished_at": call.finished_at,
+        "took_ms": took_ms,
+        "ran_ms": call.ran_ms,
+        "tokens": call.tokens,
+        "loss_sum": call.loss,
+        "error": call.error,
+    })
+}
+
+/// `GET /api/v1/training_runs/{id}/calls?limit=&offset=` (a Verity extension the SDK does not
+/// call): the run's call log, newest first — each call's arrival and end (`took_ms`), the
+/// worker's own time on it (`ran_ms`; the rest is queueing and the protocol), its input tokens,
+/// `loss:sum` and failure.
+pub async fn run_calls(
+    principal: Principal,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(page): ApiQuery<Page>,
+) -> ApiResult<Json<Value>> {
+    page.check()?;
+    clients::run(&state.pool, principal.org_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("training run", &id))?;
+    let calls =
+        clients::list_calls(&state.pool, principal.org_id, &id, page.limit, page.offset).await?;
+    let calls: Vec<Value> = calls.iter().map(call_json).collect();
+    Ok(Json(json!({ "calls": calls, "cursor": {"offset": page.offset, "limit": page.limit} })))
+}
+
 /// `GET /api/v1/checkpoints`: every run's saved weights.
 pub async fn checkpoints(
     principal: Principal,
@@ -162,20 +200,85 @@ pub async fn weights_info(
     })))
 }
 
+/// Body of `PUT …/checkpoints/{checkpoint_id}/ttl` (`set_checkpoint_ttl_from_tinker_path`).
+#[derive(Debug, Deserialize)]
+struct SetTtl {
+    ttl_seconds: Option<i64>,
+}
+
 /// `/api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}…`: `DELETE` of a saved weight
-/// (`checkpoint_id` is `weights/<name>` or `sampler_weights/<name>`); the calls under it
-/// (`…/publish`, `…/ttl`, `…/external_weights_urls`) are named as not served.
+/// (`checkpoint_id` is `weights/<name>` or `sampler_weights/<name>`) and `PUT …/ttl` (when it
+/// expires); the other calls under it (`…/publish`, `…/external_weights_urls`) are named as not
+/// served.
 pub async fn checkpoint(
     principal: Principal,
     State(state): State<AppState>,
     method: Method,
     Path((run_id, checkpoint_id)): Path<(String, String)>,
+    body: Bytes,
 ) -> ApiResult<StatusCode> {
-    if method != Method::DELETE || checkpoint_id.split('/').count() != 2 {
-        let call = format!("training_runs/{run_id}/checkpoints/{checkpoint_id}");
-        return Err(super::not_served_error(&call));
+    let parts: Vec<&str> = checkpoint_id.split('/').collect();
+    match (&method, parts.as_slice()) {
+        (&Method::DELETE, [kind, name]) => {
+            delete_saved_weights(&state, &principal, &format!("tinker://{run_id}/{kind}/{name}"))
+                .await
+        }
+        (&Method::PUT, [kind, name, "ttl"]) => {
+            let body: SetTtl = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::invalid("ttl_seconds", format!("invalid body: {e}")))?;
+            super::training::check_ttl(body.ttl_seconds)?;
+            let path = format!("tinker://{run_id}/{kind}/{name}");
+            if !clients::set_saved_ttl(&state.pool, principal.org_id, &path, body.ttl_seconds)
+                .await?
+            {
+                return Err(ApiError::not_found("checkpoint", &path));
+            }
+            Ok(StatusCode::NO_CONTENT)
+        }
+        _ => {
+            let call = format!("training_runs/{run_id}/checkpoints/{checkpoint_id}");
+            Err(super::not_served_error(&call))
+        }
     }
-    delete_saved_weights(&state, &principal, &format!("tinker://{run_id}/{checkpoint_id}")).await
+}
+
+/// How often the API server looks for expired saved weights.
+const EXPIRY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Spawns the loop that deletes expired saved weights ([`delete_expired_weights`]) every minute.
+pub fn spawn_weight_expiry(
+    pool: sqlx::PgPool,
+    store: std::sync::Arc<dyn verity_core::storage::ObjectStore>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EXPIRY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(error) = delete_expired_weights(&pool, store.as_ref()).await {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "deleting expired tinker weights failed; retrying"
+                );
+            }
+        }
+    })
+}
+
+/// Deletes up to 100 saved paths whose time has passed, as a delete would (the checkpoint's
+/// files go when no other path holds them); returns how many it deleted.
+pub async fn delete_expired_weights(
+    pool: &sqlx::PgPool,
+    store: &dyn verity_core::storage::ObjectStore,
+) -> anyhow::Result<usize> {
+    let expired = clients::expired_saved(pool, 100).await?;
+    for (org_id, path) in &expired {
+        if let Some(Some(prefix)) = clients::delete_saved(pool, *org_id, path).await? {
+            verity_core::storage::delete_folder(store, &prefix).await?;
+        }
+        tracing::info!(%org_id, path, "expired tinker weights deleted");
+    }
+    Ok(expired.len())
 }
 
 /// Deletes the weights the caller's org saved at `path` (the API and the dashboard): the path

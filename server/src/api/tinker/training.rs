@@ -246,6 +246,31 @@ pub struct SaveWeights {
     path: Option<String>,
     #[serde(default)]
     sampling_session_seq_id: Option<i64>,
+    #[serde(default)]
+    ttl_seconds: Option<i64>,
+}
+
+/// A save's `path` (see [`check_save_name`]) and `ttl_seconds` (see [`check_ttl`]).
+fn check_save(body: &SaveWeights) -> ApiResult<()> {
+    check_save_name(&body.path)?;
+    check_ttl(body.ttl_seconds)
+}
+
+/// `ttl_seconds` of a save or of `…/ttl`: absent/null (kept until deleted) or within
+/// [`clients::TTL_SECONDS`].
+pub(super) fn check_ttl(ttl_seconds: Option<i64>) -> ApiResult<()> {
+    match ttl_seconds {
+        Some(ttl) if !clients::TTL_SECONDS.contains(&ttl) => Err(ApiError::invalid(
+            "ttl_seconds",
+            format!(
+                "must be {} to {} seconds (an hour to ten years), or null to keep the weights \
+                 until they are deleted",
+                clients::TTL_SECONDS.start(),
+                clients::TTL_SECONDS.end()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The name a save is stored under: letters, digits, `-`, `_`, `.`, at most 128.
@@ -278,11 +303,11 @@ pub async fn save_weights_for_sampler(
     ApiJson(body): ApiJson<SaveWeights>,
 ) -> ApiResult<Json<Value>> {
     let (model_id, seq_id) = ordered(&body)?;
-    if let Err(error) = check_save_name(&body.path) {
+    if let Err(error) = check_save(&body) {
         return Err(refuse(&state, &principal, Some((model_id, seq_id)), error).await);
     }
-    let call =
-        json!({ "path": body.path, "sampling_session_seq_id": body.sampling_session_seq_id });
+    let call = json!({ "path": body.path, "sampling_session_seq_id": body.sampling_session_seq_id,
+                       "ttl_seconds": body.ttl_seconds });
     enqueue(&state, &principal, model_id, seq_id, "save_weights_for_sampler", &call).await
 }
 
@@ -294,10 +319,10 @@ pub async fn save_weights(
     ApiJson(body): ApiJson<SaveWeights>,
 ) -> ApiResult<Json<Value>> {
     let (model_id, seq_id) = ordered(&body)?;
-    if let Err(error) = check_save_name(&body.path) {
+    if let Err(error) = check_save(&body) {
         return Err(refuse(&state, &principal, Some((model_id, seq_id)), error).await);
     }
-    let call = json!({ "path": body.path });
+    let call = json!({ "path": body.path, "ttl_seconds": body.ttl_seconds });
     enqueue(&state, &principal, model_id, seq_id, "save_weights", &call).await
 }
 
