@@ -789,6 +789,27 @@ assert run.last_sampler_checkpoint is not None, run
 saved = rc.list_checkpoints(run_id).result().checkpoints
 kinds = {c.tinker_path: c.checkpoint_type for c in saved}
 assert kinds[path] == "sampler" and kinds[state_path] == "training", saved
+# Weights saved as a Hugging Face folder (a PEFT adapter here), each file behind a signed URL,
+# listed and managed like any save; encryption is refused by name.
+import urllib.request
+ext = tc.save_weights_external("e1").result().path
+assert ext.startswith("tinker://tinkjob-") and ext.endswith("/external_weights/e1"), ext
+urls = rc.get_external_weights_urls(ext).result().urls
+assert "adapter_model.safetensors" in urls and "trainer_state.safetensors" not in urls, urls
+adapter = json.load(urllib.request.urlopen(urls["adapter_config.json"]))
+assert adapter["r"] == 4, adapter
+listed = {c.tinker_path: c.checkpoint_type for c in rc.list_checkpoints(run_id).result().checkpoints}
+assert listed[ext] == "external", listed
+try:
+    rc.get_external_weights_urls(ext[:-2] + "nope").result()
+    raise SystemExit("URLs of nothing")
+except tinker.NotFoundError:
+    pass
+try:
+    tc.save_weights_external("e2", age_encryption_recipients=["age1qqq"]).result()
+    raise SystemExit("accepted encryption")
+except tinker.BadRequestError as e:
+    assert "age_encryption_recipients" in str(e), str(e)
 # Saves that expire (the SDK's `ttl_seconds`), as RestClient lists them; an expiry set, removed,
 # and out of range refused by name (on a save, and the later calls still run).
 import datetime

@@ -124,9 +124,9 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     assert!(failed.json()["error"].as_str().unwrap().contains("verity inference"));
 
     // What is not served is a 400 naming the call, never a hang.
-    let refused = post("/api/v1/save_weights_external", &a, json!({"model_id": "x"})).await;
+    let refused = post("/api/v1/copy_weights", &a, json!({"model_id": "x"})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
-    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("save_weights_external"));
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("copy_weights"));
     let publish = "/api/v1/training_runs/tinkjob-x/checkpoints/weights/c1/publish";
     let refused = post(publish, &a, json!({})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));

@@ -22,12 +22,13 @@ const JOB_PREFIX: &str = "tinkjob";
 pub const REFUSED: &str = "refused";
 
 /// The future kinds of the calls a training client runs in order.
-pub const ORDERED_CALLS: [&str; 7] = [
+pub const ORDERED_CALLS: [&str; 8] = [
     "forward_backward",
     "forward",
     "optim_step",
     "save_weights_for_sampler",
     "save_weights",
+    "save_weights_external",
     "load_weights",
     REFUSED,
 ];
@@ -589,7 +590,7 @@ pub async fn fail_if_orphaned(
 pub struct SavedWeights<'a> {
     /// `tinker://<run>/<kind>_weights/<name>`.
     pub path: &'a str,
-    /// `sampler` (weights only) or `training` (with the optimizer).
+    /// `sampler` (for sampling), `training` (to resume from) or `external` (to download).
     pub kind: &'a str,
     /// The checkpoint of the client's queue row that holds them.
     pub step: i32,
@@ -793,7 +794,7 @@ pub struct SavedRecord {
     pub job_id: String,
     /// `tinker://…` path.
     pub path: String,
-    /// `sampler` or `training`.
+    /// `sampler`, `training` or `external`.
     pub kind: String,
     /// Its Verity model name.
     pub model: String,
@@ -858,6 +859,27 @@ pub async fn expired_saved(pool: &PgPool, limit: i64) -> Result<Vec<(Uuid, Strin
     Ok(rows.into_iter().map(|r| (r.org_id, r.path)).collect())
 }
 
+/// Where the files of the weights saved under `tinker://` path `path` in `org_id` are: the
+/// store prefix of the checkpoint that holds them, with the save's kind (`sampler`,
+/// `training`, `external`).
+pub async fn saved_files(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+) -> Result<Option<(String, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        "SELECT t.kind, c.storage_prefix FROM tinker_checkpoints t \
+         JOIN tinker_models m ON m.id = t.model_id \
+         JOIN checkpoints c ON c.job_id = m.job_id AND c.step = t.step \
+         WHERE t.path = $1 AND t.org_id = $2",
+        path,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| (r.kind, r.storage_prefix)))
+}
+
 /// Weights saved under a `tinker://` path, as a client loading them needs them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedSource {
@@ -865,7 +887,7 @@ pub struct SavedSource {
     pub job_id: String,
     /// The checkpoint of that run that holds them.
     pub step: i32,
-    /// `sampler` or `training`.
+    /// `sampler`, `training` or `external`.
     pub kind: String,
     /// The model that run trains.
     pub base_model: String,

@@ -89,11 +89,13 @@ struct Load {
     optimizer: bool,
 }
 
-/// What a save is for: sampling (`sampler_weights/…`) or resuming training (`weights/…`).
+/// What a save is for: sampling (`sampler_weights/…`), resuming training (`weights/…`) or
+/// downloading the weights as a Hugging Face folder (`external_weights/…`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SaveKind {
     Sampler,
     Training,
+    External,
 }
 
 impl SaveKind {
@@ -102,6 +104,7 @@ impl SaveKind {
         match self {
             SaveKind::Sampler => "sampler",
             SaveKind::Training => "training",
+            SaveKind::External => "external",
         }
     }
 
@@ -110,6 +113,7 @@ impl SaveKind {
         match self {
             SaveKind::Sampler => "sampler_weights",
             SaveKind::Training => "weights",
+            SaveKind::External => "external_weights",
         }
     }
 
@@ -118,6 +122,7 @@ impl SaveKind {
         match self {
             SaveKind::Sampler => "save_weights_for_sampler",
             SaveKind::Training => "save_weights",
+            SaveKind::External => "save_weights_external",
         }
     }
 }
@@ -452,11 +457,11 @@ impl TrainingHandler {
                 });
                 Ok((resident, outcome))
             }
-            "save_weights_for_sampler" | "save_weights" => {
-                let kind = if call.kind == "save_weights" {
-                    SaveKind::Training
-                } else {
-                    SaveKind::Sampler
+            "save_weights_for_sampler" | "save_weights" | "save_weights_external" => {
+                let kind = match call.kind.as_str() {
+                    "save_weights" => SaveKind::Training,
+                    "save_weights_external" => SaveKind::External,
+                    _ => SaveKind::Sampler,
                 };
                 let Ok(save) = serde_json::from_value::<Save>(call.body.clone()) else {
                     return Ok((

@@ -60,6 +60,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/optim_step", post(training::optim_step))
         .route("/api/v1/save_weights_for_sampler", post(training::save_weights_for_sampler))
         .route("/api/v1/save_weights", post(training::save_weights))
+        .route("/api/v1/save_weights_external", post(training::save_weights_external))
         .route("/api/v1/load_weights", post(training::load_weights))
         .route("/api/v1/training_runs", get(runs::list_training_runs))
         .route("/api/v1/training_runs/{run_id}", get(runs::training_run))

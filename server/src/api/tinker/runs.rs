@@ -11,6 +11,7 @@ use crate::api::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -207,21 +208,26 @@ struct SetTtl {
 }
 
 /// `/api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}…`: `DELETE` of a saved weight
-/// (`checkpoint_id` is `weights/<name>` or `sampler_weights/<name>`) and `PUT …/ttl` (when it
-/// expires); the other calls under it (`…/publish`, `…/external_weights_urls`) are named as not
-/// served.
+/// (`checkpoint_id` is `weights/<name>`, `sampler_weights/<name>` or
+/// `external_weights/<name>`), `PUT …/ttl` (when it expires) and `GET
+/// …/external_weights_urls` (signed URLs of an external save's files); the other call under
+/// it (`…/publish`) is named as not served.
 pub async fn checkpoint(
     principal: Principal,
     State(state): State<AppState>,
     method: Method,
     Path((run_id, checkpoint_id)): Path<(String, String)>,
     body: Bytes,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<Response> {
     let parts: Vec<&str> = checkpoint_id.split('/').collect();
     match (&method, parts.as_slice()) {
         (&Method::DELETE, [kind, name]) => {
-            delete_saved_weights(&state, &principal, &format!("tinker://{run_id}/{kind}/{name}"))
-                .await
+            let path = format!("tinker://{run_id}/{kind}/{name}");
+            Ok(delete_saved_weights(&state, &principal, &path).await?.into_response())
+        }
+        (&Method::GET, ["external_weights", name, "external_weights_urls"]) => {
+            let path = format!("tinker://{run_id}/external_weights/{name}");
+            Ok(Json(external_weights_urls(&state, &principal, &path).await?).into_response())
         }
         (&Method::PUT, [kind, name, "ttl"]) => {
             let body: SetTtl = serde_json::from_slice(&body)
@@ -233,13 +239,52 @@ pub async fn checkpoint(
             {
                 return Err(ApiError::not_found("checkpoint", &path));
             }
-            Ok(StatusCode::NO_CONTENT)
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => {
             let call = format!("training_runs/{run_id}/checkpoints/{checkpoint_id}");
             Err(super::not_served_error(&call))
         }
     }
+}
+
+/// How long the URLs of `get_external_weights_urls` stay valid.
+const EXTERNAL_URLS_TTL: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// `get_external_weights_urls`: a signed URL for each file of the weights saved under `path` by
+/// `save_weights_external` (the Hugging Face folder or PEFT adapter, without the optimizer's
+/// state), keyed by the file's path in the folder, and when they expire.
+async fn external_weights_urls(
+    state: &AppState,
+    principal: &Principal,
+    path: &str,
+) -> ApiResult<Value> {
+    let (kind, prefix) = clients::saved_files(&state.pool, principal.org_id, path)
+        .await?
+        .ok_or_else(|| ApiError::not_found("checkpoint", path))?;
+    if kind != "external" {
+        return Err(ApiError::invalid(
+            "checkpoint_id",
+            "not weights saved by save_weights_external",
+        ));
+    }
+    let prefix = prefix.trim_end_matches('/');
+    let manifest = verity_core::storage::read_manifest(state.store.as_ref(), prefix)
+        .await?
+        .ok_or_else(|| {
+            ApiError::conflict("checkpoint_incomplete", "the weights are not completely published")
+        })?;
+    let expires = chrono::Utc::now() + EXTERNAL_URLS_TTL;
+    let mut urls = serde_json::Map::new();
+    for file in &manifest.files {
+        if crate::api::jobs::checkpoints::is_trainer_state(&file.path) {
+            continue;
+        }
+        let key = format!("{prefix}/{}", file.path);
+        let url = state.store.presign_get(&key, EXTERNAL_URLS_TTL).await?;
+        urls.insert(file.path.clone(), json!(url));
+    }
+    Ok(json!({ "urls": urls, "expires": expires }))
 }
 
 /// How often the API server looks for expired saved weights.

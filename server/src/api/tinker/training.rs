@@ -248,6 +248,9 @@ pub struct SaveWeights {
     sampling_session_seq_id: Option<i64>,
     #[serde(default)]
     ttl_seconds: Option<i64>,
+    /// `save_weights_external`'s encryption: not served.
+    #[serde(default)]
+    age_encryption_recipients: Option<Vec<String>>,
 }
 
 /// A save's `path` (see [`check_save_name`]) and `ttl_seconds` (see [`check_ttl`]).
@@ -324,6 +327,38 @@ pub async fn save_weights(
     }
     let call = json!({ "path": body.path, "ttl_seconds": body.ttl_seconds });
     enqueue(&state, &principal, model_id, seq_id, "save_weights", &call).await
+}
+
+/// `save_weights_external`: the weights (not the optimizer) as a Hugging Face folder — full
+/// weights, or a PEFT adapter for a LoRA client — under `tinker://<run>/external_weights/<name>`,
+/// downloadable file by file through `get_external_weights_urls`; also a Verity model.
+pub async fn save_weights_external(
+    principal: Principal,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<SaveWeights>,
+) -> ApiResult<Json<Value>> {
+    let (model_id, seq_id) = ordered(&body)?;
+    let refused = check_save(&body).and_then(|()| {
+        if body.path.is_none() {
+            return Err(ApiError::invalid(
+                "path",
+                "the name to save the weights under is required",
+            ));
+        }
+        match &body.age_encryption_recipients {
+            Some(recipients) if !recipients.is_empty() => Err(ApiError::invalid(
+                "age_encryption_recipients",
+                "encrypting saved weights is not served by Verity; save without recipients \
+                 (the URLs are signed and expire)",
+            )),
+            _ => Ok(()),
+        }
+    });
+    if let Err(error) = refused {
+        return Err(refuse(&state, &principal, Some((model_id, seq_id)), error).await);
+    }
+    let call = json!({ "path": body.path, "ttl_seconds": body.ttl_seconds });
+    enqueue(&state, &principal, model_id, seq_id, "save_weights_external", &call).await
 }
 
 /// Body of `load_weights`.
