@@ -213,6 +213,58 @@ async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
         assert!(Instant::now() < deadline, "the client did not end: {states:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Custom losses, the SDK's way: a Python loss over the log-probabilities (a callable, and
+    // one made by `create_custom_loss`) runs on the client — Verity's client configuration
+    // does not ask for uploads — as a `forward` and a weighted `cross_entropy` backward, both
+    // served by the same worker.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), CUSTOM_LOSS_SCRIPT).unwrap();
+    let output = tokio::process::Command::new(&python)
+        .arg(file.path())
+        .env("VERITY_BASE", &base_url)
+        .env("KEY", &key)
+        .env("MODEL", &model)
+        .env("TINKER_TELEMETRY", "0")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("SDK OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     shutdown.cancel();
     let _ = worker.await;
 }
+
+/// `forward_backward_custom` with a plain callable and with a `create_custom_loss` handle, each
+/// equal to cross-entropy: the loss the SDK computes is the server's `cross_entropy`, and the
+/// step it takes lowers it.
+const CUSTOM_LOSS_SCRIPT: &str = r#"
+import os, tinker, torch
+from tinker import types
+sc = tinker.ServiceClient(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
+tc = sc.create_lora_training_client(base_model=os.environ["MODEL"], rank=4).result()
+tokens = [1, 504, 3117, 314, 260, 1345, 28, 17, 2]
+datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+def cross_entropy_now():
+    return tc.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+def neg_ll(data, logprobs_list):
+    loss = sum(-(lp * d.loss_fn_inputs["weights"].to_torch()).sum() for d, lp in zip(data, logprobs_list))
+    return loss, {"custom/neg_ll:sum": loss.item()}
+def neg_ll_traced(logprobs, weights):
+    loss = -(logprobs * weights).sum()
+    return loss, {"custom/neg_ll_traced:sum": loss}
+handle = sc.create_custom_loss(neg_ll_traced, input_ranks={"logprobs": 1, "weights": 1}).result()
+for loss_fn in (neg_ll, handle):
+    before = cross_entropy_now()
+    out = tc.forward_backward_custom([datum], loss_fn).result()
+    custom = [v for k, v in out.metrics.items() if k.startswith("custom/")]
+    assert len(custom) == 1 and abs(custom[0] - before) < 1e-3 * max(1.0, before), (out.metrics, before)
+    tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert cross_entropy_now() < before, (cross_entropy_now(), before)
+sc.close("success").result()
+print("SDK OK")
+"#;
