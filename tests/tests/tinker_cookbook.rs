@@ -28,7 +28,7 @@ const STEPS: usize = 12;
 
 /// The recipe's command line: the cookbook's defaults but for the connection, the model, the
 /// documented loss (`stable_reinforce`, the CLI's default, is not served: docs/tinker.md) and the
-/// sizes (4 problems × 8 samples a step, answers of at most 8 tokens, no periodic saves).
+/// sizes (4 problems × 8 samples a step, answers of at most 8 tokens, a save every 6 steps).
 fn recipe_args(model: &str, base_url: &str, log_path: &Path) -> Vec<String> {
     [
         "-m",
@@ -42,7 +42,7 @@ fn recipe_args(model: &str, base_url: &str, log_path: &Path) -> Vec<String> {
         "learning_rate=3e-4",
         "lora_rank=8",
         &format!("max_steps={STEPS}"),
-        "save_every=0",
+        "save_every=6",
         "loss_fn=importance_sampling",
         &format!("log_path={}", log_path.display()),
         &format!("base_url={base_url}"),
@@ -151,6 +151,25 @@ async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
         "the reward's format term did not rise: format {first:.3} at the first 3 steps, \
          {last:.3} at the last 3 (reward {reward:?})"
     );
+    // One model underneath: the sampler's log-probabilities of its tokens are the trainer's
+    // (the cookbook's own estimate of KL(sampler ‖ trainer) on every step's batch).
+    for kl in series("optim/kl_sample_train_v1") {
+        assert!(kl.abs() < 1e-3, "sampler and trainer disagree: {kl}");
+    }
+    // Its periodic saves (state and sampler weights, asking for a week) and the final ones.
+    let saved = std::fs::read_to_string(log_path.join("checkpoints.jsonl")).unwrap();
+    let names: Vec<String> = saved
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["000006", "000012", "final"], "{saved}");
+    let expiring: Vec<String> = sqlx::query_scalar(
+        "SELECT path FROM tinker_checkpoints WHERE expires_at > now() + interval '6 days' ORDER BY path",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(expiring.len(), 4, "{expiring:?}");
 
     // The weights the recipe saved at its end are a Verity model, served like any other.
     let final_model: String = sqlx::query_scalar(
