@@ -98,7 +98,9 @@ if [ ! -f "$cookbook_stamp" ]; then
     && "$cookbook_venv/bin/pip" install -q --no-deps 'tinker-cookbook==0.6.1' \
     && touch "$cookbook_stamp"
 fi
-export VERITY_TEST_TINKER_COOKBOOK_PYTHON="$cookbook_venv/bin/python"
+if [ -f "$cookbook_stamp" ]; then
+  export VERITY_TEST_TINKER_COOKBOOK_PYTHON="$cookbook_venv/bin/python"
+fi
 export VERITY_TEST_PYTHON="$api_venv/bin/python"
 export VERITY_TEST_PYTHON_OLDEST="$oldest_venv/bin/python"
 export VERITY_TEST_SCHEMATHESIS="$api_venv/bin/st"

@@ -8,8 +8,8 @@
 //! the end are a Verity model that `/v1/chat/completions` serves.
 //!
 //! Needs `VERITY_TEST_TINKER_COOKBOOK_PYTHON` (a Python with tinker-cookbook 0.6.1 and torch,
-//! which `scripts/test-services.sh` installs) and `VERITY_TEST_MODEL_DIR`
-//! (`scripts/fetch-test-model.sh`).
+//! which `scripts/test-services.sh` installs; CI sets `VERITY_REQUIRE_TINKER_COOKBOOK=1` so that
+//! its absence fails rather than skips) and the SmolLM2 folder (`scripts/fetch-test-model.sh`).
 
 use verity_tests::api_support;
 use verity_tests::inference_support;
@@ -55,17 +55,20 @@ fn recipe_args(model: &str, base_url: &str, log_path: &Path) -> Vec<String> {
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
-    let (Ok(python), Ok(model_dir)) = (
-        std::env::var("VERITY_TEST_TINKER_COOKBOOK_PYTHON"),
-        std::env::var("VERITY_TEST_MODEL_DIR"),
-    ) else {
+    const TEST: &str = "tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity";
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_COOKBOOK_PYTHON") else {
+        // CI installs the cookbook (scripts/test-services.sh): there, its absence is a failure.
+        assert!(
+            std::env::var("VERITY_REQUIRE_TINKER_COOKBOOK").as_deref() != Ok("1"),
+            "VERITY_TEST_TINKER_COOKBOOK_PYTHON is not set but VERITY_REQUIRE_TINKER_COOKBOOK=1"
+        );
         eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_COOKBOOK_PYTHON or VERITY_TEST_MODEL_DIR is not set \
-             (source scripts/test-services.sh, run scripts/fetch-test-model.sh)"
+            "SKIPPED: {TEST}: VERITY_TEST_TINKER_COOKBOOK_PYTHON is not set (source scripts/test-services.sh)"
         );
         return;
     };
-    let model_dir = Path::new(&model_dir);
+    let Some(model_dir) = verity_worker::testing::smollm2_dir(TEST) else { return };
+    let model_dir = model_dir.as_path();
     // The model's Verity name is its folder's name: the cookbook loads the tokenizer of a
     // `model_name` that is a local folder from that folder, as a user beside their download does.
     let model = model_dir.file_name().unwrap().to_str().unwrap().to_string();
