@@ -319,8 +319,8 @@ pub async fn next_call(pool: &PgPool, model_id: &str) -> Result<Option<QueuedCal
 pub type CallOutcome = Result<(String, Vec<u8>), Value>;
 
 /// Records how call `call` of `model_id` ended (and that the worker ran it for `ran`) and moves
-/// the client to its next call, in one transaction, as attempt `attempt` of the client's queue row; `LeaseLost` (and nothing
-/// written) when that attempt no longer holds it.
+/// the client to its next call, in one transaction, as attempt `attempt` of the client's queue
+/// row; `LeaseLost` (and nothing written) when that attempt no longer holds it.
 pub async fn finish_call(
     queue: &Queue,
     model_id: &str,
@@ -947,6 +947,14 @@ pub struct CallRecord {
     pub loss: Option<f64>,
     /// Its failure, if it failed.
     pub error: Option<String>,
+}
+
+impl CallRecord {
+    /// Milliseconds from its arrival to its end, once it has ended (queueing, the protocol and
+    /// [`CallRecord::ran_ms`] together).
+    pub fn took_ms(&self) -> Option<i64> {
+        self.finished_at.map(|end| (end - self.created_at).num_milliseconds())
+    }
 }
 
 /// The latest `limit` calls of run `job_id` of the org after skipping `offset`, newest first (a

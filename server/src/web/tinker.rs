@@ -162,15 +162,14 @@ struct CallRow {
 
 impl From<&CallRecord> for CallRow {
     fn from(call: &CallRecord) -> Self {
-        let took = call.finished_at.map_or("waiting".into(), |end| {
-            format!("{:.3} s", (end - call.created_at).num_milliseconds() as f64 / 1000.0)
-        });
+        let seconds = |ms: f64| format!("{:.3} s", ms / 1000.0);
+        let took = call.took_ms().map_or("waiting".into(), |ms| seconds(ms as f64));
         CallRow {
             seq: call.seq_id,
             kind: call.kind.clone(),
             arrived: call.created_at.format("%H:%M:%S%.3f").to_string(),
             took,
-            ran: call.ran_ms.map_or(String::new(), |ms| format!("{:.3} s", f64::from(ms) / 1000.0)),
+            ran: call.ran_ms.map_or(String::new(), |ms| seconds(f64::from(ms))),
             tokens: call.tokens.map_or(String::new(), |t| t.to_string()),
             loss: call.loss.map_or(String::new(), |l| format!("{l:.4}")),
             outcome: match (&call.error, call.finished_at) {

@@ -129,13 +129,12 @@ pub async fn run_checkpoints(
 
 /// A call of a run's log (`GET /api/v1/training_runs/{id}/calls`, a Verity extension).
 fn call_json(call: &CallRecord) -> Value {
-    let took_ms = call.finished_at.map(|end| (end - call.created_at).num_milliseconds());
     json!({
         "seq_id": call.seq_id,
         "kind": call.kind,
         "created_at": call.created_at,
         "finished_at": call.finished_at,
-        "took_ms": took_ms,
+        "took_ms": call.took_ms(),
         "ran_ms": call.ran_ms,
         "tokens": call.tokens,
         "loss_sum": call.loss,
@@ -301,29 +300,44 @@ pub fn spawn_weight_expiry(
         loop {
             tick.tick().await;
             if let Err(error) = delete_expired_weights(&pool, store.as_ref()).await {
-                tracing::warn!(
-                    error = format!("{error:#}"),
-                    "deleting expired tinker weights failed; retrying"
-                );
+                tracing::warn!(%error, "deleting expired tinker weights failed; retrying");
             }
         }
     })
 }
 
-/// Deletes up to 100 saved paths whose time has passed, as a delete would (the checkpoint's
-/// files go when no other path holds them); returns how many it deleted.
+/// Deletes up to 100 saved paths whose time has passed, as a delete would ([`delete_path`]);
+/// returns how many it deleted.
 pub async fn delete_expired_weights(
     pool: &sqlx::PgPool,
     store: &dyn verity_core::storage::ObjectStore,
-) -> anyhow::Result<usize> {
+) -> ApiResult<usize> {
     let expired = clients::expired_saved(pool, 100).await?;
     for (org_id, path) in &expired {
-        if let Some(Some(prefix)) = clients::delete_saved(pool, *org_id, path).await? {
-            verity_core::storage::delete_folder(store, &prefix).await?;
+        // Another API server's sweep may have deleted it first: nothing left to do then.
+        if delete_path(pool, store, *org_id, path).await? {
+            tracing::info!(%org_id, path, "expired tinker weights deleted");
         }
-        tracing::info!(%org_id, path, "expired tinker weights deleted");
     }
     Ok(expired.len())
+}
+
+/// Deletes the weights `org_id` saved at `path`: the path at once, and the checkpoint's files
+/// with it unless another path (or a parked client) still holds them. False when the org has
+/// no such path.
+async fn delete_path(
+    pool: &sqlx::PgPool,
+    store: &dyn verity_core::storage::ObjectStore,
+    org_id: uuid::Uuid,
+    path: &str,
+) -> ApiResult<bool> {
+    let Some(orphan) = clients::delete_saved(pool, org_id, path).await? else {
+        return Ok(false);
+    };
+    if let Some(prefix) = orphan {
+        verity_core::storage::delete_folder(store, &prefix).await?;
+    }
+    Ok(true)
 }
 
 /// Deletes the weights the caller's org saved at `path` (the API and the dashboard): the path
@@ -334,11 +348,8 @@ pub(crate) async fn delete_saved_weights(
     principal: &Principal,
     path: &str,
 ) -> ApiResult<StatusCode> {
-    let deleted = clients::delete_saved(&state.pool, principal.org_id, path)
-        .await?
-        .ok_or_else(|| ApiError::not_found("checkpoint", path))?;
-    if let Some(prefix) = deleted {
-        verity_core::storage::delete_folder(state.store.as_ref(), &prefix).await?;
+    if !delete_path(&state.pool, state.store.as_ref(), principal.org_id, path).await? {
+        return Err(ApiError::not_found("checkpoint", path));
     }
     Ok(StatusCode::NO_CONTENT)
 }
