@@ -3,10 +3,12 @@
 use serde_json::json;
 use sqlx::PgPool;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verity_core::queue::{
-    DeviceKind, EventLevel, FailOutcome, JobWaker, NewJob, Queue, QueueError, QueueSettings,
-    SampleIndexRow, Wake, WorkerInfo,
+    run_worker, DeviceKind, EventLevel, FailOutcome, Heartbeat, JobHandler, JobOutcome, JobWaker,
+    Lease, NewJob, Queue, QueueError, QueueSettings, RunnerOptions, SampleIndexRow, SharedKind,
+    Wake, WorkerInfo,
 };
 use verity_core::{ControlSignal, JobState};
 
@@ -486,4 +488,99 @@ async fn an_org_at_its_queued_limit_is_refused_and_others_are_not(pool: PgPool) 
         }
     }
     queue.enqueue(&NewJob::new(a, "m", json!({}))).await.unwrap();
+}
+
+/// A handler that holds every Tinker client until `release` is set, and records how many jobs
+/// ran beside each one as it started.
+struct HoldClients {
+    release: tokio::sync::watch::Receiver<bool>,
+    running: std::sync::atomic::AtomicUsize,
+    started: std::sync::Mutex<Vec<(String, usize)>>,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for HoldClients {
+    async fn run(&self, lease: &Lease, _heartbeat: &Heartbeat) -> JobOutcome {
+        use std::sync::atomic::Ordering;
+        let beside = self.running.fetch_add(1, Ordering::SeqCst);
+        let kind = lease.job().kind.clone();
+        self.started.lock().unwrap().push((kind.clone(), beside));
+        if kind == "tinker" {
+            let mut release = self.release.clone();
+            let _ = release.wait_for(|r| *r).await;
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        JobOutcome::Succeeded { result: json!({}), fine_tuned_model: None }
+    }
+}
+
+/// Tinker clients mostly wait for calls, so one worker holds several (of several orgs) side by
+/// side; a fine-tuning job still runs alone, after them.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_worker_holds_several_tinker_clients_but_runs_a_job_alone(pool: PgPool) {
+    let quick = QueueSettings { poll_interval: Duration::from_millis(50), ..settings(0) };
+    let queue = Queue::new(pool.clone(), quick);
+    let (a, b) = (org(&pool).await, org(&pool).await);
+    for org in [a, b, a] {
+        let mut client = NewJob::new(org, "m", json!({}));
+        client.id = format!("tinkjob-{}", uuid::Uuid::new_v4().simple());
+        queue.enqueue_tinker(&client).await.unwrap();
+    }
+    let (release, held) = tokio::sync::watch::channel(false);
+    let handler = Arc::new(HoldClients {
+        release: held,
+        running: Default::default(),
+        started: Default::default(),
+    });
+    let shared = SharedKind { kind: "tinker".into(), max: 2 };
+    let options = RunnerOptions { max_jobs: Some(4), shared: Some(shared), ..Default::default() };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(run_worker(
+        queue.clone(),
+        cpu_worker(),
+        handler.clone(),
+        options,
+        shutdown.clone(),
+    ));
+    let running = || async {
+        let states: Vec<(String, String)> =
+            sqlx::query_as("SELECT kind, state FROM jobs WHERE state = 'running' ORDER BY kind")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        states
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running().await.len() < 2 {
+        assert!(Instant::now() < deadline, "the worker never held two clients");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A job queued now waits: the worker holds clients, and its limit is two of them.
+    let job = queue.enqueue(&NewJob::new(b, "m", json!({}))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = running().await;
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(now.iter().all(|(kind, _)| kind == "tinker"), "{now:?}");
+    release.send(true).unwrap();
+    assert_eq!(worker.await.unwrap(), 4);
+    let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "succeeded");
+    let started = handler.started.lock().unwrap().clone();
+    // The first client started alone, the second beside it; of the orgs' fair share, org b's
+    // client came second, not org a's other one.
+    assert_eq!(started[0], ("tinker".to_string(), 0), "{started:?}");
+    assert_eq!(started[1], ("tinker".to_string(), 1), "{started:?}");
+    let job_start = started.iter().find(|(kind, _)| kind == "fine_tuning").unwrap();
+    assert_eq!(job_start.1, 0, "the fine-tuning job ran beside a client: {started:?}");
+    let orgs: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT org_id FROM jobs WHERE kind = 'tinker' ORDER BY claimed_at LIMIT 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_ne!(orgs[0], orgs[1], "one org's two clients went before the other's one");
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, WorkerInfo};
+use verity_core::queue::{DeviceKind, NewJob, Queue, QueueSettings, SharedKind, WorkerInfo};
 use verity_core::spec::RolloutDtype;
 use verity_core::storage::{publish_folder, LocalStore, ObjectStore};
 use verity_worker::inference::Engine;
@@ -853,8 +853,8 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
         return;
     };
     let stack = stack(pool.clone()).await;
-    // Two: a worker holds one client at a time, and the script makes a second from saved state.
-    let workers = training_workers(&pool, &stack, 2, None).await;
+    // Two workers holding one client each: the script makes a second from saved state.
+    let workers = training_workers(&pool, &stack, 2, 1, None).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let stdout = run_sdk(&python, TINKER_TRAINING_SCRIPT, &stack, &[("KEY", &key)]).await;
     // One trainer underneath: the sampler's log-probabilities of the trained weights are the
@@ -921,12 +921,13 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
     }
 }
 
-/// Training workers beside `stack`'s inference worker, each claiming and holding one Tinker
-/// client at a time; `idle` parks a client after that long without a call.
+/// Training workers beside `stack`'s inference worker, each holding up to `clients` Tinker
+/// clients at a time; `idle` parks a client after that long without a call.
 async fn training_workers(
     pool: &PgPool,
     stack: &Stack,
     count: usize,
+    clients: usize,
     idle: Option<Duration>,
 ) -> Vec<tokio::task::JoinHandle<usize>> {
     let store: Arc<dyn ObjectStore> =
@@ -949,7 +950,10 @@ async fn training_workers(
                 Queue::new(pool.clone(), QueueSettings::default()),
                 WorkerInfo::new(DeviceKind::Cpu, 4096),
                 handler.clone(),
-                verity_core::queue::RunnerOptions::default(),
+                verity_core::queue::RunnerOptions {
+                    shared: Some(SharedKind { kind: "tinker".into(), max: clients }),
+                    ..Default::default()
+                },
                 stack.shutdown.clone(),
             ))
         })
@@ -1051,7 +1055,7 @@ async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) 
     };
     let stack = stack(pool.clone()).await;
     let idle = Duration::from_secs(1);
-    let workers = training_workers(&pool, &stack, 2, Some(idle)).await;
+    let workers = training_workers(&pool, &stack, 2, 1, Some(idle)).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let stdout = run_sdk(&python, TINKER_PARKING_SCRIPT, &stack, &[("KEY", &key)]).await;
     let paths: Value = serde_json::from_str(
@@ -1098,6 +1102,94 @@ async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) 
     assert!(transitions.iter().any(|t| t == "running -> paused"), "{transitions:?}");
     assert!(transitions.iter().any(|t| t == "paused -> queued"), "{transitions:?}");
     // The session closed: held clients end as before, parked ones end with it.
+    all_clients_end(&pool, 2).await;
+    stack.shutdown.cancel();
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+/// One org's loop for [`two_orgs_train_side_by_side_on_one_worker`]: a LoRA client, its first
+/// loss, then it says it is `READY` and waits for the other org's client to be up too (with a
+/// worker holding one client at a time, the second would wait for the first to end: a
+/// deadlock, caught by the deadline); three steps, which lower the loss; a save for sampling.
+const TINKER_SIDE_BY_SIDE_SCRIPT: &str = r#"
+import os, time, tinker
+from tinker import types
+sc = tinker.ServiceClient(base_url=os.environ["VERITY_BASE"], api_key="tml-" + os.environ["KEY"])
+tc = sc.create_lora_training_client(base_model="tiny-llama", rank=4, seed=int(os.environ["SEED"]))
+tokens = [5, 9, 12, 3, 7]
+datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 4})
+def loss():
+    return tc.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+first = loss()
+open(os.environ["READY"], "w").close()
+deadline = time.time() + 120
+while not os.path.exists(os.environ["OTHER_READY"]):
+    assert time.time() < deadline, "the other org's client never came up"
+    time.sleep(0.05)
+for _ in range(3):
+    tc.forward_backward([datum], "cross_entropy")
+    tc.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+last = loss()
+assert last < first, (first, last)
+print("PATH " + tc.save_weights_for_sampler("side").result().path)
+sc.close("success").result()
+print("SDK OK")
+"#;
+
+/// Two orgs' Tinker clients are held by one training worker side by side (docs/tinker.md,
+/// "Scheduling"): both train at once, each on its own weights, and both runs are their org's
+/// alone.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    let workers = training_workers(&pool, &stack, 1, 2, None).await;
+    let key_a = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let key_b = api_support::user(&pool, "b@y.io", "org-b", "member").await;
+    let flags = tempfile::tempdir().unwrap();
+    let ready = |name: &str| flags.path().join(name).display().to_string();
+    let (ready_a, ready_b) = (ready("a"), ready("b"));
+    let env_a =
+        [("KEY", key_a.as_str()), ("SEED", "1"), ("READY", &ready_a), ("OTHER_READY", &ready_b)];
+    let env_b =
+        [("KEY", key_b.as_str()), ("SEED", "2"), ("READY", &ready_b), ("OTHER_READY", &ready_a)];
+    let (out_a, out_b) = tokio::join!(
+        run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_a),
+        run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_b),
+    );
+    let path = |out: &str| out.lines().find_map(|l| l.strip_prefix("PATH ")).unwrap().to_string();
+    let (path_a, path_b) = (path(&out_a), path(&out_b));
+    // One worker claimed both, and held them at once.
+    let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as(
+            "SELECT org_id, claimed_at, finished_at FROM jobs WHERE kind = 'tinker' ORDER BY claimed_at",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_ne!(rows[0].0, rows[1].0, "{rows:?}");
+    assert!(rows[1].1 < rows[0].2, "the second client was claimed after the first ended: {rows:?}");
+    // Each org's saved weights are its own: the other org cannot see them.
+    let run_of = |path: &str| path.split('/').nth(2).unwrap().to_string();
+    let run_status = |path: &str| {
+        let url = format!("{}/api/v1/training_runs/{}", stack.base, run_of(path));
+        let key = format!("tml-{key_a}");
+        async move {
+            let request = reqwest::Client::new().get(url).header("X-API-Key", key);
+            request.send().await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(run_status(&path_a).await, 200);
+    assert_eq!(run_status(&path_b).await, 404);
     all_clients_end(&pool, 2).await;
     stack.shutdown.cancel();
     for worker in workers {

@@ -64,7 +64,7 @@ async fn readyz_reports_a_dead_embedded_worker(pool: sqlx::PgPool) {
     let body = readyz_until(&app, StatusCode::SERVICE_UNAVAILABLE, "starting").await;
     assert!(body["reason"].as_str().unwrap().contains("worker starting"), "{body}");
 
-    let options = RunnerOptions { max_jobs: None, liveness: liveness.clone() };
+    let options = RunnerOptions { max_jobs: None, liveness: liveness.clone(), shared: None };
     let worker = tokio::spawn(run_worker(
         fast_queue(&app),
         WorkerInfo::new(DeviceKind::Cpu, 1024),
@@ -102,7 +102,7 @@ async fn the_supervisor_restarts_a_panicking_worker(pool: sqlx::PgPool) {
             let first = starts.fetch_add(1, Ordering::SeqCst) == 0;
             async move {
                 assert!(!first, "the first run of the worker panics");
-                let options = RunnerOptions { max_jobs: None, liveness };
+                let options = RunnerOptions { max_jobs: None, liveness, shared: None };
                 let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
                 Ok(run_worker(queue, worker, Arc::new(Succeed), options, shutdown).await)
             }
@@ -152,6 +152,7 @@ async fn the_supervisor_gives_up_on_a_worker_that_cannot_start(pool: sqlx::PgPoo
         grader_budget: None,
         max_jobs: None,
         judges: Default::default(),
+        tinker_clients: None,
     };
     let shutdown = CancellationToken::new();
     let start = {

@@ -28,6 +28,10 @@ pub struct WorkerArgs {
     /// Parallel gradings (0 = number of cores).
     #[arg(long = "grader-workers", env = "VERITY_GRADER_WORKERS", default_value_t = 0)]
     grader_workers: usize,
+    /// The most Tinker training clients held at once (default: 4 on a CPU, 1 on a GPU); each
+    /// holds its own model and optimizer state, and their calls share the device.
+    #[arg(long = "tinker-clients", env = "VERITY_TINKER_CLIENTS", value_parser = clap::value_parser!(u16).range(1..))]
+    tinker_clients: Option<u16>,
     /// Exit after this many jobs.
     #[arg(long = "max-jobs")]
     max_jobs: Option<usize>,
@@ -79,5 +83,6 @@ pub fn training_config(args: WorkerArgs) -> anyhow::Result<TrainingWorkerConfig>
         grader_workers: args.grader_workers,
         grader_budget: None,
         max_jobs: args.max_jobs,
+        tinker_clients: args.tinker_clients.map(usize::from),
     })
 }

@@ -72,6 +72,10 @@ pub struct ClaimedJob {
     pub seed: i64,
     /// Method, grader and hyperparameters.
     pub spec: Value,
+    /// `jobs.kind`: what the row is (a fine-tuning job, a run, a Tinker training client).
+    pub kind: String,
+    /// The memory the job asked of its worker (MiB).
+    pub required_memory_mb: i64,
 }
 
 impl Queue {
@@ -103,6 +107,18 @@ impl Queue {
     /// moved to `running` with a new attempt and a lease, and committed at once; no transaction
     /// stays open while the job runs.
     pub async fn claim(&self, worker: &WorkerInfo) -> Result<Option<Lease>, QueueError> {
+        self.claim_beside(worker, None, worker.memory_mb).await
+    }
+
+    /// Claims as [`Queue::claim`] does, but only a job of `kind` (any kind when `None`) asking
+    /// at most `memory_mb`: what a worker already running jobs of that kind may take beside
+    /// them with the memory they leave.
+    pub async fn claim_beside(
+        &self,
+        worker: &WorkerInfo,
+        kind: Option<&str>,
+        memory_mb: i64,
+    ) -> Result<Option<Lease>, QueueError> {
         let row = sqlx::query!(
             r#"WITH RECURSIVE orgs(org_id) AS (
                    (SELECT org_id FROM jobs WHERE state = 'queued' ORDER BY org_id LIMIT 1)
@@ -129,6 +145,7 @@ impl Queue {
                        WHERE q.org_id = orgs.org_id AND q.state = 'queued' AND q.run_after <= now()
                          AND (q.required_device = 'any' OR q.required_device = $2)
                          AND q.required_memory_mb <= $3
+                         AND ($6::text IS NULL OR q.kind = $6)
                        ORDER BY q.priority DESC, q.created_at, q.id
                        LIMIT 1
                        FOR UPDATE SKIP LOCKED
@@ -146,12 +163,14 @@ impl Queue {
                                claimed_at = now(), error = NULL
                FROM next WHERE jobs.id = next.id
                RETURNING jobs.id, jobs.org_id, jobs.attempt, jobs.failures, jobs.model,
-                         jobs.training_file, jobs.validation_file, jobs.seed, jobs.spec"#,
+                         jobs.training_file, jobs.validation_file, jobs.seed, jobs.spec,
+                         jobs.kind, jobs.required_memory_mb"#,
             worker.id,
             worker.device.as_str(),
-            worker.memory_mb,
+            memory_mb,
             secs(self.settings.lease),
             i64::from(self.settings.org_max_running),
+            kind,
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -166,6 +185,8 @@ impl Queue {
                 validation_file: r.validation_file,
                 seed: r.seed,
                 spec: r.spec,
+                kind: r.kind,
+                required_memory_mb: r.required_memory_mb,
             };
             tracing::debug!(job_id = %job.id, attempt = job.attempt, worker_id = %worker.id, "claimed job");
             Lease::new(self.clone(), job, worker.id.clone())

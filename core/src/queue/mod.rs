@@ -27,7 +27,7 @@ pub use lease::{
     EventLevel, FailOutcome, Lease, ResultsFile, SampleIndexRow, TrainedModel, RESULTS_PURPOSE,
 };
 pub use liveness::{WorkerHealth, WorkerLiveness};
-pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions};
+pub use runner::{run_worker, JobHandler, JobOutcome, RunnerOptions, SharedKind};
 pub use waker::{ControlWake, JobWaker, Wake, CONTROL_CHANNEL};
 
 use sqlx::PgPool;

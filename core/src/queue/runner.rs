@@ -60,15 +60,55 @@ pub struct RunnerOptions {
     pub max_jobs: Option<usize>,
     /// Where the loop reports that it is alive (read by `/readyz` of `verity up`).
     pub liveness: WorkerLiveness,
+    /// Jobs of one kind the worker may run side by side; `None`: one job at a time.
+    pub shared: Option<SharedKind>,
 }
 
-/// Claims and runs jobs until `shutdown` fires (or `max_jobs` is reached); returns how many
-/// jobs it ran.
+/// A kind of job that mostly waits (a Tinker training client waits for its user's next call),
+/// so that one worker may hold several at once: while every job it runs is of this kind, it
+/// claims more of it — by the queue's fair share, within its memory — up to `max`. A job of
+/// any other kind still runs alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedKind {
+    /// `jobs.kind`.
+    pub kind: String,
+    /// The most such jobs run at once (1: one at a time).
+    pub max: usize,
+}
+
+/// What the loop knows of a job it runs.
+struct Running {
+    kind: String,
+    memory_mb: i64,
+}
+
+/// What the loop may claim next, given the jobs it runs: anything when idle; beside jobs of
+/// the shared kind only, while fewer than its limit run, that kind with the memory they leave.
+fn next_claim<'a>(
+    running: &[&Running],
+    shared: Option<&'a SharedKind>,
+    memory_mb: i64,
+) -> Option<(Option<&'a str>, i64)> {
+    if running.is_empty() {
+        return Some((None, memory_mb));
+    }
+    let shared = shared?;
+    let all_shared = running.iter().all(|r| r.kind == shared.kind);
+    if !all_shared || running.len() >= shared.max {
+        return None;
+    }
+    let used: i64 = running.iter().map(|r| r.memory_mb).sum();
+    Some((Some(shared.kind.as_str()), memory_mb.saturating_sub(used)))
+}
+
+/// Claims and runs jobs until `shutdown` fires (or `max_jobs` were claimed); returns how many
+/// jobs it ran. Jobs run one at a time, except those of [`RunnerOptions::shared`]'s kind, which
+/// run side by side, each under its own heartbeat.
 ///
 /// Failures of the database (registering, rescuing, claiming) never end the loop: each is
 /// logged and retried after an exponential backoff with jitter (0.5 s doubling to 30 s, reset
 /// by a success). A handler that panics fails its attempt (retryable) instead of killing the
-/// loop. Only `shutdown` (or `max_jobs`) ends it.
+/// loop. Only `shutdown` (or `max_jobs`) ends it; the jobs running then are waited for.
 pub async fn run_worker(
     queue: Queue,
     worker: WorkerInfo,
@@ -84,39 +124,59 @@ pub async fn run_worker(
     let waker = JobWaker::spawn(queue.pool());
     let mut backoff = RetryPolicy::WORKER.backoff();
     let mut registered = false;
+    let mut claimed_jobs = 0usize;
     let mut done = 0usize;
-    while !shutdown.is_cancelled() && options.max_jobs.is_none_or(|max| done < max) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running = std::collections::HashMap::new();
+    let shared = options.shared.as_ref().filter(|s| s.max > 1);
+    while !shutdown.is_cancelled() && options.max_jobs.is_none_or(|max| claimed_jobs < max) {
         liveness.beat();
+        let now: Vec<&Running> = running.values().collect();
+        let Some((kind, memory_mb)) = next_claim(&now, shared, worker.memory_mb) else {
+            // Busy: wait for a job to end.
+            let ended = beating(&liveness, tick, tasks.join_next_with_id()).await;
+            done += finished(ended, &mut running);
+            continue;
+        };
         let claimed = beating(&liveness, tick, async {
             if !registered {
                 queue.register_worker(&worker).await?;
                 registered = true;
             }
             queue.rescue_expired().await?;
-            queue.claim(&worker).await
+            queue.claim_beside(&worker, kind, memory_mb).await
         })
         .await;
         match claimed {
             Ok(Some(lease)) => {
                 backoff.reset();
                 liveness.succeeded();
-                let span = tracing::info_span!("job", job_id = %lease.job().id, attempt = lease.job().attempt);
-                let control = waker.control_wake(&lease.job().id);
+                claimed_jobs += 1;
+                let job = lease.job();
+                let span = tracing::info_span!("job", job_id = %job.id, attempt = job.attempt);
+                let control = waker.control_wake(&job.id);
+                let entry = Running { kind: job.kind.clone(), memory_mb: job.required_memory_mb };
+                let handler = handler.clone();
                 let interval = settings.heartbeat_interval();
-                let run = run_one(&lease, handler.as_ref(), interval, &control, &shutdown);
-                beating(&liveness, tick, run).instrument(span).await;
-                done += 1;
+                let stop = shutdown.clone();
+                let run = async move {
+                    run_one(&lease, handler.as_ref(), interval, &control, &stop).await;
+                };
+                let task = tasks.spawn(run.instrument(span));
+                running.insert(task.id(), entry);
             }
             Ok(None) => {
                 backoff.reset();
                 liveness.succeeded();
                 let idle = async {
                     tokio::select! {
-                        _ = waker.wait(settings.poll_interval) => {}
-                        _ = shutdown.cancelled() => {}
+                        _ = waker.wait(settings.poll_interval) => None,
+                        ended = tasks.join_next_with_id(), if !tasks.is_empty() => ended,
+                        _ = shutdown.cancelled() => None,
                     }
                 };
-                beating(&liveness, tick, idle).await;
+                let ended = beating(&liveness, tick, idle).await;
+                done += finished(ended, &mut running);
             }
             Err(err) => {
                 let delay = backoff.next_delay();
@@ -137,8 +197,30 @@ pub async fn run_worker(
             }
         }
     }
+    while !tasks.is_empty() {
+        let ended = beating(&liveness, tick, tasks.join_next_with_id()).await;
+        done += finished(ended, &mut running);
+    }
     guard.finish();
     done
+}
+
+/// Forgets the job whose task ended (if one did); 1 if one did. A task's panic is already
+/// turned into the job's failure by [`run_one`]; one escaping that is logged.
+fn finished(
+    ended: Option<Result<(tokio::task::Id, ()), tokio::task::JoinError>>,
+    running: &mut std::collections::HashMap<tokio::task::Id, Running>,
+) -> usize {
+    let id = match ended {
+        None => return 0,
+        Some(Ok((id, ()))) => id,
+        Some(Err(error)) => {
+            tracing::error!(%error, "a job's task ended abnormally");
+            error.id()
+        }
+    };
+    running.remove(&id);
+    1
 }
 
 /// Runs `work`, beating `liveness` every `tick` while it is pending.
@@ -220,5 +302,31 @@ fn outcome_name(outcome: &JobOutcome) -> &'static str {
         JobOutcome::Paused => "paused",
         JobOutcome::LeaseLost => "lease_lost",
         JobOutcome::Released => "released",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(memory_mb: i64) -> Running {
+        Running { kind: "tinker".into(), memory_mb }
+    }
+
+    #[test]
+    fn an_idle_worker_claims_anything_and_a_busy_one_only_the_shared_kind_up_to_its_limit() {
+        let shared = SharedKind { kind: "tinker".into(), max: 3 };
+        assert_eq!(next_claim(&[], Some(&shared), 4096), Some((None, 4096)));
+        assert_eq!(next_claim(&[], None, 4096), Some((None, 4096)));
+        let (a, b, c) = (client(1000), client(500), client(0));
+        // Beside clients: clients only, with the memory they leave.
+        assert_eq!(next_claim(&[&a], Some(&shared), 4096), Some((Some("tinker"), 3096)));
+        assert_eq!(next_claim(&[&a, &b], Some(&shared), 4096), Some((Some("tinker"), 2596)));
+        // At the limit, or without sharing: nothing until one ends.
+        assert_eq!(next_claim(&[&a, &b, &c], Some(&shared), 4096), None);
+        assert_eq!(next_claim(&[&a], None, 4096), None);
+        // A job of another kind runs alone.
+        let job = Running { kind: "fine_tuning".into(), memory_mb: 0 };
+        assert_eq!(next_claim(&[&job], Some(&shared), 4096), None);
     }
 }

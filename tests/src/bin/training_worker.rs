@@ -39,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
         grader_budget: None,
         max_jobs: Some(1),
         judges: Default::default(),
+        tinker_clients: None,
     };
     run_training_worker(config, WorkerLiveness::new(), CancellationToken::new()).await?;
     Ok(())

@@ -24,4 +24,4 @@ mod worker;
 
 pub use artifacts::write_results_file;
 pub use handler::{TrainingHandler, TrainingHandlerConfig};
-pub use worker::{run_training_worker, TrainingWorkerConfig};
+pub use worker::{default_tinker_clients, run_training_worker, TrainingWorkerConfig};

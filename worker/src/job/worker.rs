@@ -10,7 +10,7 @@ use verity_core::config::{DatabaseConfig, QueueConfig, StorageConfig};
 use verity_core::db::DbError;
 use verity_core::queue::{
     is_transient_db_error, retry_transient, run_worker, DeviceKind, Queue, QueueSettings,
-    RetryPolicy, RunnerOptions, WorkerInfo, WorkerLiveness,
+    RetryPolicy, RunnerOptions, SharedKind, WorkerInfo, WorkerLiveness,
 };
 use verity_core::storage::StorageError;
 use verity_verifiers::GradingBudget;
@@ -39,6 +39,19 @@ pub struct TrainingWorkerConfig {
     pub max_jobs: Option<usize>,
     /// Routing, timeouts and retries of model graders' judges.
     pub judges: crate::judge::JudgeSettings,
+    /// The most Tinker training clients held at once (`None`: [`default_tinker_clients`]).
+    pub tinker_clients: Option<usize>,
+}
+
+/// How many Tinker training clients a worker holds at once unless told: 4 on a CPU, where a
+/// client's model is small and mostly waits for its user's next call; 1 on a GPU, whose memory
+/// holds one client's model, optimizer and activations safely (raise it for LoRA on small
+/// models).
+pub fn default_tinker_clients(device: DeviceKind) -> usize {
+    match device {
+        DeviceKind::Cpu => 4,
+        DeviceKind::Cuda => 1,
+    }
 }
 
 /// Runs the training claim loop until `shutdown` fires (or `max_jobs` jobs ran), reporting to
@@ -88,9 +101,12 @@ pub async fn run_training_worker(
         budget,
     )
     .with_judge_settings(config.judges.clone());
-    let options = RunnerOptions { max_jobs: config.max_jobs, liveness };
+    let clients = config.tinker_clients.unwrap_or_else(|| default_tinker_clients(kind));
+    let shared =
+        SharedKind { kind: verity_core::tinker::clients::TINKER.to_string(), max: clients };
+    let options = RunnerOptions { max_jobs: config.max_jobs, liveness, shared: Some(shared) };
     let worker = WorkerInfo::new(kind, config.memory_mb);
-    tracing::info!(worker_id = %worker.id, device = %config.device, "training worker started");
+    tracing::info!(worker_id = %worker.id, device = %config.device, tinker_clients = clients, "training worker started");
     Ok(run_worker(queue, worker, Arc::new(handler), options, shutdown).await)
 }
 
