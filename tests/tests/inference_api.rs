@@ -1161,13 +1161,21 @@ async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
         [("KEY", key_a.as_str()), ("SEED", "1"), ("READY", &ready_a), ("OTHER_READY", &ready_b)];
     let env_b =
         [("KEY", key_b.as_str()), ("SEED", "2"), ("READY", &ready_b), ("OTHER_READY", &ready_a)];
-    let (out_a, out_b) = tokio::join!(
-        run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_a),
-        run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_b),
-    );
+    // Bounded: with a worker holding one client, the second org's `create_model` would wait
+    // for the first client's session, which waits for the second client.
+    let both = async {
+        tokio::join!(
+            run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_a),
+            run_sdk(&python, TINKER_SIDE_BY_SIDE_SCRIPT, &stack, &env_b),
+        )
+    };
+    let (out_a, out_b) = tokio::time::timeout(Duration::from_secs(300), both)
+        .await
+        .expect("the two orgs' loops did not both finish within 5 minutes");
     let path = |out: &str| out.lines().find_map(|l| l.strip_prefix("PATH ")).unwrap().to_string();
     let (path_a, path_b) = (path(&out_a), path(&out_b));
-    // One worker claimed both, and held them at once.
+    // One worker claimed both, and held them at once (until their sessions closed).
+    all_clients_end(&pool, 2).await;
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> =
         sqlx::query_as(
             "SELECT org_id, claimed_at, finished_at FROM jobs WHERE kind = 'tinker' ORDER BY claimed_at",
@@ -1190,7 +1198,6 @@ async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
     };
     assert_eq!(run_status(&path_a).await, 200);
     assert_eq!(run_status(&path_b).await, 404);
-    all_clients_end(&pool, 2).await;
     stack.shutdown.cancel();
     for worker in workers {
         let _ = worker.await;
