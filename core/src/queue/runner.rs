@@ -131,8 +131,8 @@ pub async fn run_worker(
     let shared = options.shared.as_ref().filter(|s| s.max > 1);
     while !shutdown.is_cancelled() && options.max_jobs.is_none_or(|max| claimed_jobs < max) {
         liveness.beat();
-        let now: Vec<&Running> = running.values().collect();
-        let Some((kind, memory_mb)) = next_claim(&now, shared, worker.memory_mb) else {
+        let next = next_claim(&running.values().collect::<Vec<_>>(), shared, worker.memory_mb);
+        let Some((kind, memory_mb)) = next else {
             // Busy: wait for a job to end.
             let ended = beating(&liveness, tick, tasks.join_next_with_id()).await;
             done += finished(ended, &mut running);
