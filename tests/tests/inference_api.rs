@@ -1203,3 +1203,114 @@ async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
         let _ = worker.await;
     }
 }
+
+/// Publishing (docs/tinker.md, "Publishing"), with the official SDK as two orgs: the owner's
+/// saved paths are invisible to the reader until published; then the reader samples them (the
+/// owner's tokens), reads what they are and starts its own client from them; only the owner
+/// unpublishes or deletes, and once unpublished the reader's open sampler stops.
+const TINKER_PUBLISH_SCRIPT: &str = r#"
+import os, tinker
+from tinker import types
+base = os.environ["VERITY_BASE"]
+def clients(key):
+    connection = dict(base_url=base, api_key="tml-" + key)
+    return tinker.ServiceClient(**connection), tinker.RestClient(**connection)
+owner, owner_rest = clients(os.environ["KEY"])
+reader, reader_rest = clients(os.environ["OTHER_KEY"])
+tc = owner.create_lora_training_client(base_model="tiny-llama", rank=4)
+tokens = [5, 9, 12, 3, 7]
+datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 4})
+for _ in range(3):
+    tc.forward_backward([datum], "cross_entropy")
+    tc.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+state = tc.save_state("pub").result().path
+sampler_path = tc.save_weights_for_sampler("pub").result().path
+run_id = state.split("/")[2]
+prompt = types.ModelInput.from_ints(tokens[:3])
+greedy = types.SamplingParams(max_tokens=2, temperature=0.0, stop=[])
+def sample(client):
+    return client.sample(prompt=prompt, num_samples=1, sampling_params=greedy).result().sequences[0]
+own = sample(owner.create_sampling_client(model_path=sampler_path))
+def refused(call, error, needle):
+    try:
+        call()
+    except error as e:
+        assert needle in str(e), str(e)
+        return
+    raise SystemExit("not refused: " + needle)
+read_sampler = lambda: sample(reader.create_sampling_client(model_path=sampler_path))
+# Private: the reader can neither read nor publish the owner's paths.
+refused(read_sampler, tinker.BadRequestError, "model_path")
+refused(lambda: reader_rest.get_weights_info_by_tinker_path(state).result(), tinker.NotFoundError, "checkpoint")
+refused(lambda: reader_rest.publish_checkpoint_from_tinker_path(state).result(), tinker.NotFoundError, "checkpoint")
+# Published (twice is fine): the reader samples the owner's weights, reads what they are, and
+# starts its own client from the saved state.
+for path in (sampler_path, state, state):
+    owner_rest.publish_checkpoint_from_tinker_path(path).result()
+public = {c.tinker_path: c.public for c in owner_rest.list_checkpoints(run_id).result().checkpoints}
+assert public[state] and public[sampler_path], public
+theirs = reader.create_sampling_client(model_path=sampler_path)
+assert sample(theirs).tokens == own.tokens
+info = reader_rest.get_weights_info_by_tinker_path(state).result()
+assert info.base_model == "tiny-llama" and info.lora_rank == 4, info
+fork = reader.create_training_client_from_state_with_optimizer(state)
+loss = lambda client: client.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+assert abs(loss(fork) - loss(tc)) < 1e-4, (loss(fork), loss(tc))
+fork_path = fork.save_state("mine").result().path
+assert fork_path.split("/")[2] != run_id, fork_path
+# The owner's run stays private, and only the owner deletes or unpublishes.
+refused(lambda: reader_rest.get_training_run(run_id).result(), tinker.NotFoundError, "training run")
+refused(lambda: reader_rest.delete_checkpoint_from_tinker_path(state).result(), tinker.NotFoundError, "checkpoint")
+refused(lambda: reader_rest.unpublish_checkpoint_from_tinker_path(sampler_path).result(), tinker.NotFoundError, "checkpoint")
+# Unpublished: the reader's open sampler stops at its next sample; the owner's samples on.
+owner_rest.unpublish_checkpoint_from_tinker_path(sampler_path).result()
+refused(lambda: sample(theirs), tinker.BadRequestError, "no longer published")
+refused(read_sampler, tinker.BadRequestError, "model_path")
+assert sample(owner.create_sampling_client(model_path=sampler_path)).tokens == own.tokens
+print("FORK " + fork_path)
+owner.close("success").result()
+reader.close("success").result()
+print("SDK OK")
+"#;
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_published_path_is_read_by_other_orgs_until_unpublished(pool: PgPool) {
+    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+        return;
+    };
+    let stack = stack(pool.clone()).await;
+    let workers = training_workers(&pool, &stack, 1, 2, None).await;
+    let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
+    let other_key = api_support::user(&pool, "b@y.io", "org-b", "member").await;
+    let env = [("KEY", key.as_str()), ("OTHER_KEY", other_key.as_str())];
+    let stdout = run_sdk(&python, TINKER_PUBLISH_SCRIPT, &stack, &env).await;
+    // The reader's fork is a run of the reader's org, started from the owner's checkpoint.
+    let fork = stdout.lines().find_map(|l| l.strip_prefix("FORK ")).unwrap();
+    let (fork_org, owner_org): (uuid::Uuid, uuid::Uuid) = sqlx::query_as(
+        "SELECT f.org_id, o.org_id FROM tinker_checkpoints f, tinker_checkpoints o \
+         WHERE f.path = $1 AND o.path LIKE '%/weights/pub'",
+    )
+    .bind(fork)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(fork_org, org_of(&pool, "b@y.io").await);
+    assert_eq!(owner_org, org_of(&pool, "a@x.io").await);
+    let public: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT kind, public FROM tinker_checkpoints WHERE org_id = $1 ORDER BY kind",
+    )
+    .bind(owner_org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(public, [("sampler".to_string(), false), ("training".to_string(), true)]);
+    all_clients_end(&pool, 2).await;
+    stack.shutdown.cancel();
+    for worker in workers {
+        let _ = worker.await;
+    }
+}

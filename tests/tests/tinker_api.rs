@@ -595,6 +595,33 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     for field in ["base_model", "is_lora", "lora_rank"] {
         assert_eq!(mine.json()[field], expected[field], "{:?}", mine.json());
     }
+    // The dashboard publishes the path (asking first): another org reads it then; Unpublish
+    // (no question) makes it the org's alone again.
+    let (_, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
+    assert!(html.contains("/saved/publish?path=tinker%3A") && html.contains(">Publish<"), "{html}");
+    let publication = |public: bool, body: &'static str| {
+        let uri = format!(
+            "/tinker/{job_id}/saved/publish?path={}&public={public}",
+            path.replace(':', "%3A")
+        );
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header("cookie", &cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap();
+        let router = app.router.clone();
+        async move { send(&router, request).await.status }
+    };
+    assert_eq!(publication(true, "").await, StatusCode::OK, "asked first");
+    assert_eq!(info(&b).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(publication(true, "confirm=yes").await, StatusCode::SEE_OTHER);
+    assert_eq!(info(&b).await.status, StatusCode::OK);
+    let (_, html) = dashboard_page(&app.router, &format!("/tinker/{job_id}"), &cookie).await;
+    assert!(html.contains(">public<") && html.contains(">Unpublish<"), "{html}");
+    assert_eq!(publication(false, "").await, StatusCode::SEE_OTHER);
+    assert_eq!(info(&b).await.status, StatusCode::NOT_FOUND);
     let delete_uri = format!("/api/v1/training_runs/{job_id}/checkpoints/weights/w0");
     let foreign = tinker(&app, Method::DELETE, &delete_uri, &b, json!({})).await;
     assert_eq!(foreign.status, StatusCode::NOT_FOUND);
@@ -622,5 +649,6 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     assert_eq!(failed["category"], "server", "{failed}");
     assert!(failed["error"].as_str().unwrap().contains("ended"), "{failed}");
     let late = post("/api/v1/optim_step", &a, json!({"model_id": model_id, "seq_id": 7})).await;
-    assert_eq!(late.status, StatusCode::CONFLICT, "{:?}", late.json());
+    assert_eq!(late.status, StatusCode::GONE, "{:?}", late.json());
+    assert_eq!(late.json()["error"]["code"], "training_client_ended", "{:?}", late.json());
 }

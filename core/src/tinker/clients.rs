@@ -804,6 +804,8 @@ pub struct SavedRecord {
     pub expires_at: Option<DateTime<Utc>>,
     /// Its size in the store.
     pub bytes: Option<i64>,
+    /// Whether every org may read it through its path ([`set_saved_public`]).
+    pub public: bool,
 }
 
 /// The weights the org's runs saved (one run's with `job_id`), newest first.
@@ -814,7 +816,8 @@ pub async fn list_saved(
 ) -> Result<Vec<SavedRecord>, sqlx::Error> {
     sqlx::query_as!(
         SavedRecord,
-        r#"SELECT m.job_id, t.path, t.kind, t.model, t.created_at, t.expires_at, c.bytes AS "bytes?"
+        r#"SELECT m.job_id, t.path, t.kind, t.model, t.created_at, t.expires_at, t.public,
+                  c.bytes AS "bytes?"
            FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id
            LEFT JOIN checkpoints c ON c.job_id = m.job_id AND c.step = t.step
            WHERE t.org_id = $1 AND ($2::text IS NULL OR m.job_id = $2)
@@ -859,8 +862,8 @@ pub async fn expired_saved(pool: &PgPool, limit: i64) -> Result<Vec<(Uuid, Strin
     Ok(rows.into_iter().map(|r| (r.org_id, r.path)).collect())
 }
 
-/// Where the files of the weights saved under `tinker://` path `path` in `org_id` are: the
-/// store prefix of the checkpoint that holds them, with the save's kind (`sampler`,
+/// Where the files of the weights saved under `tinker://` path `path` are, for `org_id` (its own
+/// path, or one another org published): the store prefix of the checkpoint that holds them, with the save's kind (`sampler`,
 /// `training`, `external`).
 pub async fn saved_files(
     pool: &PgPool,
@@ -871,7 +874,7 @@ pub async fn saved_files(
         "SELECT t.kind, c.storage_prefix FROM tinker_checkpoints t \
          JOIN tinker_models m ON m.id = t.model_id \
          JOIN checkpoints c ON c.job_id = m.job_id AND c.step = t.step \
-         WHERE t.path = $1 AND t.org_id = $2",
+         WHERE t.path = $1 AND (t.org_id = $2 OR t.public)",
         path,
         org_id
     )
@@ -895,7 +898,8 @@ pub struct SavedSource {
     pub lora_rank: Option<i32>,
 }
 
-/// The weights saved under `tinker://` path `path` in `org_id`.
+/// The weights saved under `tinker://` path `path`, for `org_id`: its own path, or one another
+/// org published.
 pub async fn saved_source(
     pool: &PgPool,
     org_id: Uuid,
@@ -905,7 +909,7 @@ pub async fn saved_source(
         SavedSource,
         "SELECT m.job_id, t.step, t.kind, m.base_model, m.lora_rank \
          FROM tinker_checkpoints t JOIN tinker_models m ON m.id = t.model_id \
-         WHERE t.path = $1 AND t.org_id = $2",
+         WHERE t.path = $1 AND (t.org_id = $2 OR t.public)",
         path,
         org_id
     )
@@ -913,19 +917,49 @@ pub async fn saved_source(
     .await
 }
 
-/// The Verity model saved under `tinker://` path `path` in `org_id`.
+/// The Verity model saved under a `tinker://` path, and the org that owns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathModel {
+    /// The checkpoint's model name (`ft:…:ckpt-step-N`), resolved in its owner's org.
+    pub model: String,
+    /// The org that saved it.
+    pub org_id: Uuid,
+}
+
+/// The Verity model saved under `tinker://` path `path`, for `org_id`: its own path, or one
+/// another org published.
 pub async fn checkpoint_model(
     pool: &PgPool,
     org_id: Uuid,
     path: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT model FROM tinker_checkpoints WHERE path = $1 AND org_id = $2",
+) -> Result<Option<PathModel>, sqlx::Error> {
+    sqlx::query_as!(
+        PathModel,
+        "SELECT model, org_id FROM tinker_checkpoints WHERE path = $1 AND (org_id = $2 OR public)",
         path,
         org_id
     )
     .fetch_optional(pool)
     .await
+}
+
+/// Publishes the weights `org_id` saved under `path` (every org may then read them through the
+/// path), or makes them private again; false when the org has no such path.
+pub async fn set_saved_public(
+    pool: &PgPool,
+    org_id: Uuid,
+    path: &str,
+    public: bool,
+) -> Result<bool, sqlx::Error> {
+    let set = sqlx::query!(
+        "UPDATE tinker_checkpoints SET public = $3 WHERE path = $1 AND org_id = $2",
+        path,
+        org_id,
+        public
+    )
+    .execute(pool)
+    .await?;
+    Ok(set.rows_affected() > 0)
 }
 
 /// One call of a client's log, as the dashboard shows it.

@@ -245,6 +245,16 @@ async fn end_parked_clients(
     Ok(())
 }
 
+/// What a sampling session samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingModel {
+    /// The Verity model.
+    pub model: String,
+    /// The published `tinker://` path of another org it samples through (`None`: a model of
+    /// the session's own org).
+    pub model_path: Option<String>,
+}
+
 /// Opens the sampling session `seq` of session `session_id` on `model` (the same call again
 /// answers the same id); `None` when the org has no such open session.
 pub async fn create_sampling_session(
@@ -252,33 +262,35 @@ pub async fn create_sampling_session(
     org_id: Uuid,
     session_id: &str,
     seq: i64,
-    model: &str,
+    model: &SamplingModel,
 ) -> Result<Option<String>, sqlx::Error> {
     let id = format!("{session_id}:sample:{seq}");
     let row = sqlx::query!(
-        "INSERT INTO tinker_sampling_sessions (id, session_id, org_id, model) \
-         SELECT $1, s.id, s.org_id, $4 FROM tinker_sessions s \
+        "INSERT INTO tinker_sampling_sessions (id, session_id, org_id, model, model_path) \
+         SELECT $1, s.id, s.org_id, $4, $5 FROM tinker_sessions s \
          WHERE s.id = $2 AND s.org_id = $3 AND s.finished_at IS NULL \
          ON CONFLICT (id) DO UPDATE SET model = tinker_sampling_sessions.model \
          RETURNING id",
         id,
         session_id,
         org_id,
-        model
+        model.model,
+        model.model_path
     )
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|r| r.id))
 }
 
-/// The model sampling session `id` samples; `None` when the org has no such session.
+/// What sampling session `id` samples; `None` when the org has no such session.
 pub async fn sampling_model(
     pool: &PgPool,
     org_id: Uuid,
     id: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT model FROM tinker_sampling_sessions WHERE id = $1 AND org_id = $2",
+) -> Result<Option<SamplingModel>, sqlx::Error> {
+    sqlx::query_as!(
+        SamplingModel,
+        "SELECT model, model_path FROM tinker_sampling_sessions WHERE id = $1 AND org_id = $2",
         id,
         org_id
     )

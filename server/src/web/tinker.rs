@@ -7,7 +7,7 @@ use super::page::{render, urlencode, when, Nav, WebResult, WebUser};
 use crate::api::error::ApiError;
 use crate::api::extract::ApiQuery;
 use crate::api::state::AppState;
-use crate::api::tinker::runs::delete_saved_weights;
+use crate::api::tinker::runs::{delete_saved_weights, publish};
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/tinker", get(list_page))
         .route("/tinker/{run_id}", get(run_page))
         .route("/tinker/{run_id}/saved/delete", post(delete_saved))
+        .route("/tinker/{run_id}/saved/publish", post(publish_saved))
 }
 
 /// A run as shown.
@@ -114,6 +115,10 @@ struct SavedRow {
     path: String,
     /// Where its Delete form posts.
     delete: String,
+    /// Whether every org may read it through its path.
+    public: bool,
+    /// Where its Publish (or Unpublish) form posts.
+    publish: String,
     kind: String,
     model: String,
     /// The playground comparing them with the run's base model.
@@ -132,6 +137,13 @@ impl SavedRow {
                 "/tinker/{}/saved/delete?path={}",
                 saved.job_id,
                 urlencode(&saved.path)
+            ),
+            public: saved.public,
+            publish: format!(
+                "/tinker/{}/saved/publish?path={}&public={}",
+                saved.job_id,
+                urlencode(&saved.path),
+                !saved.public
             ),
             kind: saved.kind.clone(),
             model: saved.model.clone(),
@@ -278,5 +290,46 @@ async fn delete_saved(
         }));
     }
     delete_saved_weights(&state, &user.0, &query.path).await?;
+    Ok(Redirect::to(&format!("/tinker/{run_id}")).into_response())
+}
+
+/// `?path=&public=` of a saved weight's publication.
+#[derive(Debug, Deserialize)]
+struct PublishPath {
+    path: String,
+    public: bool,
+}
+
+/// Publishes saved weights of the org to every org of the server, or makes them private again
+/// (after the user confirmed publishing), then shows the run again.
+async fn publish_saved(
+    State(state): State<AppState>,
+    user: WebUser,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<PublishPath>,
+    Form(form): Form<ConfirmForm>,
+) -> WebResult<Response> {
+    if !query.path.starts_with(&format!("tinker://{run_id}/")) {
+        return Err(ApiError::not_found("checkpoint", &query.path).into());
+    }
+    if query.public && !form.confirmed() {
+        return Ok(render(&ConfirmPage {
+            nav: Nav::new("Publish saved weights", "tinker"),
+            question: format!(
+                "Publish {}? Every organization of this server can then sample these weights, \
+                 start training clients from them and download them through the path, until \
+                 you unpublish or delete it.",
+                query.path
+            ),
+            action: format!(
+                "/tinker/{run_id}/saved/publish?path={}&public=true",
+                urlencode(&query.path)
+            ),
+            button: "Publish".into(),
+            back: format!("/tinker/{run_id}"),
+            affected: Vec::new(),
+        }));
+    }
+    publish(&state, &user.0, &query.path, query.public).await?;
     Ok(Redirect::to(&format!("/tinker/{run_id}")).into_response())
 }

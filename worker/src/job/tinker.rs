@@ -557,13 +557,15 @@ impl TrainingHandler {
         };
         let mut result = json!({"path": path, "model": model, "type": kind.call()});
         if let Some(seq) = save.sampling_session_seq_id {
+            let sampling =
+                verity_core::tinker::SamplingModel { model: model.clone(), model_path: None };
             let open = || {
                 verity_core::tinker::create_sampling_session(
                     pool,
                     job.org_id,
                     &spec.session_id,
                     seq,
-                    &model,
+                    &sampling,
                 )
             };
             let session =

@@ -55,7 +55,7 @@ fn checkpoint_json(saved: &SavedRecord) -> Value {
         "time": saved.created_at,
         "tinker_path": saved.path,
         "size_bytes": saved.bytes,
-        "public": false,
+        "public": saved.public,
         "expires_at": saved.expires_at,
         "verity_model": saved.model,
     })
@@ -209,8 +209,9 @@ struct SetTtl {
 /// `/api/v1/training_runs/{run_id}/checkpoints/{checkpoint_id}…`: `DELETE` of a saved weight
 /// (`checkpoint_id` is `weights/<name>`, `sampler_weights/<name>` or
 /// `external_weights/<name>`), `PUT …/ttl` (when it expires) and `GET
-/// …/external_weights_urls` (signed URLs of an external save's files); the other call under
-/// it (`…/publish`) is named as not served.
+/// …/external_weights_urls` (signed URLs of an external save's files) and `POST` / `DELETE
+/// …/publish` (every org may read the path, or only its own again); any other call under it
+/// is named as not served.
 pub async fn checkpoint(
     principal: Principal,
     State(state): State<AppState>,
@@ -227,6 +228,12 @@ pub async fn checkpoint(
         (&Method::GET, ["external_weights", name, "external_weights_urls"]) => {
             let path = format!("tinker://{run_id}/external_weights/{name}");
             Ok(Json(external_weights_urls(&state, &principal, &path).await?).into_response())
+        }
+        (&Method::POST | &Method::DELETE, [kind, name, "publish"]) => {
+            let path = format!("tinker://{run_id}/{kind}/{name}");
+            let public = method == Method::POST;
+            publish(&state, &principal, &path, public).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         (&Method::PUT, [kind, name, "ttl"]) => {
             let body: SetTtl = serde_json::from_slice(&body)
@@ -245,6 +252,23 @@ pub async fn checkpoint(
             Err(super::not_served_error(&call))
         }
     }
+}
+
+/// `publish_checkpoint_from_tinker_path` (`public`) and `unpublish_checkpoint_from_tinker_path`:
+/// only the org that saved `path` may (a 404 for any other, as for a path it cannot see).
+/// Asking for what already is succeeds: the SDK retries a 409 for five minutes, so Verity does
+/// not answer one.
+pub(crate) async fn publish(
+    state: &AppState,
+    principal: &Principal,
+    path: &str,
+    public: bool,
+) -> ApiResult<()> {
+    if !clients::set_saved_public(&state.pool, principal.org_id, path, public).await? {
+        return Err(ApiError::not_found("checkpoint", path));
+    }
+    tracing::info!(org_id = %principal.org_id, path, public, "tinker checkpoint publication set");
+    Ok(())
 }
 
 /// How long the URLs of `get_external_weights_urls` stay valid.

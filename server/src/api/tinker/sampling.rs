@@ -16,8 +16,11 @@ use futures::StreamExt;
 use prost::Message;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use verity_core::tinker::clients;
+use verity_core::tinker::SamplingModel;
 use verity_worker::inference::request::{
-    GenerationEvent, GenerationParams, GenerationRequest, PromptInput, StopReason as Stop,
+    GenerationEvent, GenerationParams, GenerationRequest, ModelSource, PromptInput,
+    StopReason as Stop,
 };
 
 /// Most sequences one `asample` may ask for.
@@ -42,28 +45,31 @@ pub async fn create_sampling_session(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateSamplingSession>,
 ) -> ApiResult<Json<Value>> {
-    let model = match (body.base_model, body.model_path) {
-        (Some(model), _) => model,
+    let sampling = match (body.base_model, body.model_path) {
+        (Some(model), _) => SamplingModel { model, model_path: None },
         (None, Some(path)) => {
-            verity_core::tinker::clients::checkpoint_model(&state.pool, principal.org_id, &path)
+            let found = clients::checkpoint_model(&state.pool, principal.org_id, &path)
                 .await?
                 .ok_or_else(|| {
                     ApiError::invalid(
                         "model_path",
                         format!("no weights were saved at {path:?} (save_weights_for_sampler)"),
                     )
-                })?
+                })?;
+            // Another org's published path is sampled through the path, while it stays so.
+            let model_path = (found.org_id != principal.org_id).then_some(path);
+            SamplingModel { model: found.model, model_path }
         }
         (None, None) => return Err(ApiError::invalid("base_model", "base_model is required")),
     };
-    crate::api::jobs::validate::check_name_param("base_model", &model)?;
-    source_at(&state, principal.org_id, "base_model", &model).await?;
+    crate::api::jobs::validate::check_name_param("base_model", &sampling.model)?;
+    sampling_source(&state, principal.org_id, &sampling).await?;
     let id = verity_core::tinker::create_sampling_session(
         &state.pool,
         principal.org_id,
         &body.session_id,
         body.sampling_session_seq_id,
-        &model,
+        &sampling,
     )
     .await?
     .ok_or_else(|| ApiError::not_found("session", &body.session_id))?;
@@ -76,10 +82,31 @@ pub async fn sampler(
     State(state): State<AppState>,
     Path(sampler_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let model = verity_core::tinker::sampling_model(&state.pool, principal.org_id, &sampler_id)
+    let sampling = verity_core::tinker::sampling_model(&state.pool, principal.org_id, &sampler_id)
         .await?
         .ok_or_else(|| ApiError::not_found("sampler", &sampler_id))?;
-    Ok(Json(json!({ "sampler_id": sampler_id, "base_model": model, "model_path": null })))
+    Ok(Json(json!({
+        "sampler_id": sampler_id,
+        "base_model": sampling.model,
+        "model_path": sampling.model_path,
+    })))
+}
+
+/// Where the weights a sampling session samples are, for `org_id`: a model of its own org, or
+/// the checkpoint under another org's path while that path stays published (a 400 naming
+/// `model_path` once it was unpublished or deleted).
+async fn sampling_source(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    sampling: &SamplingModel,
+) -> ApiResult<ModelSource> {
+    let Some(path) = &sampling.model_path else {
+        return source_at(state, org_id, "base_model", &sampling.model).await;
+    };
+    let found = clients::checkpoint_model(&state.pool, org_id, path).await?.ok_or_else(|| {
+        ApiError::invalid("model_path", format!("the weights at {path:?} are no longer published"))
+    })?;
+    source_at(state, found.org_id, "model_path", &found.model).await
 }
 
 /// `ModelInput`: chunks of token ids.
@@ -259,18 +286,18 @@ pub async fn asample(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<Asample>,
 ) -> ApiResult<Json<Value>> {
-    let model = match (&body.sampling_session_id, &body.base_model) {
+    let sampling = match (&body.sampling_session_id, &body.base_model) {
         (Some(id), _) => verity_core::tinker::sampling_model(&state.pool, principal.org_id, id)
             .await?
             .ok_or_else(|| {
                 ApiError::invalid("sampling_session_id", format!("no sampling session {id:?}"))
             })?,
-        (None, Some(model)) => model.clone(),
+        (None, Some(model)) => SamplingModel { model: model.clone(), model_path: None },
         (None, None) => {
             return Err(ApiError::invalid("sampling_session_id", "sampling_session_id is required"))
         }
     };
-    let source = source_at(&state, principal.org_id, "base_model", &model).await?;
+    let source = sampling_source(&state, principal.org_id, &sampling).await?;
     let params = generation_params(&body)?;
     let prompt = prompt_tokens(&body.prompt)?;
     super::check_pending(&state, principal.org_id).await?;

@@ -152,9 +152,12 @@ async fn enqueue(
                     "model_id",
                     format!("no training client {id:?} (create one with create_model)"),
                 ),
-                ended @ EnqueueCallError::Ended { .. } => {
-                    ApiError::conflict("training_client_ended", ended.to_string())
-                }
+                // 410, not 409: the SDK retries a 409 for five minutes, and an ended client
+                // never comes back.
+                ended @ EnqueueCallError::Ended { .. } => ApiError {
+                    status: axum::http::StatusCode::GONE,
+                    ..ApiError::conflict("training_client_ended", ended.to_string())
+                },
                 EnqueueCallError::Db(e) => e.into(),
             })?;
     Ok(Json(json!({ "request_id": future_id, "model_id": model_id })))
