@@ -127,10 +127,14 @@ async fn sessions_and_futures_are_the_orgs_and_unserved_calls_are_named(pool: sq
     let refused = post("/api/v1/copy_weights", &a, json!({"model_id": "x"})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
     assert!(refused.json()["error"]["message"].as_str().unwrap().contains("copy_weights"));
-    let publish = "/api/v1/training_runs/tinkjob-x/checkpoints/weights/c1/publish";
-    let refused = post(publish, &a, json!({})).await;
+    let unknown = "/api/v1/training_runs/tinkjob-x/checkpoints/weights/c1/archive";
+    let refused = post(unknown, &a, json!({})).await;
     assert_error(&refused, StatusCode::BAD_REQUEST, Some("call"));
-    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("c1/publish"));
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("c1/archive"));
+    // Publishing is served: a path the org does not have is a 404.
+    let publish = "/api/v1/training_runs/tinkjob-x/checkpoints/weights/c1/publish";
+    let missing = post(publish, &a, json!({})).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{:?}", missing.json());
 
     let finish = format!("/api/v1/sessions/{session}/finish");
     let done = json!({"reason": {"type": "success"}});

@@ -394,6 +394,9 @@ pub async fn load_weights(
     };
     let Some(model_id) = body.model_id.as_deref() else {
         let source = source.ok_or_else(unknown)?;
+        // Weights another org published start a client of the caller's org, on the run's base
+        // model: one the caller may use (as `create_model` checks), else the 400 comes now.
+        source_at(&state, principal.org_id, "path", &source.base_model).await?;
         let session_id = body
             .session_id
             .as_deref()
