@@ -644,12 +644,7 @@ print("SDK OK")
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn the_tinker_sdk_samples_with_the_trainers_log_probabilities(pool: PgPool) {
-    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
-        eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
-        );
-        return;
-    };
+    let Some(python) = tinker_python() else { return };
     let stack = stack(pool.clone()).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
     let stdout =
@@ -846,12 +841,7 @@ print("SDK OK")
 async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity_model(
     pool: PgPool,
 ) {
-    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
-        eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
-        );
-        return;
-    };
+    let Some(python) = tinker_python() else { return };
     let stack = stack(pool.clone()).await;
     // Two workers holding one client each: the script makes a second from saved state.
     let workers = training_workers(&pool, &stack, 2, 1, None).await;
@@ -915,6 +905,23 @@ async fn the_tinker_sdk_trains_on_a_training_worker_and_its_weights_are_a_verity
     assert_eq!(files, None, "the expired path's checkpoint went with it");
     // The SDK closed its session: the workers released both clients.
     all_clients_end(&pool, 2).await;
+    stop(&stack, workers).await;
+}
+
+/// The Python with the Tinker SDK (`VERITY_TEST_TINKER_PYTHON`), or `None` after saying that
+/// the test is skipped.
+fn tinker_python() -> Option<String> {
+    let python = std::env::var("VERITY_TEST_TINKER_PYTHON").ok();
+    if python.is_none() {
+        eprintln!(
+            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
+        );
+    }
+    python
+}
+
+/// Shuts `stack` down and waits for its training `workers` to stop.
+async fn stop(stack: &Stack, workers: Vec<tokio::task::JoinHandle<usize>>) {
     stack.shutdown.cancel();
     for worker in workers {
         let _ = worker.await;
@@ -1047,12 +1054,7 @@ print("SDK OK")
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) {
-    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
-        eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
-        );
-        return;
-    };
+    let Some(python) = tinker_python() else { return };
     let stack = stack(pool.clone()).await;
     let idle = Duration::from_secs(1);
     let workers = training_workers(&pool, &stack, 2, 1, Some(idle)).await;
@@ -1103,10 +1105,7 @@ async fn an_idle_tinker_client_is_parked_and_comes_back_as_it_was(pool: PgPool) 
     assert!(transitions.iter().any(|t| t == "paused -> queued"), "{transitions:?}");
     // The session closed: held clients end as before, parked ones end with it.
     all_clients_end(&pool, 2).await;
-    stack.shutdown.cancel();
-    for worker in workers {
-        let _ = worker.await;
-    }
+    stop(&stack, workers).await;
 }
 
 /// One org's loop for [`two_orgs_train_side_by_side_on_one_worker`]: a LoRA client, its first
@@ -1144,12 +1143,7 @@ print("SDK OK")
 /// alone.
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
-    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
-        eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
-        );
-        return;
-    };
+    let Some(python) = tinker_python() else { return };
     let stack = stack(pool.clone()).await;
     let workers = training_workers(&pool, &stack, 1, 2, None).await;
     let key_a = api_support::user(&pool, "a@x.io", "org-a", "member").await;
@@ -1198,10 +1192,7 @@ async fn two_orgs_train_side_by_side_on_one_worker(pool: PgPool) {
     };
     assert_eq!(run_status(&path_a).await, 200);
     assert_eq!(run_status(&path_b).await, 404);
-    stack.shutdown.cancel();
-    for worker in workers {
-        let _ = worker.await;
-    }
+    stop(&stack, workers).await;
 }
 
 /// Publishing (docs/tinker.md, "Publishing"), with the official SDK as two orgs: the owner's
@@ -1276,12 +1267,7 @@ print("SDK OK")
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_published_path_is_read_by_other_orgs_until_unpublished(pool: PgPool) {
-    let Ok(python) = std::env::var("VERITY_TEST_TINKER_PYTHON") else {
-        eprintln!(
-            "SKIPPED: VERITY_TEST_TINKER_PYTHON is not set (source scripts/test-services.sh)"
-        );
-        return;
-    };
+    let Some(python) = tinker_python() else { return };
     let stack = stack(pool.clone()).await;
     let workers = training_workers(&pool, &stack, 1, 2, None).await;
     let key = api_support::user(&pool, "a@x.io", "org-a", "member").await;
@@ -1309,8 +1295,5 @@ async fn a_published_path_is_read_by_other_orgs_until_unpublished(pool: PgPool) 
     .unwrap();
     assert_eq!(public, [("sampler".to_string(), false), ("training".to_string(), true)]);
     all_clients_end(&pool, 2).await;
-    stack.shutdown.cancel();
-    for worker in workers {
-        let _ = worker.await;
-    }
+    stop(&stack, workers).await;
 }
