@@ -2,8 +2,23 @@
 //! cache folder (checked by its manifest), never written or deleted outside the cache root.
 
 use anyhow::{anyhow, Context};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 use verity_core::storage::{download_folder, read_manifest, ObjectStore};
+
+/// One lock per cache folder being filled in this process: the jobs and clients a worker runs
+/// side by side (and `verity up`'s inference worker beside them) often want the same base
+/// model at once, and two downloads into one folder would delete each other's files.
+static FILLING: LazyLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+/// The lock of cache folder `dir` (locks no one holds or waits for are dropped on the way).
+fn filling_lock(dir: &Path) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = FILLING.lock().unwrap_or_else(|p| p.into_inner());
+    locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+    locks.entry(dir.to_path_buf()).or_default().clone()
+}
 
 /// A cache path that is not strictly inside its cache root: refused before anything is
 /// written or deleted (a permanent error, never retried).
@@ -28,6 +43,7 @@ pub fn remove_cache_dir(root: &Path, dir: &Path) -> Result<(), OutsideCache> {
 
 /// Downloads the published folder at `prefix` into `dir` (which must lie strictly inside the
 /// cache folder `root`) unless a complete copy is there (its manifest matches); returns `dir`.
+/// Calls for one folder in this process take turns, so the second finds the first's copy.
 pub async fn cached_folder(
     store: &dyn ObjectStore,
     prefix: &str,
@@ -40,6 +56,8 @@ pub async fn cached_folder(
             return Err(OutsideCache { root: root.to_path_buf(), path: path.to_path_buf() }.into());
         }
     }
+    let lock = filling_lock(dir);
+    let _turn = lock.lock().await;
     let remote = read_manifest(store, prefix)
         .await
         .with_context(|| format!("reading the manifest of {prefix}"))?
@@ -114,5 +132,33 @@ mod tests {
             assert!(error.downcast_ref::<OutsideCache>().is_some(), "{error:#}");
         }
         assert!(sentinels.iter().all(|s| s.exists()));
+    }
+
+    /// Two clients of one base model starting together on one worker: both get the whole
+    /// folder, downloaded once.
+    #[tokio::test]
+    async fn calls_for_one_folder_take_turns_and_share_the_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path().join("objects"), None).await.unwrap();
+        let source = dir.path().join("source");
+        std::fs::create_dir_all(&source).unwrap();
+        for i in 0..8 {
+            std::fs::write(source.join(format!("shard-{i}.bin")), vec![i as u8; 1 << 16]).unwrap();
+        }
+        verity_core::storage::publish_folder(&store, &source, "models/m").await.unwrap();
+        let root = dir.path().join("cache/models");
+        let target = root.join("m");
+        let fetch = || cached_folder(&store, "models/m", &root, &target);
+        let (a, b, c) = tokio::join!(fetch(), fetch(), fetch());
+        for got in [a, b, c] {
+            assert_eq!(got.unwrap(), target);
+        }
+        for i in 0..8 {
+            let bytes = std::fs::read(target.join(format!("shard-{i}.bin"))).unwrap();
+            assert_eq!(bytes, vec![i as u8; 1 << 16]);
+        }
+        let left: Vec<_> =
+            std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["m"], "no partial download left behind");
     }
 }
