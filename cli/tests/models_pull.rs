@@ -187,9 +187,9 @@ async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(poo
 
     // Pulled: the HF cache layout (refs, snapshots pointing at blobs), only what Verity loads,
     // imported under the repository's name and registered.
-    let (name, prefix, fetched) =
-        pull(&pool, &store, &open, "acme/tiny-llama", None).await.unwrap();
-    assert_eq!((name.as_str(), prefix.as_str()), ("tiny-llama", "models/tiny-llama"));
+    let pulled = pull(&pool, &store, &open, "acme/tiny-llama", None).await.unwrap();
+    let fetched = pulled.fetched;
+    assert_eq!((pulled.name.as_str(), pulled.prefix.as_str()), ("tiny-llama", "models/tiny-llama"));
     let repo_dir = cache.path().join("models--acme--tiny-llama");
     assert_eq!(fetched.dir, repo_dir.join("snapshots").join(COMMIT));
     assert_eq!(std::fs::read_to_string(repo_dir.join("refs/main")).unwrap().trim(), COMMIT);
@@ -206,11 +206,20 @@ async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(poo
     let record = verity_core::models::model_by_id(&pool, "tiny-llama").await.unwrap().unwrap();
     assert_eq!(record.storage_prefix, "models/tiny-llama");
 
+    // The hub id names the model too, for every org, wherever a model name is resolved.
+    assert_eq!(pulled.hub_id.as_deref(), Some("acme/tiny-llama"));
+    assert_eq!(record.hub_id.as_deref(), Some("acme/tiny-llama"));
+    let any_org = uuid::Uuid::new_v4();
+    let by_hub_id = verity_core::models::model_for_hub_id(&pool, any_org, "acme/tiny-llama");
+    assert_eq!(by_hub_id.await.unwrap().as_deref(), Some("tiny-llama"));
+    let stack = verity_core::lineage::resolve_stack(&pool, any_org, "acme/tiny-llama").await;
+    assert_eq!(stack.unwrap().unwrap().base.id, "tiny-llama");
+
     // Pulled again under another name: nothing is downloaded again.
     let before = state.resolves.load(Ordering::SeqCst);
-    let (_, _, again) =
-        pull(&pool, &store, &open, "acme/tiny-llama@main", Some("tiny-2")).await.unwrap();
-    assert_eq!((again.downloaded, state.resolves.load(Ordering::SeqCst)), (0, before));
+    let again = pull(&pool, &store, &open, "acme/tiny-llama@main", Some("tiny-2")).await.unwrap();
+    assert_eq!((again.fetched.downloaded, state.resolves.load(Ordering::SeqCst)), (0, before));
+    assert_eq!(again.hub_id, None, "one model per hub id: the first pull keeps it");
     let taken = pull(&pool, &store, &open, "acme/tiny-llama", None).await.unwrap_err();
     assert!(taken.to_string().contains("already exists"), "{taken}");
 

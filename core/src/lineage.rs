@@ -30,9 +30,10 @@ pub struct ModelStack {
     pub layers: Vec<StackLayer>,
 }
 
-/// Resolves `name` for `org_id`: a base model the org can see, one of its jobs' checkpoint
-/// names, or one of its jobs' `fine_tuned_model` (that job's latest checkpoint), each over the
-/// stack of the model its job started from. `None` when the name (or a model under it) does
+/// Resolves `name` for `org_id`: a base model the org can see (by its name or its hub id,
+/// [`crate::models::model_for_hub_id`]), one of its jobs' checkpoint names, or one of its jobs'
+/// `fine_tuned_model` (that job's latest checkpoint), each over the stack of the model its job
+/// started from. `None` when the name (or a model under it) does
 /// not exist in the org: another org's model looks the same, and an embedding model is no
 /// language model.
 pub async fn resolve_stack(
@@ -41,7 +42,10 @@ pub async fn resolve_stack(
     name: &str,
 ) -> Result<Option<ModelStack>, sqlx::Error> {
     let mut layers = Vec::new();
-    let mut name = name.to_string();
+    let mut name = match crate::models::model_for_hub_id(pool, org_id, name).await? {
+        Some(model) => model,
+        None => name.to_string(),
+    };
     while layers.len() <= MAX_STACK_DEPTH {
         // A registered fine-tuned model (a job's result) resolves through its job, below: its
         // folder may be an adapter only.

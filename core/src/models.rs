@@ -24,13 +24,16 @@ pub struct ModelRecord {
     pub job_id: Option<String>,
     /// Registration time.
     pub created_at: DateTime<Utc>,
+    /// The hub id (`OWNER/NAME`) that names it too ([`model_for_hub_id`]), if any.
+    pub hub_id: Option<String>,
 }
 
 /// Models `org_id` can see (shared ones and its own), by name.
 pub async fn list_models(pool: &PgPool, org_id: Uuid) -> Result<Vec<ModelRecord>, sqlx::Error> {
     sqlx::query_as!(
         ModelRecord,
-        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at FROM models
+        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at, hub_id
+           FROM models
            WHERE org_id IS NULL OR org_id = $1 ORDER BY id"#,
         org_id
     )
@@ -46,7 +49,8 @@ pub async fn get_model(
 ) -> Result<Option<ModelRecord>, sqlx::Error> {
     sqlx::query_as!(
         ModelRecord,
-        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at FROM models
+        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at, hub_id
+           FROM models
            WHERE id = $2 AND (org_id IS NULL OR org_id = $1)"#,
         org_id,
         id
@@ -60,12 +64,97 @@ pub async fn get_model(
 pub async fn model_by_id(pool: &PgPool, id: &str) -> Result<Option<ModelRecord>, sqlx::Error> {
     sqlx::query_as!(
         ModelRecord,
-        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at FROM models
+        r#"SELECT id, org_id, kind, storage_prefix, format, config, job_id, created_at, hub_id
+           FROM models
            WHERE id = $1"#,
         id
     )
     .fetch_optional(pool)
     .await
+}
+
+/// Longest part of a hub id the hub accepts.
+const MAX_HUB_ID_PART: usize = 96;
+
+/// Checks a hub id against the hub's rules for repository ids: `OWNER/NAME`, two parts of 1 to
+/// 96 letters, digits, `-`, `_` or `.`, not starting or ending with `-` or `.`, without `--` or
+/// `..`. The message is safe to show (it never repeats the id).
+pub fn check_hub_id(id: &str) -> Result<(), &'static str> {
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= MAX_HUB_ID_PART
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && !p.starts_with(['-', '.'])
+            && !p.ends_with(['-', '.'])
+            && !p.contains("--")
+            && !p.contains("..")
+    };
+    match id.split_once('/') {
+        Some((owner, name)) if part_ok(owner) && part_ok(name) => Ok(()),
+        _ => Err("a hub id is OWNER/NAME, each part 1 to 96 letters, digits, `-`, `_` or `.`, \
+                  not starting or ending with `-` or `.`, without `--` or `..`"),
+    }
+}
+
+/// The name of the model `org_id` can see whose hub id is `hub_id`, if there is one. A name
+/// without `/` is never a hub id (so the lookup is skipped).
+pub async fn model_for_hub_id(
+    pool: &PgPool,
+    org_id: Uuid,
+    hub_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    if !hub_id.contains('/') {
+        return Ok(None);
+    }
+    sqlx::query_scalar!(
+        "SELECT id FROM models WHERE hub_id = $1 AND (org_id IS NULL OR org_id = $2)",
+        hub_id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// The model holding hub id `hub_id`, whichever org it belongs to (admin commands).
+pub async fn hub_id_holder(pool: &PgPool, hub_id: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT id FROM models WHERE hub_id = $1", hub_id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// What [`set_hub_id`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubIdSet {
+    /// The model now answers to the hub id too.
+    Set,
+    /// Another model has that hub id: its name.
+    Taken(String),
+    /// No model of that name.
+    NoModel,
+}
+
+/// Gives model `id` the hub id `hub_id` (checked with [`check_hub_id`] by the caller), unless
+/// another model has it.
+pub async fn set_hub_id(pool: &PgPool, id: &str, hub_id: &str) -> Result<HubIdSet, sqlx::Error> {
+    if let Some(holder) = hub_id_holder(pool, hub_id).await? {
+        if holder != id {
+            return Ok(HubIdSet::Taken(holder));
+        }
+    }
+    let updated =
+        sqlx::query!("UPDATE models SET hub_id = $2 WHERE id = $1", id, hub_id).execute(pool).await;
+    match updated {
+        Ok(done) if done.rows_affected() == 0 => Ok(HubIdSet::NoModel),
+        Ok(_) => Ok(HubIdSet::Set),
+        // Two registrations raced for one hub id: the other won.
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            Ok(match hub_id_holder(pool, hub_id).await? {
+                Some(holder) => HubIdSet::Taken(holder),
+                None => HubIdSet::NoModel,
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Registers a base model; returns false when the name is taken.

@@ -1719,3 +1719,59 @@ async fn grader_run_answers_openais_fields_and_reads_json_samples(pool: sqlx::Pg
     let message = reply.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(message.contains("input_image") && message.contains("input_text"), "{message}");
 }
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_hub_id_names_its_model_wherever_a_model_is_named(pool: sqlx::PgPool) {
+    let app = app(pool.clone()).await;
+    base_model(&app).await;
+    let key = user(&pool, "a@x.io", "acme", "member").await;
+    // `verity models pull acme/Tiny-1` registers `Tiny-1` with its hub id; here, by hand.
+    let given = verity_core::models::set_hub_id(&pool, "tiny", "acme/Tiny-1").await.unwrap();
+    assert_eq!(given, verity_core::models::HubIdSet::Set);
+    let again = verity_core::models::set_hub_id(&pool, "nope", "acme/Tiny-1").await.unwrap();
+    assert_eq!(again, verity_core::models::HubIdSet::Taken("tiny".into()), "one model per hub id");
+
+    // Listed with it, retrieved by it.
+    let listed = get(&app.router, "/v1/models", &key).await.json();
+    assert_eq!(listed["data"][0]["hub_id"], "acme/Tiny-1", "{listed}");
+    let by_hub_id = get(&app.router, "/v1/models/acme/Tiny-1", &key).await;
+    assert_eq!(by_hub_id.json()["id"], "tiny", "{:?}", by_hub_id.json());
+
+    // A job names the model by its hub id and is stored under the model's name, so its
+    // fine-tuned model's name holds no `/`.
+    let file = upload(&app.router, &key, "t.jsonl", DATASET).await.json()["id"].clone();
+    let body = json!({"model": "acme/Tiny-1", "training_file": file, "method": method()});
+    let job = post(&app.router, "/v1/fine_tuning/jobs", &key, body.clone()).await;
+    assert_eq!(job.status, StatusCode::OK, "{:?}", job.json());
+    assert_eq!(job.json()["model"], "tiny");
+
+    // A hub id no model has: a 400 naming the field and how a model gets one; chat answers
+    // 404 as it does for any missing model.
+    let mut missing = body.clone();
+    missing["model"] = json!("acme/Other-2");
+    let refused = post(&app.router, "/v1/fine_tuning/jobs", &key, missing).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("model"));
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("verity models pull acme/Other-2"), "{message}");
+    let chat = json!({"model": "acme/Other-2", "messages": [{"role": "user", "content": "hi"}]});
+    let refused = post(&app.router, "/v1/chat/completions", &key, chat).await;
+    assert_error(&refused, StatusCode::NOT_FOUND, Some("model"));
+    // Anything else with a `/` is still refused as a name.
+    let mut bad = body;
+    bad["model"] = json!("a/b/c");
+    assert_error(
+        &post(&app.router, "/v1/fine_tuning/jobs", &key, bad).await,
+        StatusCode::BAD_REQUEST,
+        Some("model"),
+    );
+
+    // Tinker's SDK lists the hub id among the supported models.
+    let caps = get(&app.router, "/api/v1/get_server_capabilities", &key).await;
+    let names: Vec<String> = caps.json()["supported_models"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{:?}", caps.json()))
+        .iter()
+        .map(|m| m["model_name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["tiny", "acme/Tiny-1"]);
+}

@@ -303,6 +303,15 @@ async fn bad_models_and_budgets_are_refused_with_the_field_named(pool: PgPool) {
     let (status, body) =
         chat(&stack, &key, json!({"model": lora, "messages": messages, "max_tokens": 3})).await;
     assert_eq!(status, 200, "{body}");
+    // A model's hub id serves it too (`verity models pull` gives a pulled model its own).
+    verity_core::models::set_hub_id(&pool, BASE, "acme/Tiny-1").await.unwrap();
+    let body = json!({"model": "acme/Tiny-1", "messages": messages, "max_tokens": 3, "seed": 1});
+    let (status, by_hub_id) = chat(&stack, &key, body.clone()).await;
+    assert_eq!(status, 200, "{by_hub_id}");
+    let mut by_name = body;
+    by_name["model"] = json!(BASE);
+    let (_, by_name) = chat(&stack, &key, by_name).await;
+    assert_eq!(by_hub_id["choices"], by_name["choices"], "the same model, the same tokens");
 }
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]

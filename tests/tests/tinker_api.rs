@@ -656,3 +656,34 @@ async fn training_clients_queue_their_calls_and_name_bad_fields(pool: sqlx::PgPo
     assert_eq!(late.status, StatusCode::GONE, "{:?}", late.json());
     assert_eq!(late.json()["error"]["code"], "training_client_ended", "{:?}", late.json());
 }
+
+/// A client created by a base model's hub id trains that model, and the SDK is told to load
+/// its tokenizer by the hub id (which transformers finds in the hub cache `verity models pull`
+/// filled), whichever name the client was created with.
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_client_named_by_hub_id_trains_the_model_and_loads_its_tokenizer_by_it(
+    pool: sqlx::PgPool,
+) {
+    let (app, a, _) = two_orgs(&pool).await;
+    let given = verity_core::models::set_hub_id(&pool, "tiny", "acme/Tiny-1").await.unwrap();
+    assert_eq!(given, verity_core::models::HubIdSet::Set);
+    let post = |uri: &'static str, body: Value| {
+        let (app, a) = (&app, a.clone());
+        async move { tinker(app, Method::POST, uri, &a, body).await }
+    };
+    let session = post("/api/v1/create_session", json!({})).await.json()["session_id"].clone();
+    for (seq, base_model) in [(0, "acme/Tiny-1"), (1, "tiny")] {
+        let create = json!({"session_id": session, "model_seq_id": seq, "base_model": base_model,
+                            "lora_config": {"rank": 4}, "type": "create_model"});
+        let created = post("/api/v1/create_model", create).await;
+        assert_eq!(created.status, StatusCode::OK, "{:?}", created.json());
+        let model_id = created.json()["model_id"].clone();
+        let info = post("/api/v1/get_info", json!({"model_id": model_id})).await.json();
+        assert_eq!(info["model_name"], "tiny", "{info}");
+        assert_eq!(info["model_data"]["tokenizer_id"], "acme/Tiny-1", "{info}");
+    }
+    let create = json!({"session_id": session, "model_seq_id": 2, "base_model": "acme/None",
+                        "lora_config": {"rank": 4}, "type": "create_model"});
+    let refused = post("/api/v1/create_model", create).await;
+    assert_error(&refused, StatusCode::BAD_REQUEST, Some("base_model"));
+}

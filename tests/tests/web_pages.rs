@@ -114,8 +114,11 @@ async fn pages_need_a_session_and_render_once_signed_in(pool: PgPool) {
     let bad_filter =
         page(&app, &format!("/jobs/{job_id}/completions?min_score=abc"), &cookie).await;
     assert_eq!(bad_filter.status, StatusCode::BAD_REQUEST);
-    // The models page and the playground (opened from the job: its rows and grader).
+    // The models page (with a pulled model's hub id) and the playground (opened from the job:
+    // its rows and grader).
+    verity_core::models::set_hub_id(&pool, "tiny", "acme/Tiny-1").await.unwrap();
     for (uri, needle) in [
+        ("/models".to_string(), "acme/Tiny-1"),
         ("/models".to_string(), "Open in playground"),
         ("/playground".to_string(), "id=\"model-right\""),
         (format!("/playground?job={job_id}"), "Try a training row"),

@@ -42,6 +42,9 @@ pub struct ShareArgs {
     /// `hf`, `gguf` or `peft`.
     #[arg(long, default_value = "hf", value_parser = ["hf", "gguf", "peft"])]
     pub format: String,
+    /// The hub id the model came from (`OWNER/NAME`), accepted wherever its name is.
+    #[arg(long)]
+    pub hub_id: Option<String>,
     /// Database.
     #[command(flatten)]
     pub db: DatabaseConfig,
@@ -83,6 +86,10 @@ pub struct ImportArgs {
     /// sentence-transformers folder, given with `--hf`, that `cosine` graders name by id).
     #[arg(long, default_value = "base", value_parser = ["base", "embedding"])]
     pub kind: String,
+    /// The hub id the folder came from (`OWNER/NAME`, e.g. `Qwen/Qwen3-1.7B`), accepted
+    /// wherever the model's name is (`verity models pull` sets it itself).
+    #[arg(long)]
+    pub hub_id: Option<String>,
     /// Database.
     #[command(flatten)]
     pub db: DatabaseConfig,
@@ -100,6 +107,30 @@ pub struct ConvertArgs {
     /// Output folder (created).
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// Checks a `--hub-id` before anything is registered: the hub's rules, and no model has it.
+async fn check_free_hub_id(pool: &sqlx::PgPool, hub_id: Option<&str>) -> anyhow::Result<()> {
+    let Some(hub_id) = hub_id else { return Ok(()) };
+    verity_core::models::check_hub_id(hub_id)
+        .map_err(|rule| anyhow::anyhow!("--hub-id {hub_id:?}: {rule}"))?;
+    if let Some(holder) = verity_core::models::hub_id_holder(pool, hub_id).await? {
+        bail!("--hub-id {hub_id:?} already names the model {holder:?}");
+    }
+    Ok(())
+}
+
+/// Gives the registered model `name` its hub id (`verity models pull`, `import --hub-id`, the
+/// demo model): an error naming the model that already has it.
+pub async fn give_hub_id(pool: &sqlx::PgPool, name: &str, hub_id: &str) -> anyhow::Result<()> {
+    use verity_core::models::HubIdSet;
+    match verity_core::models::set_hub_id(pool, name, hub_id).await? {
+        HubIdSet::Set => Ok(()),
+        HubIdSet::Taken(holder) => {
+            bail!("the hub id {hub_id:?} already names the model {holder:?}")
+        }
+        HubIdSet::NoModel => bail!("no model named {name:?}"),
+    }
 }
 
 /// Runs a model subcommand.
@@ -120,6 +151,7 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                 (None, Some(file)) => (file.as_path(), "gguf"),
                 (None, None) => bail!("give --hf DIR or --gguf FILE"),
             };
+            check_free_hub_id(&pool, args.hub_id.as_deref()).await?;
             let prefix = match args.kind.as_str() {
                 verity_core::models::EMBEDDING if format == "hf" => {
                     import_embedding_model(&pool, store.as_ref(), &args.name, path).await?
@@ -127,22 +159,25 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                 verity_core::models::EMBEDDING => bail!("an embedding model is an --hf folder"),
                 _ => import_model(&pool, store.as_ref(), &args.name, path, format).await?,
             };
+            if let Some(hub_id) = &args.hub_id {
+                give_hub_id(&pool, &args.name, hub_id).await?;
+            }
             println!(
                 "{}",
                 serde_json::json!({ "model": args.name, "kind": args.kind, "format": format,
-                                    "storage_prefix": prefix })
+                                    "storage_prefix": prefix, "hub_id": args.hub_id })
             );
             Ok(())
         }
         ModelsCommand::Pull(args) => {
             let (pool, store) = database_and_store(&args.db, &args.storage).await?;
             let hub = pull::Hub::from_env();
-            let (name, prefix, fetched) =
+            let pull::Pulled { name, prefix, fetched, hub_id } =
                 pull::pull(&pool, store.as_ref(), &hub, &args.model, args.name.as_deref()).await?;
             println!(
                 "{}",
                 serde_json::json!({ "model": name, "kind": "base", "format": "hf",
-                    "storage_prefix": prefix, "hub_model": fetched.repo,
+                    "storage_prefix": prefix, "hub_model": fetched.repo, "hub_id": hub_id,
                     "revision": fetched.revision, "commit": fetched.commit,
                     "cache": fetched.dir, "files": fetched.files, "downloaded": fetched.downloaded })
             );
@@ -150,11 +185,15 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
         }
         ModelsCommand::Share(args) => {
             let (pool, store) = database_and_store(&args.db, &args.storage).await?;
+            check_free_hub_id(&pool, args.hub_id.as_deref()).await?;
             let prefix = share_model(&pool, store.as_ref(), args).await?;
+            if let Some(hub_id) = &args.hub_id {
+                give_hub_id(&pool, &args.name, hub_id).await?;
+            }
             println!(
                 "{}",
                 serde_json::json!({ "model": args.name, "kind": "base", "format": args.format,
-                                    "storage_prefix": prefix, "shared": true })
+                                    "storage_prefix": prefix, "shared": true, "hub_id": args.hub_id })
             );
             Ok(())
         }

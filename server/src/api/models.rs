@@ -38,6 +38,9 @@ pub struct ModelObject {
     pub format: Option<String>,
     /// The job that produced it.
     pub job_id: Option<String>,
+    /// The hub id (`OWNER/NAME`) accepted as `model` too (a pulled model's); absent if none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hub_id: Option<String>,
 }
 
 /// The model list.
@@ -59,6 +62,7 @@ impl From<ModelRecord> for ModelObject {
             kind: model.kind,
             format: Some(model.format),
             job_id: model.job_id,
+            hub_id: model.hub_id,
         }
     }
 }
@@ -86,7 +90,7 @@ pub async fn retrieve_model(
     visible_models(&state, principal.org_id)
         .await?
         .into_iter()
-        .find(|candidate| candidate.id == model)
+        .find(|candidate| candidate.id == model || candidate.hub_id.as_ref() == Some(&model))
         .map(Json)
         .ok_or_else(|| ApiError {
             param: Some("model".to_string()),
@@ -167,6 +171,7 @@ pub async fn visible_models(
             kind: "checkpoint".to_string(),
             format: None,
             job_id: Some(checkpoint.job_id),
+            hub_id: None,
         });
     }
     Ok(data)

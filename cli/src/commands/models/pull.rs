@@ -20,9 +20,6 @@ use std::path::{Path, PathBuf};
 /// The hub's public address.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
-/// Longest part of a repository id the hub accepts.
-const MAX_PART: usize = 96;
-
 /// Where models come from and where they are kept.
 #[derive(Debug, Clone)]
 pub struct Hub {
@@ -62,27 +59,14 @@ impl Hub {
 }
 
 /// `OWNER/NAME[@REVISION]` split and checked against the hub's rules for repository ids
-/// (two parts of 1 to 96 letters, digits, `-`, `_` or `.`, not starting or ending with `-` or
-/// `.`, without `--` or `..`); the revision defaults to `main`.
+/// ([`verity_core::models::check_hub_id`]); the revision defaults to `main`.
 pub fn parse_model_ref(spec: &str) -> anyhow::Result<(String, String)> {
     let (id, revision) = match spec.rsplit_once('@') {
         Some((id, revision)) => (id, revision),
         None => (spec, "main"),
     };
-    let rule = "a hub model is OWNER/NAME[@REVISION], each part 1 to 96 letters, digits, `-`, `_` \
-                or `.`, not starting or ending with `-` or `.`, without `--` or `..`";
-    let parts: Vec<&str> = id.split('/').collect();
-    let part_ok = |p: &&str| {
-        !p.is_empty()
-            && p.len() <= MAX_PART
-            && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && !p.starts_with(['-', '.'])
-            && !p.ends_with(['-', '.'])
-            && !p.contains("--")
-            && !p.contains("..")
-    };
-    if parts.len() != 2 || !parts.iter().all(part_ok) {
-        bail!("{spec:?} is not a hub model name: {rule}");
+    if let Err(rule) = verity_core::models::check_hub_id(id) {
+        bail!("{spec:?} is not a hub model name OWNER/NAME[@REVISION]: {rule}");
     }
     let revision_ok = !revision.is_empty()
         && revision.len() <= 255
@@ -267,15 +251,29 @@ pub fn default_name(id: &str) -> String {
     id.rsplit('/').next().unwrap_or(id).to_string()
 }
 
+/// A pulled model.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The name it is registered under.
+    pub name: String,
+    /// Its folder in the object store.
+    pub prefix: String,
+    /// What was fetched.
+    pub fetched: Fetched,
+    /// The hub id it answers to as well (`OWNER/NAME`); `None` when another model has it.
+    pub hub_id: Option<String>,
+}
+
 /// Fetches `spec` and imports it under `name` (default: [`default_name`] of its id, once the
-/// name passed the hub's rules) as `verity models import --hf` does; returns the model's name, its storage prefix and what was fetched.
+/// name passed the hub's rules) as `verity models import --hf` does, with its hub id as a second
+/// name unless another model has it (a warning, not an error: the pull is done).
 pub async fn pull(
     pool: &sqlx::PgPool,
     store: &dyn verity_core::storage::ObjectStore,
     hub: &Hub,
     spec: &str,
     name: Option<&str>,
-) -> anyhow::Result<(String, String, Fetched)> {
+) -> anyhow::Result<Pulled> {
     let (id, _) = parse_model_ref(spec)?;
     let name = name.map_or_else(|| default_name(&id), str::to_string);
     if let Err(reason) = verity_server::api::models::check_model_name(&name) {
@@ -286,7 +284,14 @@ pub async fn pull(
     }
     let fetched = fetch(hub, spec).await?;
     let prefix = super::import_model(pool, store, &name, &fetched.dir, "hf").await?;
-    Ok((name, prefix, fetched))
+    let hub_id = match super::give_hub_id(pool, &name, &fetched.repo).await {
+        Ok(()) => Some(fetched.repo.clone()),
+        Err(e) => {
+            tracing::warn!("{e:#}; jobs name the pulled model {name:?}");
+            None
+        }
+    };
+    Ok(Pulled { name, prefix, fetched, hub_id })
 }
 
 #[cfg(test)]

@@ -36,7 +36,14 @@ async fn model_source(
     principal: &Principal,
     model: &str,
 ) -> Result<ModelSource, ApiError> {
-    crate::api::jobs::validate::check_name_param("model", model)?;
+    let named = crate::api::jobs::validate::model_name_param(state, principal, "model", model);
+    // A missing model is a 404 here, as OpenAI answers it (a hub id no model has too).
+    let model = &named.await.map_err(|mut e| {
+        if e.code == Some("model_not_found") {
+            e.status = axum::http::StatusCode::NOT_FOUND;
+        }
+        e
+    })?;
     match servable(state, principal.org_id, model).await? {
         Some(Ok(source)) => Ok(source),
         Some(Err(why)) => Err(ApiError::invalid("model", why)),

@@ -240,6 +240,7 @@ pub async fn check_fields(
         }
         None => Caps::default(),
     };
+    let model = validate::model_name_param(state, principal, "model", &model).await?;
     validate::validate_model(state, principal, &model).await?;
     if let Some(grader) = &method.grader {
         validate::validate_judges(state, principal, "method.reinforcement.grader", grader).await?;

@@ -478,7 +478,7 @@ pub async fn validate_judges(
 ) -> ApiResult<()> {
     for (path, name) in grader.judge_models() {
         if state.judges.settings().endpoint(&name).is_none() {
-            check_name_param(&format!("{param}.{path}"), &name)?;
+            model_name_param(state, principal, &format!("{param}.{path}"), &name).await?;
         }
     }
     match state.judges.missing_judge(&state.pool, principal.org_id, grader).await? {
@@ -501,6 +501,35 @@ pub fn check_name_param(param: &str, name: &str) -> ApiResult<()> {
     verity_core::names::check_name(name).map_err(|e| {
         ApiError::invalid(param, format!("invalid name: {e}")).with_code("invalid_name")
     })
+}
+
+/// The model name a request sent at `param`, with the hub id (`OWNER/NAME`) of a model the
+/// caller's org can see replaced by that model's name ([`verity_core::models::model_for_hub_id`]);
+/// any other name must pass [`check_name_param`]. A hub id no model has is a 400 that says how
+/// a model gets one.
+pub async fn model_name_param(
+    state: &AppState,
+    principal: &Principal,
+    param: &str,
+    name: &str,
+) -> ApiResult<String> {
+    let by_hub_id = verity_core::models::model_for_hub_id(&state.pool, principal.org_id, name);
+    if let Some(model) = by_hub_id.await? {
+        return Ok(model);
+    }
+    if verity_core::models::check_hub_id(name).is_ok() {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "no model has the hub id {name:?}: the operator fetches it with `verity models \
+                 pull {name}` (or gives an imported folder that id with `verity models import \
+                 --hub-id`); see GET /v1/models"
+            ),
+        )
+        .with_code("model_not_found"));
+    }
+    check_name_param(param, name)?;
+    Ok(name.to_string())
 }
 
 /// Checks that `model` names a model the caller's org can train from: a base model, one of its

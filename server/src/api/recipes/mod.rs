@@ -271,7 +271,7 @@ pub async fn check_recipe(
     let stage = &spec.stages[first];
     let field = if stage.kind == StageKind::Evaluation { "models[0]" } else { "model" };
     let at = format!("stages[{first}].{}.{field}", stage.kind.as_str());
-    crate::api::jobs::validate::check_name_param(&at, model)?;
+    crate::api::jobs::validate::model_name_param(state, principal, &at, model).await?;
     let stack = verity_core::lineage::resolve_stack(&state.pool, principal.org_id, model)
         .await?
         .ok_or_else(|| {

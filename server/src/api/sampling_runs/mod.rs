@@ -76,7 +76,7 @@ pub async fn resolve_run_model(
     param: &str,
     name: &str,
 ) -> ApiResult<RunModel> {
-    crate::api::jobs::validate::check_name_param(param, name)?;
+    let name = &crate::api::jobs::validate::model_name_param(state, principal, param, name).await?;
     let served = verity_core::inference::resolve_model(&state.pool, principal.org_id, name)
         .await?
         .ok_or_else(|| {

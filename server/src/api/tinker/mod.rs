@@ -148,7 +148,19 @@ async fn telemetry(_principal: Principal) -> Json<Value> {
     Json(json!({ "status": "accepted" }))
 }
 
-/// The models the org can sample (`supported_models`), by the names Verity registers them under.
+/// The name the SDK loads `model`'s tokenizer by (with transformers): the hub id of its base
+/// model where it has one (found in the hub cache `verity models pull` filled), else `model`.
+pub(crate) async fn tokenizer_name(
+    state: &AppState,
+    org_id: uuid::Uuid,
+    model: &str,
+) -> ApiResult<String> {
+    let stack = verity_core::lineage::resolve_stack(&state.pool, org_id, model).await?;
+    Ok(stack.and_then(|s| s.base.hub_id).unwrap_or_else(|| model.to_string()))
+}
+
+/// The models the org can sample (`supported_models`), by the names Verity registers them under
+/// and by their hub ids.
 async fn capabilities(
     principal: Principal,
     State(state): State<AppState>,
@@ -157,7 +169,8 @@ async fn capabilities(
     let supported: Vec<Value> = models
         .into_iter()
         .filter(|m| m.kind != "embedding")
-        .map(|m| json!({ "model_name": m.id, "trainable": true, "sampleable": true }))
+        .flat_map(|m| std::iter::once(m.id).chain(m.hub_id))
+        .map(|name| json!({ "model_name": name, "trainable": true, "sampleable": true }))
         .collect();
     Ok(Json(json!({ "supported_models": supported })))
 }

@@ -9,6 +9,7 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::extract::ApiJson;
 use crate::api::inference::forward::forward;
 use crate::api::inference::source_at;
+use crate::api::jobs::validate::model_name_param;
 use crate::api::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -46,7 +47,10 @@ pub async fn create_sampling_session(
     ApiJson(body): ApiJson<CreateSamplingSession>,
 ) -> ApiResult<Json<Value>> {
     let sampling = match (body.base_model, body.model_path) {
-        (Some(model), _) => SamplingModel { model, model_path: None },
+        (Some(model), _) => {
+            let model = model_name_param(&state, &principal, "base_model", &model).await?;
+            SamplingModel { model, model_path: None }
+        }
         (None, Some(path)) => {
             let found = clients::checkpoint_model(&state.pool, principal.org_id, &path)
                 .await?
@@ -85,9 +89,11 @@ pub async fn sampler(
     let sampling = verity_core::tinker::sampling_model(&state.pool, principal.org_id, &sampler_id)
         .await?
         .ok_or_else(|| ApiError::not_found("sampler", &sampler_id))?;
+    // The SDK loads the tokenizer of a sampler opened on a path by this name.
+    let base_model = super::tokenizer_name(&state, principal.org_id, &sampling.model).await?;
     Ok(Json(json!({
         "sampler_id": sampler_id,
-        "base_model": sampling.model,
+        "base_model": base_model,
         "model_path": sampling.model_path,
     })))
 }

@@ -60,7 +60,13 @@ pub async fn create_model(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateModel>,
 ) -> ApiResult<Json<Value>> {
-    crate::api::jobs::validate::check_name_param("base_model", &body.base_model)?;
+    let base_model = crate::api::jobs::validate::model_name_param(
+        &state,
+        &principal,
+        "base_model",
+        &body.base_model,
+    )
+    .await?;
     if let Some(lora) = &body.lora_config {
         if lora.rank == 0 || lora.rank > MAX_LORA_RANK {
             return Err(ApiError::invalid(
@@ -77,11 +83,11 @@ pub async fn create_model(
             ));
         }
     }
-    source_at(&state, principal.org_id, "base_model", &body.base_model).await?;
+    source_at(&state, principal.org_id, "base_model", &base_model).await?;
     let client = NewClient {
         session_id: &body.session_id,
         seq: body.model_seq_id,
-        base_model: &body.base_model,
+        base_model: &base_model,
         lora_rank: body.lora_config.as_ref().map(|l| l.rank),
         seed: body.lora_config.as_ref().and_then(|l| l.seed).unwrap_or(0),
         user_id: Some(principal.user_id),
@@ -122,11 +128,12 @@ pub async fn get_info(
     let client = clients::client(&state.pool, principal.org_id, &body.model_id)
         .await?
         .ok_or_else(|| ApiError::not_found("training client", &body.model_id))?;
+    let tokenizer_id = super::tokenizer_name(&state, principal.org_id, &client.base_model).await?;
     Ok(Json(json!({
         "type": "get_info",
         "model_id": client.id,
         "model_name": client.base_model,
-        "model_data": {"model_name": client.base_model, "tokenizer_id": client.base_model},
+        "model_data": {"model_name": client.base_model, "tokenizer_id": tokenizer_id},
         "is_lora": client.lora_rank.is_some(),
         "lora_rank": client.lora_rank,
         "optimizer_config": {"type": "adamw"},
