@@ -340,12 +340,16 @@ async fn bad_runs_are_refused_naming_the_field_and_nothing_is_queued(pool: PgPoo
         }
         body
     };
+    verity_core::models::set_hub_id(&s.pool, MODEL, "acme/Tiny-Llama").await.unwrap();
     let before = s.jobs_rows().await;
     for (body, param) in [
         (with(json!({"models": [MODEL, "no-such-model"]})), "models[1]"),
         (with(json!({"models": [MODEL, "ft:tiny-llama:evil:ftjob-x:ckpt-step-1"]})), "models[1]"),
         (with(json!({"models": []})), "models"),
         (with(json!({"models": [MODEL, MODEL]})), "models[1]"),
+        // the same model by its hub id; a hub id no model has
+        (with(json!({"models": [MODEL, "acme/Tiny-Llama"]})), "models[1]"),
+        (with(json!({"models": [MODEL, "acme/none"]})), "models[1]"),
         (with(json!({"file": theirs})), "file"),
         (with(json!({"n": 0})), "n"),
         (with(json!({"temperature": 5.0})), "temperature"),
@@ -389,6 +393,11 @@ async fn bad_runs_are_refused_naming_the_field_and_nothing_is_queued(pool: PgPoo
     let reply = post(&s.router, "/v1/verity/evaluations", &s.key, typo).await;
     assert!(reply.status.is_client_error(), "an unknown field is refused: {:?}", reply.json());
     assert_eq!(s.jobs_rows().await, before, "nothing was enqueued");
+    // A hub id names the model in an evaluation too; it is reported under the model's name.
+    let by_hub_id = with(json!({"models": ["acme/Tiny-Llama"]}));
+    let by_hub_id = post(&s.router, "/v1/verity/evaluations", &s.key, by_hub_id).await;
+    assert_eq!(by_hub_id.status, StatusCode::OK, "{:?}", by_hub_id.json());
+    assert_eq!(by_hub_id.json()["models"][0]["name"], MODEL);
     let missing = get(&s.router, "/v1/verity/evaluations/evaljob-nope", &s.key).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 }

@@ -231,7 +231,12 @@ pub async fn prepare(
         .ok_or_else(|| ApiError::invalid("grader", "missing `grader`"))?;
     let mut models = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
-        models.push(resolve_run_model(state, principal, &format!("models[{i}]"), name).await?);
+        let model = resolve_run_model(state, principal, &format!("models[{i}]"), name).await?;
+        if models.iter().any(|m: &verity_core::sampling_runs::RunModel| m.name == model.name) {
+            let why = format!("{name:?} is {:?}, listed before", model.name);
+            return Err(ApiError::invalid(format!("models[{i}]"), why));
+        }
+        models.push(model);
     }
     validate_file_and_grader(state, principal, &file, &grader, sampling.response_format.as_ref())
         .await?;

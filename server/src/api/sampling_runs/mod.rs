@@ -255,7 +255,10 @@ impl RunStatus {
     }
 }
 
-/// Checks that no string of a list holds NUL and the list is within `max`.
+/// Checks that the list is within `max`, each string a name ([`check_name_param`]) or a hub id
+/// (which [`resolve_run_model`] resolves), none listed twice.
+///
+/// [`check_name_param`]: crate::api::jobs::validate::check_name_param
 fn check_names(param: &str, names: &[String], max: usize) -> ApiResult<()> {
     if names.is_empty() {
         return Err(ApiError::invalid(param, "must name at least one model"));
@@ -264,7 +267,9 @@ fn check_names(param: &str, names: &[String], max: usize) -> ApiResult<()> {
         return Err(ApiError::invalid(param, format!("at most {max} models")));
     }
     for (i, name) in names.iter().enumerate() {
-        crate::api::jobs::validate::check_name_param(&format!("{param}[{i}]"), name)?;
+        if verity_core::models::check_hub_id(name).is_err() {
+            crate::api::jobs::validate::check_name_param(&format!("{param}[{i}]"), name)?;
+        }
         if names[..i].contains(name) {
             return Err(ApiError::invalid(
                 format!("{param}[{i}]"),
