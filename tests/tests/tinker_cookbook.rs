@@ -1,7 +1,9 @@
 //! tinker-cookbook's RL recipe against Verity (docs/tinker.md, issue #48 item 4): the cookbook's
 //! own command line, `python -m tinker_cookbook.recipes.math_rl.train` with `env=arithmetic`,
-//! run unchanged but for its connection settings (`base_url`, the key in `TINKER_API_KEY`), the
-//! model's name and the sizes a CPU affords — against a real API server, a real inference worker
+//! run unchanged but for its connection settings (`base_url`, the key in `TINKER_API_KEY`) and
+//! the sizes a CPU affords, with the model named by its hub id (`HuggingFaceTB/SmolLM2-135M-Instruct`,
+//! which Verity's model answers to, and whose tokenizer the cookbook and the SDK load from the hub
+//! cache, offline, as after `verity models pull`) — against a real API server, a real inference worker
 //! (the recipe's rollouts) and a real training worker (its `forward_backward` / `optim_step`),
 //! all on SmolLM2-135M-Instruct. The reward the cookbook logs rises over the steps (through its
 //! format term: see the test), the run's call log shows each call, and the weights it saves at
@@ -53,6 +55,27 @@ fn recipe_args(model: &str, base_url: &str, log_path: &Path) -> Vec<String> {
     .collect()
 }
 
+/// The hub id the recipe names the model by.
+const HUB_ID: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+
+/// Lays out the model's tokenizer and config as the hub cache holds a downloaded revision
+/// (`models--OWNER--NAME/refs/main` naming a commit, the files under `snapshots/COMMIT/`), which
+/// transformers reads offline.
+fn hub_cache(hub: &Path, model_dir: &Path) {
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo = hub.join(format!("models--{}", HUB_ID.replace('/', "--")));
+    let snapshot = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    for file in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+    {
+        if model_dir.join(file).exists() {
+            std::fs::copy(model_dir.join(file), snapshot.join(file)).unwrap();
+        }
+    }
+}
+
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
     const TEST: &str = "tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity";
@@ -69,13 +92,16 @@ async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
     };
     let Some(model_dir) = verity_worker::testing::smollm2_dir(TEST) else { return };
     let model_dir = model_dir.as_path();
-    // The model's Verity name is its folder's name: the cookbook loads the tokenizer of a
-    // `model_name` that is a local folder from that folder, as a user beside their download does.
-    let model = model_dir.file_name().unwrap().to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::open(dir.path().join("objects"), None).await.unwrap());
-    verity_core::testing::publish_base_model(&pool, store.as_ref(), model_dir, &model).await;
+    // Registered as `verity models pull HuggingFaceTB/SmolLM2-135M-Instruct` would: under its
+    // own name, with the hub id beside it, the tokenizer in the hub cache's layout.
+    verity_core::testing::publish_base_model(&pool, store.as_ref(), model_dir, "smollm2").await;
+    verity_core::models::set_hub_id(&pool, "smollm2", HUB_ID).await.unwrap();
+    let hf_home = dir.path().join("hf");
+    hub_cache(&hf_home.join("hub"), model_dir);
+    let model = HUB_ID.to_string();
 
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -109,9 +135,10 @@ async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
     let started = Instant::now();
     let output = tokio::process::Command::new(&python)
         .args(recipe_args(&model, &base_url, &log_path))
-        .current_dir(model_dir.parent().unwrap())
+        .current_dir(dir.path())
         .env("TINKER_API_KEY", format!("tml-{key}"))
         .env("TINKER_TELEMETRY", "0")
+        .env("HF_HOME", &hf_home)
         .env("HF_HUB_OFFLINE", "1")
         .env("TINKER_COOKBOOK_RUNS_DIR", dir.path())
         .output()
@@ -247,6 +274,8 @@ async fn tinker_cookbooks_arithmetic_rl_recipe_learns_on_verity(pool: PgPool) {
         .env("KEY", &key)
         .env("MODEL", &model)
         .env("TINKER_TELEMETRY", "0")
+        .env("HF_HOME", &hf_home)
+        .env("HF_HUB_OFFLINE", "1")
         .output()
         .await
         .unwrap();
