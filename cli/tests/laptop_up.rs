@@ -215,12 +215,27 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
             "tiny".into(),
             "--hf".into(),
             model_dir.display().to_string(),
+            "--hub-id".into(),
+            "acme/Tiny-1".into(),
         ])
         .output()
         .unwrap(),
         "models import",
     );
     assert!(data.join("objects/models/tiny/manifest.json").is_file());
+    // `models hub-id`: again for the same model is fine; another model cannot take it.
+    let hub_id = |name: &str| {
+        let mut command = verity();
+        command.args(["models", "hub-id", name, "acme/Tiny-1"]).env("DATABASE_URL", &database_url);
+        command.output().unwrap()
+    };
+    ok(hub_id("tiny"), "models hub-id");
+    let taken = hub_id("other");
+    assert!(
+        !taken.status.success()
+            && String::from_utf8_lossy(&taken.stderr).contains("already names the model \"tiny\""),
+        "{taken:?}"
+    );
     let again = import(vec![
         "--name".into(),
         "tiny".into(),
@@ -234,9 +249,9 @@ async fn verity_up_runs_a_private_cluster_and_the_cli_drives_a_job() {
             && String::from_utf8_lossy(&again.stderr).contains("already exists")
     );
 
-    // A short job, watched to success.
+    // A short job (the model named by its hub id), watched to success.
     let method = |steps: u32| {
-        serde_json::json!({"model": "tiny", "method": {"type": "reinforcement", "reinforcement": {
+        serde_json::json!({"model": "acme/Tiny-1", "method": {"type": "reinforcement", "reinforcement": {
             "grader": first_token_grader(),
             "hyperparameters": {"batch_size": 2, "group_size": 4, "max_steps": steps, "max_completion_tokens": 8,
                                 "checkpoint_interval": 2, "learning_rate": 0.01}}}})

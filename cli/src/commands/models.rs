@@ -28,6 +28,21 @@ pub enum ModelsCommand {
     /// Publish a model folder (or GGUF file) already in the object store as a shared base model
     /// every org can use: the operator's act, which the API refuses to org admins.
     Share(ShareArgs),
+    /// Give a registered model the hub id it came from (`OWNER/NAME`), accepted wherever its
+    /// name is (`pull` does this itself; for models pulled or imported before).
+    HubId(HubIdArgs),
+}
+
+/// Options of `verity models hub-id`.
+#[derive(Debug, Args)]
+pub struct HubIdArgs {
+    /// The model's name.
+    pub name: String,
+    /// Its hub id, `OWNER/NAME`.
+    pub hub_id: String,
+    /// Database.
+    #[command(flatten)]
+    pub db: DatabaseConfig,
 }
 
 /// Options of `verity models share`.
@@ -181,6 +196,15 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                     "revision": fetched.revision, "commit": fetched.commit,
                     "cache": fetched.dir, "files": fetched.files, "downloaded": fetched.downloaded })
             );
+            Ok(())
+        }
+        ModelsCommand::HubId(args) => {
+            let pool = verity_core::db::connect(&args.db.database_url, 2).await?;
+            verity_core::db::migrate(&pool).await.context("migrating the database")?;
+            verity_core::models::check_hub_id(&args.hub_id)
+                .map_err(|rule| anyhow::anyhow!("{:?}: {rule}", args.hub_id))?;
+            give_hub_id(&pool, &args.name, &args.hub_id).await?;
+            println!("{}", serde_json::json!({ "model": args.name, "hub_id": args.hub_id }));
             Ok(())
         }
         ModelsCommand::Share(args) => {
