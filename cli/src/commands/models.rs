@@ -135,8 +135,8 @@ async fn check_free_hub_id(pool: &sqlx::PgPool, hub_id: Option<&str>) -> anyhow:
     Ok(())
 }
 
-/// Gives the registered model `name` its hub id (`verity models pull`, `import --hub-id`, the
-/// demo model): an error naming the model that already has it.
+/// Gives the registered model `name` its hub id (`verity models pull`, `import`/`share
+/// --hub-id`, `hub-id`): an error naming the model that already has it.
 pub async fn give_hub_id(pool: &sqlx::PgPool, name: &str, hub_id: &str) -> anyhow::Result<()> {
     use verity_core::models::HubIdSet;
     match verity_core::models::set_hub_id(pool, name, hub_id).await? {
