@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod keys;
 pub mod lineage;
 pub mod metrics_csv;
+pub mod model_pulls;
 pub mod models;
 pub mod monitor;
 pub mod names;

@@ -96,8 +96,8 @@ pub fn check_hub_id(id: &str) -> Result<(), &'static str> {
     }
 }
 
-/// The name of the model `org_id` can see whose hub id is `hub_id`, if there is one. A name
-/// without `/` is never a hub id (so the lookup is skipped).
+/// The name of the model `org_id` can see whose hub id is `hub_id`, if there is one: the org's
+/// own before a shared one. A name without `/` is never a hub id (so the lookup is skipped).
 pub async fn model_for_hub_id(
     pool: &PgPool,
     org_id: Uuid,
@@ -107,7 +107,8 @@ pub async fn model_for_hub_id(
         return Ok(None);
     }
     sqlx::query_scalar!(
-        "SELECT id FROM models WHERE hub_id = $1 AND (org_id IS NULL OR org_id = $2)",
+        "SELECT id FROM models WHERE hub_id = $1 AND (org_id IS NULL OR org_id = $2)
+         ORDER BY org_id IS NULL LIMIT 1",
         hub_id,
         org_id
     )
@@ -115,11 +116,20 @@ pub async fn model_for_hub_id(
     .await
 }
 
-/// The model holding hub id `hub_id`, whichever org it belongs to (admin commands).
-pub async fn hub_id_holder(pool: &PgPool, hub_id: &str) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!("SELECT id FROM models WHERE hub_id = $1", hub_id)
-        .fetch_optional(pool)
-        .await
+/// The model holding hub id `hub_id` in one scope: org `org_id`'s models, or the shared ones
+/// (`None`). Hub ids are unique per scope.
+pub async fn hub_id_holder(
+    pool: &PgPool,
+    org_id: Option<Uuid>,
+    hub_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT id FROM models WHERE hub_id = $1 AND org_id IS NOT DISTINCT FROM $2",
+        hub_id,
+        org_id
+    )
+    .fetch_optional(pool)
+    .await
 }
 
 /// What [`set_hub_id`] did.
@@ -127,16 +137,20 @@ pub async fn hub_id_holder(pool: &PgPool, hub_id: &str) -> Result<Option<String>
 pub enum HubIdSet {
     /// The model now answers to the hub id too.
     Set,
-    /// Another model has that hub id: its name.
+    /// Another model of the same scope has that hub id: its name.
     Taken(String),
     /// No model of that name.
     NoModel,
 }
 
 /// Gives model `id` the hub id `hub_id` (checked with [`check_hub_id`] by the caller), unless
-/// another model has it.
+/// another model of its scope (its org's, or the shared ones) has it.
 pub async fn set_hub_id(pool: &PgPool, id: &str, hub_id: &str) -> Result<HubIdSet, sqlx::Error> {
-    if let Some(holder) = hub_id_holder(pool, hub_id).await? {
+    let scope = sqlx::query_scalar!("SELECT org_id FROM models WHERE id = $1", id)
+        .fetch_optional(pool)
+        .await?;
+    let Some(org_id) = scope else { return Ok(HubIdSet::NoModel) };
+    if let Some(holder) = hub_id_holder(pool, org_id, hub_id).await? {
         if holder != id {
             return Ok(HubIdSet::Taken(holder));
         }
@@ -148,13 +162,51 @@ pub async fn set_hub_id(pool: &PgPool, id: &str, hub_id: &str) -> Result<HubIdSe
         Ok(_) => Ok(HubIdSet::Set),
         // Two registrations raced for one hub id: the other won.
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-            Ok(match hub_id_holder(pool, hub_id).await? {
+            Ok(match hub_id_holder(pool, org_id, hub_id).await? {
                 Some(holder) => HubIdSet::Taken(holder),
                 None => HubIdSet::NoModel,
             })
         }
         Err(e) => Err(e),
     }
+}
+
+/// `OWNER/NAME[@REVISION]` split into the hub id (checked with [`check_hub_id`]) and the
+/// revision (a branch, tag or commit; `main` when none is given). The message is safe to show.
+pub fn parse_hub_ref(spec: &str) -> Result<(String, String), String> {
+    let (id, revision) = match spec.rsplit_once('@') {
+        Some((id, revision)) => (id, revision),
+        None => (spec, "main"),
+    };
+    if let Err(rule) = check_hub_id(id) {
+        return Err(format!("not a hub model name OWNER/NAME[@REVISION]: {rule}"));
+    }
+    let revision_ok = !revision.is_empty()
+        && revision.len() <= 255
+        && !revision.contains("..")
+        && !revision.starts_with('/')
+        && revision.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    if !revision_ok {
+        return Err("the part after `@` is not a revision (a branch, tag or commit)".to_string());
+    }
+    Ok((id.to_string(), revision.to_string()))
+}
+
+/// The name a pulled model gets when none is given: the part of its checked hub id
+/// (`OWNER/NAME`) after the `/`.
+pub fn default_pull_name(hub_id: &str) -> String {
+    hub_id.rsplit('/').next().unwrap_or(hub_id).to_string()
+}
+
+/// Checks a new model's name: the one name rule ([`crate::names::check_name`]: 1 to 200 bytes,
+/// not `.` or `..`, no `/`, `\` or control characters), and no whitespace, not starting with
+/// `ft:`.
+pub fn check_model_name(id: &str) -> Result<(), String> {
+    crate::names::check_name(id).map_err(|e| format!("invalid name: {e}"))?;
+    if id.chars().any(char::is_whitespace) || id.starts_with("ft:") {
+        return Err("a name without whitespace, not starting with ft:".to_string());
+    }
+    Ok(())
 }
 
 /// Registers a base model; returns false when the name is taken.

@@ -3,7 +3,7 @@
 
 use crate::api::state::{AppState, ServeConfig};
 use crate::api::{
-    auth, extract, files, graders, health, inference, jobs, loss_presets, models, objects, openapi,
+    auth, extract, files, graders, health, inference, jobs, loss_presets, model_pulls, models, objects, openapi,
     preflight, recipes, sampling_runs, telemetry, tinker,
 };
 use anyhow::Context;
@@ -27,6 +27,7 @@ pub fn app_with(state: AppState, extra: Router<AppState>) -> Router {
         .merge(inference::router())
         .merge(jobs::router())
         .merge(loss_presets::router())
+        .merge(model_pulls::router())
         .merge(models::router())
         .merge(objects::router())
         .merge(preflight::router())

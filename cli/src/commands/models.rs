@@ -1,8 +1,10 @@
 //! `verity models convert` (a GGUF file to an HF folder that transformers loads unchanged),
 //! `verity models import` (a checked model published to the store and registered) and `verity
-//! models pull` (a model from a Hugging Face-compatible hub, then imported: [`pull`]).
+//! models pull` (a model from a Hugging Face-compatible hub, then imported:
+//! [`verity_worker::model_import::pull`]).
 
-pub mod pull;
+pub use verity_worker::model_import::{give_hub_id, import_model};
+use verity_worker::{hub, model_import};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -129,23 +131,10 @@ async fn check_free_hub_id(pool: &sqlx::PgPool, hub_id: Option<&str>) -> anyhow:
     let Some(hub_id) = hub_id else { return Ok(()) };
     verity_core::models::check_hub_id(hub_id)
         .map_err(|rule| anyhow::anyhow!("--hub-id {hub_id:?}: {rule}"))?;
-    if let Some(holder) = verity_core::models::hub_id_holder(pool, hub_id).await? {
+    if let Some(holder) = verity_core::models::hub_id_holder(pool, None, hub_id).await? {
         bail!("--hub-id {hub_id:?} already names the model {holder:?}");
     }
     Ok(())
-}
-
-/// Gives the registered model `name` its hub id (`verity models pull`, `import`/`share
-/// --hub-id`, `hub-id`): an error naming the model that already has it.
-pub async fn give_hub_id(pool: &sqlx::PgPool, name: &str, hub_id: &str) -> anyhow::Result<()> {
-    use verity_core::models::HubIdSet;
-    match verity_core::models::set_hub_id(pool, name, hub_id).await? {
-        HubIdSet::Set => Ok(()),
-        HubIdSet::Taken(holder) => {
-            bail!("the hub id {hub_id:?} already names the model {holder:?}")
-        }
-        HubIdSet::NoModel => bail!("no model named {name:?}"),
-    }
 }
 
 /// Runs a model subcommand.
@@ -172,7 +161,7 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
                     import_embedding_model(&pool, store.as_ref(), &args.name, path).await?
                 }
                 verity_core::models::EMBEDDING => bail!("an embedding model is an --hf folder"),
-                _ => import_model(&pool, store.as_ref(), &args.name, path, format).await?,
+                _ => import_model(&pool, store.as_ref(), None, &args.name, path, format).await?,
             };
             if let Some(hub_id) = &args.hub_id {
                 give_hub_id(&pool, &args.name, hub_id).await?;
@@ -186,9 +175,16 @@ pub async fn run(command: &ModelsCommand) -> anyhow::Result<()> {
         }
         ModelsCommand::Pull(args) => {
             let (pool, store) = database_and_store(&args.db, &args.storage).await?;
-            let hub = pull::Hub::from_env();
-            let pull::Pulled { name, prefix, fetched, hub_id } =
-                pull::pull(&pool, store.as_ref(), &hub, &args.model, args.name.as_deref()).await?;
+            let hub = hub::Hub::from_env();
+            let model_import::Pulled { name, prefix, fetched, hub_id } = model_import::pull(
+                &pool,
+                store.as_ref(),
+                &hub,
+                &args.model,
+                args.name.as_deref(),
+                None,
+            )
+            .await?;
             println!(
                 "{}",
                 serde_json::json!({ "model": name, "kind": "base", "format": "hf",
@@ -242,7 +238,7 @@ pub async fn share_model(
     store: &dyn ObjectStore,
     args: &ShareArgs,
 ) -> anyhow::Result<String> {
-    verity_server::api::models::check_model_name(&args.name)
+    verity_core::models::check_model_name(&args.name)
         .map_err(|reason| anyhow::anyhow!("--name: {reason}"))?;
     let prefix = verity_core::models::normalize_prefix(&args.storage_prefix)
         .with_context(|| format!("--storage-prefix {:?}", args.storage_prefix))?;
@@ -266,68 +262,6 @@ pub async fn share_model(
     Ok(prefix)
 }
 
-/// Checks that `path` (an HF folder, or a GGUF file when `format` is `gguf`) loads, publishes it
-/// under `models/{name}` and registers it as a shared base model; returns the storage prefix.
-pub async fn import_model(
-    pool: &sqlx::PgPool,
-    store: &dyn ObjectStore,
-    name: &str,
-    path: &Path,
-    format: &str,
-) -> anyhow::Result<String> {
-    if let Err(reason) = verity_server::api::models::check_model_name(name) {
-        bail!("invalid model name {name:?}: {reason}");
-    }
-    let taken = verity_core::models::model_by_id(pool, name).await?.is_some();
-    if taken {
-        bail!("a model named {name:?} already exists");
-    }
-    match format {
-        "hf" if !path.is_dir() => bail!("{} is not a folder", path.display()),
-        "gguf" if !path.is_file() => bail!("{} is not a file", path.display()),
-        _ => {}
-    }
-    let check = path.to_path_buf();
-    let loaded = tokio::task::spawn_blocking(move || {
-        verity_worker::load_model(&check, &verity_worker::parse_device("cpu")?)
-            .map(|m| m.model.config.clone())
-    })
-    .await?
-    .with_context(|| format!("{} does not load as a model", path.display()))?;
-    let prefix = verity_core::keys::model(name);
-    if format == "gguf" {
-        let staging = std::env::temp_dir().join(format!("verity-import-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&staging)?;
-        let file_name = path.file_name().map_or_else(|| "model.gguf".into(), |n| n.to_os_string());
-        let staged = staging.join(file_name);
-        let published = async {
-            if std::fs::hard_link(path, &staged).is_err() {
-                std::fs::copy(path, &staged)
-                    .with_context(|| format!("copying {}", path.display()))?;
-            }
-            verity_core::storage::publish_folder(store, &staging, &prefix)
-                .await
-                .context("publishing the model")
-        }
-        .await;
-        let _ = std::fs::remove_dir_all(&staging);
-        published?;
-    } else {
-        verity_core::storage::publish_folder(store, path, &prefix)
-            .await
-            .context("publishing the model")?;
-    }
-    let config = serde_json::json!({
-        "family": loaded.family.model_type(),
-        "layers": loaded.num_hidden_layers,
-        "hidden_size": loaded.hidden_size,
-        "vocab_size": loaded.vocab_size,
-    });
-    if !verity_core::models::insert_base_model(pool, None, name, &prefix, format, &config).await? {
-        bail!("a model named {name:?} already exists");
-    }
-    Ok(prefix)
-}
 
 /// Checks that the sentence-transformers folder `dir` loads as an embedding model, publishes it
 /// under `models/{name}` and registers it (kind `embedding`, every org sees it); returns the
@@ -338,7 +272,7 @@ pub async fn import_embedding_model(
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<String> {
-    if let Err(reason) = verity_server::api::models::check_model_name(name) {
+    if let Err(reason) = verity_core::models::check_model_name(name) {
         bail!("invalid model name {name:?}: {reason}");
     }
     if verity_core::models::model_by_id(pool, name).await?.is_some() {

@@ -82,6 +82,12 @@ impl Queue {
         self.enqueue_kind(job, crate::tinker::clients::TINKER).await
     }
 
+    /// Inserts a model pull's row (kind [`crate::model_pulls::MODEL_PULL`], id from
+    /// [`crate::model_pulls::new_id`]), queued like a job.
+    pub async fn enqueue_pull(&self, job: &NewJob) -> Result<String, QueueError> {
+        self.enqueue_kind(job, crate::model_pulls::MODEL_PULL).await
+    }
+
     /// Inserts the job unless its org already has
     /// [`QueueSettings::org_max_queued`](super::QueueSettings) jobs queued; the count and the
     /// insert are one statement, so concurrent requests can pass the limit by at most their

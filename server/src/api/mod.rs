@@ -11,6 +11,7 @@ pub mod inference;
 pub mod jobs;
 pub mod limits;
 pub mod loss_presets;
+pub mod model_pulls;
 pub mod models;
 pub mod objects;
 pub mod openapi;

@@ -197,16 +197,7 @@ pub struct RegisterModelRequest {
     pub config: Option<Value>,
 }
 
-/// Checks a new model's name: the one name rule ([`verity_core::names::check_name`]: 1 to 200
-/// bytes, not `.` or `..`, no `/`, `\` or control characters), and no whitespace, not starting
-/// with `ft:`.
-pub fn check_model_name(id: &str) -> Result<(), String> {
-    verity_core::names::check_name(id).map_err(|e| format!("invalid name: {e}"))?;
-    if id.chars().any(char::is_whitespace) || id.starts_with("ft:") {
-        return Err("a name without whitespace, not starting with ft:".to_string());
-    }
-    Ok(())
-}
+pub use verity_core::models::check_model_name;
 
 /// The answer for a prefix the caller may not register, or where nothing is stored: the same
 /// body either way, so that it tells nothing about other orgs' objects.

@@ -2,7 +2,8 @@
 
 use super::state::AppState;
 use super::{
-    auth, files, graders, health, inference, jobs, loss_presets, models, objects, preflight,
+    auth, files, graders, health, inference, jobs, loss_presets, model_pulls, models, objects,
+    preflight,
     recipes, sampling_runs, telemetry,
 };
 use axum::routing::get;
@@ -37,6 +38,8 @@ use utoipa::{Modify, OpenApi};
         sampling_runs::difficulty_profiles::profile_samples, sampling_runs::difficulty_profiles::filtered_file,
         recipes::create_recipe, recipes::list_recipes, recipes::get_recipe, recipes::cancel_recipe,
         recipes::resume_recipe,
+        model_pulls::create_pull, model_pulls::list_pulls, model_pulls::get_pull,
+        model_pulls::cancel_pull,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

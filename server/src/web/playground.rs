@@ -1,23 +1,28 @@
 //! The playground (two models answer one prompt side by side, streamed from
 //! `/v1/chat/completions` by `playground.js`; from a job, a validation row fills the prompt and
-//! the job's grader scores both answers) and the models page that links to it.
+//! the job's grader scores both answers) and the models page that links to it, where admins
+//! pull a model from the hub by its name (`/v1/verity/model_pulls`) and see their pulls.
 
 use super::page::{render, script_json, urlencode, when, Nav, WebResult, WebUser};
 use crate::api::jobs::find_job;
 use crate::api::models::{visible_models, ModelObject};
 use crate::api::state::AppState;
 use askama::Template;
+use crate::api::model_pulls::{queue_pull, CreatePullRequest, ModelPullObject};
 use axum::extract::{Query, State};
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
 use serde::Deserialize;
 use verity_core::jobs::JobRecord;
 use verity_core::models::checkpoint_model_name;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/playground", get(playground_page)).route("/models", get(models_page))
+    Router::new()
+        .route("/playground", get(playground_page))
+        .route("/models", get(models_page))
+        .route("/models/pull", post(pull_model))
 }
 
 /// The model kinds of `/v1/models`, in picker order, with their group labels.
@@ -199,16 +204,74 @@ struct ModelRow {
     playground: String,
 }
 
+/// The pulls the models page lists, newest first.
+const PULLS_SHOWN: i64 = 10;
+
+/// One pull on the models page.
+struct PullRow {
+    pull: ModelPullObject,
+    created: String,
+}
+
 /// The models page.
 #[derive(Template)]
 #[template(path = "models.html")]
 struct ModelsPage {
     nav: Nav,
     models: Vec<ModelRow>,
+    /// The org's latest pulls.
+    pulls: Vec<PullRow>,
+    /// Whether the pull form is offered (admins).
+    admin: bool,
+    /// Why the last pull was refused.
+    error: Option<String>,
+    /// What was typed, kept after a refusal.
+    typed: PullForm,
+}
+
+/// The pull form.
+#[derive(Debug, Deserialize, Default)]
+pub struct PullForm {
+    /// `OWNER/NAME[@REVISION]`.
+    #[serde(default)]
+    model: String,
+    /// The name to register it under (empty: the hub name's last part).
+    #[serde(default)]
+    name: String,
 }
 
 async fn models_page(State(state): State<AppState>, user: WebUser) -> WebResult<Response> {
-    let models = visible_models(&state, user.0.org_id)
+    models_view(&state, &user, None, PullForm::default()).await
+}
+
+/// Queues a pull typed into the form, then shows the models page (the pull listed); a refusal
+/// shows the page again with the reason and what was typed.
+async fn pull_model(
+    State(state): State<AppState>,
+    user: WebUser,
+    Form(form): Form<PullForm>,
+) -> WebResult<Response> {
+    let name = Some(form.name.trim().to_string()).filter(|n| !n.is_empty());
+    let request = CreatePullRequest { model: form.model.trim().to_string(), name };
+    match queue_pull(&state, &user.0, &request).await {
+        Ok(_) => Ok(Redirect::to("/models").into_response()),
+        Err(error) if error.status.is_client_error() => {
+            let status = error.status;
+            let mut response = models_view(&state, &user, Some(error.message), form).await?;
+            *response.status_mut() = status;
+            Ok(response)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+async fn models_view(
+    state: &AppState,
+    user: &WebUser,
+    error: Option<String>,
+    typed: PullForm,
+) -> WebResult<Response> {
+    let models = visible_models(state, user.0.org_id)
         .await?
         .into_iter()
         .map(|model| {
@@ -227,5 +290,19 @@ async fn models_page(State(state): State<AppState>, user: WebUser) -> WebResult<
             }
         })
         .collect();
-    Ok(render(&ModelsPage { nav: Nav::new("Models", "models"), models }))
+    let rows =
+        verity_core::model_pulls::list_pulls(&state.pool, user.0.org_id, None, PULLS_SHOWN).await?;
+    let mut pulls = Vec::with_capacity(rows.len());
+    for row in rows {
+        let created = when(row.created_at);
+        pulls.push(PullRow { pull: ModelPullObject::of(row)?, created });
+    }
+    Ok(render(&ModelsPage {
+        nav: Nav::new("Models", "models"),
+        models,
+        pulls,
+        admin: user.is_admin(),
+        error,
+        typed,
+    }))
 }

@@ -50,6 +50,8 @@ pub struct TrainingHandler {
     embeddings: Arc<EmbeddingModels>,
     /// How long a Tinker training client may wait for a call before it is parked.
     pub(super) tinker_idle: std::time::Duration,
+    /// The hub model pulls fetch from, and this worker's cache of it.
+    pub(super) hub: crate::hub::Hub,
 }
 
 impl TrainingHandler {
@@ -78,6 +80,7 @@ impl TrainingHandler {
             graders: GraderPool::with_budget(budget),
             judges: Arc::new(judges),
             tinker_idle: super::tinker::idle_limit(),
+            hub: crate::hub::Hub { progress: false, ..crate::hub::Hub::from_env() },
         }
     }
 
@@ -85,6 +88,13 @@ impl TrainingHandler {
     /// `VERITY_TINKER_IDLE_SECS`, else 30 minutes).
     pub fn with_tinker_idle(mut self, idle: std::time::Duration) -> TrainingHandler {
         self.tinker_idle = idle;
+        self
+    }
+
+    /// Fetches model pulls from `hub` (default: the worker's environment, `HF_ENDPOINT`,
+    /// `HF_HOME`, `HF_TOKEN`).
+    pub fn with_hub(mut self, hub: crate::hub::Hub) -> TrainingHandler {
+        self.hub = hub;
         self
     }
 
@@ -476,6 +486,8 @@ impl JobHandler for TrainingHandler {
         let spec = &lease.job().spec;
         let work = if let Some(client) = verity_core::tinker::clients::ClientSpec::of_job(spec) {
             self.tinker_client(lease, heartbeat, client).await
+        } else if let Some(pull) = verity_core::model_pulls::PullSpec::of_job(spec) {
+            self.model_pull(lease, heartbeat, pull).await
         } else if let Some(run) = verity_core::sampling_runs::RunSpec::of_job(spec) {
             self.sampling_run(lease, heartbeat, run).await
         } else {

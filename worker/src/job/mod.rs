@@ -14,6 +14,7 @@ mod checkpoint;
 mod handler;
 mod pause;
 mod profile;
+mod pull;
 mod progress;
 mod records;
 mod runs;

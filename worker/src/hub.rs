@@ -1,8 +1,9 @@
-//! `verity models pull OWNER/NAME[@REVISION]`: a model from a Hugging Face-compatible hub, fetched
-//! with the maintained Rust client (`hf-hub`) into the cache the user's other tools share
+//! A model from a Hugging Face-compatible hub (`verity models pull`, and the API's pulls that a
+//! worker runs), fetched with the maintained Rust client (`hf-hub`) into the cache the user's
+//! other tools share
 //! (`HF_HOME`, `~/.cache/huggingface/hub` by default, the same layout as `huggingface_hub`),
-//! each file checked against the SHA-256 the hub lists for it, then imported as `verity models
-//! import` does. `HF_ENDPOINT` names another hub (a mirror, an internal server); `HF_TOKEN` (or
+//! each file checked against the SHA-256 the hub lists for it; [`crate::model_import`] then
+//! imports it. `HF_ENDPOINT` names another hub (a mirror, an internal server); `HF_TOKEN` (or
 //! the token file `huggingface-cli login` writes) opens gated and private models.
 //!
 //! The hub endpoints used: `GET /api/models/{repo}/revision/{revision}?blobs=true` (the commit
@@ -58,25 +59,22 @@ impl Hub {
     }
 }
 
-/// `OWNER/NAME[@REVISION]` split and checked against the hub's rules for repository ids
-/// ([`verity_core::models::check_hub_id`]); the revision defaults to `main`.
+/// `OWNER/NAME[@REVISION]` split and checked ([`verity_core::models::parse_hub_ref`]); the
+/// revision defaults to `main`. A bad name is a [`HubRefusal`].
 pub fn parse_model_ref(spec: &str) -> anyhow::Result<(String, String)> {
-    let (id, revision) = match spec.rsplit_once('@') {
-        Some((id, revision)) => (id, revision),
-        None => (spec, "main"),
-    };
-    if let Err(rule) = verity_core::models::check_hub_id(id) {
-        bail!("{spec:?} is not a hub model name OWNER/NAME[@REVISION]: {rule}");
-    }
-    let revision_ok = !revision.is_empty()
-        && revision.len() <= 255
-        && !revision.contains("..")
-        && !revision.starts_with('/')
-        && revision.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
-    if !revision_ok {
-        bail!("{spec:?}: {revision:?} is not a revision (a branch, tag or commit)");
-    }
-    Ok((id.to_string(), revision.to_string()))
+    verity_core::models::parse_hub_ref(spec)
+        .map_err(|rule| HubRefusal(format!("{spec:?}: {rule}")).into())
+}
+
+/// What the hub refused, or a fetched model that fails its checks (missing files, a damaged
+/// file): asking again will not help, unlike a network failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HubRefusal(pub String);
+
+/// Whether `err` is (or wraps) a [`HubRefusal`].
+pub fn is_refusal(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| cause.downcast_ref::<HubRefusal>().is_some())
 }
 
 /// A file the hub lists.
@@ -138,19 +136,22 @@ fn hub_error(e: ApiError, hub: &Hub, id: &str, revision: &str, what: &str) -> an
         _ => None,
     };
     match status {
-        Some(401 | 403) if hub.token.is_none() => anyhow::anyhow!(
+        Some(401 | 403) if hub.token.is_none() => HubRefusal(format!(
             "{id} is gated or private on {}: set HF_TOKEN to a token of an account that may \
              read it (for a gated model, one that accepted its licence)",
             hub.endpoint
-        ),
-        Some(401 | 403) => anyhow::anyhow!(
-            "{id}: the hub refused the token in HF_TOKEN ({}); for a gated model, accept its \
-             licence on the model's page with that account",
-            e
-        ),
-        Some(404) => {
-            anyhow::anyhow!("{id} has no {what} at revision {revision:?} on {}", hub.endpoint)
-        }
+        ))
+        .into(),
+        Some(401 | 403) => HubRefusal(format!(
+            "{id}: the hub refused the token in HF_TOKEN ({e}); for a gated model, accept its \
+             licence on the model's page with that account"
+        ))
+        .into(),
+        Some(404) => HubRefusal(format!(
+            "{id} has no {what} at revision {revision:?} on {}",
+            hub.endpoint
+        ))
+        .into(),
         _ => anyhow::Error::new(e).context(format!("{id}: fetching {what} from {}", hub.endpoint)),
     }
 }
@@ -185,12 +186,13 @@ pub async fn fetch(hub: &Hub, spec: &str) -> anyhow::Result<Fetched> {
     .collect();
     if !missing.is_empty() {
         let listed: Vec<&str> = info.siblings.iter().map(|s| s.rfilename.as_str()).collect();
-        bail!(
+        return Err(HubRefusal(format!(
             "{id}@{revision} lacks {} (Verity loads safetensors weights with a tokenizer.json); \
              the repository has: {}",
             missing.join(", "),
             listed.join(", ")
-        );
+        ))
+        .into());
     }
     let snapshot = Cache::new(hub.cache.clone())
         .repo(Repo::with_revision(id.clone(), RepoType::Model, revision.clone()))
@@ -216,11 +218,12 @@ pub async fn fetch(hub: &Hub, spec: &str) -> anyhow::Result<Fetched> {
                 let blob = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
                 let _ = std::fs::remove_file(&path);
                 let _ = std::fs::remove_file(&blob);
-                bail!(
+                return Err(HubRefusal(format!(
                     "{id}: {name} has SHA-256 {actual}, the hub lists {}; the damaged copy was \
                      removed, pull again",
                     lfs.sha256
-                );
+                ))
+                .into());
             }
         }
     }
@@ -243,55 +246,6 @@ async fn fetch_info(repo: &ApiRepo) -> Result<RepoInfo, ApiError> {
         .error_for_status()?
         .json()
         .await?)
-}
-
-/// The name jobs use for a pulled model when none is given: the part of its checked hub id
-/// (`OWNER/NAME`) after the `/`.
-pub fn default_name(id: &str) -> String {
-    id.rsplit('/').next().unwrap_or(id).to_string()
-}
-
-/// A pulled model.
-#[derive(Debug, Clone)]
-pub struct Pulled {
-    /// The name it is registered under.
-    pub name: String,
-    /// Its folder in the object store.
-    pub prefix: String,
-    /// What was fetched.
-    pub fetched: Fetched,
-    /// The hub id it answers to as well (`OWNER/NAME`); `None` when another model has it.
-    pub hub_id: Option<String>,
-}
-
-/// Fetches `spec` and imports it under `name` (default: [`default_name`] of its id, once the
-/// name passed the hub's rules) as `verity models import --hf` does, with its hub id as a second
-/// name unless another model has it (a warning, not an error: the pull is done).
-pub async fn pull(
-    pool: &sqlx::PgPool,
-    store: &dyn verity_core::storage::ObjectStore,
-    hub: &Hub,
-    spec: &str,
-    name: Option<&str>,
-) -> anyhow::Result<Pulled> {
-    let (id, _) = parse_model_ref(spec)?;
-    let name = name.map_or_else(|| default_name(&id), str::to_string);
-    if let Err(reason) = verity_server::api::models::check_model_name(&name) {
-        bail!("invalid model name {name:?}: {reason}");
-    }
-    if verity_core::models::model_by_id(pool, &name).await?.is_some() {
-        bail!("a model named {name:?} already exists (give another with --name)");
-    }
-    let fetched = fetch(hub, spec).await?;
-    let prefix = super::import_model(pool, store, &name, &fetched.dir, "hf").await?;
-    let hub_id = match super::give_hub_id(pool, &name, &fetched.repo).await {
-        Ok(()) => Some(fetched.repo.clone()),
-        Err(e) => {
-            tracing::warn!("{e:#}; jobs name the pulled model {name:?}");
-            None
-        }
-    };
-    Ok(Pulled { name, prefix, fetched, hub_id })
 }
 
 #[cfg(test)]
@@ -323,7 +277,7 @@ mod tests {
         ] {
             assert!(parse_model_ref(bad).is_err(), "{bad}");
         }
-        assert_eq!(default_name("Qwen/Qwen3-1.7B"), "Qwen3-1.7B");
+        assert_eq!(verity_core::models::default_pull_name("Qwen/Qwen3-1.7B"), "Qwen3-1.7B");
     }
 
     #[test]
