@@ -45,14 +45,15 @@ impl TrainingHandler {
         let data = json!({"hub_id": spec.hub_id, "revision": spec.revision, "name": spec.name});
         let message = format!("fetching {} from {}", spec.reference(), self.hub.endpoint);
         event(lease, heartbeat, EventLevel::Info, "started", &message, Some(&data)).await?;
+        let reference = spec.reference();
         let fetched = tokio::select! {
-            fetched = fetch(&self.hub, &spec.reference()) => fetched,
+            fetched = fetch(&self.hub, &reference) => fetched,
             state = heartbeat.cancelled_or_lost() => return Ok(match state {
                 HeartbeatState::Lost => JobOutcome::LeaseLost,
                 HeartbeatState::Held(_) => JobOutcome::Cancelled,
             }),
         }
-        .map_err(|e| fetch_error(&format!("fetching {}", spec.reference()), e))?;
+        .map_err(|e| fetch_error(&format!("fetching {reference}"), e))?;
         let data = json!({"commit": fetched.commit, "files": fetched.files,
                           "downloaded": fetched.downloaded});
         let message = format!(
