@@ -50,7 +50,7 @@ async fn setup(pool: PgPool) -> Setup {
     let mut gated = HubRepo::open(files.clone());
     gated.gated = true;
     let repos = BTreeMap::from([
-        ("acme/tiny-llama".to_string(), HubRepo::open(files.clone())),
+        ("acme/pico-llama".to_string(), HubRepo::open(files.clone())),
         ("acme/tiny-two".to_string(), HubRepo::open(files)),
         ("acme/gated".to_string(), gated),
     ]);
@@ -100,22 +100,22 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
     let other = user(&pool, "eve@example.com", "globex", "admin").await;
 
     // Checked before anything is queued: the role, the hub name, the model name, the body.
-    let body = json!({"model": "acme/tiny-llama"});
+    let body = json!({"model": "acme/pico-llama"});
     let refused = post(&s.router, "/v1/verity/model_pulls", &member, body.clone()).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN, "{:?}", refused.json());
     for (body, param) in [
         (json!({"model": "../etc"}), "model"),
-        (json!({"model": "acme/tiny-llama@../x"}), "model"),
-        (json!({"model": "acme/tiny-llama", "name": "has space"}), "name"),
-        (json!({"model": "acme/tiny-llama", "name": "a/b"}), "name"),
+        (json!({"model": "acme/pico-llama@../x"}), "model"),
+        (json!({"model": "acme/pico-llama", "name": "has space"}), "name"),
+        (json!({"model": "acme/pico-llama", "name": "a/b"}), "name"),
     ] {
         let reply = post(&s.router, "/v1/verity/model_pulls", &admin, body.clone()).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body}: {:?}", reply.json());
         assert_eq!(reply.json()["error"]["param"], param, "{body}");
     }
-    let unknown = json!({"model": "acme/tiny-llama", "revison": "main"});
+    let unknown = json!({"model": "acme/pico-llama", "revison": "main"});
     let reply = post(&s.router, "/v1/verity/model_pulls", &admin, unknown).await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "an unknown field, as everywhere");
     assert_eq!(s.rows().await, 0, "nothing queued by a refused request");
 
     // Queued, then run by a worker: fetched, registered for the org under the hub name's last
@@ -125,55 +125,55 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
     assert!(id.starts_with("pulljob-"), "{pull}");
     assert_eq!(pull["object"], "verity.model_pull");
     assert_eq!(pull["status"], "queued");
-    assert_eq!((pull["hub_id"].as_str(), pull["revision"].as_str()), (Some("acme/tiny-llama"), Some("main")));
-    assert_eq!(pull["name"], "tiny-llama");
+    assert_eq!((pull["hub_id"].as_str(), pull["revision"].as_str()), (Some("acme/pico-llama"), Some("main")));
+    assert_eq!(pull["name"], "pico-llama");
     let jobs = get(&s.router, "/v1/fine_tuning/jobs", &admin).await.json();
     assert!(jobs["data"].as_array().unwrap().is_empty(), "a pull is not a fine-tuning job: {jobs}");
     s.run_one().await;
     let done = s.get_pull(&admin, &id).await;
     assert_eq!(done["status"], "succeeded", "{done}");
-    assert_eq!(done["result"]["model"], "tiny-llama");
-    assert_eq!(done["result"]["hub_id"], "acme/tiny-llama");
-    assert_eq!(done["result"]["storage_prefix"], "models/tiny-llama");
+    assert_eq!(done["result"]["model"], "pico-llama");
+    assert_eq!(done["result"]["hub_id"], "acme/pico-llama");
+    assert_eq!(done["result"]["storage_prefix"], "models/pico-llama");
     let files = done["result"]["files"].as_array().unwrap().len();
     assert_eq!(done["result"]["downloaded"].as_u64(), Some(files as u64));
-    assert!(s.hub.cache.join("models--acme--tiny-llama/snapshots").is_dir(), "the worker's hub cache");
-    let model = get(&s.router, "/v1/models/acme/tiny-llama", &member).await;
+    assert!(s.hub.cache.join("models--acme--pico-llama/snapshots").is_dir(), "the worker's hub cache");
+    let model = get(&s.router, "/v1/models/acme/pico-llama", &member).await;
     assert_eq!(model.status, StatusCode::OK, "{:?}", model.json());
-    assert_eq!(model.json()["id"], "tiny-llama");
-    assert_eq!(model.json()["hub_id"], "acme/tiny-llama");
+    assert_eq!(model.json()["id"], "pico-llama");
+    assert_eq!(model.json()["hub_id"], "acme/pico-llama");
     let listed = get(&s.router, "/v1/verity/model_pulls", &member).await.json();
     assert_eq!(listed["data"][0]["id"], id.as_str(), "members see the org's pulls");
 
     // The org's own: another org sees neither the model nor the pull.
-    let hidden = get(&s.router, "/v1/models/tiny-llama", &other).await;
+    let hidden = get(&s.router, "/v1/models/pico-llama", &other).await;
     assert_eq!(hidden.status, StatusCode::NOT_FOUND);
     let hidden = get(&s.router, &format!("/v1/verity/model_pulls/{id}"), &other).await;
     assert_eq!(hidden.status, StatusCode::NOT_FOUND);
 
     // Asked again: the org already has it (under either name), so nothing is queued.
     let before = s.rows().await;
-    let again = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/tiny-llama@main", "name": "tiny-again"})).await;
+    let again = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/pico-llama@main", "name": "tiny-again"})).await;
     assert_eq!(again.status, StatusCode::CONFLICT, "{:?}", again.json());
     assert_eq!(again.json()["error"]["param"], "model");
-    assert!(again.json()["error"]["message"].as_str().unwrap().contains("\"tiny-llama\""));
-    let taken = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/tiny-two", "name": "tiny-llama"})).await;
+    assert!(again.json()["error"]["message"].as_str().unwrap().contains("\"pico-llama\""));
+    let taken = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/tiny-two", "name": "pico-llama"})).await;
     assert_eq!(taken.status, StatusCode::CONFLICT);
     assert_eq!(taken.json()["error"]["param"], "name");
     assert_eq!(s.rows().await, before);
 
     // Hub ids are per org: another org pulls the same model under its own name and names it by
     // the same hub id.
-    let theirs = s.pull(&other, json!({"model": "acme/tiny-llama", "name": "globex-tiny"})).await;
+    let theirs = s.pull(&other, json!({"model": "acme/pico-llama", "name": "globex-tiny"})).await;
     s.run_one().await;
     let theirs = s.get_pull(&other, theirs["id"].as_str().unwrap()).await;
     assert_eq!(theirs["status"], "succeeded", "{theirs}");
-    assert_eq!(theirs["result"]["hub_id"], "acme/tiny-llama");
+    assert_eq!(theirs["result"]["hub_id"], "acme/pico-llama");
     assert_eq!(theirs["result"]["downloaded"], 0, "the worker's cache had every file");
-    let by_hub_id = get(&s.router, "/v1/models/acme/tiny-llama", &other).await.json();
+    let by_hub_id = get(&s.router, "/v1/models/acme/pico-llama", &other).await.json();
     assert_eq!(by_hub_id["id"], "globex-tiny");
-    let ours = get(&s.router, "/v1/models/acme/tiny-llama", &admin).await.json();
-    assert_eq!(ours["id"], "tiny-llama");
+    let ours = get(&s.router, "/v1/models/acme/pico-llama", &admin).await.json();
+    assert_eq!(ours["id"], "pico-llama");
 
     // What the hub refuses fails the pull at once, with the reason (no retries).
     for (model, reason) in [("acme/gated", "gated or private"), ("acme/nothing", "has no model")] {
@@ -237,6 +237,6 @@ async fn the_models_page_pulls_a_model_and_lists_the_pulls(pool: PgPool) {
     assert!(html.contains("data-model=\"two\""), "the pulled model is listed: {html}");
 
     // A member's post is refused.
-    let reply = send(&s.router, form(&member, "model=acme%2Ftiny-llama")).await;
+    let reply = send(&s.router, form(&member, "model=acme%2Fpico-llama")).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
 }
