@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use verity_core::storage::LocalStore;
 use verity_testkit::hub::{serve_hub, HubRepo, COMMIT, TOKEN};
+use verity_worker::config::Family;
 use verity_worker::hub::{fetch, Hub};
 use verity_worker::model_import::pull;
-use verity_core::storage::LocalStore;
-use verity_worker::config::Family;
 
 /// A tiny model folder's files.
 fn tiny_model_files() -> BTreeMap<String, Vec<u8>> {
@@ -105,7 +105,8 @@ async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(poo
 
     // Pulled again under another name: nothing is downloaded again.
     let before = state.resolves.load(Ordering::SeqCst);
-    let again = pull(&pool, &store, &open, "acme/tiny-llama@main", Some("tiny-2"), None).await.unwrap();
+    let again =
+        pull(&pool, &store, &open, "acme/tiny-llama@main", Some("tiny-2"), None).await.unwrap();
     assert_eq!((again.fetched.downloaded, state.resolves.load(Ordering::SeqCst)), (0, before));
     assert_eq!(again.hub_id, None, "one model per hub id: the first pull keeps it");
     let taken = pull(&pool, &store, &open, "acme/tiny-llama", None, None).await.unwrap_err();

@@ -3,8 +3,8 @@
 
 use crate::api::state::{AppState, ServeConfig};
 use crate::api::{
-    auth, extract, files, graders, health, inference, jobs, loss_presets, model_pulls, models, objects, openapi,
-    preflight, recipes, sampling_runs, telemetry, tinker,
+    auth, extract, files, graders, health, inference, jobs, loss_presets, model_pulls, models,
+    objects, openapi, preflight, recipes, sampling_runs, telemetry, tinker,
 };
 use anyhow::Context;
 use axum::routing::get;

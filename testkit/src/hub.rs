@@ -134,4 +134,3 @@ pub async fn serve_hub(repos: BTreeMap<String, HubRepo>) -> (String, Arc<HubStat
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, state)
 }
-

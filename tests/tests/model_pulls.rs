@@ -125,7 +125,10 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
     assert!(id.starts_with("pulljob-"), "{pull}");
     assert_eq!(pull["object"], "verity.model_pull");
     assert_eq!(pull["status"], "queued");
-    assert_eq!((pull["hub_id"].as_str(), pull["revision"].as_str()), (Some("acme/pico-llama"), Some("main")));
+    assert_eq!(
+        (pull["hub_id"].as_str(), pull["revision"].as_str()),
+        (Some("acme/pico-llama"), Some("main"))
+    );
     assert_eq!(pull["name"], "pico-llama");
     let jobs = get(&s.router, "/v1/fine_tuning/jobs", &admin).await.json();
     assert!(jobs["data"].as_array().unwrap().is_empty(), "a pull is not a fine-tuning job: {jobs}");
@@ -137,7 +140,10 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
     assert_eq!(done["result"]["storage_prefix"], "models/pico-llama");
     let files = done["result"]["files"].as_array().unwrap().len();
     assert_eq!(done["result"]["downloaded"].as_u64(), Some(files as u64));
-    assert!(s.hub.cache.join("models--acme--pico-llama/snapshots").is_dir(), "the worker's hub cache");
+    assert!(
+        s.hub.cache.join("models--acme--pico-llama/snapshots").is_dir(),
+        "the worker's hub cache"
+    );
     let model = get(&s.router, "/v1/models/acme/pico-llama", &member).await;
     assert_eq!(model.status, StatusCode::OK, "{:?}", model.json());
     assert_eq!(model.json()["id"], "pico-llama");
@@ -153,11 +159,23 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
 
     // Asked again: the org already has it (under either name), so nothing is queued.
     let before = s.rows().await;
-    let again = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/pico-llama@main", "name": "tiny-again"})).await;
+    let again = post(
+        &s.router,
+        "/v1/verity/model_pulls",
+        &admin,
+        json!({"model": "acme/pico-llama@main", "name": "tiny-again"}),
+    )
+    .await;
     assert_eq!(again.status, StatusCode::CONFLICT, "{:?}", again.json());
     assert_eq!(again.json()["error"]["param"], "model");
     assert!(again.json()["error"]["message"].as_str().unwrap().contains("\"pico-llama\""));
-    let taken = post(&s.router, "/v1/verity/model_pulls", &admin, json!({"model": "acme/tiny-two", "name": "pico-llama"})).await;
+    let taken = post(
+        &s.router,
+        "/v1/verity/model_pulls",
+        &admin,
+        json!({"model": "acme/tiny-two", "name": "pico-llama"}),
+    )
+    .await;
     assert_eq!(taken.status, StatusCode::CONFLICT);
     assert_eq!(taken.json()["error"]["param"], "name");
     assert_eq!(s.rows().await, before);

@@ -147,11 +147,10 @@ fn hub_error(e: ApiError, hub: &Hub, id: &str, revision: &str, what: &str) -> an
              licence on the model's page with that account"
         ))
         .into(),
-        Some(404) => HubRefusal(format!(
-            "{id} has no {what} at revision {revision:?} on {}",
-            hub.endpoint
-        ))
-        .into(),
+        Some(404) => {
+            HubRefusal(format!("{id} has no {what} at revision {revision:?} on {}", hub.endpoint))
+                .into()
+        }
         _ => anyhow::Error::new(e).context(format!("{id}: fetching {what} from {}", hub.endpoint)),
     }
 }

@@ -70,8 +70,15 @@ pub async fn run(context: &DemoContext) -> anyhow::Result<()> {
     let known = verity_core::models::model_by_id(&context.pool, MODEL).await?.is_some();
     if !known {
         println!("demo: registering {MODEL}");
-        super::models::import_model(&context.pool, context.store.as_ref(), None, MODEL, &model_dir, "hf")
-            .await?;
+        super::models::import_model(
+            &context.pool,
+            context.store.as_ref(),
+            None,
+            MODEL,
+            &model_dir,
+            "hf",
+        )
+        .await?;
     }
     let train = files::upload_bytes(&client, TRAIN.as_bytes(), "addition-train.jsonl").await?;
     let valid =

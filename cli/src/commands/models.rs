@@ -262,7 +262,6 @@ pub async fn share_model(
     Ok(prefix)
 }
 
-
 /// Checks that the sentence-transformers folder `dir` loads as an embedding model, publishes it
 /// under `models/{name}` and registers it (kind `embedding`, every org sees it); returns the
 /// storage prefix.

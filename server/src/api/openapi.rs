@@ -3,8 +3,7 @@
 use super::state::AppState;
 use super::{
     auth, files, graders, health, inference, jobs, loss_presets, model_pulls, models, objects,
-    preflight,
-    recipes, sampling_runs, telemetry,
+    preflight, recipes, sampling_runs, telemetry,
 };
 use axum::routing::get;
 use axum::{Json, Router};

@@ -5,10 +5,10 @@
 
 use super::page::{render, script_json, urlencode, when, Nav, WebResult, WebUser};
 use crate::api::jobs::find_job;
+use crate::api::model_pulls::{queue_pull, CreatePullRequest, ModelPullObject};
 use crate::api::models::{visible_models, ModelObject};
 use crate::api::state::AppState;
 use askama::Template;
-use crate::api::model_pulls::{queue_pull, CreatePullRequest, ModelPullObject};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
