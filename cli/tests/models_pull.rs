@@ -14,20 +14,6 @@ use verity_worker::config::Family;
 use verity_worker::hub::{fetch, Hub};
 use verity_worker::model_import::pull;
 
-/// A tiny model folder's files.
-fn tiny_model_files() -> BTreeMap<String, Vec<u8>> {
-    let dir = tempfile::tempdir().unwrap();
-    verity_worker::trainer::testing::write_tiny_model_dir(dir.path(), Family::Llama, 5).unwrap();
-    std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|entry| {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).unwrap())
-        })
-        .collect()
-}
-
 fn hub(endpoint: &str, cache: &Path, token: Option<&str>) -> Hub {
     Hub {
         endpoint: endpoint.to_string(),
@@ -39,7 +25,7 @@ fn hub(endpoint: &str, cache: &Path, token: Option<&str>) -> Hub {
 
 #[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
 async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(pool: sqlx::PgPool) {
-    let files = tiny_model_files();
+    let files = verity_worker::trainer::testing::tiny_model_files(Family::Llama, 5).unwrap();
     let mut extra = files.clone();
     extra.insert("pytorch_model.bin".into(), b"not fetched".to_vec());
     extra.insert("README.md".into(), b"# tiny".to_vec());
@@ -113,7 +99,9 @@ async fn a_hub_model_is_fetched_into_the_shared_cache_checked_and_registered(poo
     assert!(taken.to_string().contains("already exists"), "{taken}");
 
     // A gated model: refused without the token, fetched with it.
-    let refused = fetch(&open, "acme/gated").await.unwrap_err().to_string();
+    let refused = fetch(&open, "acme/gated").await.unwrap_err();
+    assert!(verity_worker::hub::is_refusal(&refused), "a refusal, not retried by a worker");
+    let refused = refused.to_string();
     assert!(refused.contains("gated or private") && refused.contains("HF_TOKEN"), "{refused}");
     let wrong = fetch(&hub(&endpoint, cache.path(), Some("hf_wrong")), "acme/gated").await;
     assert!(wrong.unwrap_err().to_string().contains("refused the token"));

@@ -22,20 +22,6 @@ use verity_testkit::hub::{serve_hub, HubRepo};
 use verity_worker::config::Family;
 use verity_worker::hub::Hub;
 
-/// A tiny random Llama's files, as a hub repository holds them.
-fn tiny_model_files() -> BTreeMap<String, Vec<u8>> {
-    let dir = tempfile::tempdir().unwrap();
-    verity_worker::trainer::testing::write_tiny_model_dir(dir.path(), Family::Llama, 5).unwrap();
-    std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|entry| {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).unwrap())
-        })
-        .collect()
-}
-
 struct Setup {
     router: axum::Router,
     pool: PgPool,
@@ -46,7 +32,7 @@ struct Setup {
 }
 
 async fn setup(pool: PgPool) -> Setup {
-    let files = tiny_model_files();
+    let files = verity_worker::trainer::testing::tiny_model_files(Family::Llama, 5).unwrap();
     let mut gated = HubRepo::open(files.clone());
     gated.gated = true;
     let repos = BTreeMap::from([
@@ -257,4 +243,62 @@ async fn the_models_page_pulls_a_model_and_lists_the_pulls(pool: PgPool) {
     // A member's post is refused.
     let reply = send(&s.router, form(&member, "model=acme%2Fpico-llama")).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
+}
+
+#[sqlx::test(migrator = "verity_core::db::MIGRATOR")]
+async fn a_retried_pull_finishes_what_an_earlier_attempt_registered(pool: PgPool) {
+    let s = setup(pool.clone()).await;
+    let admin = user(&pool, "ada@example.com", "acme", "admin").await;
+    let pull = s.pull(&admin, json!({"model": "acme/pico-llama"})).await;
+    let id = pull["id"].as_str().unwrap().to_string();
+    // An earlier attempt fetched, published and registered the model, then its worker died
+    // before the hub id was set.
+    let org: uuid::Uuid = sqlx::query_scalar("SELECT org_id FROM jobs WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let files = verity_worker::trainer::testing::tiny_model_files(Family::Llama, 5).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in &files {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let store = s.store.as_ref();
+    verity_worker::model_import::import_model(
+        &pool,
+        store,
+        Some(org),
+        "pico-llama",
+        dir.path(),
+        "hf",
+    )
+    .await
+    .unwrap();
+    s.run_one().await;
+    let done = s.get_pull(&admin, &id).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["result"]["hub_id"], "acme/pico-llama");
+    let model = get(&s.router, "/v1/models/acme/pico-llama", &admin).await.json();
+    assert_eq!(model["id"], "pico-llama");
+
+    // A model of the same name that is not the pull's (another folder) is left alone: the pull
+    // fails and says why.
+    let pull = s.pull(&admin, json!({"model": "acme/tiny-two", "name": "two"})).await;
+    verity_core::models::insert_base_model(
+        &pool,
+        Some(org),
+        "two",
+        "files/elsewhere",
+        "hf",
+        &json!({}),
+    )
+    .await
+    .unwrap();
+    s.run_one().await;
+    let failed = s.get_pull(&admin, pull["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(failed["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("registered while the pull waited"));
 }

@@ -90,3 +90,24 @@ pub fn tiny_rollout_trainer(
     let model = crate::testing::tiny_model(Family::Llama, model_seed)?;
     super::Trainer::new(model, tokenizer, grader, hp, train, None, options)
 }
+
+/// The files of a [`write_tiny_model_dir`] folder by name, as a hub repository holds them.
+pub fn tiny_model_files(
+    family: Family,
+    seed: u64,
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<u8>>> {
+    let dir = std::env::temp_dir().join(format!("verity-tiny-files-{}", uuid::Uuid::new_v4()));
+    let read = || -> anyhow::Result<std::collections::BTreeMap<String, Vec<u8>>> {
+        write_tiny_model_dir(&dir, family, seed)?;
+        let mut files = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            files.insert(name, std::fs::read(&path)?);
+        }
+        Ok(files)
+    };
+    let files = read();
+    let _ = std::fs::remove_dir_all(&dir);
+    files
+}
