@@ -1728,8 +1728,16 @@ async fn a_hub_id_names_its_model_wherever_a_model_is_named(pool: sqlx::PgPool) 
     // `verity models pull acme/Tiny-1` registers `Tiny-1` with its hub id; here, by hand.
     let given = verity_core::models::set_hub_id(&pool, "tiny", "acme/Tiny-1").await.unwrap();
     assert_eq!(given, verity_core::models::HubIdSet::Set);
-    let again = verity_core::models::set_hub_id(&pool, "nope", "acme/Tiny-1").await.unwrap();
-    assert_eq!(again, verity_core::models::HubIdSet::Taken("tiny".into()), "one model per hub id");
+    let config = json!({});
+    verity_core::models::insert_base_model(&pool, None, "tiny-2", "models/tiny", "hf", &config)
+        .await
+        .unwrap();
+    let again = verity_core::models::set_hub_id(&pool, "tiny-2", "acme/Tiny-1").await.unwrap();
+    let one = verity_core::models::HubIdSet::Taken("tiny".into());
+    assert_eq!(again, one, "one model of a scope per hub id");
+    let nope = verity_core::models::set_hub_id(&pool, "nope", "acme/Tiny-1").await.unwrap();
+    assert_eq!(nope, verity_core::models::HubIdSet::NoModel);
+    sqlx::query("DELETE FROM models WHERE id = 'tiny-2'").execute(&pool).await.unwrap();
 
     // Listed with it, retrieved by it.
     let listed = get(&app.router, "/v1/models", &key).await.json();

@@ -104,6 +104,15 @@ async fn a_registered_embedding_model_grades_cosine_by_name(pool: PgPool) {
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
     let reward = reply.json()["reward"].as_f64().unwrap();
     assert!(reward > 0.0 && reward <= 1.0, "{:?}", reply.json());
+    // Named by its hub id: the same model, the same reward.
+    let hub_id = "sentence-transformers/all-MiniLM-L6-v2";
+    verity_core::models::set_hub_id(&pool, "minilm", hub_id).await.unwrap();
+    let reply = post(&router, "/v1/fine_tuning/alpha/graders/run", &key, run(hub_id)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+    assert_eq!(reply.json()["reward"].as_f64(), Some(reward));
+    let reply = post(&router, "/v1/fine_tuning/alpha/graders/run", &key, run("acme/nothing")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}", reply.json());
+    assert_eq!(reply.json()["error"]["param"], "grader.model");
     for (uri, body) in [
         ("/v1/fine_tuning/alpha/graders/run", run("no-such-embedder")),
         ("/v1/fine_tuning/alpha/graders/validate", json!({"grader": grader("tiny-llama")})),

@@ -149,13 +149,14 @@ impl EmbeddingModels {
             .await?
             .ok_or_else(|| EmbeddingSetupError::Unknown(name.to_string()))?;
         let _one_load_at_a_time = self.loading.lock().await;
-        let key = format!("{}:{}", row.storage_prefix, name);
+        // A hub id resolves to the registered name, which keys the cache and names the folder.
+        let key = format!("{}:{}", row.storage_prefix, row.id);
         if let Some(model) = self.loaded.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(model.clone());
         }
         let load = |message: String| EmbeddingSetupError::Load { name: name.to_string(), message };
         let root = self.cache_dir.join("embeddings");
-        let dir = model_folder(&root, name).map_err(|e| load(e.to_string()))?;
+        let dir = model_folder(&root, &row.id).map_err(|e| load(e.to_string()))?;
         let dir = cached_folder(store, &row.storage_prefix, &root, &dir)
             .await
             .map_err(|e| load(format!("{e:#}")))?;
@@ -201,12 +202,14 @@ async fn register_folder(
     Ok(())
 }
 
-/// The embedding model `name` if org `org_id` can see it.
+/// The embedding model `name` (or the one whose hub id it is) if org `org_id` can see it.
 async fn registered(
     pool: &PgPool,
     org_id: Uuid,
     name: &str,
 ) -> Result<Option<verity_core::models::ModelRecord>, sqlx::Error> {
+    let by_hub_id = verity_core::models::model_for_hub_id(pool, org_id, name).await?;
+    let name = by_hub_id.as_deref().unwrap_or(name);
     let row = verity_core::models::get_model(pool, org_id, name).await?;
     Ok(row.filter(|m| m.kind == verity_core::models::EMBEDDING))
 }

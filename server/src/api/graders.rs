@@ -39,8 +39,9 @@ pub fn parse_grader(param: &str, grader: &Value) -> ApiResult<Grader> {
     Ok(grader)
 }
 
-/// Checks that every embedding model the grader's `cosine` graders name is registered (kind
-/// `embedding`) for the caller's org; a missing one is a 400 naming its JSON path under `param`.
+/// Checks that every embedding model the grader's `cosine` graders name (by its name or its hub
+/// id) is registered (kind `embedding`) for the caller's org; a missing one is a 400 naming its
+/// JSON path under `param`.
 pub async fn validate_embedding_models(
     state: &AppState,
     principal: &Principal,
@@ -48,7 +49,9 @@ pub async fn validate_embedding_models(
     grader: &Grader,
 ) -> ApiResult<()> {
     for (path, name) in grader.embedding_models() {
-        if let Some(name) = name {
+        // A hub id (`OWNER/NAME`) is looked up, never used as a path.
+        let hub_id = |name: &str| verity_core::models::check_hub_id(name).is_ok();
+        if let Some(name) = name.filter(|n| !hub_id(n)) {
             check_name_param(&format!("{param}.{path}"), &name)?;
         }
     }

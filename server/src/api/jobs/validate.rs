@@ -521,9 +521,10 @@ pub async fn model_name_param(
         return Err(ApiError::invalid(
             param,
             format!(
-                "no model has the hub id {name:?}: the operator fetches it with `verity models \
-                 pull {name}` (or gives an imported folder that id with `verity models import \
-                 --hub-id`); see GET /v1/models"
+                "no model has the hub id {name:?}: an org admin pulls it with POST \
+                 /v1/verity/model_pulls {{\"model\": \"{name}\"}} (or the dashboard's Models \
+                 page), the operator with `verity models pull {name}` (or gives an imported \
+                 folder that id with `verity models import --hub-id`); see GET /v1/models"
             ),
         )
         .with_code("model_not_found"));
