@@ -20,6 +20,7 @@ fn hub(endpoint: &str, cache: &Path, token: Option<&str>) -> Hub {
         cache: cache.to_path_buf(),
         token: token.map(str::to_string),
         progress: false,
+        max_bytes: None,
     }
 }
 

@@ -46,15 +46,26 @@ async fn setup(pool: PgPool) -> Setup {
     let state = api_support::app_on(pool.clone(), store.clone()).await;
     let router = verity_server::app::app(state);
     let queue = Queue::new(pool.clone(), QueueSettings::default());
-    let hub = Hub { endpoint, cache: root.path().join("hf"), token: None, progress: false };
+    let hub = Hub {
+        endpoint,
+        cache: root.path().join("hf"),
+        token: None,
+        progress: false,
+        max_bytes: Some(verity_worker::hub::api_pull_limit()),
+    };
     Setup { router, pool, store, queue, hub, root }
 }
 
 impl Setup {
     /// Runs one queued row on a CPU worker whose hub is the loopback one.
     async fn run_one(&self) {
-        let handler = cpu_training_handler(self.store.clone(), &self.root.path().join("cache"))
-            .with_hub(self.hub.clone());
+        self.run_one_with(self.hub.clone()).await;
+    }
+
+    /// Runs one queued row on a CPU worker fetching from `hub`.
+    async fn run_one_with(&self, hub: Hub) {
+        let handler =
+            cpu_training_handler(self.store.clone(), &self.root.path().join("cache")).with_hub(hub);
         let options = RunnerOptions { max_jobs: Some(1), ..RunnerOptions::default() };
         let worker = WorkerInfo::new(DeviceKind::Cpu, 1024);
         let cancel = CancellationToken::new();
@@ -188,6 +199,16 @@ async fn an_admin_pulls_a_hub_model_that_a_worker_fetches_checks_and_registers(p
         let message = failed["error"]["message"].as_str().unwrap();
         assert!(message.contains(reason), "{message}");
     }
+
+    // A worker fetches at most VERITY_PULL_MAX_GB (here a few bytes): a larger model is refused
+    // before anything is downloaded.
+    let pull = s.pull(&admin, json!({"model": "acme/tiny-two", "name": "two-big"})).await;
+    s.run_one_with(Hub { max_bytes: Some(100), ..s.hub.clone() }).await;
+    let failed = s.get_pull(&admin, pull["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(message.contains("VERITY_PULL_MAX_GB") && message.contains("verity models pull"));
+    assert!(!s.hub.cache.join("models--acme--tiny-two").exists(), "nothing fetched");
 
     // A queued pull can be cancelled (admins only).
     let pull = s.pull(&admin, json!({"model": "acme/tiny-two"})).await;

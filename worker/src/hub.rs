@@ -32,6 +32,29 @@ pub struct Hub {
     pub token: Option<String>,
     /// Whether to draw progress bars.
     pub progress: bool,
+    /// The most bytes one pull may fetch, as the hub lists the files' sizes (`None`: no limit,
+    /// the operator's own `verity models pull`).
+    pub max_bytes: Option<u64>,
+}
+
+/// `VERITY_PULL_MAX_GB`: the most a pull asked for through the API may fetch (default 64 GB, a
+/// 30B-parameter model in bf16), so that an org admin cannot fill a worker's disk.
+pub const PULL_MAX_GB_ENV: &str = "VERITY_PULL_MAX_GB";
+
+/// The default of [`PULL_MAX_GB_ENV`].
+const DEFAULT_PULL_MAX_GB: u64 = 64;
+
+/// The limit of API pulls in bytes: [`PULL_MAX_GB_ENV`] if it is a whole number of GB, else the
+/// default (with a warning).
+pub fn api_pull_limit() -> u64 {
+    let gb = match std::env::var(PULL_MAX_GB_ENV) {
+        Err(_) => DEFAULT_PULL_MAX_GB,
+        Ok(value) => value.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!(%value, "{PULL_MAX_GB_ENV} is not a whole number of GB: using {DEFAULT_PULL_MAX_GB}");
+            DEFAULT_PULL_MAX_GB
+        }),
+    };
+    gb.saturating_mul(1_000_000_000)
 }
 
 impl Hub {
@@ -46,6 +69,7 @@ impl Hub {
             cache: cache.path().clone(),
             token,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            max_bytes: None,
         }
     }
 
@@ -81,6 +105,9 @@ pub fn is_refusal(err: &anyhow::Error) -> bool {
 #[derive(Debug, Deserialize)]
 struct Sibling {
     rfilename: String,
+    /// Its size in bytes.
+    #[serde(default)]
+    size: Option<u64>,
     #[serde(default)]
     lfs: Option<Lfs>,
 }
@@ -172,6 +199,13 @@ pub async fn fetch(hub: &Hub, spec: &str) -> anyhow::Result<Fetched> {
     let repo = api.repo(Repo::with_revision(id.clone(), RepoType::Model, revision.clone()));
     let info: RepoInfo =
         fetch_info(&repo).await.map_err(|e| hub_error(e, hub, &id, &revision, "model"))?;
+    // The commit names a folder of the cache: a hub answering anything but a commit hash is
+    // refused, never joined to a path.
+    if !(info.sha.len() == 40 && info.sha.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err(
+            HubRefusal(format!("{id}: the hub answered {:?}, not a commit", info.sha)).into()
+        );
+    }
     let files: Vec<&Sibling> = info.siblings.iter().filter(|s| wanted(&s.rfilename)).collect();
     let has = |name: &str| files.iter().any(|s| s.rfilename == name);
     let weights = files.iter().any(|s| s.rfilename.ends_with(".safetensors"));
@@ -190,6 +224,16 @@ pub async fn fetch(hub: &Hub, spec: &str) -> anyhow::Result<Fetched> {
              the repository has: {}",
             missing.join(", "),
             listed.join(", ")
+        ))
+        .into());
+    }
+    let bytes: u64 = files.iter().filter_map(|s| s.size).sum();
+    if let Some(max) = hub.max_bytes.filter(|max| bytes > *max) {
+        return Err(HubRefusal(format!(
+            "{id}@{revision} is {:.1} GB, more than the {:.1} GB this server's pulls may fetch \
+             ({PULL_MAX_GB_ENV}); the operator can pull it with `verity models pull {id}`",
+            bytes as f64 / 1e9,
+            max as f64 / 1e9
         ))
         .into());
     }

@@ -80,7 +80,11 @@ impl TrainingHandler {
             graders: GraderPool::with_budget(budget),
             judges: Arc::new(judges),
             tinker_idle: super::tinker::idle_limit(),
-            hub: crate::hub::Hub { progress: false, ..crate::hub::Hub::from_env() },
+            hub: crate::hub::Hub {
+                progress: false,
+                max_bytes: Some(crate::hub::api_pull_limit()),
+                ..crate::hub::Hub::from_env()
+            },
         }
     }
 
@@ -92,7 +96,7 @@ impl TrainingHandler {
     }
 
     /// Fetches model pulls from `hub` (default: the worker's environment, `HF_ENDPOINT`,
-    /// `HF_HOME`, `HF_TOKEN`).
+    /// `HF_HOME`, `HF_TOKEN`, limited to `VERITY_PULL_MAX_GB`).
     pub fn with_hub(mut self, hub: crate::hub::Hub) -> TrainingHandler {
         self.hub = hub;
         self
