@@ -303,7 +303,7 @@ async fn a_retried_pull_finishes_what_an_earlier_attempt_registered(pool: PgPool
     assert_eq!(model["id"], "pico-llama");
 
     // A model of the same name that is not the pull's (another folder) is left alone: the pull
-    // fails and says why.
+    // fails before it downloads anything, and says why.
     let pull = s.pull(&admin, json!({"model": "acme/tiny-two", "name": "two"})).await;
     verity_core::models::insert_base_model(
         &pool,
@@ -322,4 +322,5 @@ async fn a_retried_pull_finishes_what_an_earlier_attempt_registered(pool: PgPool
         .as_str()
         .unwrap()
         .contains("registered while the pull waited"));
+    assert!(!s.hub.cache.join("models--acme--tiny-two").exists(), "refused before any download");
 }

@@ -42,10 +42,29 @@ impl TrainingHandler {
         let spec = spec.map_err(|e| user_error(format!("invalid pull: {e}")))?;
         let job = lease.job();
         let pool = lease.queue().pool();
-        let data = json!({"hub_id": spec.hub_id, "revision": spec.revision, "name": spec.name});
-        let message = format!("fetching {} from {}", spec.reference(), self.hub.endpoint);
-        event(lease, heartbeat, EventLevel::Info, "started", &message, Some(&data)).await?;
         let reference = spec.reference();
+        let prefix = verity_core::keys::model(&spec.name);
+        // Before any download: a same-named model that is not this pull's own (an earlier
+        // attempt's, same org and folder) fails the pull at once.
+        let existing = verity_core::models::model_by_id(pool, &spec.name)
+            .await
+            .map_err(|e| retryable("reading the registry", e))?;
+        let registered = match existing {
+            Some(model) if model.org_id == Some(job.org_id) && model.storage_prefix == prefix => {
+                true
+            }
+            Some(_) => {
+                return Err(user_error(format!(
+                    "a model named {:?} was registered while the pull waited; pull again under \
+                     another name",
+                    spec.name
+                )))
+            }
+            None => false,
+        };
+        let data = json!({"hub_id": spec.hub_id, "revision": spec.revision, "name": spec.name});
+        let message = format!("fetching {reference} from {}", self.hub.endpoint);
+        event(lease, heartbeat, EventLevel::Info, "started", &message, Some(&data)).await?;
         let fetched = tokio::select! {
             fetched = fetch(&self.hub, &reference) => fetched,
             state = heartbeat.cancelled_or_lost() => return Ok(match state {
@@ -63,26 +82,11 @@ impl TrainingHandler {
             fetched.downloaded
         );
         event(lease, heartbeat, EventLevel::Info, "fetched", &message, Some(&data)).await?;
-        let prefix = verity_core::keys::model(&spec.name);
-        let existing = verity_core::models::model_by_id(pool, &spec.name)
-            .await
-            .map_err(|e| retryable("reading the registry", e))?;
-        match existing {
-            // An earlier attempt registered it before it stopped.
-            Some(model) if model.org_id == Some(job.org_id) && model.storage_prefix == prefix => {}
-            Some(_) => {
-                return Err(user_error(format!(
-                    "a model named {:?} was registered while the pull waited; pull again under \
-                     another name",
-                    spec.name
-                )))
-            }
-            None => {
-                let store = self.store.as_ref();
-                import_model(pool, store, Some(job.org_id), &spec.name, &fetched.dir, "hf")
-                    .await
-                    .map_err(import_error)?;
-            }
+        if !registered {
+            let store = self.store.as_ref();
+            import_model(pool, store, Some(job.org_id), &spec.name, &fetched.dir, "hf")
+                .await
+                .map_err(import_error)?;
         }
         let hub_id = match give_hub_id(pool, &spec.name, &spec.hub_id).await {
             Ok(()) => Some(spec.hub_id.clone()),
@@ -102,7 +106,7 @@ impl TrainingHandler {
             storage_prefix: prefix,
         };
         let result = serde_json::to_value(&result).map_err(|e| retryable("encoding", e))?;
-        let message = format!("registered {} as {:?}", spec.reference(), spec.name);
+        let message = format!("registered {reference} as {:?}", spec.name);
         event(lease, heartbeat, EventLevel::Info, "succeeded", &message, Some(&result)).await?;
         Ok(JobOutcome::Succeeded { result, fine_tuned_model: None })
     }
